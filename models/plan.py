@@ -1,0 +1,107 @@
+"""The placement plan: assignments, MIG layouts, actions, waits, metrics, solver report, provenance."""
+
+from __future__ import annotations
+
+from enum import StrEnum
+from typing import Any
+
+from pydantic import Field
+
+from models.base import Strict
+from models.cluster import MigInstance
+
+
+class PlanStatus(StrEnum):
+    """Outcome of a planning run. ``OPTIMAL`` only when the solver proved it."""
+
+    OPTIMAL = "OPTIMAL"
+    FEASIBLE = "FEASIBLE"
+    FALLBACK = "FALLBACK"
+    INFEASIBLE = "INFEASIBLE"
+    INVALID_INPUT = "INVALID_INPUT"
+
+
+class GpuUse(Strict):
+    """A whole GPU (``index`` only), a fraction (``milli``) or a MIG instance (profile + start)."""
+
+    index: int = Field(ge=0)
+    milli: int | None = Field(default=None, ge=1, le=999)
+    mig_profile: str | None = None
+    mig_start: int | None = Field(default=None, ge=0)
+
+    @property
+    def kind(self) -> str:
+        """``whole``, ``fraction`` or ``mig``."""
+        if self.mig_profile is not None:
+            return "mig"
+        return "fraction" if self.milli is not None else "whole"
+
+
+class Assignment(Strict):
+    """Where one replica of a workload is placed."""
+
+    workload: str
+    replica: int = Field(ge=0)
+    node: str
+    gpus: tuple[GpuUse, ...] = ()
+    cpu_milli: int = Field(default=0, ge=0)
+    memory_mib: int = Field(default=0, ge=0)
+    alternative: int = Field(default=0, ge=0)
+
+
+class Unplaced(Strict):
+    """A replica left waiting, with a reason code and a sentence."""
+
+    workload: str
+    replica: int = Field(ge=0)
+    code: str
+    reason: str
+    predicted_start: str | None = None
+
+
+class MigLayout(Strict):
+    """The target MIG layout of one GPU."""
+
+    node: str
+    gpu: int = Field(ge=0)
+    instances: tuple[MigInstance, ...]
+
+
+class Action(Strict):
+    """A step from the current state towards the plan."""
+
+    round: int = Field(default=1, ge=1)
+    kind: str
+    workload: str | None = None
+    replica: int | None = None
+    node: str | None = None
+    gpu: int | None = None
+    from_: str | None = Field(default=None, alias="from")
+    to: str | None = None
+    detail: str | None = None
+
+
+class SolverReport(Strict):
+    """What the solver did and proved."""
+
+    name: str
+    objective: float | None = None
+    best_bound: float | None = None
+    gap: float | None = None
+    wall_s: float = 0.0
+    terms: dict[str, float] = Field(default_factory=dict)
+    model_size: dict[str, int] = Field(default_factory=dict)
+    params: dict[str, Any] = Field(default_factory=dict)
+
+
+class Plan(Strict):
+    """A complete, validated plan (see ``FORMATS.md``)."""
+
+    status: PlanStatus
+    solver: SolverReport
+    assignments: tuple[Assignment, ...] = ()
+    unplaced: tuple[Unplaced, ...] = ()
+    mig_layouts: tuple[MigLayout, ...] = ()
+    actions: tuple[Action, ...] = ()
+    metrics: dict[str, float] = Field(default_factory=dict)
+    provenance: dict[str, Any] = Field(default_factory=dict)

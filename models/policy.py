@@ -1,0 +1,146 @@
+"""Policy: tiers and weights, team quotas, isolation rules, disruption budget, MIG and objective."""
+
+from __future__ import annotations
+
+from enum import StrEnum
+
+from pydantic import Field, model_validator
+
+from models.base import Strict
+from models.workload import BACKGROUND, LATENCY_SENSITIVE, STANDARD
+
+
+class Tier(Strict):
+    """A service tier: its queue-time weight and the wait it should not exceed."""
+
+    name: str
+    weight: int = Field(ge=0)
+    target_wait_s: float | None = Field(default=None, ge=0)
+    may_be_preempted: bool = True
+
+
+def default_tiers() -> tuple[Tier, ...]:
+    """latency-sensitive 10, standard 3, background 1."""
+    return (
+        Tier(name=LATENCY_SENSITIVE, weight=10, target_wait_s=300, may_be_preempted=False),
+        Tier(name=STANDARD, weight=3, target_wait_s=3600),
+        Tier(name=BACKGROUND, weight=1, target_wait_s=86400),
+    )
+
+
+class Quota(Strict):
+    """At most ``gpus`` GPU-equivalents for a team, optionally per GPU model or pool."""
+
+    team: str
+    gpus: float = Field(ge=0)
+    gpu_model: str | None = None
+    pool: str | None = None
+    borrow: bool = False
+
+
+class IsolationKind(StrEnum):
+    """Kinds of isolation rule."""
+
+    TEAM_EXCLUSIVE = "team-exclusive"
+    NO_SHARED_GPU_ACROSS_TEAMS = "no-shared-gpu-across-teams"
+    TIERS_NO_SHARE = "tiers-no-share"
+
+
+class IsolationRule(Strict):
+    """An isolation rule.
+
+    ``team-exclusive``: the listed nodes (or every node of ``pool``) run only ``team``'s work.
+    ``no-shared-gpu-across-teams``: a GPU is never shared by two teams.
+    ``tiers-no-share``: the listed tiers never share a GPU with each other.
+    """
+
+    kind: IsolationKind
+    team: str | None = None
+    pool: str | None = None
+    nodes: tuple[str, ...] = ()
+    tiers: tuple[str, ...] = ()
+
+    @model_validator(mode="after")
+    def _complete(self) -> IsolationRule:
+        if self.kind is IsolationKind.TEAM_EXCLUSIVE and (
+            not self.team or (not self.pool and not self.nodes)
+        ):
+            raise ValueError("a team-exclusive rule needs a team and a pool or nodes")
+        if self.kind is IsolationKind.TIERS_NO_SHARE and len(self.tiers) < 2:
+            raise ValueError("a tiers-no-share rule needs at least two tiers")
+        return self
+
+
+class DisruptionBudget(Strict):
+    """How much running work one round may disturb."""
+
+    max_moves_per_round: int = Field(default=0, ge=0)
+    max_preemptions_per_round: int = Field(default=0, ge=0)
+    max_moves_per_team: int | None = Field(default=None, ge=0)
+    min_runtime_s: float = Field(default=0, ge=0)
+    preempt_latency_sensitive: bool = False
+
+
+class MigPolicy(Strict):
+    """Whether gpuplan may change MIG layouts, and what a re-partition costs."""
+
+    allow_create: bool = True
+    allow_repartition: bool = False
+    repartition_cost: int = Field(default=10, ge=0)
+
+
+class ObjectiveMode(StrEnum):
+    """Lexicographic (default) or weighted combination of the objective terms."""
+
+    LEXICOGRAPHIC = "lexicographic"
+    WEIGHTED = "weighted"
+
+
+class ObjectiveWeights(Strict):
+    """Term weights (weighted mode) — queue time, fragmentation, disruption, topology."""
+
+    queue: int = Field(default=1000, ge=0)
+    fragmentation: int = Field(default=100, ge=0)
+    disruption: int = Field(default=10, ge=0)
+    topology: int = Field(default=1, ge=0)
+
+
+class Policy(Strict):
+    """All rules and preferences of one planning run."""
+
+    tiers: tuple[Tier, ...] = Field(default_factory=default_tiers)
+    teams: tuple[str, ...] = ()
+    quotas: tuple[Quota, ...] = ()
+    isolation: tuple[IsolationRule, ...] = ()
+    disruption: DisruptionBudget = Field(default_factory=DisruptionBudget)
+    mig: MigPolicy = Field(default_factory=MigPolicy)
+    objective: ObjectiveMode = ObjectiveMode.LEXICOGRAPHIC
+    weights: ObjectiveWeights = Field(default_factory=ObjectiveWeights)
+
+    @model_validator(mode="after")
+    def _references(self) -> Policy:
+        names = [t.name for t in self.tiers]
+        if len(set(names)) != len(names):
+            raise ValueError("tier names must be unique")
+        for i, rule in enumerate(self.isolation):
+            for t in rule.tiers:
+                if t not in names:
+                    raise ValueError(f"isolation[{i}] names unknown tier '{t}'")
+        if self.teams:
+            known = set(self.teams)
+            for i, q in enumerate(self.quotas):
+                if q.team not in known:
+                    raise ValueError(f"quotas[{i}] names unknown team '{q.team}'")
+        return self
+
+    def tier(self, name: str) -> Tier:
+        """The tier called ``name``."""
+        for t in self.tiers:
+            if t.name == name:
+                return t
+        raise KeyError(name)
+
+    def tier_rank(self, name: str) -> int:
+        """0 for the most important tier (highest weight), growing downwards."""
+        ordered = sorted(self.tiers, key=lambda t: -t.weight)
+        return [t.name for t in ordered].index(name)

@@ -1,0 +1,94 @@
+"""A planning input (cluster + demand + policy) with the checks that span all three."""
+
+from __future__ import annotations
+
+from functools import cached_property
+
+from pydantic import Field, ValidationInfo, model_validator
+
+from models.base import Strict
+from models.cluster import Cluster, catalog_from
+from models.hardware import HardwareCatalog
+from models.policy import Policy
+from models.workload import Workload
+
+
+def reference_errors(
+    cluster: Cluster, workloads: tuple[Workload, ...], policy: Policy, catalog: HardwareCatalog
+) -> list[str]:
+    """Every cross-reference error, each naming the object id and the field."""
+    errors: list[str] = []
+    tiers = {t.name for t in policy.tiers}
+    teams = set(policy.teams)
+    cluster_models = {catalog.canonical(g.model) for n in cluster.nodes for g in n.gpus}
+    for w in workloads:
+        where = f"workload '{w.id}'"
+        if w.tier not in tiers:
+            errors.append(f"{where} field tier: unknown tier '{w.tier}' (known: {sorted(tiers)})")
+        if teams and w.team not in teams:
+            errors.append(f"{where} field team: unknown team '{w.team}'")
+        for k, shape in enumerate(w.shapes):
+            field = "" if not w.alternatives else f"alternatives[{k}]."
+            for m in shape.gpu_models:
+                if not catalog.has_model(m):
+                    errors.append(f"{where} field {field}gpu_models: unknown GPU model '{m}'")
+            if shape.mig_profile is None:
+                continue
+            allowed = [catalog.model(m) for m in shape.gpu_models if catalog.has_model(m)]
+            if not allowed:
+                allowed = [catalog.model(m) for m in sorted(cluster_models)]
+            offering = [s for s in allowed if shape.mig_profile in s.profile_map]
+            if not offering:
+                names = ", ".join(s.name for s in allowed) or "no GPU model in the cluster"
+                errors.append(
+                    f"{where} field {field}mig_profile: asks for MIG profile "
+                    f"'{shape.mig_profile}' which {names} does not offer"
+                )
+        for r, place in enumerate(w.running_on):
+            node = cluster.node_by_name.get(place.node)
+            if node is None:
+                errors.append(f"{where} field running_on[{r}]: unknown node '{place.node}'")
+                continue
+            for g in place.gpus:
+                if g.index not in node.gpu_by_index:
+                    errors.append(
+                        f"{where} field running_on[{r}]: node '{node.name}' has no GPU {g.index}"
+                    )
+    nodes = cluster.node_by_name
+    pools = {n.pool for n in cluster.nodes if n.pool}
+    for i, q in enumerate(policy.quotas):
+        if q.gpu_model and not catalog.has_model(q.gpu_model):
+            errors.append(f"policy quotas[{i}] field gpu_model: unknown GPU model '{q.gpu_model}'")
+        if q.pool and q.pool not in pools:
+            errors.append(f"policy quotas[{i}] field pool: unknown pool '{q.pool}'")
+    for i, rule in enumerate(policy.isolation):
+        for name in rule.nodes:
+            if name not in nodes:
+                errors.append(f"policy isolation[{i}] field nodes: unknown node '{name}'")
+        if rule.pool and rule.pool not in pools:
+            errors.append(f"policy isolation[{i}] field pool: unknown pool '{rule.pool}'")
+    return errors
+
+
+class PlanningInput(Strict):
+    """Everything a solver needs: the cluster, the workloads and the policy."""
+
+    cluster: Cluster
+    workloads: tuple[Workload, ...]
+    policy: Policy = Field(default_factory=Policy)
+
+    @model_validator(mode="after")
+    def _cross_check(self, info: ValidationInfo) -> PlanningInput:
+        ids = [w.id for w in self.workloads]
+        dupes = sorted({i for i in ids if ids.count(i) > 1})
+        if dupes:
+            raise ValueError(f"workload id '{dupes[0]}' appears more than once")
+        errors = reference_errors(self.cluster, self.workloads, self.policy, catalog_from(info))
+        if errors:
+            raise ValueError("; ".join(errors))
+        return self
+
+    @cached_property
+    def workload_by_id(self) -> dict[str, Workload]:
+        """Workloads keyed by id."""
+        return {w.id: w for w in self.workloads}

@@ -1,0 +1,236 @@
+"""Demand: workloads with one or several alternative GPU shapes, replicas, gangs and state."""
+
+from __future__ import annotations
+
+import re
+from datetime import UTC, datetime
+from enum import StrEnum
+from functools import cached_property
+from typing import Any
+
+from pydantic import Field, field_validator, model_validator
+
+from models.base import Strict
+
+#: Default tier names, best first.
+LATENCY_SENSITIVE = "latency-sensitive"
+STANDARD = "standard"
+BACKGROUND = "background"
+
+
+class TopologyNeed(StrEnum):
+    """What a multi-GPU replica requires of the links between its GPUs."""
+
+    ANY = "any"
+    SAME_NODE = "same-node"
+    NVLINK = "nvlink"
+    NUMA = "numa"
+
+
+class Shape(Strict):
+    """One way to run a replica: whole GPUs, a fraction of one GPU, a MIG profile, or CPU only."""
+
+    gpus: int = Field(default=0, ge=0)
+    gpu_milli: int = Field(default=0, ge=0, le=999)
+    mig_profile: str | None = None
+    gpu_models: tuple[str, ...] = ()
+    cpu_milli: int = Field(default=0, ge=0)
+    memory_mib: int = Field(default=0, ge=0)
+    topology: TopologyNeed = TopologyNeed.ANY
+
+    @field_validator("gpu_models", mode="before")
+    @classmethod
+    def _split_models(cls, v: Any) -> Any:
+        if isinstance(v, str):
+            return tuple(m.strip() for m in v.split("|") if m.strip())
+        return v
+
+    @model_validator(mode="after")
+    def _one_kind(self) -> Shape:
+        kinds = [self.gpus > 0, self.gpu_milli > 0, self.mig_profile is not None]
+        if sum(kinds) > 1:
+            raise ValueError("a shape asks for exactly one of gpus, gpu_milli or mig_profile")
+        return self
+
+    @property
+    def kind(self) -> str:
+        """``whole``, ``fraction``, ``mig`` or ``cpu``."""
+        if self.gpus:
+            return "whole"
+        if self.gpu_milli:
+            return "fraction"
+        if self.mig_profile is not None:
+            return "mig"
+        return "cpu"
+
+    @property
+    def gpu_milli_total(self) -> int:
+        """GPU request in milli-GPU for non-MIG shapes (a MIG shape counts 0 here)."""
+        return self.gpus * 1000 + self.gpu_milli
+
+
+class GpuRef(Strict):
+    """One GPU used by a running replica: whole (index only), a fraction (milli) or a MIG instance."""
+
+    index: int = Field(ge=0)
+    milli: int | None = Field(default=None, ge=1, le=999)
+    mig_profile: str | None = None
+    mig_start: int | None = Field(default=None, ge=0)
+
+
+class Placement(Strict):
+    """Where one replica runs: a node and the GPUs (or GPU parts) it uses."""
+
+    node: str
+    gpus: tuple[GpuRef, ...] = ()
+    alternative: int | None = Field(default=None, ge=0)
+
+    @classmethod
+    def parse(cls, text: str) -> Placement:
+        """Parse ``node:0,1`` (whole), ``node:2=470`` (milli) or ``node:0/3g.40gb@4`` (MIG)."""
+        node, _, rest = text.strip().partition(":")
+        gpus: list[GpuRef] = []
+        for part in filter(None, (p.strip() for p in rest.split(","))):
+            m = re.fullmatch(r"(\d+)(?:=(\d+)|/([\w.+-]+)@(\d+))?", part)
+            if m is None:
+                raise ValueError(f"cannot read GPU '{part}' in running_on '{text}'")
+            idx, milli, prof, start = m.groups()
+            gpus.append(
+                GpuRef(
+                    index=int(idx),
+                    milli=int(milli) if milli else None,
+                    mig_profile=prof,
+                    mig_start=int(start) if start else None,
+                )
+            )
+        if not node:
+            raise ValueError(f"running_on '{text}' names no node")
+        return cls(node=node, gpus=tuple(gpus))
+
+
+class Workload(Strict):
+    """A request for ``replicas`` copies of one of several alternative shapes."""
+
+    id: str = Field(min_length=1)
+    team: str = "default"
+    tier: str = "standard"
+    priority: int = 0
+    replicas: int = Field(default=1, ge=1)
+    gpus: int = Field(default=0, ge=0)
+    gpu_milli: int = Field(default=0, ge=0, le=999)
+    mig_profile: str | None = None
+    gpu_models: tuple[str, ...] = ()
+    cpu_milli: int = Field(default=0, ge=0)
+    memory_mib: int = Field(default=0, ge=0)
+    topology: TopologyNeed = TopologyNeed.ANY
+    alternatives: tuple[Shape, ...] = ()
+    gang: str | None = None
+    gang_domain: str | None = None
+    preemptible: bool = False
+    queued_since: datetime | None = None
+    duration_s: float | None = Field(default=None, ge=0)
+    running_on: tuple[Placement, ...] = ()
+
+    @field_validator("gpu_models", mode="before")
+    @classmethod
+    def _split_models(cls, v: Any) -> Any:
+        if isinstance(v, str):
+            return tuple(m.strip() for m in v.split("|") if m.strip())
+        return v
+
+    @field_validator("queued_since", mode="before")
+    @classmethod
+    def _epoch(cls, v: Any) -> Any:
+        if isinstance(v, int | float) and not isinstance(v, bool):
+            return datetime.fromtimestamp(float(v), tz=UTC)
+        if isinstance(v, str) and re.fullmatch(r"\d+(\.\d+)?", v.strip()):
+            return datetime.fromtimestamp(float(v), tz=UTC)
+        return v
+
+    @field_validator("queued_since", mode="after")
+    @classmethod
+    def _utc(cls, v: datetime | None) -> datetime | None:
+        if v is not None and v.tzinfo is None:
+            return v.replace(tzinfo=UTC)
+        return v
+
+    @field_validator("running_on", mode="before")
+    @classmethod
+    def _parse_running(cls, v: Any) -> Any:
+        if isinstance(v, str):
+            return tuple(Placement.parse(p) for p in v.split(";") if p.strip())
+        return v
+
+    @field_validator("gang", mode="before")
+    @classmethod
+    def _gang(cls, v: Any) -> Any:
+        if v is False or (isinstance(v, str) and v.strip().lower() in ("", "false", "no", "0")):
+            return None
+        return v
+
+    @model_validator(mode="after")
+    def _shapes(self) -> Workload:
+        top = [self.gpus > 0, self.gpu_milli > 0, self.mig_profile is not None]
+        if sum(top) > 1:
+            raise ValueError("asks for more than one of gpus, gpu_milli and mig_profile")
+        if self.alternatives and any(top):
+            raise ValueError("gives both a top-level shape and alternatives; use alternatives only")
+        if len(self.running_on) > self.replicas:
+            raise ValueError(
+                f"runs {len(self.running_on)} replicas but asks for only {self.replicas}"
+            )
+        return self
+
+    @cached_property
+    def shapes(self) -> tuple[Shape, ...]:
+        """The alternative shapes, with the workload's defaults filled in (never empty)."""
+        if not self.alternatives:
+            return (
+                Shape(
+                    gpus=self.gpus,
+                    gpu_milli=self.gpu_milli,
+                    mig_profile=self.mig_profile,
+                    gpu_models=self.gpu_models,
+                    cpu_milli=self.cpu_milli,
+                    memory_mib=self.memory_mib,
+                    topology=self.topology,
+                ),
+            )
+        return tuple(
+            s.model_copy(
+                update={
+                    "gpu_models": s.gpu_models or self.gpu_models,
+                    "cpu_milli": s.cpu_milli or self.cpu_milli,
+                    "memory_mib": s.memory_mib or self.memory_mib,
+                }
+            )
+            for s in self.alternatives
+        )
+
+    @property
+    def gang_id(self) -> str | None:
+        """Gang key: replicas of all workloads sharing it are placed all together or not at all."""
+        if self.gang is None:
+            return None
+        return self.id if self.gang.lower() in ("true", "yes", "1") else self.gang
+
+    def waited_s(self, now: datetime) -> float:
+        """Seconds waited at ``now`` (0 when ``queued_since`` is unknown or in the future)."""
+        if self.queued_since is None:
+            return 0.0
+        return max(0.0, (now - self.queued_since).total_seconds())
+
+
+class Workloads(Strict):
+    """A demand list (the YAML/JSON form of the workloads file)."""
+
+    workloads: tuple[Workload, ...]
+
+    @model_validator(mode="after")
+    def _unique(self) -> Workloads:
+        seen: set[str] = set()
+        for w in self.workloads:
+            if w.id in seen:
+                raise ValueError(f"workload id '{w.id}' appears more than once")
+            seen.add(w.id)
+        return self

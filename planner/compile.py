@@ -1,0 +1,115 @@
+"""Compile a :class:`models.PlanningInput` into the solver-neutral :class:`PlacementProblem`."""
+
+from __future__ import annotations
+
+from datetime import datetime
+
+from models.cluster import Node
+from models.hardware import HardwareCatalog
+from models.plan import GpuUse
+from models.problem import PlanningInput
+from models.workload import Placement, Shape, Workload
+from planner.topology import link_graph, nvlink_cliques
+from solvers.problem import GpuSlot, NodeSpec, PlacementProblem, Request, Running, ShapeSpec
+
+
+def compile_node(node: Node, catalog: HardwareCatalog) -> NodeSpec:
+    """A node with canonical model names, NVLink cliques and pair costs."""
+    graph = link_graph(node)
+    costs = {(min(a, b), max(a, b)): int(d["cost"]) for a, b, d in graph.edges(data=True)}
+    gpus = tuple(
+        GpuSlot(
+            index=g.index,
+            model=catalog.canonical(g.model),
+            numa=g.numa,
+            mig=None if g.mig is None else tuple((i.profile, i.start) for i in g.mig.instances),
+        )
+        for g in sorted(node.gpus, key=lambda g: g.index)
+    )
+    return NodeSpec(
+        name=node.name,
+        pool=node.pool,
+        labels=dict(node.labels),
+        cpu_milli=node.cpu_milli,
+        memory_mib=node.memory_mib,
+        gpus=gpus,
+        nvlink_cliques=tuple(nvlink_cliques(node)) if len(node.gpus) > 1 else (),
+        pair_cost=costs,
+    )
+
+
+def compile_shape(shape: Shape, catalog: HardwareCatalog) -> ShapeSpec:
+    """A shape with canonical GPU model names."""
+    return ShapeSpec(
+        kind=shape.kind,
+        gpus=shape.gpus,
+        milli=shape.gpu_milli,
+        mig_profile=shape.mig_profile,
+        models=frozenset(catalog.canonical(m) for m in shape.gpu_models),
+        cpu_milli=shape.cpu_milli,
+        memory_mib=shape.memory_mib,
+        topology=shape.topology,
+    )
+
+
+def _running(place: Placement, w: Workload) -> Running:
+    gpus = tuple(
+        GpuUse(index=g.index, milli=g.milli, mig_profile=g.mig_profile, mig_start=g.mig_start)
+        for g in place.gpus
+    )
+    if place.alternative is not None:
+        alt = place.alternative
+    else:
+        kind = "whole"
+        if gpus and gpus[0].mig_profile is not None:
+            kind = "mig"
+        elif gpus and gpus[0].milli is not None:
+            kind = "fraction"
+        elif not gpus:
+            kind = "cpu"
+        alt = next((k for k, s in enumerate(w.shapes) if s.kind == kind), 0)
+    return Running(node=place.node, gpus=gpus, alternative=alt)
+
+
+def compile_problem(
+    inp: PlanningInput,
+    catalog: HardwareCatalog,
+    now: datetime,
+    *,
+    time_limit_s: float = 30.0,
+    seed: int = 0,
+    num_workers: int = 2,
+) -> PlacementProblem:
+    """Expand workloads into replicas and nodes into solver specs."""
+    policy = inp.policy
+    requests: list[Request] = []
+    for w in inp.workloads:
+        tier = policy.tier(w.tier)
+        shapes = tuple(compile_shape(s, catalog) for s in w.shapes)
+        for r in range(w.replicas):
+            requests.append(
+                Request(
+                    workload=w.id,
+                    replica=r,
+                    team=w.team,
+                    tier=w.tier,
+                    tier_weight=tier.weight,
+                    tier_rank=policy.tier_rank(w.tier),
+                    priority=w.priority,
+                    wait_s=int(w.waited_s(now)),
+                    shapes=shapes,
+                    gang=w.gang_id,
+                    gang_domain=w.gang_domain,
+                    preemptible=w.preemptible,
+                    running=_running(w.running_on[r], w) if r < len(w.running_on) else None,
+                )
+            )
+    return PlacementProblem(
+        nodes=tuple(compile_node(n, catalog) for n in inp.cluster.nodes),
+        requests=tuple(requests),
+        catalog=catalog,
+        policy=policy,
+        time_limit_s=time_limit_s,
+        seed=seed,
+        num_workers=num_workers,
+    )

@@ -1,0 +1,72 @@
+"""What every solver back-end shares: the result type, the protocol and the registry."""
+
+from __future__ import annotations
+
+import importlib
+from collections.abc import Callable
+from dataclasses import dataclass, field
+from typing import Protocol
+
+from models.plan import Assignment, MigLayout, PlanStatus, Unplaced
+from solvers.problem import PlacementProblem
+
+
+@dataclass(frozen=True)
+class SolveResult:
+    """One result shape for every back-end: status, objective, bound, gap, time and assignment."""
+
+    status: PlanStatus
+    solver: str
+    assignments: tuple[Assignment, ...]
+    unplaced: tuple[Unplaced, ...] = ()
+    mig_layouts: tuple[MigLayout, ...] = ()
+    objective: float | None = None
+    best_bound: float | None = None
+    gap: float | None = None
+    wall_s: float = 0.0
+    terms: dict[str, float] = field(default_factory=dict)
+    model_size: dict[str, int] = field(default_factory=dict)
+
+
+class Solver(Protocol):
+    """A placement back-end."""
+
+    name: str
+
+    def solve(self, problem: PlacementProblem) -> SolveResult:
+        """Place what can be placed; never raise on an infeasible instance."""
+        ...
+
+
+#: Solver name -> (module, class name, pip extra that provides it).
+_REGISTRY: dict[str, tuple[str, str]] = {
+    "first-fit": ("solvers.greedy", "FirstFit"),
+    "best-fit": ("solvers.greedy", "BestFit"),
+    "greedy-fgd": ("solvers.greedy", "Fgd"),
+}
+
+
+def register(name: str, module: str, cls: str) -> None:
+    """Make a back-end available under ``name`` (imported lazily on first use)."""
+    _REGISTRY[name] = (module, cls)
+
+
+def solver_names() -> list[str]:
+    """Names accepted by :func:`get_solver`."""
+    return sorted(_REGISTRY)
+
+
+def get_solver(name: str) -> Solver:
+    """Instantiate the back-end called ``name``."""
+    try:
+        module, cls = _REGISTRY[name]
+    except KeyError:
+        raise KeyError(f"unknown solver '{name}' (choose from {', '.join(solver_names())})") from None
+    try:
+        factory: Callable[[], Solver] = getattr(importlib.import_module(module), cls)
+    except ImportError as exc:
+        raise RuntimeError(
+            f"solver '{name}' needs a package that is not installed ({exc.name}); "
+            "reinstall gpuplan with its dependencies (pip install .)"
+        ) from exc
+    return factory()

@@ -1,0 +1,115 @@
+"""The solver-neutral placement problem: integers, canonical model names and candidate structure.
+
+``planner.compile`` builds it from a :class:`models.PlanningInput`; every back-end reads only this.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Mapping
+from dataclasses import dataclass, field
+
+from models.hardware import HardwareCatalog
+from models.plan import GpuUse
+from models.policy import Policy
+from models.workload import TopologyNeed
+
+
+@dataclass(frozen=True)
+class GpuSlot:
+    """One physical GPU: canonical model, NUMA node and MIG state (``None`` = MIG disabled)."""
+
+    index: int
+    model: str
+    numa: int
+    mig: tuple[tuple[str, int], ...] | None = None
+
+
+@dataclass(frozen=True)
+class NodeSpec:
+    """A node with its capacities, GPUs, NVLink cliques and pairwise link costs."""
+
+    name: str
+    pool: str | None
+    labels: Mapping[str, str]
+    cpu_milli: int
+    memory_mib: int
+    gpus: tuple[GpuSlot, ...]
+    nvlink_cliques: tuple[frozenset[int], ...] = ()
+    pair_cost: Mapping[tuple[int, int], int] = field(default_factory=dict)
+
+    def cost(self, gpus: tuple[int, ...] | list[int]) -> int:
+        """Link cost of a GPU set (sum over its pairs)."""
+        s = sorted(gpus)
+        return sum(self.pair_cost[(a, b)] for i, a in enumerate(s) for b in s[i + 1 :])
+
+
+@dataclass(frozen=True)
+class ShapeSpec:
+    """One alternative of a request; ``models`` empty means any GPU model."""
+
+    kind: str
+    gpus: int
+    milli: int
+    mig_profile: str | None
+    models: frozenset[str]
+    cpu_milli: int
+    memory_mib: int
+    topology: TopologyNeed
+
+    @property
+    def gpu_milli_total(self) -> int:
+        """GPU request in milli-GPU (whole GPUs count 1000 each; MIG counts 0)."""
+        return self.gpus * 1000 + self.milli
+
+
+@dataclass(frozen=True)
+class Running:
+    """Where a replica runs now."""
+
+    node: str
+    gpus: tuple[GpuUse, ...]
+    alternative: int
+
+
+@dataclass(frozen=True)
+class Request:
+    """One replica to place (or keep placed)."""
+
+    workload: str
+    replica: int
+    team: str
+    tier: str
+    tier_weight: int
+    tier_rank: int
+    priority: int
+    wait_s: int
+    shapes: tuple[ShapeSpec, ...]
+    gang: str | None = None
+    gang_domain: str | None = None
+    preemptible: bool = False
+    running: Running | None = None
+
+    @property
+    def key(self) -> tuple[str, int]:
+        """(workload id, replica)."""
+        return (self.workload, self.replica)
+
+
+@dataclass(frozen=True)
+class PlacementProblem:
+    """All a back-end needs to produce a placement."""
+
+    nodes: tuple[NodeSpec, ...]
+    requests: tuple[Request, ...]
+    catalog: HardwareCatalog
+    policy: Policy
+    time_limit_s: float = 30.0
+    seed: int = 0
+    num_workers: int = 2
+
+    def queue_order(self) -> list[Request]:
+        """Requests by tier (best first), priority (high first), wait (long first), then id."""
+        return sorted(
+            self.requests,
+            key=lambda r: (r.tier_rank, -r.priority, -r.wait_s, r.workload, r.replica),
+        )
