@@ -16,6 +16,14 @@ from models.hardware import HardwareCatalog, MigProfile
 log = logging.getLogger(__name__)
 
 _LINK_RE = re.compile(r"^(NV\d+|PIX|PXB|PHB|NODE|SYS|SOC)$")
+_warned: set[str] = set()
+
+
+def warn_uncertain(what: str) -> None:
+    """Log once per process that a catalog entry marked ``uncertain`` is in use."""
+    if what not in _warned:
+        _warned.add(what)
+        log.warning("%s is marked uncertain in the hardware catalog; check it against the real machine", what)
 
 
 def catalog_from(info: ValidationInfo) -> HardwareCatalog:
@@ -99,18 +107,14 @@ class Gpu(Strict):
             raise ValueError(f"unknown GPU model '{self.model}'")
         spec = catalog.model(self.model)
         if spec.uncertain:
-            log.warning("GPU model %s is marked uncertain in the catalog", spec.name)
+            warn_uncertain(f"GPU model {spec.name}")
         if self.mig is not None:
             errors = check_mig_layout(self.model, self.mig.instances, catalog)
             if errors:
                 raise ValueError("; ".join(errors))
             for inst in self.mig.instances:
                 if spec.profile(inst.profile).uncertain:
-                    log.warning(
-                        "MIG profile %s of %s is marked uncertain in the catalog",
-                        inst.profile,
-                        spec.name,
-                    )
+                    warn_uncertain(f"MIG profile {inst.profile} of {spec.name}")
         return self
 
 
@@ -154,7 +158,7 @@ class Node(Strict):
         except KeyError as exc:
             raise ValueError(str(exc.args[0])) from None
         if ref.uncertain:
-            log.warning("reference topology %s is marked uncertain in the catalog", ref.name)
+            warn_uncertain(f"reference topology {ref.name}")
         model = data.get("gpu_model") or ref.gpu_model
         overrides = {int(g["index"]): g for g in data.get("gpus", []) if isinstance(g, dict)}
         gpus = []

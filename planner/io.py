@@ -1,0 +1,172 @@
+"""Reading and writing gpuplan files, with one-line errors that name the file, the field and the reason."""
+
+from __future__ import annotations
+
+import csv
+import json
+from pathlib import Path
+from typing import Any, TypeVar
+
+import yaml
+from pydantic import BaseModel, ValidationError
+
+from models.base import InputError
+from models.cluster import Cluster
+from models.hardware import HardwareCatalog
+from models.plan import Plan
+from models.policy import Policy
+from models.problem import PlanningInput
+from models.workload import Workload
+
+#: Column order of the workloads CSV (FORMATS.md).
+WORKLOAD_COLUMNS: tuple[str, ...] = (
+    "id", "team", "tier", "priority", "replicas", "gpus", "gpu_milli", "mig_profile", "gpu_models",
+    "cpu_milli", "memory_mib", "topology", "gang", "preemptible", "queued_since", "duration_s",
+    "running_on",
+)  # fmt: skip
+
+_ID_KEYS = ("name", "id", "workload")
+
+M = TypeVar("M", bound=BaseModel)
+
+
+def _label(raw: Any, loc: tuple[int | str, ...]) -> str:
+    """Render a pydantic location, adding the id or name of list items found in ``raw``."""
+    parts: list[str] = []
+    node: Any = raw
+    for item in loc:
+        if isinstance(item, int):
+            label = f"[{item}]"
+            node = node[item] if isinstance(node, list | tuple) and item < len(node) else None
+            if isinstance(node, dict):
+                ident = next((node[k] for k in _ID_KEYS if k in node), None)
+                if ident is not None:
+                    label += f" ({ident})"
+            parts.append(label)
+        else:
+            parts.append(("." if parts else "") + str(item))
+            node = node.get(item) if isinstance(node, dict) else None
+    return "".join(parts) or "(top level)"
+
+
+def describe(exc: ValidationError, raw: Any) -> str:
+    """The first error of ``exc`` as 'field: reason', plus how many more there are."""
+    errors = exc.errors(include_url=False)
+    first = errors[0]
+    msg = str(first["msg"]).removeprefix("Value error, ")
+    text = f"{_label(raw, tuple(first['loc']))}: {msg}"
+    if len(errors) > 1:
+        text += f" (and {len(errors) - 1} more error{'s' if len(errors) > 2 else ''})"
+    return text
+
+
+def read_structured(path: Path) -> Any:
+    """Parse a YAML or JSON file."""
+    try:
+        text = path.read_text()
+    except FileNotFoundError:
+        raise InputError(f"{path}: file not found") from None
+    except OSError as exc:
+        raise InputError(f"{path}: cannot read ({exc.strerror})") from None
+    try:
+        if path.suffix.lower() == ".json":
+            return json.loads(text)
+        return yaml.safe_load(text)
+    except (json.JSONDecodeError, yaml.YAMLError) as exc:
+        reason = str(exc).replace("\n", " ")
+        raise InputError(f"{path}: not valid {path.suffix.lstrip('.').upper() or 'YAML'}: {reason}") from None
+
+
+def _validate(model: type[M], raw: Any, path: Path, catalog: HardwareCatalog | None = None) -> M:
+    try:
+        return model.model_validate(raw, context={"catalog": catalog} if catalog else None)
+    except ValidationError as exc:
+        raise InputError(f"{path}: {describe(exc, raw)}") from None
+
+
+def load_cluster(path: Path, catalog: HardwareCatalog | None = None) -> Cluster:
+    """A cluster from YAML/JSON (``nodes:`` list, or a bare list of nodes)."""
+    raw = read_structured(path)
+    if isinstance(raw, list):
+        raw = {"nodes": raw}
+    if not isinstance(raw, dict):
+        raise InputError(f"{path}: expected a mapping with 'nodes'")
+    return _validate(Cluster, raw, path, catalog)
+
+
+def _csv_rows(path: Path) -> list[dict[str, str]]:
+    try:
+        with path.open(newline="") as fh:
+            reader = csv.DictReader(fh)
+            unknown = [c for c in reader.fieldnames or () if c not in WORKLOAD_COLUMNS]
+            if unknown:
+                raise InputError(f"{path}: unknown column '{unknown[0]}'")
+            if "id" not in (reader.fieldnames or ()):
+                raise InputError(f"{path}: missing column 'id'")
+            return [{k: v.strip() for k, v in row.items() if k and v and v.strip()} for row in reader]
+    except FileNotFoundError:
+        raise InputError(f"{path}: file not found") from None
+    except (csv.Error, UnicodeDecodeError) as exc:
+        raise InputError(f"{path}: not a readable CSV ({exc})") from None
+
+
+def _raw_workloads(path: Path) -> list[Any]:
+    if path.suffix.lower() == ".csv":
+        rows: list[Any] = _csv_rows(path)
+        return rows
+    raw = read_structured(path)
+    if isinstance(raw, dict) and "workloads" in raw:
+        raw = raw["workloads"]
+    if not isinstance(raw, list):
+        raise InputError(f"{path}: expected a list of workloads (or a mapping with 'workloads')")
+    return raw
+
+
+def load_workloads(path: Path) -> tuple[Workload, ...]:
+    """Workloads from CSV (FORMATS.md columns) or YAML/JSON (with ``alternatives``)."""
+    raw = _raw_workloads(path)
+    out: list[Workload] = []
+    for i, item in enumerate(raw):
+        try:
+            out.append(Workload.model_validate(item))
+        except ValidationError as exc:
+            where = f"row {i + 2}" if path.suffix.lower() == ".csv" else f"workloads[{i}]"
+            ident = item.get("id") if isinstance(item, dict) else None
+            label = f"{where} (id '{ident}')" if ident else where
+            raise InputError(f"{path}: {label}: {describe(exc, item)}") from None
+    return tuple(out)
+
+
+def load_policy(path: Path | None) -> Policy:
+    """A policy from YAML/JSON, or the default policy when ``path`` is None."""
+    if path is None:
+        return Policy()
+    raw = read_structured(path)
+    return _validate(Policy, raw or {}, path)
+
+
+def load_plan(path: Path) -> Plan:
+    """A plan JSON written by gpuplan (or another tool following FORMATS.md)."""
+    return _validate(Plan, read_structured(path), path)
+
+
+def planning_input(
+    cluster: Cluster,
+    workloads: tuple[Workload, ...],
+    policy: Policy,
+    catalog: HardwareCatalog | None = None,
+    source: str = "input",
+) -> PlanningInput:
+    """Combine the three inputs, reporting cross-reference errors in one line."""
+    data = {"cluster": cluster, "workloads": workloads, "policy": policy}
+    try:
+        return PlanningInput.model_validate(data, context={"catalog": catalog} if catalog else None)
+    except ValidationError as exc:
+        msg = str(exc.errors(include_url=False)[0]["msg"]).removeprefix("Value error, ")
+        raise InputError(f"{source}: {msg}") from None
+
+
+def write_json(path: Path, model: BaseModel) -> None:
+    """Write a model as indented JSON (aliases, no None fields)."""
+    path.parent.mkdir(parents=True, exist_ok=True)
+    path.write_text(model.model_dump_json(indent=2, by_alias=True, exclude_none=True) + "\n")

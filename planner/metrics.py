@@ -1,0 +1,48 @@
+"""Plan metrics: GPU allocation, placement counts per tier, demand served."""
+
+from __future__ import annotations
+
+from collections import Counter
+
+from models.hardware import HardwareCatalog
+from models.plan import Assignment, GpuUse
+from models.problem import PlanningInput
+
+
+def gpu_equivalents(use: GpuUse, model: str, catalog: HardwareCatalog) -> float:
+    """Share of one GPU that a GPU entry takes: 1 whole, milli/1000, or MIG compute slices."""
+    if use.mig_profile is not None:
+        return catalog.model(model).gpu_equivalents(use.mig_profile)
+    if use.milli is not None:
+        return use.milli / 1000
+    return 1.0
+
+
+def plan_metrics(
+    inp: PlanningInput, assignments: tuple[Assignment, ...], catalog: HardwareCatalog
+) -> dict[str, float]:
+    """Headline numbers of a plan (fractions in [0, 1], counts as floats for JSON)."""
+    nodes = inp.cluster.node_by_name
+    total_gpus = inp.cluster.gpu_count
+    used = 0.0
+    for a in assignments:
+        node = nodes[a.node]
+        for g in a.gpus:
+            used += gpu_equivalents(g, node.gpu_by_index[g.index].model, catalog)
+    placed: Counter[str] = Counter()
+    for a in assignments:
+        placed[inp.workload_by_id[a.workload].tier] += 1
+    wanted: Counter[str] = Counter()
+    for w in inp.workloads:
+        wanted[w.tier] += w.replicas
+    out: dict[str, float] = {
+        "gpus_total": float(total_gpus),
+        "gpus_allocated": round(used, 4),
+        "allocated_gpu_fraction": round(used / total_gpus, 6) if total_gpus else 0.0,
+        "replicas_total": float(sum(wanted.values())),
+        "replicas_placed": float(sum(placed.values())),
+    }
+    for tier in sorted(wanted):
+        out[f"placed_{tier}"] = float(placed[tier])
+        out[f"unplaced_{tier}"] = float(wanted[tier] - placed[tier])
+    return out

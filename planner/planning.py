@@ -1,0 +1,104 @@
+"""Run a solver on a planning input and turn its result into a validated, reproducible Plan."""
+
+from __future__ import annotations
+
+import hashlib
+import json
+import logging
+from datetime import UTC, datetime
+from importlib import metadata
+from typing import Any
+
+from models.catalog import default_catalog
+from models.hardware import HardwareCatalog
+from models.plan import Plan, SolverReport
+from models.problem import PlanningInput
+from planner.actions import plan_actions
+from planner.compile import compile_problem
+from planner.metrics import plan_metrics
+from planner.validate import Violation, validate_plan
+from solvers.base import SolveResult, get_solver
+
+log = logging.getLogger(__name__)
+
+
+class InvalidPlanError(RuntimeError):
+    """A solver produced a plan that the independent validator rejects (a bug, never user error)."""
+
+    def __init__(self, solver: str, violations: list[Violation]) -> None:
+        self.violations = violations
+        head = "; ".join(f"{v.rule}: {v.message}" for v in violations[:5])
+        super().__init__(f"solver '{solver}' produced an invalid plan ({len(violations)} violations): {head}")
+
+
+def _version(dist: str) -> str:
+    try:
+        return metadata.version(dist)
+    except metadata.PackageNotFoundError:
+        return "unknown"
+
+
+def inputs_digest(inp: PlanningInput) -> str:
+    """SHA-256 of the canonical JSON of the planning input."""
+    blob = json.dumps(inp.model_dump(mode="json"), sort_keys=True, separators=(",", ":"))
+    return hashlib.sha256(blob.encode()).hexdigest()
+
+
+def build_plan(
+    inp: PlanningInput, result: SolveResult, catalog: HardwareCatalog, provenance: dict[str, Any]
+) -> Plan:
+    """Assemble a Plan from a solver result and check it with the independent validator."""
+    plan = Plan(
+        status=result.status,
+        solver=SolverReport(
+            name=result.solver,
+            objective=result.objective,
+            best_bound=result.best_bound,
+            gap=result.gap,
+            wall_s=round(result.wall_s, 4),
+            terms=result.terms,
+            model_size=result.model_size,
+        ),
+        assignments=result.assignments,
+        unplaced=result.unplaced,
+        mig_layouts=result.mig_layouts,
+        actions=plan_actions(inp, result.assignments, result.mig_layouts),
+        metrics=plan_metrics(inp, result.assignments, catalog),
+        provenance=provenance,
+    )
+    violations = validate_plan(plan, inp, catalog)
+    if violations:
+        raise InvalidPlanError(result.solver, violations)
+    return plan
+
+
+def make_plan(
+    inp: PlanningInput,
+    *,
+    solver: str = "greedy-fgd",
+    catalog: HardwareCatalog | None = None,
+    now: datetime | None = None,
+    time_limit_s: float = 30.0,
+    seed: int = 0,
+    num_workers: int = 2,
+) -> Plan:
+    """Plan ``inp`` with the named solver; the result is validated before it is returned."""
+    catalog = catalog or default_catalog()
+    now = now or datetime.now(UTC)
+    problem = compile_problem(
+        inp, catalog, now, time_limit_s=time_limit_s, seed=seed, num_workers=num_workers
+    )
+    log.info("planning %d replicas on %d nodes with %s", len(problem.requests), len(problem.nodes), solver)
+    result = get_solver(solver).solve(problem)
+    provenance = {
+        "inputs_sha256": inputs_digest(inp),
+        "gpuplan_version": _version("gpuplan"),
+        "ortools_version": _version("ortools"),
+        "pydantic_version": _version("pydantic"),
+        "solver": solver,
+        "seed": seed,
+        "time_limit_s": time_limit_s,
+        "num_workers": num_workers,
+        "now": now.isoformat(),
+    }
+    return build_plan(inp, result, catalog, provenance)

@@ -1,0 +1,43 @@
+"""A readable text summary of a plan for the terminal."""
+
+from __future__ import annotations
+
+from collections import Counter
+
+from models.plan import Plan
+from models.problem import PlanningInput
+
+
+def render(plan: Plan, inp: PlanningInput) -> str:
+    """Status, solver figures, placements per tier, allocation and the main reasons for waiting."""
+    s = plan.solver
+    lines = [f"status: {plan.status.value}   solver: {s.name}   wall: {s.wall_s:.2f}s"]
+    if s.objective is not None:
+        bound = "n/a" if s.best_bound is None else f"{s.best_bound:g}"
+        gap = "n/a" if s.gap is None else f"{s.gap:.2%}"
+        lines.append(f"objective: {s.objective:g}   best bound: {bound}   gap: {gap}")
+    m = plan.metrics
+    tiers = [t.name for t in sorted(inp.policy.tiers, key=lambda t: -t.weight)]
+    lines.append(f"{'tier':<20}{'placed':>8}{'waiting':>9}")
+    for tier in tiers:
+        if f"placed_{tier}" in m:
+            lines.append(f"{tier:<20}{int(m[f'placed_{tier}']):>8}{int(m[f'unplaced_{tier}']):>9}")
+    lines.append(
+        f"{'total':<20}{int(m.get('replicas_placed', 0)):>8}"
+        f"{int(m.get('replicas_total', 0) - m.get('replicas_placed', 0)):>9}"
+    )
+    lines.append(
+        f"GPU allocation: {m.get('gpus_allocated', 0):.2f} of {int(m.get('gpus_total', 0))} GPUs "
+        f"({m.get('allocated_gpu_fraction', 0):.1%})"
+    )
+    if "fragmentation_rate" in m:
+        lines.append(
+            f"fragmentation: {m['fragmentation_rate']:.1%} of free GPU capacity unusable by the demand mix"
+        )
+    kinds = Counter(a.kind for a in plan.actions)
+    if kinds:
+        lines.append("actions: " + ", ".join(f"{n} {k}" for k, n in sorted(kinds.items())))
+    codes = Counter(u.code for u in plan.unplaced)
+    if codes:
+        lines.append("waiting: " + ", ".join(f"{n} {c}" for c, n in codes.most_common()))
+    return "\n".join(lines)
