@@ -29,6 +29,9 @@ _ID_KEYS = ("name", "id", "workload")
 
 M = TypeVar("M", bound=BaseModel)
 
+#: libyaml's safe loader when available (about 5x faster on fleet-sized files), else the pure one.
+_YamlLoader: type[yaml.SafeLoader] = getattr(yaml, "CSafeLoader", yaml.SafeLoader)
+
 
 def _label(raw: Any, loc: tuple[int | str, ...]) -> str:
     """Render a pydantic location, adding the id or name of list items found in ``raw``."""
@@ -71,7 +74,7 @@ def read_structured(path: Path) -> Any:
     try:
         if path.suffix.lower() == ".json":
             return json.loads(text)
-        return yaml.safe_load(text)
+        return yaml.load(text, Loader=_YamlLoader)
     except (json.JSONDecodeError, yaml.YAMLError) as exc:
         reason = str(exc).replace("\n", " ")
         raise InputError(f"{path}: not valid {path.suffix.lstrip('.').upper() or 'YAML'}: {reason}") from None

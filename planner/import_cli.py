@@ -1,0 +1,100 @@
+"""``gpuplan import …``: nvidia-smi topology and MIG tables, and the Alibaba openb trace."""
+
+from __future__ import annotations
+
+import argparse
+from pathlib import Path
+
+import yaml
+
+from models.base import InputError
+from planner.importers import (
+    compare_mig_with_catalog,
+    import_openb,
+    node_from_topo,
+    parse_mig_lgipp,
+    resolve_mig_model,
+)
+
+
+def _read(path: str) -> str:
+    try:
+        return Path(path).read_text()
+    except FileNotFoundError:
+        raise InputError(f"{path}: file not found") from None
+
+
+def cmd_topo(args: argparse.Namespace) -> int:
+    """Print (or write) a cluster node built from ``nvidia-smi topo -m`` output."""
+    try:
+        node = node_from_topo(
+            _read(args.file),
+            name=args.name,
+            gpu_model=args.model,
+            cpu_milli=args.cpu_milli,
+            memory_mib=args.memory_mib,
+            pool=args.pool,
+        )
+    except ValueError as exc:
+        raise InputError(f"{args.file}: {exc}") from None
+    text = yaml.safe_dump({"nodes": [node]}, sort_keys=False)
+    if args.out:
+        Path(args.out).write_text(text)
+        print(f"node {args.name} written to {args.out}")
+    else:
+        print(text, end="")
+    return 0
+
+
+def cmd_mig(args: argparse.Namespace) -> int:
+    """Compare ``nvidia-smi mig -lgipp`` output with the catalog; exit 1 on differences."""
+    text = _read(args.file)
+    try:
+        model = resolve_mig_model(text, args.model)
+        diffs = compare_mig_with_catalog(parse_mig_lgipp(text, model=args.model), model)
+    except ValueError as exc:
+        raise InputError(f"{args.file}: {exc}") from None
+    if not diffs:
+        print(f"{args.file}: MIG profiles and placements agree with the catalog for {model}")
+        return 0
+    print(f"{args.file}: {len(diffs)} difference(s) from the catalog for {model}")
+    for d in diffs:
+        print(f"  {d}")
+    return 1
+
+
+def cmd_openb(args: argparse.Namespace) -> int:
+    """Convert the Alibaba openb node and pod lists to a cluster and a workloads CSV."""
+    try:
+        summary = import_openb(Path(args.nodes), Path(args.pods), Path(args.out))
+    except ValueError as exc:
+        raise InputError(str(exc)) from None
+    print(summary.describe())
+    return 0
+
+
+def add_import_parser(sub: argparse._SubParsersAction[argparse.ArgumentParser]) -> None:
+    """Register ``import topo|mig|openb``."""
+    imp = sub.add_parser("import", help="import nvidia-smi outputs or the openb trace")
+    kinds = imp.add_subparsers(dest="kind", required=True)
+
+    p = kinds.add_parser("topo", help="a cluster node from `nvidia-smi topo -m` output")
+    p.add_argument("file")
+    p.add_argument("--name", required=True, help="node name")
+    p.add_argument("--model", required=True, help="GPU model (catalog name or alias)")
+    p.add_argument("--cpu-milli", type=int, required=True)
+    p.add_argument("--memory-mib", type=int, required=True)
+    p.add_argument("--pool")
+    p.add_argument("--out", help="write the node as cluster YAML here")
+    p.set_defaults(func=cmd_topo)
+
+    p = kinds.add_parser("mig", help="check `nvidia-smi mig -lgipp` output against the catalog")
+    p.add_argument("file")
+    p.add_argument("--model", help="GPU model, when the text does not say")
+    p.set_defaults(func=cmd_mig)
+
+    p = kinds.add_parser("openb", help="the Alibaba openb trace as cluster.yaml + workloads.csv")
+    p.add_argument("--nodes", required=True)
+    p.add_argument("--pods", required=True)
+    p.add_argument("--out", required=True, help="output directory")
+    p.set_defaults(func=cmd_openb)

@@ -1,0 +1,30 @@
+"""Importers turning third-party outputs (nvidia-smi text, the Alibaba openb trace) into gpuplan inputs."""
+
+from planner.importers.nvidia_smi import (
+    ObservedProfile,
+    TopoGpu,
+    TopoMatrix,
+    compare_mig_with_catalog,
+    identify_gpu_model,
+    lookup_gpu_model,
+    node_from_topo,
+    parse_mig_lgipp,
+    parse_topo,
+    resolve_mig_model,
+)
+from planner.importers.openb import OpenbSummary, import_openb
+
+__all__ = [
+    "ObservedProfile",
+    "OpenbSummary",
+    "TopoGpu",
+    "TopoMatrix",
+    "compare_mig_with_catalog",
+    "identify_gpu_model",
+    "import_openb",
+    "lookup_gpu_model",
+    "node_from_topo",
+    "parse_mig_lgipp",
+    "parse_topo",
+    "resolve_mig_model",
+]
