@@ -5,7 +5,16 @@ This package imports nothing else of gpuplan's.
 
 from models.base import InputError, Strict
 from models.catalog import data_dir, default_catalog, load_catalog
-from models.cluster import Cluster, Gpu, Link, MigConfig, MigInstance, Node, check_mig_layout
+from models.cluster import (
+    Cluster,
+    Gpu,
+    Link,
+    MigConfig,
+    MigInstance,
+    Node,
+    check_mig_layout,
+    mig_layout_problems,
+)
 from models.hardware import (
     LINK_CLASSES,
     GpuModelSpec,
@@ -94,5 +103,6 @@ __all__ = [
     "data_dir",
     "default_catalog",
     "load_catalog",
+    "mig_layout_problems",
     "reference_errors",
 ]

@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import logging
 import re
+from collections import Counter
 from functools import cached_property
 from typing import Any
 
@@ -11,7 +12,7 @@ from pydantic import Field, ValidationInfo, field_validator, model_validator
 
 from models.base import Strict
 from models.catalog import default_catalog
-from models.hardware import HardwareCatalog, MigProfile
+from models.hardware import GpuModelSpec, HardwareCatalog
 
 log = logging.getLogger(__name__)
 
@@ -46,50 +47,79 @@ class MigConfig(Strict):
     instances: tuple[MigInstance, ...] = ()
 
 
+def mig_layout_problems(spec: GpuModelSpec, instances: tuple[MigInstance, ...]) -> list[tuple[str, str]]:
+    """Every reason why ``instances`` is not a valid MIG layout of ``spec``, as (rule code, sentence).
+
+    Codes: ``gpu-model`` (no MIG, or a profile the model lacks), ``mig-bounds`` (runs past the last
+    memory slice), ``mig-start`` (not a valid placement), ``mig-overlap``, ``mig-max-instances``,
+    ``mig-compute``.
+    """
+    if not spec.mig_capable:
+        return [("gpu-model", f"{spec.name} does not support MIG.")]
+    problems: list[tuple[str, str]] = []
+    occupied: dict[int, str] = {}
+    counts: Counter[str] = Counter()
+    compute = 0
+    for inst in instances:
+        label = f"{inst.profile}@{inst.start}"
+        prof = spec.profile_map.get(inst.profile)
+        if prof is None:
+            problems.append(("gpu-model", f"{spec.name} does not offer MIG profile '{inst.profile}'."))
+            continue
+        if inst.start not in prof.starts:
+            if inst.start + prof.memory_slices > spec.memory_slices:
+                problems.append(
+                    (
+                        "mig-bounds",
+                        f"MIG instance {label} would end past the {spec.memory_slices} memory slices "
+                        f"of {spec.name}.",
+                    )
+                )
+            else:
+                problems.append(
+                    (
+                        "mig-start",
+                        f"MIG profile '{inst.profile}' cannot start at memory slice {inst.start} "
+                        f"on {spec.name} (valid starts: {sorted(prof.starts)}).",
+                    )
+                )
+            continue
+        counts[inst.profile] += 1
+        compute += prof.compute_slices
+        span = range(inst.start, inst.start + prof.size_at(inst.start))
+        clash = next((occupied[s] for s in span if s in occupied), None)
+        if clash is not None:
+            problems.append(("mig-overlap", f"MIG instance {label} overlaps {clash} in memory slices."))
+        for s in span:
+            occupied.setdefault(s, label)
+    for name, n in counts.items():
+        limit = spec.profile_map[name].max_instances
+        if n > limit:
+            problems.append(
+                ("mig-max-instances", f"{n} instances of '{name}'; {spec.name} allows at most {limit}.")
+            )
+    if len(instances) > spec.max_gpu_instances:
+        problems.append(
+            (
+                "mig-max-instances",
+                f"{len(instances)} MIG instances; {spec.name} allows at most {spec.max_gpu_instances}.",
+            )
+        )
+    if compute > spec.compute_slices:
+        problems.append(
+            (
+                "mig-compute",
+                f"the layout uses {compute} compute slices; {spec.name} has {spec.compute_slices}.",
+            )
+        )
+    return problems
+
+
 def check_mig_layout(
     model_name: str, instances: tuple[MigInstance, ...], catalog: HardwareCatalog
 ) -> list[str]:
-    """Every reason why ``instances`` is not a valid MIG layout for ``model_name`` (empty if valid)."""
-    spec = catalog.model(model_name)
-    if not spec.mig_capable:
-        return [f"{spec.name} does not support MIG"]
-    errors: list[str] = []
-    used: dict[int, str] = {}
-    counts: dict[str, int] = {}
-    compute = 0
-    for inst in instances:
-        if inst.profile not in spec.profile_map:
-            errors.append(f"{spec.name} does not offer MIG profile '{inst.profile}'")
-            continue
-        prof: MigProfile = spec.profile_map[inst.profile]
-        if inst.start not in prof.starts:
-            starts = sorted(prof.starts)
-            errors.append(
-                f"MIG profile '{inst.profile}' cannot start at memory slice {inst.start} "
-                f"on {spec.name} (valid starts: {starts})"
-            )
-            continue
-        counts[inst.profile] = counts.get(inst.profile, 0) + 1
-        compute += prof.compute_slices
-        for s in range(inst.start, inst.start + prof.size_at(inst.start)):
-            if s in used:
-                errors.append(
-                    f"MIG instance {inst.profile}@{inst.start} overlaps {used[s]} at memory slice {s}"
-                )
-                break
-            used[s] = f"{inst.profile}@{inst.start}"
-    for name, n in counts.items():
-        if n > spec.profile_map[name].max_instances:
-            errors.append(
-                f"{n} instances of '{name}' exceed its maximum of {spec.profile_map[name].max_instances}"
-            )
-    if compute > spec.compute_slices:
-        errors.append(f"MIG layout uses {compute} compute slices of {spec.compute_slices}")
-    if len(instances) > spec.max_gpu_instances:
-        errors.append(
-            f"{len(instances)} MIG instances exceed the maximum of {spec.max_gpu_instances}"
-        )
-    return errors
+    """Sentences saying why ``instances`` is not a valid MIG layout for ``model_name`` (empty if valid)."""
+    return [msg for _, msg in mig_layout_problems(catalog.model(model_name), instances)]
 
 
 class Gpu(Strict):

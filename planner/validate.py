@@ -17,7 +17,7 @@ from fractions import Fraction
 import networkx as nx
 
 from models.catalog import default_catalog
-from models.cluster import Gpu, MigInstance, Node
+from models.cluster import Gpu, MigInstance, Node, mig_layout_problems
 from models.hardware import GpuModelSpec, HardwareCatalog
 from models.plan import Assignment, GpuUse, Plan
 from models.policy import IsolationKind, IsolationRule, Quota
@@ -328,64 +328,8 @@ class _Checker:
 
     def _check_layout(self, subject: str, spec: GpuModelSpec, instances: tuple[MigInstance, ...]) -> None:
         """Valid starts, inside the GPU, no shared memory slice, compute and instance limits."""
-        occupied: dict[int, str] = {}
-        counts: Counter[str] = Counter()
-        compute = 0
-        for inst in instances:
-            label = f"{inst.profile}@{inst.start}"
-            prof = spec.profile_map.get(inst.profile)
-            if prof is None:
-                self._add(
-                    "gpu-model",
-                    subject,
-                    f"The MIG layout uses profile '{inst.profile}', which {spec.name} does not offer.",
-                )
-                continue
-            if inst.start not in prof.starts:
-                if inst.start + prof.memory_slices > spec.memory_slices:
-                    self._add(
-                        "mig-bounds",
-                        subject,
-                        f"MIG instance {label} would end past the {spec.memory_slices} memory slices "
-                        f"of {spec.name}.",
-                    )
-                else:
-                    self._add(
-                        "mig-start",
-                        subject,
-                        f"MIG profile '{inst.profile}' cannot start at memory slice {inst.start} "
-                        f"on {spec.name} (valid starts: {sorted(prof.starts)}).",
-                    )
-                continue
-            counts[inst.profile] += 1
-            compute += prof.compute_slices
-            span = range(inst.start, inst.start + prof.size_at(inst.start))
-            clash = next((occupied[s] for s in span if s in occupied), None)
-            if clash is not None:
-                self._add("mig-overlap", subject, f"MIG instance {label} overlaps {clash} in memory slices.")
-            for s in span:
-                occupied.setdefault(s, label)
-        for name, n in counts.items():
-            limit = spec.profile_map[name].max_instances
-            if n > limit:
-                self._add(
-                    "mig-max-instances",
-                    subject,
-                    f"The MIG layout has {n} instances of '{name}'; {spec.name} allows at most {limit}.",
-                )
-        if len(instances) > spec.max_gpu_instances:
-            self._add(
-                "mig-max-instances",
-                subject,
-                f"The MIG layout has {len(instances)} instances; "
-                f"{spec.name} allows at most {spec.max_gpu_instances}.",
-            )
-        if compute > spec.compute_slices:
-            self._add(
-                "mig-compute",
-                subject,
-                f"The MIG layout uses {compute} compute slices; {spec.name} has {spec.compute_slices}.",
-            )
+        for rule, message in mig_layout_problems(spec, instances):
+            self._add(rule, subject, f"The MIG layout is invalid: {message}")
 
     def _gpus(self) -> None:
         """Rules 4 and 5: per-GPU exclusivity, milli capacity, MIG/non-MIG mixing, MIG instance use."""
