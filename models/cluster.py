@@ -130,21 +130,28 @@ class Gpu(Strict):
     numa: int = Field(default=0, ge=0)
     mig: MigConfig | None = None
 
-    @model_validator(mode="after")
-    def _known_model(self, info: ValidationInfo) -> Gpu:
+    @field_validator("model")
+    @classmethod
+    def _known_model(cls, v: str, info: ValidationInfo) -> str:
         catalog = catalog_from(info)
-        if not catalog.has_model(self.model):
-            raise ValueError(f"unknown GPU model '{self.model}'")
+        if not catalog.has_model(v):
+            raise ValueError(f"unknown GPU model '{v}'")
+        if catalog.model(v).uncertain:
+            warn_uncertain(f"GPU model {catalog.canonical(v)}")
+        return v
+
+    @model_validator(mode="after")
+    def _valid_mig(self, info: ValidationInfo) -> Gpu:
+        if self.mig is None:
+            return self
+        catalog = catalog_from(info)
         spec = catalog.model(self.model)
-        if spec.uncertain:
-            warn_uncertain(f"GPU model {spec.name}")
-        if self.mig is not None:
-            errors = check_mig_layout(self.model, self.mig.instances, catalog)
-            if errors:
-                raise ValueError("; ".join(errors))
-            for inst in self.mig.instances:
-                if spec.profile(inst.profile).uncertain:
-                    warn_uncertain(f"MIG profile {inst.profile} of {spec.name}")
+        errors = check_mig_layout(self.model, self.mig.instances, catalog)
+        if errors:
+            raise ValueError("; ".join(errors))
+        for inst in self.mig.instances:
+            if spec.profile(inst.profile).uncertain:
+                warn_uncertain(f"MIG profile {inst.profile} of {spec.name}")
         return self
 
 

@@ -20,7 +20,6 @@ def reference_errors(
     errors: list[str] = []
     tiers = {t.name for t in policy.tiers}
     teams = set(policy.teams)
-    cluster_models = {catalog.canonical(g.model) for n in cluster.nodes for g in n.gpus}
     for w in workloads:
         where = f"workload '{w.id}'"
         if w.tier not in tiers:
@@ -35,11 +34,13 @@ def reference_errors(
             if shape.mig_profile is None:
                 continue
             allowed = [catalog.model(m) for m in shape.gpu_models if catalog.has_model(m)]
-            if not allowed:
-                allowed = [catalog.model(m) for m in sorted(cluster_models)]
+            if not shape.gpu_models:
+                allowed = list(catalog.models)
             offering = [s for s in allowed if shape.mig_profile in s.profile_map]
             if not offering:
-                names = ", ".join(s.name for s in allowed) or "no GPU model in the cluster"
+                names = (
+                    ", ".join(s.name for s in allowed) if shape.gpu_models else "no GPU model of the catalog"
+                )
                 errors.append(
                     f"{where} field {field}mig_profile: asks for MIG profile "
                     f"'{shape.mig_profile}' which {names} does not offer"
@@ -51,9 +52,7 @@ def reference_errors(
                 continue
             for g in place.gpus:
                 if g.index not in node.gpu_by_index:
-                    errors.append(
-                        f"{where} field running_on[{r}]: node '{node.name}' has no GPU {g.index}"
-                    )
+                    errors.append(f"{where} field running_on[{r}]: node '{node.name}' has no GPU {g.index}")
     nodes = cluster.node_by_name
     pools = {n.pool for n in cluster.nodes if n.pool}
     for i, q in enumerate(policy.quotas):

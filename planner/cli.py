@@ -59,6 +59,7 @@ def _run_plan(inp: PlanningInput, args: argparse.Namespace) -> Plan:
         time_limit_s=args.time_limit,
         seed=args.seed,
         num_workers=args.workers,
+        deterministic=args.deterministic,
     )
     print(summary.render(plan, inp))
     if args.out:
@@ -145,12 +146,17 @@ def cmd_schema(args: argparse.Namespace) -> int:
     return EXIT_OK
 
 
-def _plan_options(p: argparse.ArgumentParser) -> None:
-    p.add_argument("--solver", default="greedy-fgd", choices=solver_names(), help="back-end")
-    p.add_argument("--time-limit", type=float, default=30.0, help="seconds (default 30)")
+def _plan_options(p: argparse.ArgumentParser, time_limit: float = 30.0) -> None:
+    p.add_argument("--solver", default="cpsat", choices=solver_names(), help="back-end (default cpsat)")
+    p.add_argument("--time-limit", type=float, default=time_limit, help=f"seconds (default {time_limit:g})")
     p.add_argument("--seed", type=int, default=0)
     p.add_argument("--workers", type=int, default=2, help="solver threads (default 2)")
     p.add_argument("--now", help="planning time, ISO-8601 (default: the current time)")
+    p.add_argument(
+        "--deterministic",
+        action="store_true",
+        help="same seed and input give the same plan (CP-SAT stops on deterministic time; slower)",
+    )
 
 
 def build_parser() -> argparse.ArgumentParser:
@@ -169,7 +175,7 @@ def build_parser() -> argparse.ArgumentParser:
 
     p = sub.add_parser("demo", help="plan the bundled example and print the summary")
     p.add_argument("--out", default="demo-plan.json", help="write the plan JSON here")
-    _plan_options(p)
+    _plan_options(p, time_limit=10.0)
     p.set_defaults(func=cmd_demo)
 
     p = sub.add_parser("validate", help="check a plan; exit 1 listing violations")

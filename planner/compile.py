@@ -79,6 +79,7 @@ def compile_problem(
     time_limit_s: float = 30.0,
     seed: int = 0,
     num_workers: int = 2,
+    deterministic: bool = False,
 ) -> PlacementProblem:
     """Expand workloads into replicas and nodes into solver specs."""
     policy = inp.policy
@@ -112,4 +113,5 @@ def compile_problem(
         time_limit_s=time_limit_s,
         seed=seed,
         num_workers=num_workers,
+        deterministic=deterministic,
     )

@@ -81,12 +81,19 @@ def make_plan(
     time_limit_s: float = 30.0,
     seed: int = 0,
     num_workers: int = 2,
+    deterministic: bool = False,
 ) -> Plan:
     """Plan ``inp`` with the named solver; the result is validated before it is returned."""
     catalog = catalog or default_catalog()
     now = now or datetime.now(UTC)
     problem = compile_problem(
-        inp, catalog, now, time_limit_s=time_limit_s, seed=seed, num_workers=num_workers
+        inp,
+        catalog,
+        now,
+        time_limit_s=time_limit_s,
+        seed=seed,
+        num_workers=num_workers,
+        deterministic=deterministic,
     )
     log.info("planning %d replicas on %d nodes with %s", len(problem.requests), len(problem.nodes), solver)
     result = get_solver(solver).solve(problem)
@@ -99,6 +106,7 @@ def make_plan(
         "seed": seed,
         "time_limit_s": time_limit_s,
         "num_workers": num_workers,
+        "deterministic": deterministic,
         "now": now.isoformat(),
     }
     return build_plan(inp, result, catalog, provenance)

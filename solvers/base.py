@@ -43,6 +43,10 @@ _REGISTRY: dict[str, tuple[str, str]] = {
     "first-fit": ("solvers.greedy", "FirstFit"),
     "best-fit": ("solvers.greedy", "BestFit"),
     "greedy-fgd": ("solvers.greedy", "Fgd"),
+    "cpsat": ("solvers.cpsat", "CpSat"),
+    "milp": ("solvers.milp", "MilpHighs"),
+    "milp-highs": ("solvers.milp", "MilpHighs"),
+    "milp-cbc": ("solvers.milp", "MilpCbc"),
 }
 
 

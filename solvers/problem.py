@@ -106,6 +106,7 @@ class PlacementProblem:
     time_limit_s: float = 30.0
     seed: int = 0
     num_workers: int = 2
+    deterministic: bool = False
 
     def queue_order(self) -> list[Request]:
         """Requests by tier (best first), priority (high first), wait (long first), then id."""

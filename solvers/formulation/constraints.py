@@ -1,0 +1,280 @@
+"""Constraint builders of the exact placement model, one per constraint family."""
+
+from __future__ import annotations
+
+import logging
+from collections import defaultdict
+from fractions import Fraction
+
+from models.policy import IsolationKind
+from solvers.formulation.builder import Expr, Var
+from solvers.formulation.variables import MILLI, Candidate, GpuKey, Variables, current_vars
+from solvers.problem import PlacementProblem, Request
+
+log = logging.getLogger(__name__)
+
+#: GPU-equivalent unit of quota sums: divisible by 1000 (milli) and by 7 and 4 (MIG compute slices).
+QUOTA_UNIT = 28000
+
+
+def one_alternative(v: Variables) -> None:
+    """A replica is placed at most once, with exactly one of its alternatives on one node."""
+    for r, placed in v.placed.items():
+        v.model.add(v.model.sum(c.x for c in v.by_req.get(r, [])) == placed)
+
+
+def gpu_links(problem: PlacementProblem, v: Variables) -> None:
+    """GPU variables agree with the node choice; multi-GPU replicas stay inside one allowed group."""
+    m = v.model
+    for cand in v.cands.values():
+        shape = problem.requests[cand.req].shapes[cand.alt]
+        if cand.whole:
+            m.add(m.sum(cand.whole.values()) == shape.gpus * cand.x)
+            for var in cand.whole.values():
+                m.add(var <= cand.x)
+        if cand.groups:
+            m.add(m.sum(g for _, g in cand.groups) == cand.x)
+            for p, var in cand.whole.items():
+                m.add(var <= m.sum(g for grp, g in cand.groups if p in grp))
+        if cand.frac:
+            m.add(m.sum(cand.frac.values()) == cand.x)
+        if cand.mig:
+            m.add(m.sum(cand.mig.values()) == cand.x)
+
+
+def _gpu_uses(v: Variables) -> dict[GpuKey, list[tuple[Candidate, int, Var]]]:
+    """Every (candidate, GPU position, variable) by GPU."""
+    out: dict[GpuKey, list[tuple[Candidate, int, Var]]] = defaultdict(list)
+    for cand in v.cands.values():
+        for p, var in cand.gpu_vars():
+            out[(cand.node, p)].append((cand, p, var))
+    return out
+
+
+def capacity(problem: PlacementProblem, v: Variables) -> None:
+    """CPU and memory per node; milli-GPU per non-MIG GPU (a whole GPU takes all 1000)."""
+    m = v.model
+    by_node: dict[int, list[Candidate]] = defaultdict(list)
+    for cand in v.cands.values():
+        by_node[cand.node].append(cand)
+    for n, cands in by_node.items():
+        node = problem.nodes[n]
+        shapes = [problem.requests[c.req].shapes[c.alt] for c in cands]
+        if sum(s.cpu_milli for s in shapes) > node.cpu_milli:
+            m.add(m.sum(s.cpu_milli * c.x for s, c in zip(shapes, cands, strict=True)) <= node.cpu_milli)
+        if sum(s.memory_mib for s in shapes) > node.memory_mib:
+            m.add(m.sum(s.memory_mib * c.x for s, c in zip(shapes, cands, strict=True)) <= node.memory_mib)
+    for (n, p), uses in _gpu_uses(v).items():
+        if problem.nodes[n].gpus[p].mig is not None:
+            continue
+        terms = []
+        for cand, _, var in uses:
+            shape = problem.requests[cand.req].shapes[cand.alt]
+            terms.append((MILLI if shape.kind == "whole" else shape.milli) * var)
+        if len(terms) > 1:
+            m.add(m.sum(terms) <= MILLI)
+
+
+def mig(v: Variables) -> None:
+    """Instances at valid starts only, no shared memory slice, compute and instance-count limits;
+    each instance serves at most one replica and exists if it serves one."""
+    m = v.model
+    serving: dict[tuple[GpuKey, tuple[str, int]], list[Var]] = defaultdict(list)
+    for cand in v.cands.values():
+        for (p, slot), var in cand.mig.items():
+            serving[((cand.node, p), slot)].append(var)
+    for key, mg in v.mig_gpus.items():
+        spec = mg.spec
+        for slot, inst in mg.inst.items():
+            users = serving.get((key, slot), [])
+            if users:
+                m.add(m.sum(users) <= inst)
+        if all(isinstance(i, int) for i in mg.inst.values()):
+            continue
+        cover: dict[int, list[Var | int]] = defaultdict(list)
+        for (prof, start), inst in mg.inst.items():
+            for j in range(start, start + spec.profile(prof).size_at(start)):
+                cover[j].append(inst)
+        for insts in cover.values():
+            if len(insts) > 1:
+                m.add(m.sum(insts) <= 1)
+        m.add(
+            m.sum(spec.profile(p).compute_slices * i for (p, _), i in mg.inst.items()) <= spec.compute_slices
+        )
+        m.add(m.sum(mg.inst.values()) <= spec.max_gpu_instances)
+        per_profile: dict[str, list[Var | int]] = defaultdict(list)
+        for (prof, _), inst in mg.inst.items():
+            per_profile[prof].append(inst)
+        for prof, insts in per_profile.items():
+            if len(insts) > spec.profile(prof).max_instances:
+                m.add(m.sum(insts) <= spec.profile(prof).max_instances)
+
+
+def gangs(problem: PlacementProblem, v: Variables) -> None:
+    """All replicas of a gang placed or none; a gang with a domain stays inside one label value."""
+    m = v.model
+    members: dict[str, list[int]] = defaultdict(list)
+    for r, req in enumerate(problem.requests):
+        if req.gang is not None:
+            members[req.gang].append(r)
+    for gang, rs in members.items():
+        for r in rs[1:]:
+            m.add(v.placed[r] == v.placed[rs[0]])
+        domain = next((problem.requests[r].gang_domain for r in rs if problem.requests[r].gang_domain), None)
+        if domain is None:
+            continue
+        zone: dict[str, Var] = {}
+        for r in rs:
+            for cand in v.by_req.get(r, []):
+                value = problem.nodes[cand.node].labels[domain]
+                if value not in zone:
+                    zone[value] = m.bool_var(f"zone[{gang},{domain}={value}]")
+                m.add(cand.x <= zone[value])
+        m.add(m.sum(zone.values()) <= 1)
+
+
+def _no_sharing(
+    v: Variables,
+    label: str,
+    group_of: dict[int, str],
+    uses: dict[GpuKey, list[tuple[Candidate, int, Var]]],
+) -> None:
+    """No GPU is used by replicas of two different groups (teams or tiers)."""
+    m = v.model
+    for (n, p), items in uses.items():
+        groups = {group_of[c.req] for c, _, _ in items if c.req in group_of}
+        if len(groups) < 2:
+            continue
+        flag = {g: m.bool_var(f"{label}[n{n},g{p},{g}]") for g in sorted(groups)}
+        for cand, _, var in items:
+            if cand.req in group_of:
+                m.add(var <= flag[group_of[cand.req]])
+        m.add(m.sum(flag.values()) <= 1)
+
+
+def isolation(problem: PlacementProblem, v: Variables) -> None:
+    """No GPU shared across teams, or across the tiers of a tiers-no-share rule (team-exclusive nodes
+    are enforced when candidates are created)."""
+    uses = _gpu_uses(v)
+    for i, rule in enumerate(problem.policy.isolation):
+        if rule.kind is IsolationKind.NO_SHARED_GPU_ACROSS_TEAMS:
+            _no_sharing(v, f"team{i}", {r: q.team for r, q in enumerate(problem.requests)}, uses)
+        elif rule.kind is IsolationKind.TIERS_NO_SHARE:
+            tiers = set(rule.tiers)
+            group = {r: q.tier for r, q in enumerate(problem.requests) if q.tier in tiers}
+            _no_sharing(v, f"tier{i}", group, uses)
+
+
+def quota_units(problem: PlacementProblem, cand: Candidate, p: int) -> int:
+    """GPU-equivalents (in :data:`QUOTA_UNIT` per GPU) one GPU variable of ``cand`` stands for."""
+    shape = problem.requests[cand.req].shapes[cand.alt]
+    if shape.kind == "whole":
+        return QUOTA_UNIT
+    if shape.kind == "fraction":
+        return QUOTA_UNIT * shape.milli // MILLI
+    assert shape.mig_profile is not None
+    spec = problem.catalog.model(problem.nodes[cand.node].gpus[p].model)
+    return QUOTA_UNIT * spec.profile(shape.mig_profile).compute_slices // spec.compute_slices
+
+
+def quotas(problem: PlacementProblem, v: Variables) -> None:
+    """Team GPU-equivalents per GPU model or pool stay within quota; with borrowing, only
+    non-preemptible work counts against it (borrowed capacity goes to preemptible work)."""
+    for q in problem.policy.quotas:
+        model = problem.catalog.canonical(q.gpu_model) if q.gpu_model else None
+        terms = []
+        for cand in v.cands.values():
+            req = problem.requests[cand.req]
+            if req.team != q.team or (q.borrow and req.preemptible):
+                continue
+            node = problem.nodes[cand.node]
+            if q.pool is not None and node.pool != q.pool:
+                continue
+            for p, var in cand.gpu_vars():
+                if model is None or node.gpus[p].model == model:
+                    terms.append(quota_units(problem, cand, p) * var)
+        limit = int(Fraction(str(q.gpus)) * QUOTA_UNIT)
+        if terms:
+            v.model.add(v.model.sum(terms) <= limit)
+
+
+def may_preempt(problem: PlacementProblem, req: Request) -> bool:
+    """Whether the policy lets a running replica be preempted at all."""
+    if not req.preemptible:
+        return False
+    tier = problem.policy.tier(req.tier)
+    return tier.may_be_preempted or problem.policy.disruption.preempt_latency_sensitive
+
+
+def running(problem: PlacementProblem, v: Variables) -> None:
+    """Running work stays, migrates or is preempted (preemptible, lower tier than what displaces it),
+    within the disruption budget."""
+    m = v.model
+    budget = problem.policy.disruption
+    moves: list[Expr] = []
+    preempts: list[Expr] = []
+    team_moves: dict[str, list[Expr]] = defaultdict(list)
+    for r, req in enumerate(problem.requests):
+        if req.running is None:
+            continue
+        cur = current_vars(v, problem, r)
+        stay = m.bool_var(f"stay[{req.workload}#{req.replica}]")
+        v.stay[r] = stay
+        if cur is None:
+            log.warning("running replica %s#%d is not where its shape allows", req.workload, req.replica)
+            m.add(stay == 0)
+        else:
+            for var in cur:
+                m.add(stay <= var)
+        m.add(stay <= v.placed[r])
+        moved = v.placed[r] - stay
+        preempted = 1 - v.placed[r]
+        moves.append(moved)
+        team_moves[req.team].append(moved)
+        if not may_preempt(problem, req):
+            m.add(v.placed[r] == 1)
+        else:
+            preempts.append(preempted)
+            node = next(n for n, nd in enumerate(problem.nodes) if nd.name == req.running.node)
+            displacers = [
+                c.x
+                for c in v.cands.values()
+                if c.node == node
+                and problem.requests[c.req].running is None
+                and problem.requests[c.req].tier_rank < req.tier_rank
+            ]
+            if displacers:
+                m.add(preempted <= m.sum(displacers))
+            else:
+                m.add(v.placed[r] == 1)
+    if moves:
+        m.add(m.sum(moves) <= budget.max_moves_per_round)
+    if preempts:
+        m.add(m.sum(preempts) <= budget.max_preemptions_per_round)
+    if budget.max_moves_per_team is not None:
+        for terms in team_moves.values():
+            m.add(m.sum(terms) <= budget.max_moves_per_team)
+
+
+def symmetry(problem: PlacementProblem, v: Variables) -> None:
+    """Identical waiting replicas of one workload are placed in replica order."""
+    prev: dict[str, int] = {}
+    for r, req in enumerate(problem.requests):
+        if req.running is not None:
+            continue
+        if req.workload in prev:
+            v.model.add(v.placed[prev[req.workload]] >= v.placed[r])
+        prev[req.workload] = r
+
+
+def add_all(problem: PlacementProblem, v: Variables) -> None:
+    """Every constraint family."""
+    one_alternative(v)
+    gpu_links(problem, v)
+    capacity(problem, v)
+    mig(v)
+    gangs(problem, v)
+    isolation(problem, v)
+    quotas(problem, v)
+    running(problem, v)
+    symmetry(problem, v)

@@ -1,0 +1,142 @@
+"""Objective terms: tier-weighted queue time, fragmentation, disruption and topology.
+
+Every term is an integer linear expression, reported separately in the plan. The default is
+lexicographic (queue, then fragmentation, then disruption, then topology); the policy may ask for a
+weighted sum instead.
+"""
+
+from __future__ import annotations
+
+from collections import defaultdict
+from dataclasses import dataclass
+
+from solvers.formulation.builder import Expr
+from solvers.formulation.variables import MILLI, GpuKey, Variables
+from solvers.greedy.fragmentation import target_mix
+from solvers.problem import PlacementProblem, Request, ShapeSpec
+
+#: Waiting time counts in hours on top of a base of 8 h, capped at a week, so that tier weight
+#: dominates among recent work and long waits still rise (no starvation).
+WAIT_STEP_S = 3600
+WAIT_BASE_STEPS = 8
+WAIT_CAP_STEPS = 168
+
+#: Preference cost of using alternative k instead of the first one (per alternative rank).
+ALTERNATIVE_COST = 10
+#: Disruption costs of one migration and one preemption (a re-partition costs the policy's figure).
+MOVE_COST = 10
+PREEMPT_COST = 30
+#: Target popularity is expressed in percent so that fragmentation stays an integer.
+POPULARITY_SCALE = 100
+
+
+def demand_units(shape: ShapeSpec, problem: PlacementProblem) -> int:
+    """GPU demand of a shape in tenths of a GPU (at least 1, so CPU-only work counts too)."""
+    if shape.kind == "whole":
+        return 10 * shape.gpus
+    if shape.kind == "fraction":
+        return max(1, -(-shape.milli // 100))
+    if shape.kind == "mig":
+        assert shape.mig_profile is not None
+        fractions = [
+            m.profile(shape.mig_profile).compute_slices / m.compute_slices
+            for m in problem.catalog.models
+            if shape.mig_profile in m.profile_map and (not shape.models or m.name in shape.models)
+        ]
+        return max(1, round(10 * min(fractions, default=0.1)))
+    return 1
+
+
+def queue_penalty(req: Request, problem: PlacementProblem) -> int:
+    """Cost of leaving a replica waiting: tier weight * demand * (8 h + hours waited, capped)."""
+    steps = WAIT_BASE_STEPS + min(req.wait_s // WAIT_STEP_S, WAIT_CAP_STEPS)
+    return max(1, req.tier_weight) * demand_units(req.shapes[0], problem) * steps
+
+
+def frag_thresholds(problem: PlacementProblem) -> list[tuple[int, int]]:
+    """(per-GPU demand in milli, popularity in percent) of the GPU-using target shapes, merged by
+    demand: free capacity of a shared GPU below a target's demand is fragmentation for that target."""
+    merged: dict[int, float] = defaultdict(float)
+    for t in target_mix(problem.requests):
+        if t.shape.kind in ("whole", "fraction"):
+            merged[MILLI if t.shape.kind == "whole" else t.shape.milli] += t.weight
+    return [
+        (d, round(w * POPULARITY_SCALE)) for d, w in sorted(merged.items()) if round(w * POPULARITY_SCALE)
+    ]
+
+
+@dataclass
+class Terms:
+    """The four objective terms as linear expressions."""
+
+    queue: Expr
+    fragmentation: Expr
+    disruption: Expr
+    topology: Expr
+
+
+def _fragmentation(problem: PlacementProblem, v: Variables) -> Expr:
+    """FGD fragmentation of every GPU that may be shared: for each target demand d with weight w,
+    w * free if free < d, else 0, linearised with ``covered[g,d] = free * [free >= d]``."""
+    m = v.model
+    uses: dict[GpuKey, list[Expr]] = defaultdict(list)
+    shared: set[GpuKey] = set()
+    for cand in v.cands.values():
+        shape = problem.requests[cand.req].shapes[cand.alt]
+        for p, var in cand.whole.items():
+            uses[(cand.node, p)].append(MILLI * var)
+        for p, var in cand.frac.items():
+            uses[(cand.node, p)].append(shape.milli * var)
+            shared.add((cand.node, p))
+    thresholds = frag_thresholds(problem)
+    total = sum(w for _, w in thresholds)
+    terms: list[Expr] = []
+    for n, p in sorted(shared):
+        tag = f"{problem.nodes[n].name},g{problem.nodes[n].gpus[p].index}"
+        free = m.int_var(0, MILLI, f"free[{tag}]")
+        m.add(free == MILLI - m.sum(uses[(n, p)]))
+        terms.append(total * free)
+        for d, w in thresholds:
+            fits = m.bool_var(f"fits[{tag},{d}]")
+            covered = m.int_var(0, MILLI, f"covered[{tag},{d}]")
+            m.add(free >= d * fits)
+            m.add(covered <= free)
+            m.add(covered <= MILLI * fits)
+            terms.append(-w * covered)
+    return m.sum(terms)
+
+
+def build_terms(problem: PlacementProblem, v: Variables) -> Terms:
+    """Create the auxiliary variables and return the four objective terms."""
+    m = v.model
+    queue = m.sum(queue_penalty(problem.requests[r], problem) * (1 - p) for r, p in v.placed.items())
+
+    repartition = problem.policy.mig.repartition_cost
+    destroyed = [
+        1 - inst
+        for mg in v.mig_gpus.values()
+        for slot, inst in mg.inst.items()
+        if slot in mg.existing and not isinstance(inst, int)
+    ]
+    moves = [v.placed[r] - s for r, s in v.stay.items()]
+    preempted = [1 - v.placed[r] for r in v.stay]
+    disruption = m.sum(
+        [MOVE_COST * m.sum(moves), PREEMPT_COST * m.sum(preempted), repartition * m.sum(destroyed)]
+    )
+
+    topo: list[Expr] = []
+    for cand in v.cands.values():
+        shape = problem.requests[cand.req].shapes[cand.alt]
+        cost = ALTERNATIVE_COST * cand.alt
+        if cand.whole and shape.gpus > 1:
+            node = problem.nodes[cand.node]
+            idx = sorted(node.gpus[p].index for p in cand.whole)
+            cost += node.cost(idx[: shape.gpus])
+        if cost:
+            topo.append(cost * cand.x)
+    return Terms(
+        queue=queue,
+        fragmentation=_fragmentation(problem, v),
+        disruption=disruption,
+        topology=m.sum(topo),
+    )

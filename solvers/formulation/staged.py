@@ -1,0 +1,228 @@
+"""Lexicographic solving shared by the exact back-ends, and turning a solution into a SolveResult.
+
+A back-end solves one stage at a time; after each stage the stage's objective is bounded by the value
+found, and the next term is minimised. The result is ``OPTIMAL`` only if every stage was proved optimal.
+"""
+
+from __future__ import annotations
+
+import time
+from collections.abc import Callable
+from dataclasses import dataclass
+from typing import Protocol
+
+from models.cluster import MigInstance
+from models.plan import Assignment, GpuUse, MigLayout, PlanStatus, Unplaced
+from models.policy import ObjectiveMode
+from solvers.base import SolveResult
+from solvers.formulation.builder import Expr, Var
+from solvers.formulation.objective import Terms
+from solvers.formulation.variables import Candidate, Variables
+from solvers.greedy.options import describe
+from solvers.problem import PlacementProblem
+
+#: Share of the time limit given to each lexicographic stage (unused time rolls over).
+STAGE_SHARES = {"queue": 0.6, "fragmentation": 0.25, "disruption+topology": 0.15, "weighted": 1.0}
+#: Weight of disruption over topology inside the last stage (disruption is strictly preferred).
+DISRUPTION_OVER_TOPOLOGY = 1000
+#: Term names, in lexicographic order.
+TERM_NAMES = ("queue", "fragmentation", "disruption", "topology")
+
+#: Solution values of the variables: var -> value.
+Values = Callable[[Var], int]
+
+
+@dataclass(frozen=True)
+class StageResult:
+    """What one solve of one stage established."""
+
+    name: str
+    optimal: bool
+    objective: float | None
+    bound: float | None
+    wall_s: float
+
+
+class StageSolver(Protocol):
+    """A back-end able to minimise one expression at a time on the model it built."""
+
+    def minimise(
+        self, expr: Expr, time_limit_s: float, measure: list[Expr]
+    ) -> tuple[StageResult, Values | None, list[int]]:
+        """Minimise ``expr``: the stage report, the solution (None when none was found) and the
+        values of the ``measure`` expressions in it."""
+        ...
+
+    def bound(self, expr: Expr, value: int, values: Values) -> None:
+        """Keep ``expr <= value`` for later stages, starting them from ``values``."""
+        ...
+
+
+def stages(problem: PlacementProblem, v: Variables, t: Terms) -> list[tuple[str, Expr]]:
+    """The objective stages the policy asks for."""
+    m = v.model
+    if problem.policy.objective is ObjectiveMode.WEIGHTED:
+        w = problem.policy.weights
+        weighted = m.sum(
+            [
+                w.queue * t.queue,
+                w.fragmentation * t.fragmentation,
+                w.disruption * t.disruption,
+                w.topology * t.topology,
+            ]
+        )
+        return [("weighted", weighted)]
+    return [
+        ("queue", t.queue),
+        ("fragmentation", t.fragmentation),
+        ("disruption+topology", m.sum([DISRUPTION_OVER_TOPOLOGY * t.disruption, t.topology])),
+    ]
+
+
+def run_stages(
+    problem: PlacementProblem, v: Variables, terms: Terms, backend: StageSolver, start: float
+) -> tuple[list[StageResult], Values | None, dict[str, float], int]:
+    """Solve the stages within the time limit counted from ``start``.
+
+    Returns the stage reports, the last solution, the value of every term in it, and the number of
+    stages the policy asked for.
+    """
+    todo = stages(problem, v, terms)
+    deadline = start + problem.time_limit_s
+    results: list[StageResult] = []
+    solution: Values | None = None
+    values: dict[str, float] = {}
+    total = sum(STAGE_SHARES[n] for n, _ in todo)
+    for i, (name, expr) in enumerate(todo):
+        remaining = (
+            problem.time_limit_s * sum(STAGE_SHARES[n] for n, _ in todo[i:]) / total
+            if problem.deterministic
+            else deadline - time.perf_counter()
+        )
+        share = sum(STAGE_SHARES[n] for n, _ in todo[i:])
+        limit = remaining * STAGE_SHARES[name] / share
+        if limit <= 0.01 and solution is not None:
+            break
+        measure = [getattr(terms, t) for t in TERM_NAMES]
+        report, found, measured = backend.minimise(expr, max(0.001, limit), measure)
+        results.append(report)
+        if found is None:
+            break
+        solution = found
+        values = {t: float(x) for t, x in zip(TERM_NAMES, measured, strict=True)}
+        backend.bound(expr, round(report.objective or 0), found)
+    return results, solution, values, len(todo)
+
+
+def result(
+    name: str,
+    problem: PlacementProblem,
+    v: Variables,
+    reports: list[StageResult],
+    solution: Values,
+    values: dict[str, float],
+    n_stages: int,
+    wall: float,
+    size: dict[str, int],
+) -> SolveResult:
+    """The SolveResult of a solution: assignments, MIG layouts, unplaced reasons and the report."""
+
+    def val(var: Var | int) -> int:
+        return var if isinstance(var, int) else solution(var)
+
+    assignments: list[Assignment] = []
+    placed: set[int] = set()
+    for cand in v.cands.values():
+        if val(cand.x):
+            assignments.append(_assignment(problem, cand, val))
+            placed.add(cand.req)
+    layouts = []
+    for (n, p), mg in sorted(v.mig_gpus.items()):
+        node = problem.nodes[n]
+        insts = sorted((s, prof) for (prof, s), i in mg.inst.items() if val(i))
+        layouts.append(
+            MigLayout(
+                node=node.name,
+                gpu=node.gpus[p].index,
+                instances=tuple(MigInstance(profile=prof, start=s) for s, prof in insts),
+            )
+        )
+    unplaced = [_unplaced(problem, v, r) for r in range(len(problem.requests)) if r not in placed]
+    proven = len(reports) == n_stages and all(s.optimal for s in reports)
+    first = reports[0]
+    gap = None
+    if first.objective is not None and first.bound is not None:
+        gap = abs(first.objective - first.bound) / max(1.0, abs(first.objective))
+    terms = dict(values)
+    for s in reports:
+        terms[f"stage_{s.name}_wall_s"] = round(s.wall_s, 3)
+        terms[f"stage_{s.name}_optimal"] = 1.0 if s.optimal else 0.0
+        if s.bound is not None:
+            terms[f"stage_{s.name}_bound"] = s.bound
+    return SolveResult(
+        status=PlanStatus.OPTIMAL if proven else PlanStatus.FEASIBLE,
+        solver=name,
+        assignments=tuple(sorted(assignments, key=lambda a: (a.workload, a.replica))),
+        unplaced=tuple(unplaced),
+        mig_layouts=tuple(layouts),
+        objective=first.objective,
+        best_bound=first.bound,
+        gap=gap,
+        wall_s=wall,
+        terms=terms,
+        model_size=size,
+    )
+
+
+def fallback(
+    name: str, greedy: SolveResult, reports: list[StageResult], wall: float, size: dict[str, int]
+) -> SolveResult:
+    """The greedy plan, labelled ``FALLBACK``, when the exact back-end found nothing in time."""
+    return SolveResult(
+        status=PlanStatus.FALLBACK,
+        solver=name,
+        assignments=greedy.assignments,
+        unplaced=greedy.unplaced,
+        mig_layouts=greedy.mig_layouts,
+        wall_s=wall,
+        terms={"fallback": 1.0, **{f"stage_{r.name}_wall_s": round(r.wall_s, 3) for r in reports}},
+        model_size=size,
+    )
+
+
+def _assignment(problem: PlacementProblem, cand: Candidate, get: Callable[[Var], int]) -> Assignment:
+    """The plan entry of a chosen candidate, from the solution values of its GPU variables."""
+    req = problem.requests[cand.req]
+    shape = req.shapes[cand.alt]
+    node = problem.nodes[cand.node]
+    gpus: list[GpuUse] = []
+    for p, var in sorted(cand.whole.items()):
+        if get(var):
+            gpus.append(GpuUse(index=node.gpus[p].index))
+    for p, var in sorted(cand.frac.items()):
+        if get(var):
+            gpus.append(GpuUse(index=node.gpus[p].index, milli=shape.milli))
+    for (p, (prof, s)), var in sorted(cand.mig.items()):
+        if get(var):
+            gpus.append(GpuUse(index=node.gpus[p].index, mig_profile=prof, mig_start=s))
+    return Assignment(
+        workload=req.workload,
+        replica=req.replica,
+        node=node.name,
+        gpus=tuple(gpus),
+        cpu_milli=shape.cpu_milli,
+        memory_mib=shape.memory_mib,
+        alternative=cand.alt,
+    )
+
+
+def _unplaced(problem: PlacementProblem, v: Variables, r: int) -> Unplaced:
+    req = problem.requests[r]
+    what = " or ".join(describe(s) for s in req.shapes)
+    if not v.by_req.get(r):
+        code, why = "NEVER_FITS", f"no node of the cluster can ever host {what}"
+    elif req.gang is not None:
+        code, why = "GANG", f"gang '{req.gang}' cannot be placed entirely ({what})"
+    else:
+        code, why = "NO_CAPACITY", f"no free capacity for {what} that the plan could give it"
+    return Unplaced(workload=req.workload, replica=req.replica, code=code, reason=why)

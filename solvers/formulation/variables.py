@@ -1,0 +1,253 @@
+"""Candidate placements and the decision variables of the exact (per-GPU) placement model.
+
+Only feasible pairs get variables: a replica alternative gets a node variable only on nodes whose GPU
+models, MIG mode, CPU/memory, isolation rules and gang domains admit it, and GPU variables only on the
+GPUs of that node it could use.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Iterable
+from dataclasses import dataclass, field
+
+from models.hardware import GpuModelSpec
+from models.policy import IsolationKind
+from models.workload import TopologyNeed
+from solvers.formulation.builder import LinearBuilder, Var
+from solvers.problem import NodeSpec, PlacementProblem, Request, ShapeSpec
+
+#: One GPU of the cluster: (node position, GPU position on the node).
+GpuKey = tuple[int, int]
+#: A MIG instance slot on a GPU: (profile name, start memory slice).
+Slot = tuple[str, int]
+
+#: A replica alternative on a node: (request position, alternative, node position).
+CandKey = tuple[int, int, int]
+
+MILLI = 1000
+
+
+@dataclass
+class Candidate:
+    """One replica alternative on one node, with the GPU variables it may use."""
+
+    req: int
+    alt: int
+    node: int
+    x: Var
+    whole: dict[int, Var] = field(default_factory=dict)
+    frac: dict[int, Var] = field(default_factory=dict)
+    mig: dict[tuple[int, Slot], Var] = field(default_factory=dict)
+    groups: list[tuple[frozenset[int], Var]] = field(default_factory=list)
+
+    def gpu_vars(self) -> Iterable[tuple[int, Var]]:
+        """(GPU position, variable) of every GPU use this candidate may make."""
+        yield from self.whole.items()
+        yield from self.frac.items()
+        for (p, _), v in self.mig.items():
+            yield p, v
+
+
+@dataclass
+class MigGpu:
+    """Instance variables of a MIG-enabled GPU (1 = the instance exists in the target layout)."""
+
+    key: GpuKey
+    spec: GpuModelSpec
+    existing: frozenset[Slot]
+    inst: dict[Slot, Var | int] = field(default_factory=dict)
+
+
+@dataclass
+class Variables:
+    """Every decision variable of the model, indexed for the constraint and objective builders."""
+
+    model: LinearBuilder
+    cands: dict[CandKey, Candidate] = field(default_factory=dict)
+    by_req: dict[int, list[Candidate]] = field(default_factory=dict)
+    placed: dict[int, Var] = field(default_factory=dict)
+    mig_gpus: dict[GpuKey, MigGpu] = field(default_factory=dict)
+    stay: dict[int, Var] = field(default_factory=dict)
+
+
+def gpu_spec(problem: PlacementProblem, node: NodeSpec, pos: int) -> GpuModelSpec:
+    """Catalog spec of the GPU at ``pos`` of ``node``."""
+    return problem.catalog.model(node.gpus[pos].model)
+
+
+def exclusive_team(problem: PlacementProblem, node: NodeSpec) -> str | None:
+    """The team a node is reserved for by a team-exclusive rule, if any."""
+    for rule in problem.policy.isolation:
+        if rule.kind is IsolationKind.TEAM_EXCLUSIVE and (
+            node.name in rule.nodes or (rule.pool is not None and node.pool == rule.pool)
+        ):
+            return rule.team
+    return None
+
+
+def eligible_gpus(problem: PlacementProblem, node: NodeSpec, shape: ShapeSpec) -> list[int]:
+    """GPU positions of ``node`` that ``shape`` may use (model allowed, right MIG mode, profile offered)."""
+    out = []
+    for p, g in enumerate(node.gpus):
+        if shape.models and g.model not in shape.models:
+            continue
+        if shape.kind == "mig":
+            if g.mig is None or shape.mig_profile not in gpu_spec(problem, node, p).profile_map:
+                continue
+        elif g.mig is not None:
+            continue
+        out.append(p)
+    return out
+
+
+def whole_groups(node: NodeSpec, shape: ShapeSpec, gpus: list[int]) -> list[frozenset[int]] | None:
+    """GPU groups that must hold all of a multi-GPU replica (None: no grouping needed)."""
+    if shape.gpus < 2 or shape.topology in (TopologyNeed.ANY, TopologyNeed.SAME_NODE):
+        return None
+    index_to_pos = {g.index: p for p, g in enumerate(node.gpus)}
+    allowed = set(gpus)
+    if shape.topology is TopologyNeed.NVLINK:
+        groups = [frozenset(index_to_pos[i] for i in c) & allowed for c in node.nvlink_cliques]
+    else:
+        by_numa: dict[int, set[int]] = {}
+        for p in gpus:
+            by_numa.setdefault(node.gpus[p].numa, set()).add(p)
+        groups = [frozenset(v) for v in by_numa.values()]
+    groups = sorted({g for g in groups if len(g) >= shape.gpus}, key=sorted)
+    if len(groups) == 1 and groups[0] == allowed:
+        return None
+    return groups
+
+
+def mig_slots(spec: GpuModelSpec, profile: str) -> list[Slot]:
+    """Every valid (profile, start) slot of ``profile`` on a GPU model."""
+    return [(profile, pl.start) for pl in spec.profile(profile).placements]
+
+
+def _name(req: Request) -> str:
+    return f"{req.workload}#{req.replica}"
+
+
+def node_admits(problem: PlacementProblem, req: Request, node: NodeSpec) -> bool:
+    """Static checks of a node for a request: isolation and gang domain label."""
+    team = exclusive_team(problem, node)
+    if team is not None and team != req.team:
+        return False
+    return not (req.gang_domain and req.gang_domain not in node.labels)
+
+
+def add_candidate(
+    v: Variables, problem: PlacementProblem, r: int, k: int, n: int, *, allow_create: bool
+) -> Candidate | None:
+    """Variables for alternative ``k`` of request ``r`` on node ``n`` (None if it can never fit)."""
+    req = problem.requests[r]
+    shape = req.shapes[k]
+    node = problem.nodes[n]
+    if shape.cpu_milli > node.cpu_milli or shape.memory_mib > node.memory_mib:
+        return None
+    m = v.model
+    tag = f"{_name(req)},a{k},{node.name}"
+    if shape.kind == "cpu":
+        cand = Candidate(r, k, n, m.bool_var(f"x[{tag}]"))
+    else:
+        gpus = eligible_gpus(problem, node, shape)
+        if shape.kind == "whole":
+            if len(gpus) < shape.gpus:
+                return None
+            groups = whole_groups(node, shape, gpus)
+            if groups is not None:
+                if not groups:
+                    return None
+                gpus = sorted(set().union(*groups))
+        if not gpus:
+            return None
+        cand = Candidate(r, k, n, m.bool_var(f"x[{tag}]"))
+        if shape.kind == "whole":
+            cand.whole = {p: m.bool_var(f"whole[{tag},g{node.gpus[p].index}]") for p in gpus}
+            for i, grp in enumerate(groups or ()):
+                cand.groups.append((grp, m.bool_var(f"group[{tag},{i}]")))
+        elif shape.kind == "fraction":
+            cand.frac = {p: m.bool_var(f"frac[{tag},g{node.gpus[p].index}]") for p in gpus}
+        else:
+            assert shape.mig_profile is not None
+            for p in gpus:
+                mg = v.mig_gpus[(n, p)]
+                for slot in mig_slots(mg.spec, shape.mig_profile):
+                    if slot not in mg.existing and not allow_create:
+                        continue
+                    gtag = f"{node.name},g{node.gpus[p].index},{slot[0]}@{slot[1]}"
+                    cand.mig[(p, slot)] = m.bool_var(f"mig[{tag},{gtag}]")
+                    if slot not in mg.inst:
+                        mg.inst[slot] = m.bool_var(f"inst[{gtag}]")
+            if not cand.mig:
+                return None
+    v.cands[(r, k, n)] = cand
+    v.by_req.setdefault(r, []).append(cand)
+    return cand
+
+
+def build_variables(
+    builder: LinearBuilder,
+    problem: PlacementProblem,
+    candidate_nodes: dict[int, list[int]] | None = None,
+) -> Variables:
+    """Create every variable: candidates per replica, MIG instance slots, placed and stay flags.
+
+    ``candidate_nodes`` restricts the nodes tried for a request (all nodes when absent).
+    """
+    v = Variables(builder)
+    mig_policy = problem.policy.mig
+    for n, node in enumerate(problem.nodes):
+        for p, g in enumerate(node.gpus):
+            if g.mig is None:
+                continue
+            spec = gpu_spec(problem, node, p)
+            existing = frozenset(g.mig)
+            mg = MigGpu((n, p), spec, existing)
+            for slot in sorted(existing):
+                mg.inst[slot] = (
+                    v.model.bool_var(f"inst[{node.name},g{g.index},{slot[0]}@{slot[1]}]")
+                    if mig_policy.allow_repartition
+                    else 1
+                )
+            v.mig_gpus[(n, p)] = mg
+    all_nodes = list(range(len(problem.nodes)))
+    for r, req in enumerate(problem.requests):
+        nodes = candidate_nodes.get(r, all_nodes) if candidate_nodes is not None else all_nodes
+        for n in nodes:
+            if not node_admits(problem, req, problem.nodes[n]):
+                continue
+            for k in range(len(req.shapes)):
+                add_candidate(v, problem, r, k, n, allow_create=mig_policy.allow_create)
+        v.placed[r] = v.model.bool_var(f"placed[{_name(req)}]")
+    return v
+
+
+def current_vars(v: Variables, problem: PlacementProblem, r: int) -> list[Var] | None:
+    """The variables that are 1 when running replica ``r`` stays exactly where it runs (None if its
+    current placement is not among its candidates)."""
+    req = problem.requests[r]
+    run = req.running
+    assert run is not None
+    n = next((i for i, node in enumerate(problem.nodes) if node.name == run.node), None)
+    if n is None:
+        return None
+    cand = v.cands.get((r, run.alternative, n))
+    if cand is None:
+        return None
+    pos = {g.index: p for p, g in enumerate(problem.nodes[n].gpus)}
+    out: list[Var] = [cand.x]
+    for use in run.gpus:
+        p = pos.get(use.index)
+        if p is None:
+            return None
+        if use.mig_profile is not None and use.mig_start is not None:
+            var = cand.mig.get((p, (use.mig_profile, use.mig_start)))
+        elif use.milli is not None:
+            var = cand.frac.get(p)
+        else:
+            var = cand.whole.get(p)
+        if var is None:
+            return None
+        out.append(var)
+    return out
