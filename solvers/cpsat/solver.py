@@ -120,7 +120,10 @@ def hint_from(m: cp_model.CpModel, v: Variables, problem: PlacementProblem, gree
         if cand is None:
             continue
         pos = {g.index: p for p, g in enumerate(problem.nodes[n].gpus)}
-        chosen.update((cand.x.index, v.placed[r].index))
+        chosen.add(cand.x.index)
+        flag = v.placed[r]
+        if not isinstance(flag, int):
+            chosen.add(flag.index)
         for g in a.gpus:
             p = pos[g.index]
             if g.mig_profile is not None and g.mig_start is not None:
@@ -145,7 +148,7 @@ def hint_from(m: cp_model.CpModel, v: Variables, problem: PlacementProblem, gree
             slot_var = mg.inst.get((inst.profile, inst.start)) if mg is not None else None
             if slot_var is not None and not isinstance(slot_var, int):
                 chosen.add(slot_var.index)
-    decisions: list[Var] = [*v.placed.values(), *v.stay.values()]
+    decisions: list[Var] = [p for p in v.placed.values() if not isinstance(p, int)] + list(v.stay.values())
     for cand in v.cands.values():
         decisions.append(cand.x)
         decisions.extend(var for _, var in cand.gpu_vars())

@@ -5,11 +5,12 @@ from __future__ import annotations
 import logging
 from collections import defaultdict
 from fractions import Fraction
+from functools import partial
 
-from models.policy import IsolationKind
+from models.policy import IsolationKind, Quota
 from solvers.formulation.builder import Expr, Var
 from solvers.formulation.variables import MILLI, Candidate, GpuKey, Variables, current_vars
-from solvers.problem import PlacementProblem, Request
+from solvers.problem import PlacementProblem, Request, ShapeSpec
 
 log = logging.getLogger(__name__)
 
@@ -60,10 +61,12 @@ def capacity(problem: PlacementProblem, v: Variables) -> None:
     for n, cands in by_node.items():
         node = problem.nodes[n]
         shapes = [problem.requests[c.req].shapes[c.alt] for c in cands]
-        if sum(s.cpu_milli for s in shapes) > node.cpu_milli:
-            m.add(m.sum(s.cpu_milli * c.x for s, c in zip(shapes, cands, strict=True)) <= node.cpu_milli)
-        if sum(s.memory_mib for s in shapes) > node.memory_mib:
-            m.add(m.sum(s.memory_mib * c.x for s, c in zip(shapes, cands, strict=True)) <= node.memory_mib)
+        cpu = node.cpu_milli - v.baseline.cpu.get(n, 0)
+        mem = node.memory_mib - v.baseline.memory.get(n, 0)
+        if sum(s.cpu_milli for s in shapes) > cpu:
+            m.add(m.sum(s.cpu_milli * c.x for s, c in zip(shapes, cands, strict=True)) <= cpu)
+        if sum(s.memory_mib for s in shapes) > mem:
+            m.add(m.sum(s.memory_mib * c.x for s, c in zip(shapes, cands, strict=True)) <= mem)
     for (n, p), uses in _gpu_uses(v).items():
         if problem.nodes[n].gpus[p].mig is not None:
             continue
@@ -72,7 +75,7 @@ def capacity(problem: PlacementProblem, v: Variables) -> None:
             shape = problem.requests[cand.req].shapes[cand.alt]
             terms.append((MILLI if shape.kind == "whole" else shape.milli) * var)
         if len(terms) > 1:
-            m.add(m.sum(terms) <= MILLI)
+            m.add(m.sum(terms) <= v.free_milli((n, p)))
 
 
 def mig(v: Variables) -> None:
@@ -139,9 +142,16 @@ def _no_sharing(
     group_of: dict[int, str],
     uses: dict[GpuKey, list[tuple[Candidate, int, Var]]],
 ) -> None:
-    """No GPU is used by replicas of two different groups (teams or tiers)."""
+    """No GPU is used by replicas of two different groups (teams or tiers); fixed work on a GPU
+    excludes every other group from it."""
     m = v.model
     for (n, p), items in uses.items():
+        held = {group_of[r] for r in v.baseline.users.get((n, p), []) if r in group_of}
+        if held:
+            for cand, _, var in items:
+                if cand.req in group_of and group_of[cand.req] not in held:
+                    m.add(var == 0)
+            continue
         groups = {group_of[c.req] for c, _, _ in items if c.req in group_of}
         if len(groups) < 2:
             continue
@@ -165,37 +175,53 @@ def isolation(problem: PlacementProblem, v: Variables) -> None:
             _no_sharing(v, f"tier{i}", group, uses)
 
 
-def quota_units(problem: PlacementProblem, cand: Candidate, p: int) -> int:
-    """GPU-equivalents (in :data:`QUOTA_UNIT` per GPU) one GPU variable of ``cand`` stands for."""
-    shape = problem.requests[cand.req].shapes[cand.alt]
+def quota_units(problem: PlacementProblem, shape: ShapeSpec, n: int, p: int) -> int:
+    """GPU-equivalents (in :data:`QUOTA_UNIT` per GPU) of one GPU use of ``shape`` on GPU ``p`` of
+    node ``n``."""
     if shape.kind == "whole":
         return QUOTA_UNIT
     if shape.kind == "fraction":
         return QUOTA_UNIT * shape.milli // MILLI
     assert shape.mig_profile is not None
-    spec = problem.catalog.model(problem.nodes[cand.node].gpus[p].model)
+    spec = problem.catalog.model(problem.nodes[n].gpus[p].model)
     return QUOTA_UNIT * spec.profile(shape.mig_profile).compute_slices // spec.compute_slices
+
+
+def _charged(problem: PlacementProblem, q: Quota, req: Request, n: int, p: int) -> bool:
+    """Whether a GPU use of ``req`` on GPU ``p`` of node ``n`` counts against quota ``q``."""
+    node = problem.nodes[n]
+    return (
+        req.team == q.team
+        and not (q.borrow and req.preemptible)
+        and (q.pool is None or node.pool == q.pool)
+        and (q.gpu_model is None or node.gpus[p].model == problem.catalog.canonical(q.gpu_model))
+    )
 
 
 def quotas(problem: PlacementProblem, v: Variables) -> None:
     """Team GPU-equivalents per GPU model or pool stay within quota; with borrowing, only
     non-preemptible work counts against it (borrowed capacity goes to preemptible work)."""
     for q in problem.policy.quotas:
-        model = problem.catalog.canonical(q.gpu_model) if q.gpu_model else None
-        terms = []
+        counts = partial(_charged, problem, q)
+        held = 0
+        for (n, p), users in v.baseline.users.items():
+            for r in users:
+                req = problem.requests[r]
+                assert req.running is not None
+                if counts(req, n, p):
+                    held += quota_units(problem, req.shapes[req.running.alternative], n, p)
+        terms: list[Expr] = []
         for cand in v.cands.values():
             req = problem.requests[cand.req]
-            if req.team != q.team or (q.borrow and req.preemptible):
-                continue
-            node = problem.nodes[cand.node]
-            if q.pool is not None and node.pool != q.pool:
-                continue
-            for p, var in cand.gpu_vars():
-                if model is None or node.gpus[p].model == model:
-                    terms.append(quota_units(problem, cand, p) * var)
-        limit = int(Fraction(str(q.gpus)) * QUOTA_UNIT)
+            shape = req.shapes[cand.alt]
+            terms.extend(
+                quota_units(problem, shape, cand.node, p) * var
+                for p, var in cand.gpu_vars()
+                if counts(req, cand.node, p)
+            )
+        limit = int(Fraction(str(q.gpus)) * QUOTA_UNIT) - held
         if terms:
-            v.model.add(v.model.sum(terms) <= limit)
+            v.model.add(v.model.sum(terms) <= max(0, limit))
 
 
 def may_preempt(problem: PlacementProblem, req: Request) -> bool:
@@ -214,8 +240,13 @@ def running(problem: PlacementProblem, v: Variables) -> None:
     moves: list[Expr] = []
     preempts: list[Expr] = []
     team_moves: dict[str, list[Expr]] = defaultdict(list)
+    newcomers: dict[int, list[Candidate]] = defaultdict(list)
+    for c in v.cands.values():
+        if problem.requests[c.req].running is None:
+            newcomers[c.node].append(c)
+    node_pos = {nd.name: n for n, nd in enumerate(problem.nodes)}
     for r, req in enumerate(problem.requests):
-        if req.running is None:
+        if req.running is None or r in v.fixed:
             continue
         cur = current_vars(v, problem, r)
         stay = m.bool_var(f"stay[{req.workload}#{req.replica}]")
@@ -235,13 +266,10 @@ def running(problem: PlacementProblem, v: Variables) -> None:
             m.add(v.placed[r] == 1)
         else:
             preempts.append(preempted)
-            node = next(n for n, nd in enumerate(problem.nodes) if nd.name == req.running.node)
             displacers = [
                 c.x
-                for c in v.cands.values()
-                if c.node == node
-                and problem.requests[c.req].running is None
-                and problem.requests[c.req].tier_rank < req.tier_rank
+                for c in newcomers[node_pos[req.running.node]]
+                if problem.requests[c.req].tier_rank < req.tier_rank
             ]
             if displacers:
                 m.add(preempted <= m.sum(displacers))

@@ -94,7 +94,7 @@ def _fragmentation(problem: PlacementProblem, v: Variables) -> Expr:
     for n, p in sorted(shared):
         tag = f"{problem.nodes[n].name},g{problem.nodes[n].gpus[p].index}"
         free = m.int_var(0, MILLI, f"free[{tag}]")
-        m.add(free == MILLI - m.sum(uses[(n, p)]))
+        m.add(free == v.free_milli((n, p)) - m.sum(uses[(n, p)]))
         terms.append(total * free)
         for d, w in thresholds:
             fits = m.bool_var(f"fits[{tag},{d}]")

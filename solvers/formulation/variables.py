@@ -11,10 +11,10 @@ from collections.abc import Iterable
 from dataclasses import dataclass, field
 
 from models.hardware import GpuModelSpec
-from models.policy import IsolationKind
+from models.policy import IsolationKind, Policy
 from models.workload import TopologyNeed
 from solvers.formulation.builder import LinearBuilder, Var
-from solvers.problem import NodeSpec, PlacementProblem, Request, ShapeSpec
+from solvers.problem import NodeSpec, PlacementProblem, Request, Running, ShapeSpec
 
 #: One GPU of the cluster: (node position, GPU position on the node).
 GpuKey = tuple[int, int]
@@ -59,15 +59,50 @@ class MigGpu:
 
 
 @dataclass
+class Baseline:
+    """Resources held by running work that this solve may not move (constants of the model)."""
+
+    cpu: dict[int, int] = field(default_factory=dict)
+    memory: dict[int, int] = field(default_factory=dict)
+    milli: dict[GpuKey, int] = field(default_factory=dict)
+    busy: dict[GpuKey, set[Slot]] = field(default_factory=dict)
+    users: dict[GpuKey, list[int]] = field(default_factory=dict)
+
+    def hold(self, problem: PlacementProblem, r: int, n: int, run: Running) -> None:
+        """Take the resources of running replica ``r`` on node ``n``."""
+        shape = problem.requests[r].shapes[run.alternative]
+        self.cpu[n] = self.cpu.get(n, 0) + shape.cpu_milli
+        self.memory[n] = self.memory.get(n, 0) + shape.memory_mib
+        pos = {g.index: p for p, g in enumerate(problem.nodes[n].gpus)}
+        for use in run.gpus:
+            key = (n, pos[use.index])
+            self.users.setdefault(key, []).append(r)
+            if use.mig_profile is not None and use.mig_start is not None:
+                self.busy.setdefault(key, set()).add((use.mig_profile, use.mig_start))
+            else:
+                self.milli[key] = self.milli.get(key, 0) + (MILLI if use.milli is None else use.milli)
+
+
+@dataclass
 class Variables:
-    """Every decision variable of the model, indexed for the constraint and objective builders."""
+    """Every decision variable of the model, indexed for the constraint and objective builders.
+
+    Running replicas that may not move are *fixed*: they get no variables, their ``placed`` is the
+    constant 1 and their resources are held in :attr:`baseline`.
+    """
 
     model: LinearBuilder
     cands: dict[CandKey, Candidate] = field(default_factory=dict)
     by_req: dict[int, list[Candidate]] = field(default_factory=dict)
-    placed: dict[int, Var] = field(default_factory=dict)
+    placed: dict[int, Var | int] = field(default_factory=dict)
     mig_gpus: dict[GpuKey, MigGpu] = field(default_factory=dict)
     stay: dict[int, Var] = field(default_factory=dict)
+    fixed: dict[int, int] = field(default_factory=dict)
+    baseline: Baseline = field(default_factory=Baseline)
+
+    def free_milli(self, key: GpuKey) -> int:
+        """Milli-GPU of a GPU not held by fixed work."""
+        return MILLI - self.baseline.milli.get(key, 0)
 
 
 def gpu_spec(problem: PlacementProblem, node: NodeSpec, pos: int) -> GpuModelSpec:
@@ -136,6 +171,15 @@ def node_admits(problem: PlacementProblem, req: Request, node: NodeSpec) -> bool
     return not (req.gang_domain and req.gang_domain not in node.labels)
 
 
+def _free_gpus(v: Variables, n: int, shape: ShapeSpec, gpus: list[int]) -> list[int]:
+    """The GPUs of ``gpus`` that fixed work leaves room on for ``shape``."""
+    if shape.kind == "whole":
+        return [p for p in gpus if v.free_milli((n, p)) == MILLI]
+    if shape.kind == "fraction":
+        return [p for p in gpus if v.free_milli((n, p)) >= shape.milli]
+    return gpus
+
+
 def add_candidate(
     v: Variables, problem: PlacementProblem, r: int, k: int, n: int, *, allow_create: bool
 ) -> Candidate | None:
@@ -143,14 +187,16 @@ def add_candidate(
     req = problem.requests[r]
     shape = req.shapes[k]
     node = problem.nodes[n]
-    if shape.cpu_milli > node.cpu_milli or shape.memory_mib > node.memory_mib:
+    if shape.cpu_milli > node.cpu_milli - v.baseline.cpu.get(n, 0):
+        return None
+    if shape.memory_mib > node.memory_mib - v.baseline.memory.get(n, 0):
         return None
     m = v.model
     tag = f"{_name(req)},a{k},{node.name}"
     if shape.kind == "cpu":
         cand = Candidate(r, k, n, m.bool_var(f"x[{tag}]"))
     else:
-        gpus = eligible_gpus(problem, node, shape)
+        gpus = _free_gpus(v, n, shape, eligible_gpus(problem, node, shape))
         if shape.kind == "whole":
             if len(gpus) < shape.gpus:
                 return None
@@ -172,8 +218,9 @@ def add_candidate(
             assert shape.mig_profile is not None
             for p in gpus:
                 mg = v.mig_gpus[(n, p)]
+                busy = v.baseline.busy.get((n, p), set())
                 for slot in mig_slots(mg.spec, shape.mig_profile):
-                    if slot not in mg.existing and not allow_create:
+                    if (slot not in mg.existing and not allow_create) or slot in busy:
                         continue
                     gtag = f"{node.name},g{node.gpus[p].index},{slot[0]}@{slot[1]}"
                     cand.mig[(p, slot)] = m.bool_var(f"mig[{tag},{gtag}]")
@@ -186,17 +233,40 @@ def add_candidate(
     return cand
 
 
+def movable(policy: Policy, req: Request) -> bool:
+    """Whether the disruption budget lets a running replica move or be preempted at all."""
+    budget = policy.disruption
+    if budget.max_moves_per_round > 0:
+        return True
+    tier = policy.tier(req.tier)
+    may_preempt = req.preemptible and (tier.may_be_preempted or budget.preempt_latency_sensitive)
+    return may_preempt and budget.max_preemptions_per_round > 0
+
+
 def build_variables(
     builder: LinearBuilder,
     problem: PlacementProblem,
     candidate_nodes: dict[int, list[int]] | None = None,
+    movable_running: set[int] | None = None,
 ) -> Variables:
     """Create every variable: candidates per replica, MIG instance slots, placed and stay flags.
 
-    ``candidate_nodes`` restricts the nodes tried for a request (all nodes when absent).
+    ``candidate_nodes`` restricts the nodes tried for a request (all nodes when absent);
+    ``movable_running`` restricts which running replicas may move (all that the budget allows when
+    absent); the others are fixed where they run.
     """
     v = Variables(builder)
     mig_policy = problem.policy.mig
+    node_pos = {node.name: n for n, node in enumerate(problem.nodes)}
+    for r, req in enumerate(problem.requests):
+        if req.running is None:
+            continue
+        if movable(problem.policy, req) and (movable_running is None or r in movable_running):
+            continue
+        n = node_pos[req.running.node]
+        v.fixed[r] = n
+        v.placed[r] = 1
+        v.baseline.hold(problem, r, n, req.running)
     for n, node in enumerate(problem.nodes):
         for p, g in enumerate(node.gpus):
             if g.mig is None:
@@ -204,15 +274,20 @@ def build_variables(
             spec = gpu_spec(problem, node, p)
             existing = frozenset(g.mig)
             mg = MigGpu((n, p), spec, existing)
+            busy = v.baseline.busy.get((n, p), set())
             for slot in sorted(existing):
                 mg.inst[slot] = (
                     v.model.bool_var(f"inst[{node.name},g{g.index},{slot[0]}@{slot[1]}]")
-                    if mig_policy.allow_repartition
+                    if mig_policy.allow_repartition and slot not in busy
                     else 1
                 )
+            for slot in busy - existing:
+                mg.inst[slot] = 1
             v.mig_gpus[(n, p)] = mg
     all_nodes = list(range(len(problem.nodes)))
     for r, req in enumerate(problem.requests):
+        if r in v.fixed:
+            continue
         nodes = candidate_nodes.get(r, all_nodes) if candidate_nodes is not None else all_nodes
         for n in nodes:
             if not node_admits(problem, req, problem.nodes[n]):
