@@ -1,0 +1,30 @@
+"""First-fit: the first node in cluster order with room, and its first (cheapest) option."""
+
+from __future__ import annotations
+
+from collections.abc import Sequence
+
+from solvers.greedy.engine import GreedySolver, Scorer
+from solvers.greedy.options import Option
+from solvers.greedy.state import NodeInfo, NodeState
+from solvers.problem import PlacementProblem, ShapeSpec
+
+
+class FirstFitScorer:
+    """Every feasible node scores the same, so the engine takes the first one in tie-break order."""
+
+    def score(
+        self, info: NodeInfo, state: NodeState, shape: ShapeSpec, opts: Sequence[Option]
+    ) -> tuple[float, int]:
+        """Score 0 and the first option (options come cheapest first)."""
+        return 0.0, 0
+
+
+class FirstFit(GreedySolver):
+    """First-fit greedy placement."""
+
+    name = "first-fit"
+
+    def scorer(self, problem: PlacementProblem) -> Scorer:
+        """The first-fit scorer."""
+        return FirstFitScorer()

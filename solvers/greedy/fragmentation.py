@@ -1,0 +1,167 @@
+"""FGD's fragmentation measure, generalised to MIG slices and multi-GPU whole requests.
+
+The *target workload* is the mix of the most popular request shapes covering 95% of the demand, each
+with its popularity. For one target, a node's fragmentation is the free GPU capacity the target cannot
+use: all of it when the target cannot fit on the node at all (CPU, GPU count, model, topology), otherwise
+the free capacity of GPUs too small for it (for a MIG profile: free memory slices outside every valid
+placement of that profile). CPU-only targets see all free GPU capacity as fragmented, as in the
+reference simulator (``GetNodePodFrag`` returns ``XLSatisfied``/``XRLackCPU`` for them, both counted).
+The node's fragmentation is the popularity-weighted sum over targets. Memory is not part of it.
+"""
+
+from __future__ import annotations
+
+import bisect
+import itertools
+from collections.abc import Hashable, Iterable, Sequence
+from dataclasses import dataclass, replace
+from fractions import Fraction
+
+from models.workload import TopologyNeed
+from solvers.greedy.options import mig_placements, options, whole_groups
+from solvers.greedy.state import MILLI, NodeInfo, NodeState, frag_key, slice_milli
+from solvers.problem import Request, ShapeSpec
+
+#: Share of the demand the target mix covers (the simulator's ``podPopularityThreshold`` of 95%).
+COVERAGE = 0.95
+
+
+@dataclass(frozen=True)
+class Target:
+    """One shape of the target workload (memory dropped) with its popularity (weights sum to 1)."""
+
+    shape: ShapeSpec
+    weight: float
+
+
+def _rank(shape: ShapeSpec) -> tuple[int, int, int, str, str, str, str]:
+    """Order among equally popular shapes: larger CPU, per-GPU share and GPU count first."""
+    per_gpu = MILLI if shape.kind == "whole" else shape.milli
+    count = shape.gpus if shape.kind == "whole" else int(shape.kind in ("fraction", "mig"))
+    return (
+        shape.cpu_milli,
+        per_gpu,
+        count,
+        "|".join(sorted(shape.models)),
+        shape.kind,
+        shape.mig_profile or "",
+        str(shape.topology),
+    )
+
+
+def target_mix(requests: Iterable[Request], coverage: float = COVERAGE) -> tuple[Target, ...]:
+    """The most popular shapes covering ``coverage`` of the requests, popularity renormalised.
+
+    A request with several alternatives counts ``1/n`` for each. Shapes are ranked by count, ties by
+    :func:`_rank` descending; shapes are taken until the cumulative count reaches the coverage.
+    """
+    counts: dict[ShapeSpec, Fraction] = {}
+    total = Fraction(0)
+    for r in requests:
+        share = Fraction(1, len(r.shapes))
+        for s in r.shapes:
+            key = replace(s, memory_mib=0)
+            counts[key] = counts.get(key, Fraction(0)) + share
+            total += share
+    ranked = sorted(counts.items(), key=lambda kv: (kv[1], _rank(kv[0])), reverse=True)
+    chosen: list[tuple[ShapeSpec, Fraction]] = []
+    cum = Fraction(0)
+    for shape, count in ranked:
+        if cum >= total * Fraction(coverage).limit_denominator(10_000):
+            break
+        chosen.append((shape, count))
+        cum += count
+    return tuple(Target(shape, float(count / cum)) for shape, count in chosen)
+
+
+@dataclass(frozen=True)
+class _Plan:
+    """Targets that can ever use a symmetric node class: (cpu, per-GPU milli, weight), (cpu, k, weight)."""
+
+    fractions: tuple[tuple[int, int, float], ...]
+    wholes: tuple[tuple[int, int, float], ...]
+
+
+class Fragmentation:
+    """Expected fragmentation of a node state for a target mix, memoised by node state."""
+
+    def __init__(self, targets: Sequence[Target]) -> None:
+        self.targets = tuple(targets)
+        self.total_weight = sum(t.weight for t in self.targets)
+        self._memo: dict[Hashable, float] = {}
+        self._plans: dict[int, _Plan] = {}
+
+    def __call__(self, info: NodeInfo, state: NodeState) -> float:
+        """Popularity-weighted free GPU milli that the targets cannot use."""
+        key = frag_key(info, state)
+        value = self._memo.get(key)
+        if value is None:
+            value = self._compute(info, state)
+            self._memo[key] = value
+        return value
+
+    def _compute(self, info: NodeInfo, state: NodeState) -> float:
+        free = sum(state.free)
+        if free == 0:
+            return 0.0
+        if info.symmetric:
+            return free * self.total_weight - self._usable_symmetric(info, state)
+        used = 0.0
+        for t in self.targets:
+            used += t.weight * usable(info, state, t.shape)
+        return free * self.total_weight - used
+
+    def _plan(self, info: NodeInfo) -> _Plan:
+        plan = self._plans.get(info.cls)
+        if plan is None:
+            fractions: list[tuple[int, int, float]] = []
+            wholes: list[tuple[int, int, float]] = []
+            for t in self.targets:
+                s = t.shape
+                if not info.models or (s.models and info.models[0].name not in s.models):
+                    continue
+                if s.kind == "fraction":
+                    fractions.append((s.cpu_milli, s.milli, t.weight))
+                elif s.kind == "whole" and (
+                    s.topology is not TopologyNeed.NVLINK
+                    or s.gpus == 1
+                    or any(len(c) == len(info.spec.gpus) for c in info.spec.nvlink_cliques)
+                ):
+                    wholes.append((s.cpu_milli, s.gpus, t.weight))
+            plan = _Plan(tuple(fractions), tuple(wholes))
+            self._plans[info.cls] = plan
+        return plan
+
+    def _usable_symmetric(self, info: NodeInfo, state: NodeState) -> float:
+        """Weighted usable milli on interchangeable MIG-disabled GPUs (suffix sums over sorted free)."""
+        plan = self._plan(info)
+        ordered = sorted(state.free)
+        suffix = list(itertools.accumulate(reversed(ordered)))[::-1]
+        suffix.append(0)
+        cpu = state.cpu
+        used = 0.0
+        for c, m, w in plan.fractions:
+            if cpu >= c:
+                used += w * suffix[bisect.bisect_left(ordered, m)]
+        full = len(ordered) - bisect.bisect_left(ordered, MILLI)
+        for c, k, w in plan.wholes:
+            if cpu >= c and full >= k:
+                used += w * MILLI * full
+        return used
+
+
+def usable(info: NodeInfo, state: NodeState, shape: ShapeSpec) -> int:
+    """Free GPU milli on the node that ``shape`` could use (0 when it cannot fit at all)."""
+    if shape.kind == "cpu" or state.cpu < shape.cpu_milli:
+        return 0
+    if shape.kind == "whole":
+        return MILLI * len({p for g in whole_groups(info, state, shape) for p in g})
+    if shape.kind == "fraction":
+        return sum(state.free[p] for p in {o.gpus[0] for o in options(info, state, shape)})
+    if state.mem < shape.memory_mib:
+        return 0
+    existing, created = mig_placements(info, state, shape)
+    covered: dict[int, set[int]] = {}
+    for o in existing + created:
+        covered.setdefault(o.gpus[0], set()).update(range(o.start, o.start + o.size))
+    return sum(slice_milli(info.models[p], len(s)) for p, s in covered.items())

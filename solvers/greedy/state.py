@@ -1,0 +1,286 @@
+"""Fast mutable cluster state for the greedy solvers.
+
+A node's state is a small immutable :class:`NodeState` (free CPU, memory, GPU milli and MIG instances);
+:class:`ClusterState` swaps states in and out, keeps an undo journal for gangs and groups nodes whose
+states are interchangeable under one *signature*, so a score computed once serves every node sharing it.
+"""
+
+from __future__ import annotations
+
+import heapq
+import logging
+from collections.abc import Hashable, Sequence
+from dataclasses import dataclass
+
+from models.hardware import GpuModelSpec, HardwareCatalog
+from solvers.problem import NodeSpec
+
+log = logging.getLogger(__name__)
+
+#: Capacity of one GPU in milli-GPU.
+MILLI = 1000
+
+#: One MIG instance on a GPU: (start, profile, size in memory slices, occupied by a replica).
+MigSlot = tuple[int, str, int, bool]
+
+#: Node classes by their static description, shared by every placer of the process.
+_CLASS_IDS: dict[Hashable, int] = {}
+
+#: Validity of MIG layouts already checked, by (GPU model, ((profile, start), ...)).
+LayoutCache = dict[tuple[str, tuple[tuple[str, int], ...]], bool]
+
+
+@dataclass(frozen=True, slots=True)
+class NodeState:
+    """Free resources of one node.
+
+    ``free[p]`` is the free milli-GPU of the GPU at position ``p`` (for a MIG-enabled GPU: its memory
+    slices not held by occupied instances, in milli); ``mig[p]`` is ``None`` when MIG is disabled, else
+    the GPU's instances sorted by start; ``tags[p]`` are the sharing tags of the replicas sharing the
+    GPU (see :class:`solvers.greedy.rules.Demand`), ``None`` when no isolation rule needs them.
+    """
+
+    cpu: int
+    mem: int
+    free: tuple[int, ...]
+    mig: tuple[tuple[MigSlot, ...] | None, ...]
+    tags: tuple[tuple[str, ...], ...] | None = None
+
+
+@dataclass(frozen=True, slots=True, eq=False)
+class NodeInfo:
+    """What never changes about a node: its spec, GPU model specs and symmetry class."""
+
+    pos: int
+    spec: NodeSpec
+    models: tuple[GpuModelSpec, ...]
+    position_of: dict[int, int]
+    cls: int
+    symmetric: bool
+    uniform_cost: bool
+    catalog: HardwareCatalog
+    allow_create: bool
+    layouts_checked: LayoutCache
+    reserved: frozenset[str] | None = None
+    tagged: bool = False
+
+    @property
+    def name(self) -> str:
+        """Node name."""
+        return self.spec.name
+
+    def index(self, pos: int) -> int:
+        """GPU index of the GPU at position ``pos``."""
+        return self.spec.gpus[pos].index
+
+
+def slice_milli(model: GpuModelSpec, slices: int) -> int:
+    """Milli-GPU of ``slices`` memory slices of ``model`` (exact for 4- and 8-slice geometries)."""
+    return MILLI * slices // model.memory_slices
+
+
+def mig_free(model: GpuModelSpec, slots: tuple[MigSlot, ...]) -> int:
+    """Free milli-GPU of a MIG-enabled GPU: memory slices not held by occupied instances."""
+    held = sum(size for _, _, size, occupied in slots if occupied)
+    return slice_milli(model, model.memory_slices - held)
+
+
+def node_info(
+    pos: int,
+    spec: NodeSpec,
+    catalog: HardwareCatalog,
+    *,
+    allow_create: bool,
+    layouts: LayoutCache,
+    reserved: frozenset[str] | None = None,
+    tagged: bool = False,
+) -> NodeInfo:
+    """Static description of a node; nodes with equal descriptions share a class id.
+
+    ``layouts`` memoises MIG layout checks for ``catalog`` (a placer shares one dict among its nodes);
+    ``reserved`` are the only teams allowed on the node; ``tagged`` makes GPUs remember sharing tags.
+    """
+    models = tuple(catalog.model(g.model) for g in spec.gpus)
+    costs = tuple(sorted(spec.pair_cost.items()))
+    cliques = tuple(sorted(tuple(sorted(c)) for c in spec.nvlink_cliques))
+    key = (
+        spec.cpu_milli,
+        spec.memory_mib,
+        tuple((g.index, g.model, g.numa, g.mig is not None) for g in spec.gpus),
+        cliques,
+        costs,
+        allow_create,
+        spec.pool,
+        tuple(sorted(spec.labels.items())),
+        None if reserved is None else tuple(sorted(reserved)),
+        tagged,
+    )
+    cls = _CLASS_IDS.setdefault(key, len(_CLASS_IDS))
+    uniform = len({c for _, c in costs}) <= 1
+    trivial_cliques = all(len(c) < 2 for c in cliques) or (
+        len(cliques) == 1 and len(cliques[0]) == len(spec.gpus)
+    )
+    symmetric = (
+        uniform
+        and trivial_cliques
+        and len({g.model for g in spec.gpus}) <= 1
+        and len({g.numa for g in spec.gpus}) <= 1
+        and all(g.mig is None for g in spec.gpus)
+    )
+    return NodeInfo(
+        pos=pos,
+        spec=spec,
+        models=models,
+        position_of={g.index: p for p, g in enumerate(spec.gpus)},
+        cls=cls,
+        symmetric=symmetric,
+        uniform_cost=uniform,
+        catalog=catalog,
+        allow_create=allow_create,
+        layouts_checked=layouts,
+        reserved=reserved,
+        tagged=tagged,
+    )
+
+
+def initial_state(info: NodeInfo) -> NodeState:
+    """The node with nothing running: MIG layouts as compiled, every instance free."""
+    migs: list[tuple[MigSlot, ...] | None] = []
+    free: list[int] = []
+    for g, model in zip(info.spec.gpus, info.models, strict=True):
+        if g.mig is None:
+            migs.append(None)
+            free.append(MILLI)
+            continue
+        slots = tuple(
+            sorted((start, prof, model.profile(prof).size_at(start), False) for prof, start in g.mig)
+        )
+        migs.append(slots)
+        free.append(mig_free(model, slots))
+    tags = tuple(() for _ in free) if info.tagged else None
+    return NodeState(info.spec.cpu_milli, info.spec.memory_mib, tuple(free), tuple(migs), tags)
+
+
+def conflicts(state: NodeState, pos: int, tags: tuple[str, ...]) -> bool:
+    """Whether the GPU at ``pos`` serves a team or tier that an isolation rule keeps apart from ``tags``."""
+    if not tags or state.tags is None:
+        return False
+    held = state.tags[pos]
+    return any(h != t and h.partition("=")[0] == t.partition("=")[0] for h in held for t in tags)
+
+
+def with_tags(
+    held: tuple[tuple[str, ...], ...] | None, pos: int, tags: tuple[str, ...]
+) -> tuple[tuple[str, ...], ...] | None:
+    """Per-GPU tags ``held`` with ``tags`` added to the GPU at ``pos``."""
+    if held is None or not tags:
+        return held
+    merged = tuple(sorted(set(held[pos]) | set(tags)))
+    return (*held[:pos], merged, *held[pos + 1 :])
+
+
+def gpu_key(info: NodeInfo, state: NodeState) -> Hashable:
+    """The GPU part of a node's signature (sorted free amounts when the GPUs are interchangeable)."""
+    if info.symmetric:
+        if state.tags is None:
+            return tuple(sorted(state.free))
+        return tuple(sorted(zip(state.free, state.tags, strict=True)))
+    return (state.free, state.mig, state.tags)
+
+
+def frag_key(info: NodeInfo, state: NodeState) -> Hashable:
+    """Nodes with equal keys have the same scores for every shape (scores ignore memory)."""
+    return (info.cls, state.cpu, gpu_key(info, state))
+
+
+def signature(info: NodeInfo, state: NodeState) -> tuple[Hashable, int]:
+    """``(frag_key, free memory)``: nodes with equal signatures accept the same placements."""
+    return (frag_key(info, state), state.mem)
+
+
+class Group:
+    """The nodes sharing one signature, lowest tie-break rank first (a heap with lazy deletion)."""
+
+    __slots__ = ("heap", "members")
+
+    def __init__(self) -> None:
+        self.members: set[int] = set()
+        self.heap: list[tuple[int, int]] = []
+
+    def add(self, n: int, rank: int) -> None:
+        """Add node ``n``."""
+        self.members.add(n)
+        heapq.heappush(self.heap, (rank, n))
+
+    def remove(self, n: int) -> None:
+        """Remove node ``n`` (its heap entry goes lazily)."""
+        self.members.discard(n)
+
+    def first(self) -> int:
+        """The member with the lowest rank."""
+        heap = self.heap
+        while heap[0][1] not in self.members:
+            heapq.heappop(heap)
+        return heap[0][1]
+
+
+class ClusterState:
+    """Current state of every node, grouped by signature, with an undo journal for gangs.
+
+    ``rank[n]`` orders nodes for tie-breaks (lower first); it defaults to cluster order.
+    """
+
+    def __init__(self, infos: Sequence[NodeInfo], rank: Sequence[int] | None = None) -> None:
+        self.infos = tuple(infos)
+        self.rank = list(range(len(self.infos))) if rank is None else list(rank)
+        if sorted(self.rank) != list(range(len(self.infos))):
+            raise ValueError("rank must be a permutation of the node positions")
+        self.states = [initial_state(i) for i in self.infos]
+        self.sigs = [signature(i, s) for i, s in zip(self.infos, self.states, strict=True)]
+        self.groups: dict[tuple[Hashable, int], Group] = {}
+        for n, sig in enumerate(self.sigs):
+            self.groups.setdefault(sig, Group()).add(n, self.rank[n])
+        self.capacity_gpu_milli = sum(MILLI * len(i.spec.gpus) for i in self.infos)
+        self.free_gpu_milli = sum(sum(s.free) for s in self.states)
+        self._journal: list[tuple[int, NodeState]] | None = None
+
+    @property
+    def used_gpu_milli(self) -> int:
+        """Allocated GPU capacity over the whole cluster, in milli-GPU."""
+        return self.capacity_gpu_milli - self.free_gpu_milli
+
+    def set(self, n: int, state: NodeState) -> None:
+        """Replace the state of node ``n`` (journalled while a gang is open)."""
+        old = self.states[n]
+        if self._journal is not None:
+            self._journal.append((n, old))
+        self._swap(n, old, state)
+
+    def _swap(self, n: int, old: NodeState, new: NodeState) -> None:
+        self.states[n] = new
+        self.free_gpu_milli += sum(new.free) - sum(old.free)
+        sig = signature(self.infos[n], new)
+        prev = self.sigs[n]
+        if sig == prev:
+            return
+        group = self.groups[prev]
+        group.remove(n)
+        if not group.members:
+            del self.groups[prev]
+        self.groups.setdefault(sig, Group()).add(n, self.rank[n])
+        self.sigs[n] = sig
+
+    def begin(self) -> None:
+        """Start journalling changes (for a gang placed all together or not at all)."""
+        self._journal = []
+
+    def commit(self) -> None:
+        """Keep the journalled changes."""
+        self._journal = None
+
+    def rollback(self) -> None:
+        """Undo every change since :meth:`begin`."""
+        journal = self._journal or []
+        self._journal = None
+        for n, old in reversed(journal):
+            self._swap(n, self.states[n], old)
