@@ -1,12 +1,16 @@
-"""Plan metrics: GPU allocation, placement counts per tier, demand served."""
+"""Plan metrics: GPU allocation, placement counts per tier, FGD fragmentation."""
 
 from __future__ import annotations
 
 from collections import Counter
+from dataclasses import replace
 
 from models.hardware import HardwareCatalog
-from models.plan import Assignment, GpuUse
+from models.plan import Assignment, GpuUse, MigLayout
 from models.problem import PlanningInput
+from solvers.greedy import Fragmentation, Placer, target_mix
+from solvers.greedy.first_fit import FirstFitScorer
+from solvers.problem import NodeSpec, PlacementProblem, Running
 
 
 def gpu_equivalents(use: GpuUse, model: str, catalog: HardwareCatalog) -> float:
@@ -46,3 +50,40 @@ def plan_metrics(
         out[f"placed_{tier}"] = float(placed[tier])
         out[f"unplaced_{tier}"] = float(wanted[tier] - placed[tier])
     return out
+
+
+def _with_layouts(nodes: tuple[NodeSpec, ...], layouts: tuple[MigLayout, ...]) -> tuple[NodeSpec, ...]:
+    """The nodes with the plan's target MIG layouts in place of the current ones."""
+    target = {(lay.node, lay.gpu): tuple((i.profile, i.start) for i in lay.instances) for lay in layouts}
+    return tuple(
+        replace(
+            node,
+            gpus=tuple(
+                replace(g, mig=target[(node.name, g.index)]) if (node.name, g.index) in target else g
+                for g in node.gpus
+            ),
+        )
+        for node in nodes
+    )
+
+
+def fragmentation(
+    problem: PlacementProblem, assignments: tuple[Assignment, ...], layouts: tuple[MigLayout, ...]
+) -> dict[str, float]:
+    """FGD fragmentation of the planned cluster for the demand's own target mix.
+
+    ``fragmented_gpus`` is the expected free GPU capacity (in GPUs) that the target shapes cannot use;
+    ``fragmentation_rate`` is its share of all free GPU capacity.
+    """
+    placer = Placer(_with_layouts(problem.nodes, layouts), problem.catalog, FirstFitScorer())
+    by_key = {r.key: r for r in problem.requests}
+    for a in assignments:
+        running = Running(node=a.node, gpus=a.gpus, alternative=a.alternative)
+        placer.keep(replace(by_key[(a.workload, a.replica)], running=running))
+    measure = Fragmentation(target_mix(problem.requests))
+    fragmented = sum(measure(i, s) for i, s in zip(placer.infos, placer.cluster.states, strict=True))
+    free = placer.capacity_gpu_milli - placer.used_gpu_milli
+    return {
+        "fragmented_gpus": round(fragmented / 1000, 4),
+        "fragmentation_rate": round(fragmented / free, 6) if free else 0.0,
+    }

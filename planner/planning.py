@@ -15,9 +15,10 @@ from models.plan import Plan, SolverReport
 from models.problem import PlanningInput
 from planner.actions import plan_actions
 from planner.compile import compile_problem
-from planner.metrics import plan_metrics
+from planner.metrics import fragmentation, plan_metrics
 from planner.validate import Violation, validate_plan
 from solvers.base import SolveResult, get_solver
+from solvers.problem import PlacementProblem
 
 log = logging.getLogger(__name__)
 
@@ -45,7 +46,11 @@ def inputs_digest(inp: PlanningInput) -> str:
 
 
 def build_plan(
-    inp: PlanningInput, result: SolveResult, catalog: HardwareCatalog, provenance: dict[str, Any]
+    inp: PlanningInput,
+    problem: PlacementProblem,
+    result: SolveResult,
+    catalog: HardwareCatalog,
+    provenance: dict[str, Any],
 ) -> Plan:
     """Assemble a Plan from a solver result and check it with the independent validator."""
     plan = Plan(
@@ -63,7 +68,10 @@ def build_plan(
         unplaced=result.unplaced,
         mig_layouts=result.mig_layouts,
         actions=plan_actions(inp, result.assignments, result.mig_layouts),
-        metrics=plan_metrics(inp, result.assignments, catalog),
+        metrics={
+            **plan_metrics(inp, result.assignments, catalog),
+            **fragmentation(problem, result.assignments, result.mig_layouts),
+        },
         provenance=provenance,
     )
     violations = validate_plan(plan, inp, catalog)
@@ -109,4 +117,4 @@ def make_plan(
         "deterministic": deterministic,
         "now": now.isoformat(),
     }
-    return build_plan(inp, result, catalog, provenance)
+    return build_plan(inp, problem, result, catalog, provenance)

@@ -10,11 +10,13 @@ from ortools.sat.python import cp_model
 
 from solvers.base import SolveResult
 from solvers.cpsat.builder import CpSatBuilder
+from solvers.cpsat.candidates import candidate_nodes
 from solvers.formulation.builder import Expr, Var
 from solvers.formulation.constraints import add_all
 from solvers.formulation.objective import build_terms
 from solvers.formulation.staged import StageResult, Values, fallback, result, run_stages
 from solvers.formulation.variables import Variables, build_variables
+from solvers.formulation.variables import movable as may_move
 from solvers.greedy import Fgd
 from solvers.problem import PlacementProblem
 
@@ -78,15 +80,23 @@ class CpSat:
 
     name = "cpsat"
 
-    def __init__(self, candidate_nodes: dict[int, list[int]] | None = None) -> None:
-        self.candidate_nodes = candidate_nodes
+    def __init__(self, movable_running: set[int] | None = None) -> None:
+        self.movable_running = movable_running
 
     def solve(self, problem: PlacementProblem) -> SolveResult:
         """Solve; a problem CP-SAT cannot solve in time gets the FGD plan labelled ``FALLBACK``."""
         start = time.perf_counter()
         greedy = Fgd().solve(problem)
+        movable = {
+            r
+            for r, q in enumerate(problem.requests)
+            if q.running is not None
+            and may_move(problem.policy, q)
+            and (self.movable_running is None or r in self.movable_running)
+        }
+        candidates = candidate_nodes(problem, greedy, movable)
         builder = CpSatBuilder()
-        v = build_variables(builder, problem, self.candidate_nodes)
+        v = build_variables(builder, problem, candidates, movable)
         add_all(problem, v)
         terms = build_terms(problem, v)
         size = {
@@ -95,6 +105,7 @@ class CpSat:
             "candidates": len(v.cands),
             "requests": len(problem.requests),
             "nodes": len(problem.nodes),
+            "restricted": int(candidates is not None),
         }
         log.info("cpsat model: %s", size)
         hint_from(builder.model, v, problem, greedy)

@@ -9,7 +9,7 @@ from __future__ import annotations
 import logging
 import time
 from abc import ABC, abstractmethod
-from collections.abc import Callable, Hashable, Sequence
+from collections.abc import Callable, Hashable, Iterator, Sequence
 from dataclasses import replace
 from typing import Protocol
 
@@ -22,6 +22,7 @@ from solvers.greedy.options import Option, apply, describe, keep, options, uses
 from solvers.greedy.rules import Demand, Rules, reserved_teams
 from solvers.greedy.state import (
     ClusterState,
+    Group,
     LayoutCache,
     NodeInfo,
     NodeState,
@@ -262,10 +263,10 @@ class Placer:
         score, i = self.scorer.score(info, state, shape, opts)
         return score, opts[i]
 
-    def _choose(
+    def _scored_groups(
         self, shape: ShapeSpec, demand: Demand, within: NodeFilter | None
-    ) -> tuple[int, Option] | None:
-        """The node and option for ``shape``: the highest score, ties to the lowest-ranked node.
+    ) -> Iterator[tuple[float, Group]]:
+        """Every signature group where ``shape`` fits now, with its score.
 
         Scores ignore memory, so they are memoised per (shape without memory, sharing tags, quota
         budget) and node key without memory; a node's free memory, its team reservation and
@@ -277,10 +278,7 @@ class Placer:
             self._bare[shape] = bare
         cache = self._scores.setdefault((bare, demand.tags, self.rules.budget(demand)), {})
         need = shape.memory_mib
-        rank = self.cluster.rank
         screen = within is not None or self._reserved
-        best: tuple[float, int] | None = None
-        chosen = -1
         for (key, mem), group in self.cluster.groups.items():
             if mem < need:
                 continue
@@ -291,7 +289,18 @@ class Placer:
                 if within is not None and not within(info):
                     continue
             score = cache[key] if key in cache else self._score(cache, key, group.first(), bare, demand)
-            if score is None or (best is not None and score < best[0]):
+            if score is not None:
+                yield score, group
+
+    def _choose(
+        self, shape: ShapeSpec, demand: Demand, within: NodeFilter | None
+    ) -> tuple[int, Option] | None:
+        """The node and option for ``shape``: the highest score, ties to the lowest-ranked node."""
+        rank = self.cluster.rank
+        best: tuple[float, int] | None = None
+        chosen = -1
+        for score, group in self._scored_groups(shape, demand, within):
+            if best is not None and score < best[0]:
                 continue
             # Highest score, then lowest rank (the simulator keeps the smallest node name).
             n = group.first()
@@ -303,6 +312,25 @@ class Placer:
         found = self._node_choice(chosen, shape, demand)
         assert found is not None
         return chosen, found[1]
+
+    def ranked(self, request: Request, limit: int) -> list[int]:
+        """Up to ``limit`` nodes per alternative where ``request`` fits now, best score first (ties by
+        rank): the candidate nodes an exact solver restricts itself to on a large cluster."""
+        demand = self.rules.demand(request)
+        rank = self.cluster.rank
+        out: dict[int, None] = {}
+        for shape in request.shapes:
+            scored = sorted(
+                self._scored_groups(shape, demand, None), key=lambda sg: (-sg[0], rank[sg[1].first()])
+            )
+            taken = 0
+            for _, group in scored:
+                for n in sorted(group.members, key=rank.__getitem__)[: limit - taken]:
+                    out.setdefault(n)
+                    taken += 1
+                if taken >= limit:
+                    break
+        return list(out)
 
     def _score(
         self, cache: dict[Hashable, float | None], key: Hashable, n: int, bare: ShapeSpec, demand: Demand
