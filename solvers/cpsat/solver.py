@@ -26,9 +26,10 @@ log = logging.getLogger(__name__)
 class _Stages:
     """Solves the stages of one CP-SAT model, re-hinting each stage with the previous solution."""
 
-    def __init__(self, model: cp_model.CpModel, problem: PlacementProblem) -> None:
+    def __init__(self, model: cp_model.CpModel, problem: PlacementProblem, *, large: bool) -> None:
         self.model = model
         self.problem = problem
+        self.large = large
 
     def minimise(
         self, expr: Expr, time_limit_s: float, measure: list[Expr]
@@ -38,6 +39,11 @@ class _Stages:
         solver.parameters.max_time_in_seconds = time_limit_s
         solver.parameters.num_workers = self.problem.num_workers
         solver.parameters.random_seed = self.problem.seed
+        if self.large:
+            # On fleet-sized models symmetry detection and probing take seconds of presolve per solve
+            # for little gain; the FGD hint and LNS do the work.
+            solver.parameters.symmetry_level = 0
+            solver.parameters.cp_model_probing_level = 0
         if self.problem.deterministic:
             # Same seed and input give the same plan: subsolvers interleave in fixed batches and stop
             # on deterministic time (the wall-clock limit stays as a safety net).
@@ -110,7 +116,7 @@ class CpSat:
         log.info("cpsat model: %s", size)
         hint_from(builder.model, v, problem, greedy)
         reports, solution, values, n_stages = run_stages(
-            problem, v, terms, _Stages(builder.model, problem), start
+            problem, v, terms, _Stages(builder.model, problem, large=candidates is not None), start
         )
         wall = time.perf_counter() - start
         if solution is None:

@@ -21,7 +21,8 @@ QUOTA_UNIT = 28000
 def one_alternative(v: Variables) -> None:
     """A replica is placed at most once, with exactly one of its alternatives on one node."""
     for r, placed in v.placed.items():
-        v.model.add(v.model.sum(c.x for c in v.by_req.get(r, [])) == placed)
+        if r not in v.fixed:
+            v.model.add(v.model.sum(c.x for c in v.by_req.get(r, [])) == placed)
 
 
 def gpu_links(problem: PlacementProblem, v: Variables) -> None:

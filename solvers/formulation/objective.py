@@ -31,11 +31,11 @@ POPULARITY_SCALE = 100
 
 
 def demand_units(shape: ShapeSpec, problem: PlacementProblem) -> int:
-    """GPU demand of a shape in tenths of a GPU (at least 1, so CPU-only work counts too)."""
+    """GPU demand of a shape in hundredths of a GPU (at least 1, so CPU-only work counts too)."""
     if shape.kind == "whole":
-        return 10 * shape.gpus
+        return 100 * shape.gpus
     if shape.kind == "fraction":
-        return max(1, -(-shape.milli // 100))
+        return max(1, -(-shape.milli // 10))
     if shape.kind == "mig":
         assert shape.mig_profile is not None
         fractions = [
@@ -43,7 +43,7 @@ def demand_units(shape: ShapeSpec, problem: PlacementProblem) -> int:
             for m in problem.catalog.models
             if shape.mig_profile in m.profile_map and (not shape.models or m.name in shape.models)
         ]
-        return max(1, round(10 * min(fractions, default=0.1)))
+        return max(1, round(100 * min(fractions, default=0.01)))
     return 1
 
 
