@@ -4,8 +4,10 @@ the whole fleet."""
 
 from __future__ import annotations
 
+from dataclasses import dataclass, field
+
 from solvers.base import SolveResult
-from solvers.greedy import Fgd
+from solvers.greedy import NodeInfo, NodeState, Placer
 from solvers.problem import PlacementProblem
 
 #: Above this many (waiting replica, node) pairs the model restricts candidates.
@@ -14,44 +16,52 @@ FULL_MODEL_PAIRS = 20_000
 NODES_PER_ALTERNATIVE = 12
 
 
-def candidate_nodes(
-    problem: PlacementProblem,
-    hint: SolveResult,
-    movable: set[int],
-    per_alternative: int = NODES_PER_ALTERNATIVE,
-) -> dict[int, list[int]] | None:
-    """Node positions per request, or None when the full model is small enough.
+def is_large(problem: PlacementProblem, movable: set[int]) -> bool:
+    """Whether the full model would have too many (replica, node) pairs."""
+    waiting = sum(q.running is None for q in problem.requests) + len(movable)
+    return waiting * len(problem.nodes) > FULL_MODEL_PAIRS
 
-    Waiting replicas and the running ones allowed to move (``movable``) are ranked; identical ones
-    share their ranking and each gets as many extra nodes as it has twins, so that a batch of equal
-    pods can spread over equally good nodes. A movable replica always keeps its current node.
-    """
-    waiting = [r for r, q in enumerate(problem.requests) if q.running is None or r in movable]
-    if len(waiting) * len(problem.nodes) <= FULL_MODEL_PAIRS:
-        return None
-    placer = Fgd().placer(problem)
-    for q in problem.requests:
-        if q.running is not None:
-            placer.keep(q)
-    twins: dict[tuple[object, ...], list[int]] = {}
-    for r in waiting:
-        q = problem.requests[r]
-        twins.setdefault((q.shapes, q.team, q.tier, q.gang_domain, q.running), []).append(r)
-    node_pos = {n.name: i for i, n in enumerate(problem.nodes)}
-    out: dict[int, list[int]] = {}
-    for group in twins.values():
-        ranked = placer.ranked(problem.requests[group[0]], per_alternative + len(group) - 1)
-        for r in group:
-            out[r] = list(ranked)
-    for r in movable:
-        run = problem.requests[r].running
-        assert run is not None
-        if node_pos[run.node] not in out[r]:
-            out[r].append(node_pos[run.node])
-    req_pos = {q.key: r for r, q in enumerate(problem.requests)}
-    for a in hint.assignments:
-        r = req_pos[(a.workload, a.replica)]
-        n = node_pos[a.node]
-        if n not in out.setdefault(r, []):
-            out[r].append(n)
-    return out
+
+@dataclass
+class Rankings:
+    """What the FGD placer saw once running work was kept: node states and per-request rankings."""
+
+    problem: PlacementProblem
+    movable: set[int]
+    per_alternative: int = NODES_PER_ALTERNATIVE
+    ranked: dict[int, list[int]] = field(default_factory=dict)
+    infos: tuple[NodeInfo, ...] = ()
+    states: tuple[NodeState, ...] = ()
+
+    def __call__(self, placer: Placer) -> None:
+        """Record the starting state and rank the nodes for every waiting or movable replica.
+
+        Identical replicas share their ranking; each gets as many extra nodes as it has twins, so
+        that a batch of equal pods can spread over equally good nodes.
+        """
+        self.infos = placer.infos
+        self.states = tuple(placer.cluster.states)
+        twins: dict[tuple[object, ...], list[int]] = {}
+        for r, q in enumerate(self.problem.requests):
+            if q.running is None or r in self.movable:
+                twins.setdefault((q.shapes, q.team, q.tier, q.gang_domain, q.running), []).append(r)
+        for group in twins.values():
+            nodes = placer.ranked(self.problem.requests[group[0]], self.per_alternative + len(group) - 1)
+            for r in group:
+                self.ranked[r] = list(nodes)
+
+    def candidates(self, hint: SolveResult) -> dict[int, list[int]]:
+        """Ranked nodes per request, plus each movable replica's current node and the hint's node."""
+        node_pos = {n.name: i for i, n in enumerate(self.problem.nodes)}
+        out = {r: list(nodes) for r, nodes in self.ranked.items()}
+        for r in self.movable:
+            run = self.problem.requests[r].running
+            assert run is not None
+            if node_pos[run.node] not in out[r]:
+                out[r].append(node_pos[run.node])
+        req_pos = {q.key: r for r, q in enumerate(self.problem.requests)}
+        for a in hint.assignments:
+            r = req_pos[(a.workload, a.replica)]
+            if r in out and node_pos[a.node] not in out[r]:
+                out[r].append(node_pos[a.node])
+        return out

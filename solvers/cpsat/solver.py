@@ -5,22 +5,32 @@ from __future__ import annotations
 
 import logging
 import time
+from dataclasses import replace
 
 from ortools.sat.python import cp_model
 
+from models.plan import PlanStatus
 from solvers.base import SolveResult
+from solvers.cpsat.bounds import queue_lower_bound
 from solvers.cpsat.builder import CpSatBuilder
-from solvers.cpsat.candidates import candidate_nodes
+from solvers.cpsat.candidates import Rankings, is_large
+from solvers.cpsat.frag_costs import linear_fragmentation
+from solvers.cpsat.lns import improve
 from solvers.formulation.builder import Expr, Var
 from solvers.formulation.constraints import add_all
-from solvers.formulation.objective import build_terms
+from solvers.formulation.objective import build_terms, queue_penalty
 from solvers.formulation.staged import StageResult, Values, fallback, result, run_stages
 from solvers.formulation.variables import Variables, build_variables
 from solvers.formulation.variables import movable as may_move
-from solvers.greedy import Fgd
+from solvers.greedy import NEVER_FITS, Fgd
 from solvers.problem import PlacementProblem
 
 log = logging.getLogger(__name__)
+
+#: Above this many waiting replicas one model is too large: plan by large-neighbourhood search.
+MONOLITHIC_REPLICAS = 1500
+#: Above this many variables, skip symmetry detection and probing in presolve (seconds for little gain).
+FAST_PRESOLVE_VARIABLES = 4000
 
 
 class _Stages:
@@ -90,9 +100,11 @@ class CpSat:
         self.movable_running = movable_running
 
     def solve(self, problem: PlacementProblem) -> SolveResult:
-        """Solve; a problem CP-SAT cannot solve in time gets the FGD plan labelled ``FALLBACK``."""
+        """Solve; a problem CP-SAT cannot solve in time gets the FGD plan labelled ``FALLBACK``.
+
+        Demand too large for one model is planned by large-neighbourhood search from the FGD plan.
+        """
         start = time.perf_counter()
-        greedy = Fgd().solve(problem)
         movable = {
             r
             for r, q in enumerate(problem.requests)
@@ -100,11 +112,17 @@ class CpSat:
             and may_move(problem.policy, q)
             and (self.movable_running is None or r in self.movable_running)
         }
-        candidates = candidate_nodes(problem, greedy, movable)
+        if sum(q.running is None for q in problem.requests) > MONOLITHIC_REPLICAS:
+            return self._lns(problem, Fgd().solve(problem), start)
+        large = is_large(problem, movable)
+        rankings = Rankings(problem, movable)
+        greedy = Fgd().solve(problem, on_kept=rankings if large else None)
+        candidates = rankings.candidates(greedy) if large else None
         builder = CpSatBuilder()
         v = build_variables(builder, problem, candidates, movable)
         add_all(problem, v)
-        terms = build_terms(problem, v)
+        frag = linear_fragmentation(problem, v, rankings.infos, rankings.states) if large else None
+        terms = build_terms(problem, v, frag)
         size = {
             "variables": len(builder.model.proto.variables),
             "constraints": len(builder.model.proto.constraints),
@@ -116,13 +134,45 @@ class CpSat:
         log.info("cpsat model: %s", size)
         hint_from(builder.model, v, problem, greedy)
         reports, solution, values, n_stages = run_stages(
-            problem, v, terms, _Stages(builder.model, problem, large=candidates is not None), start
+            problem,
+            v,
+            terms,
+            _Stages(builder.model, problem, large=size["variables"] > FAST_PRESOLVE_VARIABLES),
+            start,
         )
         wall = time.perf_counter() - start
         if solution is None:
             log.warning("CP-SAT found no solution in %.1f s; returning the FGD plan", wall)
             return fallback(self.name, greedy, reports, wall, size)
         return result(self.name, problem, v, reports, solution, values, n_stages, wall, size)
+
+    def _lns(self, problem: PlacementProblem, greedy: SolveResult, start: float) -> SolveResult:
+        """The FGD plan improved by CP-SAT on neighbourhoods until the time limit."""
+
+        def step(sub: PlacementProblem, movable: set[int]) -> SolveResult:
+            return CpSat(movable_running=movable).solve(sub)
+
+        result, report = improve(problem, greedy, start + problem.time_limit_s, step)
+        waiting = {(u.workload, u.replica) for u in result.unplaced}
+        never = {(u.workload, u.replica) for u in result.unplaced if u.code == NEVER_FITS}
+        objective = sum(queue_penalty(q, problem) for q in problem.requests if q.key in waiting)
+        bound = queue_lower_bound(problem, never)
+        return replace(
+            result,
+            status=PlanStatus.FEASIBLE,
+            solver=self.name,
+            objective=float(objective),
+            best_bound=float(bound),
+            gap=abs(objective - bound) / max(1.0, abs(objective)),
+            wall_s=time.perf_counter() - start,
+            terms={
+                "queue": float(objective),
+                "lns_steps": float(report.steps),
+                "lns_improving_steps": float(report.improved),
+                "lns_queue_gained": float(report.gained),
+            },
+            model_size={"requests": len(problem.requests), "nodes": len(problem.nodes), "lns": 1},
+        )
 
 
 def hint_from(m: cp_model.CpModel, v: Variables, problem: PlacementProblem, greedy: SolveResult) -> None:

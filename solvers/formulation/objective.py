@@ -106,8 +106,9 @@ def _fragmentation(problem: PlacementProblem, v: Variables) -> Expr:
     return m.sum(terms)
 
 
-def build_terms(problem: PlacementProblem, v: Variables) -> Terms:
-    """Create the auxiliary variables and return the four objective terms."""
+def build_terms(problem: PlacementProblem, v: Variables, fragmentation: Expr | None = None) -> Terms:
+    """Create the auxiliary variables and return the four objective terms (``fragmentation``, when
+    given, replaces the exact fragmentation term)."""
     m = v.model
     queue = m.sum(queue_penalty(problem.requests[r], problem) * (1 - p) for r, p in v.placed.items())
 
@@ -136,7 +137,7 @@ def build_terms(problem: PlacementProblem, v: Variables) -> Terms:
             topo.append(cost * cand.x)
     return Terms(
         queue=queue,
-        fragmentation=_fragmentation(problem, v),
+        fragmentation=_fragmentation(problem, v) if fragmentation is None else fragmentation,
         disruption=disruption,
         topology=m.sum(topo),
     )

@@ -363,11 +363,19 @@ class GreedySolver(ABC):
             policy=problem.policy,
         )
 
-    def solve(self, problem: PlacementProblem) -> SolveResult:
-        """Keep running replicas, then place the queue in order; gangs all together or not at all."""
+    def solve(
+        self, problem: PlacementProblem, on_kept: Callable[[Placer], None] | None = None
+    ) -> SolveResult:
+        """Keep running replicas, then place the queue in order; gangs all together or not at all.
+
+        ``on_kept`` sees the placer once running work is kept and before the queue is placed (an exact
+        solver reads its candidate rankings there).
+        """
         start = time.perf_counter()
         placer = self.placer(problem)
         kept = [placer.keep(r) for r in problem.requests if r.running is not None]
+        if on_kept is not None:
+            on_kept(placer)
         queue = [r for r in problem.queue_order() if r.running is None]
         gangs: dict[str, list[Request]] = {}
         for r in queue:

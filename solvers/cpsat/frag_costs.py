@@ -1,0 +1,55 @@
+"""FGD fragmentation as linear costs for fleet-sized models.
+
+The exact fragmentation term needs auxiliary variables per GPU and target demand; on a fleet that is
+most of the model. Here each GPU variable instead costs the growth of its node's expected
+fragmentation if that placement were made alone from the round's starting state — FGD's own gradient,
+measured with FGD's node measure (CPU, MIG slots and multi-GPU targets included) and summed over the
+placements, so interactions between placements on one node are ignored.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Sequence
+from functools import partial
+
+from solvers.formulation.builder import Expr
+from solvers.formulation.variables import Variables
+from solvers.greedy import Fragmentation, NodeInfo, NodeState, Option, target_mix
+from solvers.greedy.options import apply
+from solvers.problem import PlacementProblem, ShapeSpec
+
+
+def _growth(
+    measure: Fragmentation, info: NodeInfo, state: NodeState, shape: ShapeSpec, before: float, option: Option
+) -> int:
+    """Fragmentation growth of the node when ``option`` alone is taken for ``shape``."""
+    return round(measure(info, apply(info, state, shape, option)) - before)
+
+
+def linear_fragmentation(
+    problem: PlacementProblem, v: Variables, infos: Sequence[NodeInfo], states: Sequence[NodeState]
+) -> Expr:
+    """Sum over candidate GPU variables of their fragmentation growth (milli-GPU, rounded)."""
+    measure = Fragmentation(target_mix(problem.requests))
+    terms: list[Expr] = []
+    for cand in v.cands.values():
+        info, state = infos[cand.node], states[cand.node]
+        shape = problem.requests[cand.req].shapes[cand.alt]
+        growth = partial(_growth, measure, info, state, shape, measure(info, state))
+        if cand.whole:
+            chosen = tuple(sorted(cand.whole))[: shape.gpus]
+            per_gpu = growth(Option("whole", gpus=chosen)) // max(1, shape.gpus)
+            terms.extend(per_gpu * var for var in cand.whole.values())
+        for p, var in cand.frac.items():
+            terms.append(growth(Option("fraction", gpus=(p,), milli=shape.milli)) * var)
+        for (p, (prof, start)), var in cand.mig.items():
+            size = problem.catalog.model(problem.nodes[cand.node].gpus[p].model).profile(prof).size_at(start)
+            slots = state.mig[p]
+            if slots is not None and any(
+                s < start + size and start < s + z and (pn, s) != (prof, start) for s, pn, z, _ in slots
+            ):
+                continue
+            terms.append(growth(Option("mig", gpus=(p,), profile=prof, start=start, size=size)) * var)
+        if shape.kind == "cpu":
+            terms.append(growth(Option("cpu")) * cand.x)
+    return v.model.sum(terms)

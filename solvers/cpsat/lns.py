@@ -1,0 +1,146 @@
+"""Large-neighbourhood search for plans too large for one CP-SAT model.
+
+Starting from a complete plan (the FGD plan), each step takes a small set of nodes — fragmented ones
+plus nodes of the same kind, so that work can swap — and lets CP-SAT re-place the replicas on them
+together with waiting replicas that could use those nodes. The replicas on the neighbourhood enter the
+step as running work that may move but not be dropped, so a step never loses placed work and the old
+placement is always a feasible hint: the plan only improves.
+"""
+
+from __future__ import annotations
+
+import logging
+import random
+import time
+from collections import defaultdict
+from collections.abc import Callable
+from dataclasses import dataclass, replace
+
+from models.plan import Assignment
+from models.policy import DisruptionBudget
+from solvers.base import SolveResult
+from solvers.formulation.objective import queue_penalty
+from solvers.problem import PlacementProblem, Request, Running
+
+log = logging.getLogger(__name__)
+
+#: Nodes per neighbourhood, and waiting replicas offered to it.
+NEIGHBOURHOOD_NODES = 12
+WAITING_OFFERED = 60
+#: Seconds of CP-SAT per step.
+STEP_S = 2.0
+
+#: Solves one neighbourhood: (sub-problem, replicas allowed to move) -> result.
+StepSolver = Callable[[PlacementProblem, set[int]], SolveResult]
+
+
+@dataclass
+class LnsReport:
+    """What the search did: steps run, steps that placed more, queue units gained."""
+
+    steps: int = 0
+    improved: int = 0
+    gained: int = 0
+
+
+def _used_milli(a: Assignment) -> int:
+    return sum(1000 if g.milli is None and g.mig_profile is None else g.milli or 0 for g in a.gpus)
+
+
+class _State:
+    """The current plan, indexed by node."""
+
+    def __init__(self, problem: PlacementProblem, start: SolveResult) -> None:
+        self.problem = problem
+        self.node_pos = {n.name: i for i, n in enumerate(problem.nodes)}
+        self.placed = {(a.workload, a.replica): a for a in start.assignments}
+        self.layouts = {(lay.node, lay.gpu): lay for lay in start.mig_layouts}
+
+    def by_node(self) -> tuple[dict[int, list[tuple[str, int]]], dict[int, int]]:
+        on_node: dict[int, list[tuple[str, int]]] = defaultdict(list)
+        free = {n: 1000 * len(nd.gpus) for n, nd in enumerate(self.problem.nodes)}
+        for key, a in self.placed.items():
+            n = self.node_pos[a.node]
+            on_node[n].append(key)
+            free[n] -= _used_milli(a)
+        return on_node, free
+
+
+def _neighbourhood(
+    problem: PlacementProblem, free: dict[int, int], rng: random.Random, kinds: dict[int, object]
+) -> list[int]:
+    """A fragmented node, other fragmented nodes of its kind, then random nodes of its kind."""
+    fragmented = sorted(
+        (n for n, f in free.items() if 0 < f < 1000 * len(problem.nodes[n].gpus)), key=lambda n: -free[n]
+    )
+    if not fragmented:
+        return []
+    seed = fragmented[rng.randrange(min(len(fragmented), 3 * NEIGHBOURHOOD_NODES))]
+    near = [n for n in fragmented if kinds[n] == kinds[seed] and n != seed][: NEIGHBOURHOOD_NODES // 2]
+    peers = [n for n in kinds if kinds[n] == kinds[seed] and n != seed and n not in near]
+    rng.shuffle(peers)
+    return [seed, *near, *peers][:NEIGHBOURHOOD_NODES]
+
+
+def improve(
+    problem: PlacementProblem, start: SolveResult, deadline: float, step: StepSolver
+) -> tuple[SolveResult, LnsReport]:
+    """Improve ``start`` by CP-SAT steps on small neighbourhoods until ``deadline`` (perf_counter)."""
+    rng = random.Random(problem.seed)
+    report = LnsReport()
+    by_key = {q.key: q for q in problem.requests}
+    state = _State(problem, start)
+    kinds: dict[int, object] = {
+        n: (nd.cpu_milli, nd.pool, tuple(g.model for g in nd.gpus)) for n, nd in enumerate(problem.nodes)
+    }
+    while time.perf_counter() + 0.5 < deadline:
+        waiting = [q for q in problem.requests if q.key not in state.placed]
+        on_node, free = state.by_node()
+        hood = _neighbourhood(problem, free, rng, kinds) if waiting else []
+        if not hood:
+            break
+        moving = [key for n in hood for key in on_node[n]]
+        offered = sorted(waiting, key=lambda q: -queue_penalty(q, problem))[: 4 * WAITING_OFFERED]
+        rng.shuffle(offered)
+        requests: list[Request] = []
+        for key in moving:
+            a = state.placed[key]
+            requests.append(replace(by_key[key], running=Running(a.node, a.gpus, a.alternative)))
+        requests.extend(offered[:WAITING_OFFERED])
+        policy = problem.policy.model_copy(
+            update={"disruption": DisruptionBudget(max_moves_per_round=len(moving))}
+        )
+        sub = replace(
+            problem,
+            nodes=tuple(problem.nodes[n] for n in hood),
+            requests=tuple(requests),
+            policy=policy,
+            time_limit_s=min(STEP_S, deadline - time.perf_counter()),
+        )
+        originally_fixed = {r for r, q in enumerate(requests) if q.key in by_key and by_key[q.key].running}
+        result = step(sub, set(range(len(moving))) - originally_fixed)
+        report.steps += 1
+        if result.status.value == "FALLBACK":
+            continue
+        gained = sum(
+            queue_penalty(by_key[(a.workload, a.replica)], problem)
+            for a in result.assignments
+            if (a.workload, a.replica) not in state.placed
+        )
+        report.improved += gained > 0
+        report.gained += gained
+        for a in result.assignments:
+            state.placed[(a.workload, a.replica)] = a
+        for lay in result.mig_layouts:
+            state.layouts[(lay.node, lay.gpu)] = lay
+        log.debug("LNS step %d on %d nodes: +%d queue units", report.steps, len(hood), gained)
+    placed = state.placed
+    return (
+        replace(
+            start,
+            assignments=tuple(sorted(placed.values(), key=lambda a: (a.workload, a.replica))),
+            unplaced=tuple(u for u in start.unplaced if (u.workload, u.replica) not in placed),
+            mig_layouts=tuple(state.layouts[k] for k in sorted(state.layouts)),
+        ),
+        report,
+    )
