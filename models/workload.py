@@ -27,8 +27,8 @@ class TopologyNeed(StrEnum):
     NUMA = "numa"
 
 
-class Shape(Strict):
-    """One way to run a replica: whole GPUs, a fraction of one GPU, a MIG profile, or CPU only."""
+class ShapeFields(Strict):
+    """The fields that describe one way to run a replica (shared by a shape and a workload)."""
 
     gpus: int = Field(default=0, ge=0)
     gpu_milli: int = Field(default=0, ge=0, le=999)
@@ -44,6 +44,10 @@ class Shape(Strict):
         if isinstance(v, str):
             return tuple(m.strip() for m in v.split("|") if m.strip())
         return v
+
+
+class Shape(ShapeFields):
+    """One way to run a replica: whole GPUs, a fraction of one GPU, a MIG profile, or CPU only."""
 
     @model_validator(mode="after")
     def _one_kind(self) -> Shape:
@@ -108,21 +112,15 @@ class Placement(Strict):
         return cls(node=node, gpus=tuple(gpus))
 
 
-class Workload(Strict):
-    """A request for ``replicas`` copies of one of several alternative shapes."""
+class Workload(ShapeFields):
+    """A request for ``replicas`` copies of one of several alternative shapes (the shape fields at
+    top level, or ``alternatives``)."""
 
     id: str = Field(min_length=1)
     team: str = "default"
     tier: str = "standard"
     priority: int = 0
     replicas: int = Field(default=1, ge=1)
-    gpus: int = Field(default=0, ge=0)
-    gpu_milli: int = Field(default=0, ge=0, le=999)
-    mig_profile: str | None = None
-    gpu_models: tuple[str, ...] = ()
-    cpu_milli: int = Field(default=0, ge=0)
-    memory_mib: int = Field(default=0, ge=0)
-    topology: TopologyNeed = TopologyNeed.ANY
     alternatives: tuple[Shape, ...] = ()
     gang: str | None = None
     gang_domain: str | None = None
@@ -130,13 +128,6 @@ class Workload(Strict):
     queued_since: datetime | None = None
     duration_s: float | None = Field(default=None, ge=0)
     running_on: tuple[Placement, ...] = ()
-
-    @field_validator("gpu_models", mode="before")
-    @classmethod
-    def _split_models(cls, v: Any) -> Any:
-        if isinstance(v, str):
-            return tuple(m.strip() for m in v.split("|") if m.strip())
-        return v
 
     @field_validator("queued_since", mode="before")
     @classmethod
@@ -176,26 +167,14 @@ class Workload(Strict):
         if self.alternatives and any(top):
             raise ValueError("gives both a top-level shape and alternatives; use alternatives only")
         if len(self.running_on) > self.replicas:
-            raise ValueError(
-                f"runs {len(self.running_on)} replicas but asks for only {self.replicas}"
-            )
+            raise ValueError(f"runs {len(self.running_on)} replicas but asks for only {self.replicas}")
         return self
 
     @cached_property
     def shapes(self) -> tuple[Shape, ...]:
         """The alternative shapes, with the workload's defaults filled in (never empty)."""
         if not self.alternatives:
-            return (
-                Shape(
-                    gpus=self.gpus,
-                    gpu_milli=self.gpu_milli,
-                    mig_profile=self.mig_profile,
-                    gpu_models=self.gpu_models,
-                    cpu_milli=self.cpu_milli,
-                    memory_mib=self.memory_mib,
-                    topology=self.topology,
-                ),
-            )
+            return (Shape(**{f: getattr(self, f) for f in ShapeFields.model_fields}),)
         return tuple(
             s.model_copy(
                 update={

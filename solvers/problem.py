@@ -9,7 +9,7 @@ from collections.abc import Mapping
 from dataclasses import dataclass, field
 
 from models.hardware import HardwareCatalog
-from models.plan import GpuUse
+from models.plan import Assignment, GpuUse
 from models.policy import Policy
 from models.workload import TopologyNeed
 
@@ -93,6 +93,19 @@ class Request:
     def key(self) -> tuple[str, int]:
         """(workload id, replica)."""
         return (self.workload, self.replica)
+
+    def assignment(self, where: Running) -> Assignment:
+        """The plan entry of this replica placed at ``where``."""
+        shape = self.shapes[where.alternative]
+        return Assignment(
+            workload=self.workload,
+            replica=self.replica,
+            node=where.node,
+            gpus=where.gpus,
+            cpu_milli=shape.cpu_milli,
+            memory_mib=shape.memory_mib,
+            alternative=where.alternative,
+        )
 
 
 @dataclass(frozen=True)

@@ -192,13 +192,7 @@ def hint_from(m: cp_model.CpModel, v: Variables, problem: PlacementProblem, gree
         if not isinstance(flag, int):
             chosen.add(flag.index)
         for g in a.gpus:
-            p = pos[g.index]
-            if g.mig_profile is not None and g.mig_start is not None:
-                found = cand.mig.get((p, (g.mig_profile, g.mig_start)))
-            elif g.milli is not None:
-                found = cand.frac.get(p)
-            else:
-                found = cand.whole.get(p)
+            found = cand.var_for(pos[g.index], g)
             if found is not None:
                 chosen.add(found.index)
         used = {pos[g.index] for g in a.gpus}

@@ -130,7 +130,11 @@ def result(
     def val(var: Var | int) -> int:
         return var if isinstance(var, int) else solution(var)
 
-    assignments: list[Assignment] = [_kept(problem, r) for r in v.fixed]
+    assignments: list[Assignment] = []
+    for r in v.fixed:
+        run = problem.requests[r].running
+        assert run is not None
+        assignments.append(problem.requests[r].assignment(run))
     placed: set[int] = set(v.fixed)
     for cand in v.cands.values():
         if val(cand.x):
@@ -187,23 +191,6 @@ def fallback(
         wall_s=wall,
         terms={"fallback": 1.0, **{f"stage_{r.name}_wall_s": round(r.wall_s, 3) for r in reports}},
         model_size=size,
-    )
-
-
-def _kept(problem: PlacementProblem, r: int) -> Assignment:
-    """The unchanged assignment of a fixed running replica."""
-    req = problem.requests[r]
-    run = req.running
-    assert run is not None
-    shape = req.shapes[run.alternative]
-    return Assignment(
-        workload=req.workload,
-        replica=req.replica,
-        node=run.node,
-        gpus=run.gpus,
-        cpu_milli=shape.cpu_milli,
-        memory_mib=shape.memory_mib,
-        alternative=run.alternative,
     )
 
 

@@ -11,6 +11,7 @@ from collections.abc import Iterable
 from dataclasses import dataclass, field
 
 from models.hardware import GpuModelSpec
+from models.plan import GpuUse
 from models.policy import IsolationKind, Policy
 from models.workload import TopologyNeed
 from solvers.formulation.builder import LinearBuilder, Var
@@ -39,6 +40,14 @@ class Candidate:
     frac: dict[int, Var] = field(default_factory=dict)
     mig: dict[tuple[int, Slot], Var] = field(default_factory=dict)
     groups: list[tuple[frozenset[int], Var]] = field(default_factory=list)
+
+    def var_for(self, p: int, use: GpuUse) -> Var | None:
+        """The variable of GPU entry ``use`` on GPU position ``p`` (None if not a candidate)."""
+        if use.mig_profile is not None and use.mig_start is not None:
+            return self.mig.get((p, (use.mig_profile, use.mig_start)))
+        if use.milli is not None:
+            return self.frac.get(p)
+        return self.whole.get(p)
 
     def gpu_vars(self) -> Iterable[tuple[int, Var]]:
         """(GPU position, variable) of every GPU use this candidate may make."""
@@ -316,12 +325,7 @@ def current_vars(v: Variables, problem: PlacementProblem, r: int) -> list[Var] |
         p = pos.get(use.index)
         if p is None:
             return None
-        if use.mig_profile is not None and use.mig_start is not None:
-            var = cand.mig.get((p, (use.mig_profile, use.mig_start)))
-        elif use.milli is not None:
-            var = cand.frac.get(p)
-        else:
-            var = cand.whole.get(p)
+        var = cand.var_for(p, use)
         if var is None:
             return None
         out.append(var)

@@ -137,15 +137,7 @@ class Placer:
         self.cluster.set(n, keep(info, self.cluster.states[n], shape, running.gpus, demand.tags))
         positions = [info.position_of[g.index] for g in running.gpus]
         self.rules.charge(info, shape, positions, demand)
-        return Assignment(
-            workload=request.workload,
-            replica=request.replica,
-            node=running.node,
-            gpus=running.gpus,
-            cpu_milli=shape.cpu_milli,
-            memory_mib=shape.memory_mib,
-            alternative=running.alternative,
-        )
+        return request.assignment(running)
 
     def place(self, request: Request, within: NodeFilter | None = None) -> Assignment | None:
         """Place one replica on its first alternative that fits anywhere (on nodes ``within`` accepts,
