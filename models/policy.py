@@ -141,6 +141,7 @@ class Policy(Strict):
         raise KeyError(name)
 
     def tier_rank(self, name: str) -> int:
-        """0 for the most important tier (highest weight), growing downwards."""
-        ordered = sorted(self.tiers, key=lambda t: -t.weight)
-        return [t.name for t in ordered].index(name)
+        """0 for the most important tier (highest weight), growing downwards; equal weights share
+        a rank."""
+        weight = self.tier(name).weight
+        return len({t.weight for t in self.tiers if t.weight > weight})

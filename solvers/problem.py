@@ -122,8 +122,6 @@ class PlacementProblem:
     deterministic: bool = False
 
     def queue_order(self) -> list[Request]:
-        """Requests by tier (best first), priority (high first), wait (long first), then id."""
-        return sorted(
-            self.requests,
-            key=lambda r: (r.tier_rank, -r.priority, -r.wait_s, r.workload, r.replica),
-        )
+        """Requests by tier (best first), priority (high first), wait (long first), then in the order
+        they were given (arrival order)."""
+        return sorted(self.requests, key=lambda r: (r.tier_rank, -r.priority, -r.wait_s))
