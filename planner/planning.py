@@ -83,7 +83,7 @@ def build_plan(
 def make_plan(
     inp: PlanningInput,
     *,
-    solver: str = "greedy-fgd",
+    solver: str = "cpsat",
     catalog: HardwareCatalog | None = None,
     now: datetime | None = None,
     time_limit_s: float = 30.0,

@@ -25,8 +25,8 @@ from solvers.problem import PlacementProblem, Request, Running
 log = logging.getLogger(__name__)
 
 #: Nodes per neighbourhood, and waiting replicas offered to it.
-NEIGHBOURHOOD_NODES = 12
-WAITING_OFFERED = 60
+NEIGHBOURHOOD_NODES = 6
+WAITING_OFFERED = 30
 #: Seconds of CP-SAT per step.
 STEP_S = 2.0
 

@@ -1,0 +1,60 @@
+"""The fleet-scale paths of the CP-SAT engine: candidate restriction with linear fragmentation costs,
+and large-neighbourhood search for demand too large for one model. Plans are validated by make_plan."""
+
+from __future__ import annotations
+
+from datetime import UTC, datetime
+from typing import Any
+
+import pytest
+
+from models import PlanningInput, PlanStatus
+from planner.planning import make_plan
+from solvers.cpsat import candidates, solver
+
+NOW = datetime(2026, 11, 29, 12, tzinfo=UTC)
+
+
+def fleet(nodes: int, workloads: list[dict[str, Any]]) -> PlanningInput:
+    cluster = {
+        "nodes": [
+            {
+                "name": f"n{i:03d}",
+                "cpu_milli": 32000,
+                "memory_mib": 262144,
+                "gpus": [{"index": g, "model": "L40S-48GB"} for g in range(4)],
+            }
+            for i in range(nodes)
+        ]
+    }
+    return PlanningInput.model_validate({"cluster": cluster, "workloads": workloads})
+
+
+def test_restricted_model_places_a_batch_on_a_partly_used_fleet(monkeypatch: pytest.MonkeyPatch) -> None:
+    monkeypatch.setattr(candidates, "FULL_MODEL_PAIRS", 500)
+    running = [
+        {"id": f"r{i}", "gpu_milli": 600, "cpu_milli": 2000, "running_on": f"n{i:03d}:{i % 4}=600"}
+        for i in range(40)
+    ]
+    batch = [{"id": f"w{i}", "gpu_milli": 100 * (1 + i % 7), "cpu_milli": 1000} for i in range(60)]
+    plan = make_plan(fleet(40, running + batch), now=NOW, time_limit_s=20)
+    assert plan.solver.model_size["restricted"] == 1
+    assert plan.status in (PlanStatus.OPTIMAL, PlanStatus.FEASIBLE)
+    assert len(plan.assignments) == 100  # everything fits; running work unchanged
+    kept = {a.workload: a for a in plan.assignments if a.workload.startswith("r")}
+    assert all(kept[f"r{i}"].node == f"n{i:03d}" for i in range(40))
+
+
+def test_lns_improves_on_fgd_and_never_loses_work(monkeypatch: pytest.MonkeyPatch) -> None:
+    monkeypatch.setattr(solver, "MONOLITHIC_REPLICAS", 50)
+    work = [
+        {"id": f"w{i}", "gpu_milli": (700, 450, 350, 550, 250)[i % 5], "cpu_milli": 1000} for i in range(90)
+    ]
+    inp = fleet(10, work)
+    fgd = make_plan(inp, solver="greedy-fgd", now=NOW)
+    plan = make_plan(inp, now=NOW, time_limit_s=8)
+    assert plan.solver.model_size["lns"] == 1
+    assert plan.solver.terms["lns_steps"] >= 1
+    assert len(plan.assignments) >= len(fgd.assignments)
+    bound, objective = plan.solver.best_bound, plan.solver.objective
+    assert bound is not None and objective is not None and bound <= objective
