@@ -81,7 +81,7 @@ def capacity(problem: PlacementProblem, v: Variables) -> None:
 
 def mig(v: Variables) -> None:
     """Instances at valid starts only, no shared memory slice, compute and instance-count limits;
-    each instance serves at most one replica and exists if it serves one."""
+    each instance serves at most one replica, exists if it serves one, and a new one only if it does."""
     m = v.model
     serving: dict[tuple[GpuKey, tuple[str, int]], list[Var]] = defaultdict(list)
     for cand in v.cands.values():
@@ -93,6 +93,10 @@ def mig(v: Variables) -> None:
             users = serving.get((key, slot), [])
             if users:
                 m.add(m.sum(users) <= inst)
+            if slot not in mg.existing and not isinstance(inst, int):
+                # A new instance is created only for the replica it serves: an idle new instance
+                # would hold memory slices that later demand cannot use.
+                m.add(inst <= m.sum(users))
         if all(isinstance(i, int) for i in mg.inst.values()):
             continue
         cover: dict[int, list[Var | int]] = defaultdict(list)
