@@ -1,0 +1,60 @@
+"""Database engines for the plan history and the API's job store: a SQLite file or a PostgreSQL URL."""
+
+from __future__ import annotations
+
+import os
+from pathlib import Path
+from typing import Any
+
+from sqlalchemy import Engine, create_engine, event
+from sqlalchemy.engine import make_url
+from sqlalchemy.exc import ArgumentError
+
+from models.base import InputError
+
+DEFAULT_SQLITE = "gpuplan.db"
+TEST_POSTGRES_ENV = "GPUPLAN_TEST_POSTGRES_URL"
+
+
+def database_url(target: str | None) -> str:
+    """An SQLAlchemy URL from a URL, a file path, or ``None`` (``gpuplan.db`` in the working directory)."""
+    if target is None or target == "":
+        target = DEFAULT_SQLITE
+    if "://" in target:
+        try:
+            url = make_url(target)
+        except ArgumentError as exc:
+            raise InputError(f"database URL '{target}': {exc}") from None
+        if url.get_backend_name() not in ("sqlite", "postgresql"):
+            raise InputError(f"database URL '{target}': only sqlite and postgresql are supported")
+        if url.drivername in ("postgresql", "postgresql+psycopg2"):
+            url = url.set(drivername="postgresql+psycopg")
+        return url.render_as_string(hide_password=False)
+    return f"sqlite:///{Path(target).expanduser().resolve()}"
+
+
+def _sqlite_pragmas(dbapi_conn: Any, _record: Any) -> None:
+    """WAL journal so that a reader never blocks the writer and a killed writer leaves the file intact."""
+    cur = dbapi_conn.cursor()
+    cur.execute("PRAGMA journal_mode=WAL")
+    cur.execute("PRAGMA synchronous=NORMAL")
+    cur.execute("PRAGMA busy_timeout=10000")
+    cur.close()
+
+
+def make_engine(target: str | None) -> Engine:
+    """An engine for ``target`` (see :func:`database_url`); SQLite files get WAL and a busy timeout."""
+    url = database_url(target)
+    if url.startswith("sqlite"):
+        path = Path(url.removeprefix("sqlite:///"))
+        if not path.parent.is_dir():
+            raise InputError(f"database '{path}': directory {path.parent} does not exist")
+        engine = create_engine(url, connect_args={"check_same_thread": False})
+        event.listen(engine, "connect", _sqlite_pragmas)
+        return engine
+    return create_engine(url, pool_pre_ping=True)
+
+
+def postgres_test_url() -> str | None:
+    """The PostgreSQL URL ``.ci/run`` started for the store tests, if any."""
+    return os.environ.get(TEST_POSTGRES_ENV) or None

@@ -1,0 +1,34 @@
+"""Shared fixtures: database URLs for store tests (a SQLite file always, PostgreSQL when CI runs one)."""
+
+from __future__ import annotations
+
+import uuid
+from collections.abc import Iterator
+from pathlib import Path
+
+import pytest
+from sqlalchemy import text
+
+from planner.db import make_engine, postgres_test_url
+
+
+@pytest.fixture(params=["sqlite", "postgresql"])
+def db_url(request: pytest.FixtureRequest, tmp_path: Path) -> Iterator[str]:
+    """A fresh, empty database: a SQLite file under ``tmp_path``, or a new schema-less PostgreSQL database."""
+    if request.param == "sqlite":
+        yield str(tmp_path / "gpuplan.db")
+        return
+    base = postgres_test_url()
+    if base is None:
+        pytest.skip("no PostgreSQL server (set GPUPLAN_TEST_POSTGRES_URL; .ci/run starts one)")
+    name = f"t_{uuid.uuid4().hex[:12]}"
+    admin = make_engine(base).execution_options(isolation_level="AUTOCOMMIT")
+    with admin.connect() as conn:
+        conn.execute(text(f'CREATE DATABASE "{name}"'))
+    url = base.rsplit("/", 1)[0] + "/" + name
+    try:
+        yield url
+    finally:
+        with admin.connect() as conn:
+            conn.execute(text(f'DROP DATABASE IF EXISTS "{name}" WITH (FORCE)'))
+        admin.dispose()
