@@ -127,9 +127,10 @@ class Workload(ShapeFields):
     preemptible: bool = False
     queued_since: datetime | None = None
     duration_s: float | None = Field(default=None, ge=0)
+    started_at: datetime | None = None
     running_on: tuple[Placement, ...] = ()
 
-    @field_validator("queued_since", mode="before")
+    @field_validator("queued_since", "started_at", mode="before")
     @classmethod
     def _epoch(cls, v: Any) -> Any:
         if isinstance(v, int | float) and not isinstance(v, bool):
@@ -138,7 +139,7 @@ class Workload(ShapeFields):
             return datetime.fromtimestamp(float(v), tz=UTC)
         return v
 
-    @field_validator("queued_since", mode="after")
+    @field_validator("queued_since", "started_at", mode="after")
     @classmethod
     def _utc(cls, v: datetime | None) -> datetime | None:
         if v is not None and v.tzinfo is None:

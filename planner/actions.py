@@ -1,13 +1,41 @@
-"""The steps from the current state to a plan: MIG instance changes, starts, migrations, preemptions."""
+"""The steps from the current state to a plan, ordered and grouped into rounds under the disruption budget.
+
+Kinds: ``preempt`` (stop), ``migrate`` (stop here, start there; ``from`` equal to ``to`` is a restart
+that drains a GPU for a MIG re-partition), ``destroy-mig`` (the GPU must be drained), ``create-mig``
+and ``start``. Inside a round the phases run in that order: stops, MIG destroys, MIG creates, starts
+(including the second half of each migration). :func:`schedule_rounds` replays every round on an
+:class:`~planner.occupancy.Occupancy`, so no intermediate state over-commits a GPU, a MIG instance or a
+node, and each round stays within the moves and preemptions the policy allows.
+"""
 
 from __future__ import annotations
 
+import logging
+from collections import Counter
+from collections.abc import Mapping, Sequence
+from dataclasses import dataclass
+from datetime import datetime
+from math import inf
+
 from models.cluster import Cluster
+from models.hardware import HardwareCatalog
 from models.plan import Action, Assignment, GpuUse, MigLayout
+from models.policy import Policy
 from models.problem import PlanningInput
+from models.workload import Workload
+from planner.occupancy import Key, Occupancy, OverCommitError, holding
+
+log = logging.getLogger(__name__)
+
+PREEMPT, MIGRATE, DESTROY, CREATE, START = "preempt", "migrate", "destroy-mig", "create-mig", "start"
+#: ``detail`` of a migration that only restarts a replica in place while its GPU is re-partitioned.
+DRAIN = "drain for MIG re-partition"
+#: Phase of each kind inside a round (a migration also starts in the last phase).
+PHASE = {PREEMPT: 0, MIGRATE: 0, DESTROY: 1, CREATE: 2, START: 3}
 
 
-def _where(node: str, gpus: tuple[GpuUse, ...]) -> str:
+def where(node: str, gpus: Sequence[GpuUse]) -> str:
+    """``node:0,1`` / ``node:2=470`` / ``node:0/3g.40gb@4`` (the ``running_on`` syntax)."""
     parts = []
     for g in gpus:
         if g.mig_profile is not None:
@@ -19,6 +47,12 @@ def _where(node: str, gpus: tuple[GpuUse, ...]) -> str:
     return f"{node}:{','.join(parts)}" if parts else node
 
 
+def instance(action: Action) -> tuple[str, int]:
+    """The ``(profile, start)`` a MIG action names in its ``detail`` (``profile@start``)."""
+    prof, _, start = (action.detail or "").partition("@")
+    return prof, int(start)
+
+
 def mig_actions(cluster: Cluster, layouts: tuple[MigLayout, ...]) -> list[Action]:
     """Destroy then create MIG instances so that each GPU reaches its target layout."""
     destroy: list[Action] = []
@@ -28,33 +62,252 @@ def mig_actions(cluster: Cluster, layouts: tuple[MigLayout, ...]) -> list[Action
         current = {(i.profile, i.start) for i in (gpu.mig.instances if gpu.mig else ())}
         target = {(i.profile, i.start) for i in lay.instances}
         for prof, start in sorted(current - target, key=lambda x: x[1]):
-            destroy.append(Action(kind="destroy-mig", node=lay.node, gpu=lay.gpu, detail=f"{prof}@{start}"))
+            destroy.append(Action(kind=DESTROY, node=lay.node, gpu=lay.gpu, detail=f"{prof}@{start}"))
         for prof, start in sorted(target - current, key=lambda x: x[1]):
-            create.append(Action(kind="create-mig", node=lay.node, gpu=lay.gpu, detail=f"{prof}@{start}"))
+            create.append(Action(kind=CREATE, node=lay.node, gpu=lay.gpu, detail=f"{prof}@{start}"))
     return destroy + create
 
 
-def plan_actions(
+def ordered_actions(
     inp: PlanningInput, assignments: tuple[Assignment, ...], layouts: tuple[MigLayout, ...]
-) -> tuple[Action, ...]:
-    """Preemptions and migrations off, then MIG changes, then starts (nothing over-committed between)."""
+) -> list[Action]:
+    """Preemptions, migrations and drains, then MIG destroys and creates, then starts (all round 1)."""
     target = {(a.workload, a.replica): a for a in assignments}
+    repartitioned = {(a.node, a.gpu) for a in mig_actions(inp.cluster, layouts) if a.kind == DESTROY}
     stops: list[Action] = []
     starts: list[Action] = []
     for w in inp.workloads:
         for r, place in enumerate(w.running_on):
-            now = _where(place.node, tuple(GpuUse(**g.model_dump()) for g in place.gpus))
+            gpus = tuple(GpuUse(**g.model_dump()) for g in place.gpus)
+            now = where(place.node, gpus)
             a = target.get((w.id, r))
             if a is None:
-                stops.append(Action(kind="preempt", workload=w.id, replica=r, from_=now))
-            elif _where(a.node, a.gpus) != now:
+                stops.append(Action(kind=PREEMPT, workload=w.id, replica=r, from_=now))
+            elif where(a.node, a.gpus) != now:
                 stops.append(
-                    Action(kind="migrate", workload=w.id, replica=r, from_=now, to=_where(a.node, a.gpus))
+                    Action(kind=MIGRATE, workload=w.id, replica=r, from_=now, to=where(a.node, a.gpus))
                 )
+            elif any((place.node, g.index) in repartitioned for g in gpus):
+                stops.append(Action(kind=MIGRATE, workload=w.id, replica=r, from_=now, to=now, detail=DRAIN))
     running = {(w.id, r) for w in inp.workloads for r in range(len(w.running_on))}
     for a in assignments:
         if (a.workload, a.replica) not in running:
             starts.append(
-                Action(kind="start", workload=a.workload, replica=a.replica, to=_where(a.node, a.gpus))
+                Action(kind=START, workload=a.workload, replica=a.replica, to=where(a.node, a.gpus))
             )
-    return tuple(stops + mig_actions(inp.cluster, layouts) + starts)
+    return stops + mig_actions(inp.cluster, layouts) + starts
+
+
+@dataclass(frozen=True)
+class Schedule:
+    """Actions numbered by round, and those no round could take (with the reason)."""
+
+    actions: tuple[Action, ...]
+    deferred: tuple[tuple[Action, str], ...] = ()
+
+    @property
+    def rounds(self) -> int:
+        """Number of rounds used."""
+        return max((a.round for a in self.actions), default=0)
+
+
+def _key(a: Action) -> Key:
+    assert a.workload is not None and a.replica is not None
+    return (a.workload, a.replica)
+
+
+def _refusal(a: Action, workloads: Mapping[str, Workload], policy: Policy) -> str | None:
+    """Why the policy never allows this stop (a preemption of protected work)."""
+    if a.kind != PREEMPT:
+        return None
+    w = workloads.get(a.workload or "")
+    if w is None:
+        return None
+    tier = policy.tier(w.tier)
+    if not w.preemptible:
+        return f"workload '{w.id}' is not preemptible"
+    if not (tier.may_be_preempted or policy.disruption.preempt_latency_sensitive):
+        return f"tier '{w.tier}' of workload '{w.id}' may not be preempted"
+    return None
+
+
+def _budgeted(
+    stops: Sequence[Action],
+    workloads: Mapping[str, Workload],
+    policy: Policy,
+    runtime_s: Mapping[Key, float],
+    elapsed_s: float,
+) -> list[Action]:
+    """The stops one round may take, in order, within moves/preemptions per round and per team and the
+    minimum runtime."""
+    budget = policy.disruption
+    moves = preempts = 0
+    team: Counter[str] = Counter()
+    chosen: list[Action] = []
+    for a in stops:
+        if runtime_s.get(_key(a), float("inf")) + elapsed_s < budget.min_runtime_s:
+            continue
+        w = workloads.get(a.workload or "")
+        name = w.team if w is not None else ""
+        if a.kind == PREEMPT:
+            if preempts >= budget.max_preemptions_per_round:
+                continue
+            preempts += 1
+        else:
+            if moves >= budget.max_moves_per_round:
+                continue
+            if budget.max_moves_per_team is not None and team[name] >= budget.max_moves_per_team:
+                continue
+            moves += 1
+            team[name] += 1
+        chosen.append(a)
+    return chosen
+
+
+def apply_round(occ: Occupancy, actions: Sequence[Action], targets: Mapping[Key, Assignment]) -> None:
+    """Apply one round's actions phase by phase (raises :class:`OverCommitError` on a bad step)."""
+    for a in sorted(actions, key=lambda a: PHASE[a.kind]):
+        if a.kind in (PREEMPT, MIGRATE):
+            occ.stop(_key(a))
+        elif a.kind == DESTROY:
+            assert a.node is not None and a.gpu is not None
+            occ.destroy(a.node, a.gpu, instance(a))
+        elif a.kind == CREATE:
+            assert a.node is not None and a.gpu is not None
+            occ.create(a.node, a.gpu, instance(a))
+    for a in actions:
+        if a.kind in (MIGRATE, START):
+            occ.start(_key(a), holding(targets[_key(a)]))
+
+
+def _one_round(
+    occ: Occupancy,
+    stops: list[Action],
+    migs: list[Action],
+    starts: list[Action],
+    targets: Mapping[Key, Assignment],
+) -> tuple[Occupancy, list[Action]]:
+    """The largest round (stops given) whose steps all apply; the state after it and its actions."""
+    while True:
+        sim = occ.copy()
+        for a in stops:
+            sim.stop(_key(a))
+        taken: list[Action] = []
+        for a in migs:
+            assert a.node is not None and a.gpu is not None
+            if a.kind == DESTROY and sim.destroy_problem(a.node, a.gpu, instance(a)) is None:
+                sim.destroy(a.node, a.gpu, instance(a))
+                taken.append(a)
+            elif a.kind == CREATE and sim.create_problem(a.node, a.gpu, instance(a)) is None:
+                sim.create(a.node, a.gpu, instance(a))
+                taken.append(a)
+        blocked = None
+        for a in stops:
+            if a.kind == MIGRATE:
+                try:
+                    sim.start(_key(a), holding(targets[_key(a)]))
+                except OverCommitError:
+                    blocked = a
+                    break
+        if blocked is None:
+            break
+        stops = [s for s in stops if s is not blocked]
+    for a in starts:
+        hold = holding(targets[_key(a)])
+        if sim.problem(_key(a), hold) is None:
+            sim.start(_key(a), hold)
+            taken.append(a)
+    return sim, stops + taken
+
+
+def schedule_rounds(
+    occ: Occupancy,
+    actions: Sequence[Action],
+    targets: Mapping[Key, Assignment],
+    workloads: Mapping[str, Workload],
+    policy: Policy,
+    *,
+    runtime_s: Mapping[Key, float] | None = None,
+    interval_s: float = 0.0,
+) -> Schedule:
+    """Number ``actions`` by round so that every round fits the budget and no step over-commits.
+
+    ``occ`` is the current state (not modified); ``targets`` the plan's assignment of every replica a
+    migration or start places; ``runtime_s`` how long each running replica has run, and ``interval_s``
+    the time between rounds (for the minimum runtime before a move).
+    """
+    runtime_s = runtime_s or {}
+    deferred: list[tuple[Action, str]] = []
+    stops: list[Action] = []
+    for a in actions:
+        if a.kind in (PREEMPT, MIGRATE):
+            why = _refusal(a, workloads, policy)
+            if why is None:
+                stops.append(a)
+            else:
+                deferred.append((a, why))
+    migs = [a for a in actions if a.kind in (DESTROY, CREATE)]
+    starts = [a for a in actions if a.kind == START]
+    out: list[Action] = []
+    min_run = policy.disruption.min_runtime_s
+    state = occ.copy()
+    rnd = 1
+    while stops or migs or starts:
+        chosen = _budgeted(stops, workloads, policy, runtime_s, (rnd - 1) * interval_s)
+        state, taken = _one_round(state, chosen, migs, starts, targets)
+        if not taken:
+            young = [a for a in stops if runtime_s.get(_key(a), inf) + (rnd - 1) * interval_s < min_run]
+            if interval_s > 0 and young:
+                rnd += 1  # an empty round: the next one may move replicas that ran long enough by then
+                continue
+            break
+        done = {id(a) for a in taken}
+        out.extend(a.model_copy(update={"round": rnd}) for a in sorted(taken, key=lambda a: PHASE[a.kind]))
+        stops = [a for a in stops if id(a) not in done]
+        migs = [a for a in migs if id(a) not in done]
+        starts = [a for a in starts if id(a) not in done]
+        rnd += 1
+    for a in (*stops, *migs, *starts):
+        deferred.append((a, "no round within the disruption budget can take it"))
+    if deferred:
+        log.warning("%d action(s) deferred to a later plan: %s", len(deferred), deferred[0][1])
+    return Schedule(tuple(out), tuple(deferred))
+
+
+def runtimes(workloads: Sequence[Workload], now: datetime) -> dict[Key, float]:
+    """Seconds each running replica has run at ``now`` (replicas without ``started_at`` are left out)."""
+    out: dict[Key, float] = {}
+    for w in workloads:
+        if w.started_at is None:
+            continue
+        for r in range(len(w.running_on)):
+            out[(w.id, r)] = max(0.0, (now - w.started_at).total_seconds())
+    return out
+
+
+def plan_actions(
+    inp: PlanningInput,
+    assignments: tuple[Assignment, ...],
+    layouts: tuple[MigLayout, ...],
+    catalog: HardwareCatalog,
+    now: datetime | None = None,
+    interval_s: float = 0.0,
+) -> tuple[Action, ...]:
+    """The plan's actions, ordered and numbered by round (in one round, in order, if the current state
+    itself over-commits and cannot be replayed)."""
+    actions = ordered_actions(inp, assignments, layouts)
+    try:
+        occ = Occupancy.of(inp.cluster, inp.workloads, catalog)
+    except OverCommitError as exc:
+        log.warning("current state over-commits (%s); actions left unscheduled in one round", exc)
+        return tuple(actions)
+    sched = schedule_rounds(
+        occ,
+        actions,
+        {(a.workload, a.replica): a for a in assignments},
+        inp.workload_by_id,
+        inp.policy,
+        runtime_s=runtimes(inp.workloads, now) if now is not None else None,
+        interval_s=interval_s,
+    )
+    return sched.actions

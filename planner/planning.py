@@ -45,6 +45,11 @@ def inputs_digest(inp: PlanningInput) -> str:
     return hashlib.sha256(blob.encode()).hexdigest()
 
 
+def _planned_at(provenance: dict[str, Any]) -> datetime | None:
+    stamp = provenance.get("now")
+    return datetime.fromisoformat(stamp) if isinstance(stamp, str) else None
+
+
 def build_plan(
     inp: PlanningInput,
     problem: PlacementProblem,
@@ -67,7 +72,7 @@ def build_plan(
         assignments=result.assignments,
         unplaced=result.unplaced,
         mig_layouts=result.mig_layouts,
-        actions=plan_actions(inp, result.assignments, result.mig_layouts),
+        actions=plan_actions(inp, result.assignments, result.mig_layouts, catalog, _planned_at(provenance)),
         metrics={
             **plan_metrics(inp, result.assignments, catalog),
             **fragmentation(problem, result.assignments, result.mig_layouts),

@@ -1,0 +1,214 @@
+"""What each GPU and node holds right now, with the checks that keep a state from over-committing.
+
+Action ordering, the simulated cluster and the start-time timeline all move replicas on and off this
+one model, so the rules (whole GPUs are exclusive, fractions add up to 1000 milli, a MIG instance serves
+one replica and is destroyed only on a drained GPU, CPU and memory per node) live in one place.
+"""
+
+from __future__ import annotations
+
+import copy
+from collections.abc import Iterable
+from dataclasses import dataclass, field
+
+from models.cluster import Cluster, MigInstance, mig_layout_problems
+from models.hardware import HardwareCatalog
+from models.plan import Assignment, GpuUse
+from models.workload import Workload
+
+#: A replica: (workload id, replica index).
+Key = tuple[str, int]
+
+FULL_MILLI = 1000
+
+
+class OverCommitError(RuntimeError):
+    """A step would put more on a GPU or node than it holds (or touch a busy MIG instance)."""
+
+
+@dataclass(frozen=True)
+class Holding:
+    """Where one replica runs and what it takes there."""
+
+    node: str
+    gpus: tuple[GpuUse, ...]
+    cpu_milli: int = 0
+    memory_mib: int = 0
+    alternative: int = 0
+
+
+@dataclass
+class GpuState:
+    """Users of one GPU and its MIG layout (``None`` = MIG disabled)."""
+
+    model: str
+    mig: set[tuple[str, int]] | None
+    users: dict[Key, GpuUse] = field(default_factory=dict)
+
+
+@dataclass
+class Occupancy:
+    """A mutable cluster state: GPU users, MIG layouts and CPU/memory per node."""
+
+    catalog: HardwareCatalog
+    gpus: dict[tuple[str, int], GpuState]
+    capacity: dict[str, tuple[int, int]]
+    used: dict[str, list[int]]
+    holders: dict[Key, Holding] = field(default_factory=dict)
+
+    @classmethod
+    def empty(cls, cluster: Cluster, catalog: HardwareCatalog) -> Occupancy:
+        """The cluster with its MIG layouts and nothing running."""
+        gpus = {
+            (n.name, g.index): GpuState(
+                model=catalog.canonical(g.model),
+                mig=None if g.mig is None else {(i.profile, i.start) for i in g.mig.instances},
+            )
+            for n in cluster.nodes
+            for g in n.gpus
+        }
+        return cls(
+            catalog=catalog,
+            gpus=gpus,
+            capacity={n.name: (n.cpu_milli, n.memory_mib) for n in cluster.nodes},
+            used={n.name: [0, 0] for n in cluster.nodes},
+        )
+
+    @classmethod
+    def of(cls, cluster: Cluster, workloads: Iterable[Workload], catalog: HardwareCatalog) -> Occupancy:
+        """The cluster with every replica in ``running_on`` placed (raises if the state over-commits)."""
+        occ = cls.empty(cluster, catalog)
+        for w in workloads:
+            for r, place in enumerate(w.running_on):
+                alt = place.alternative or 0
+                shape = w.shapes[min(alt, len(w.shapes) - 1)]
+                gpus = tuple(GpuUse(**g.model_dump()) for g in place.gpus)
+                occ.start((w.id, r), Holding(place.node, gpus, shape.cpu_milli, shape.memory_mib, alt))
+        return occ
+
+    def copy(self) -> Occupancy:
+        """An independent copy."""
+        return copy.deepcopy(self)
+
+    def problem(self, key: Key, hold: Holding) -> str | None:
+        """Why ``hold`` cannot start now (``None`` if it can)."""
+        if hold.node not in self.capacity:
+            return f"node '{hold.node}' does not exist"
+        cpu, mem = self.capacity[hold.node]
+        used = self.used[hold.node]
+        if used[0] + hold.cpu_milli > cpu or used[1] + hold.memory_mib > mem:
+            return f"node '{hold.node}' lacks CPU or memory"
+        for use in hold.gpus:
+            gpu = self.gpus.get((hold.node, use.index))
+            if gpu is None:
+                return f"node '{hold.node}' has no GPU {use.index}"
+            others = [u for k, u in gpu.users.items() if k != key]
+            if use.mig_profile is not None:
+                inst = (use.mig_profile, use.mig_start or 0)
+                if gpu.mig is None or inst not in gpu.mig:
+                    return f"{hold.node}:{use.index} has no MIG instance {inst[0]}@{inst[1]}"
+                if any((u.mig_profile, u.mig_start) == inst for u in others):
+                    return f"MIG instance {inst[0]}@{inst[1]} on {hold.node}:{use.index} is busy"
+            elif gpu.mig is not None:
+                return f"{hold.node}:{use.index} is in MIG mode"
+            elif use.milli is None:
+                if others:
+                    return f"{hold.node}:{use.index} is not free"
+            elif any(u.milli is None for u in others) or (
+                sum(u.milli or 0 for u in others) + use.milli > FULL_MILLI
+            ):
+                return f"{hold.node}:{use.index} lacks {use.milli} milli-GPU"
+        return None
+
+    def start(self, key: Key, hold: Holding) -> None:
+        """Run ``key`` at ``hold``; raises :class:`OverCommitError` if it does not fit."""
+        if key in self.holders:
+            raise OverCommitError(f"{key[0]}#{key[1]} already runs on {self.holders[key].node}")
+        why = self.problem(key, hold)
+        if why is not None:
+            raise OverCommitError(f"{key[0]}#{key[1]}: {why}")
+        self.holders[key] = hold
+        self.used[hold.node][0] += hold.cpu_milli
+        self.used[hold.node][1] += hold.memory_mib
+        for use in hold.gpus:
+            self.gpus[(hold.node, use.index)].users[key] = use
+
+    def stop(self, key: Key) -> Holding | None:
+        """Stop ``key`` wherever it runs and return where that was (``None`` if it was not running)."""
+        hold = self.holders.pop(key, None)
+        if hold is None:
+            return None
+        self.used[hold.node][0] -= hold.cpu_milli
+        self.used[hold.node][1] -= hold.memory_mib
+        for use in hold.gpus:
+            self.gpus[(hold.node, use.index)].users.pop(key, None)
+        return hold
+
+    def remove_node(self, node: str) -> list[Key]:
+        """Forget a node that disappeared; return the replicas that ran there."""
+        lost = [k for k, h in self.holders.items() if h.node == node]
+        for k in lost:
+            self.stop(k)
+        self.capacity.pop(node, None)
+        self.used.pop(node, None)
+        for key in [g for g in self.gpus if g[0] == node]:
+            del self.gpus[key]
+        return lost
+
+    def destroy_problem(self, node: str, gpu: int, inst: tuple[str, int]) -> str | None:
+        """Why instance ``inst`` cannot be destroyed now: a re-partition needs the whole GPU drained."""
+        state = self.gpus.get((node, gpu))
+        if state is None or state.mig is None or inst not in state.mig:
+            return f"{node}:{gpu} has no MIG instance {inst[0]}@{inst[1]}"
+        if state.users:
+            return f"{node}:{gpu} is not drained ({len(state.users)} replica(s) still run)"
+        return None
+
+    def destroy(self, node: str, gpu: int, inst: tuple[str, int]) -> None:
+        """Destroy a MIG instance of a drained GPU."""
+        why = self.destroy_problem(node, gpu, inst)
+        if why is not None:
+            raise OverCommitError(why)
+        state = self.gpus[(node, gpu)]
+        assert state.mig is not None
+        state.mig.discard(inst)
+
+    def create_problem(self, node: str, gpu: int, inst: tuple[str, int]) -> str | None:
+        """Why instance ``inst`` cannot be created now (slices taken, invalid placement, GPU busy)."""
+        state = self.gpus.get((node, gpu))
+        if state is None:
+            return f"node '{node}' has no GPU {gpu}"
+        if state.mig is None and state.users:
+            return f"{node}:{gpu} must be drained before MIG mode is enabled"
+        layout = sorted((state.mig or set()) | {inst}, key=lambda i: i[1])
+        spec = self.catalog.model(state.model)
+        problems = mig_layout_problems(spec, tuple(MigInstance(profile=p, start=s) for p, s in layout))
+        return problems[0][1] if problems else None
+
+    def create(self, node: str, gpu: int, inst: tuple[str, int]) -> None:
+        """Create a MIG instance (enabling MIG mode on an idle GPU if needed)."""
+        why = self.create_problem(node, gpu, inst)
+        if why is not None:
+            raise OverCommitError(why)
+        state = self.gpus[(node, gpu)]
+        state.mig = (state.mig or set()) | {inst}
+
+    def assignments(self) -> dict[Key, Assignment]:
+        """What runs where, as plan assignments."""
+        return {
+            k: Assignment(
+                workload=k[0],
+                replica=k[1],
+                node=h.node,
+                gpus=h.gpus,
+                cpu_milli=h.cpu_milli,
+                memory_mib=h.memory_mib,
+                alternative=h.alternative,
+            )
+            for k, h in self.holders.items()
+        }
+
+
+def holding(a: Assignment) -> Holding:
+    """The resources a plan assignment takes."""
+    return Holding(a.node, a.gpus, a.cpu_milli, a.memory_mib, a.alternative)
