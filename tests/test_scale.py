@@ -10,7 +10,7 @@ import pytest
 
 from models import PlanningInput, PlanStatus
 from planner.planning import make_plan
-from solvers.cpsat import candidates, solver
+from solvers.cpsat import candidates, pools, solver
 
 NOW = datetime(2026, 11, 29, 12, tzinfo=UTC)
 
@@ -58,3 +58,51 @@ def test_lns_improves_on_fgd_and_never_loses_work(monkeypatch: pytest.MonkeyPatc
     assert len(plan.assignments) >= len(fgd.assignments)
     bound, objective = plan.solver.best_bound, plan.solver.objective
     assert bound is not None and objective is not None and bound <= objective
+
+
+def _pooled_input() -> PlanningInput:
+    """24 nodes of 4 GPUs, some running work, a gang, a team over quota and mixed demand."""
+    running = [
+        {"id": f"r{i}", "team": "a", "gpu_milli": 500, "cpu_milli": 1000, "running_on": f"n{i:03d}:0=500"}
+        for i in range(0, 24, 3)
+    ]
+    gang = [{"id": "g", "team": "b", "gpus": 4, "replicas": 3, "gang": "g", "cpu_milli": 1000}]
+    shapes: list[dict[str, Any]] = [{"gpu_milli": 700}, {"gpu_milli": 450}, {"gpus": 1}, {"gpu_milli": 300}]
+    work = [
+        {"id": f"w{i}", "team": ("a", "b", "c")[i % 3], "cpu_milli": 500, **shapes[i % 4]} for i in range(80)
+    ]
+    inp = fleet(24, running + gang + work)
+    quota = {"quotas": [{"team": "a", "gpus": 12}]}
+    return inp.model_copy(update={"policy": inp.policy.model_validate(quota)})
+
+
+@pytest.mark.parametrize("workers", [1, 2])
+def test_pool_split_gives_a_valid_merged_plan_within_quota(
+    monkeypatch: pytest.MonkeyPatch, workers: int
+) -> None:
+    monkeypatch.setattr(pools, "POOL_GPUS", 32)
+    inp = _pooled_input()
+    plan = make_plan(inp, now=NOW, time_limit_s=4, num_workers=workers)  # validated inside
+    assert plan.status == PlanStatus.FEASIBLE  # a split plan is never called optimal
+    assert plan.solver.terms["parts"] == 3
+    assert plan.solver.model_size["parts"] == 3
+    bound, objective = plan.solver.best_bound, plan.solver.objective
+    assert bound is not None and objective is not None and bound <= objective
+    assert len([a for a in plan.assignments if a.workload == "g"]) in (0, 3)
+    team = {w.id: w.team for w in inp.workloads}
+    team_a = sum(
+        1000 if g.milli is None else g.milli
+        for a in plan.assignments
+        for g in a.gpus
+        if team[a.workload] == "a"
+    )
+    assert 10_000 <= team_a <= 12_000  # the split quota is used, never exceeded
+    fgd = make_plan(inp, solver="greedy-fgd", now=NOW)
+    assert len(plan.assignments) >= len(fgd.assignments) - 2
+
+
+def test_pool_split_is_deterministic(monkeypatch: pytest.MonkeyPatch) -> None:
+    monkeypatch.setattr(pools, "POOL_GPUS", 32)
+    inp = _pooled_input()
+    a, b = (make_plan(inp, now=NOW, time_limit_s=3, num_workers=1, deterministic=True) for _ in range(2))
+    assert a.assignments == b.assignments

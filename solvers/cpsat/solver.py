@@ -4,6 +4,7 @@ reported honestly (status, objective, bound, gap, wall time, model size), with a
 from __future__ import annotations
 
 import logging
+import math
 import time
 from dataclasses import replace
 
@@ -16,6 +17,7 @@ from solvers.cpsat.builder import CpSatBuilder
 from solvers.cpsat.candidates import Rankings, is_large
 from solvers.cpsat.frag_costs import linear_fragmentation
 from solvers.cpsat.lns import improve
+from solvers.cpsat.pools import MIN_PART_S, Part, executor, part_count, split
 from solvers.formulation.builder import Expr, Var
 from solvers.formulation.constraints import add_all
 from solvers.formulation.objective import build_terms, queue_penalty
@@ -59,7 +61,7 @@ class _Stages:
             # on deterministic time (the wall-clock limit stays as a safety net).
             solver.parameters.interleave_search = True
             solver.parameters.max_deterministic_time = time_limit_s
-            solver.parameters.max_time_in_seconds = 3 * time_limit_s
+            solver.parameters.max_time_in_seconds = 10 * time_limit_s
         if log.isEnabledFor(logging.DEBUG):
             solver.parameters.log_search_progress = True
             solver.log_callback = log.debug
@@ -112,6 +114,9 @@ class CpSat:
             and may_move(problem.policy, q)
             and (self.movable_running is None or r in self.movable_running)
         }
+        parts = part_count(problem)
+        if parts > 1:
+            return self._pools(problem, parts, movable, start)
         if sum(q.running is None for q in problem.requests) > MONOLITHIC_REPLICAS:
             return self._lns(problem, Fgd().solve(problem), start)
         large = is_large(problem, movable)
@@ -153,26 +158,91 @@ class CpSat:
             return CpSat(movable_running=movable).solve(sub)
 
         result, report = improve(problem, greedy, start + problem.time_limit_s, step)
-        waiting = {(u.workload, u.replica) for u in result.unplaced}
-        never = {(u.workload, u.replica) for u in result.unplaced if u.code == NEVER_FITS}
-        objective = sum(queue_penalty(q, problem) for q in problem.requests if q.key in waiting)
-        bound = queue_lower_bound(problem, never)
-        return replace(
+        return _queue_result(
+            self.name,
+            problem,
             result,
-            status=PlanStatus.FEASIBLE,
-            solver=self.name,
-            objective=float(objective),
-            best_bound=float(bound),
-            gap=abs(objective - bound) / max(1.0, abs(objective)),
-            wall_s=time.perf_counter() - start,
-            terms={
-                "queue": float(objective),
+            start,
+            PlanStatus.FEASIBLE,
+            {
                 "lns_steps": float(report.steps),
                 "lns_improving_steps": float(report.improved),
                 "lns_queue_gained": float(report.gained),
             },
-            model_size={"requests": len(problem.requests), "nodes": len(problem.nodes), "lns": 1},
+            {"requests": len(problem.requests), "nodes": len(problem.nodes), "lns": 1},
         )
+
+    def _pools(self, problem: PlacementProblem, parts: int, movable: set[int], start: float) -> SolveResult:
+        """Split the fleet into parts (POP), solve them in parallel processes and merge the plans."""
+        pieces = split(problem, parts, movable)
+        processes = min(problem.num_workers, parts)
+        # Deterministic runs give every part the same share whatever the clock says.
+        budget = problem.time_limit_s
+        if not problem.deterministic:
+            budget -= time.perf_counter() - start
+        each = max(MIN_PART_S, 0.9 * budget / math.ceil(parts / processes))
+        pieces = [replace(p, problem=replace(p.problem, time_limit_s=each)) for p in pieces]
+        pool = executor(processes)
+        results = list(pool.map(solve_part, pieces)) if pool else [solve_part(p) for p in pieces]
+        statuses = [r.status for r in results]
+        size: dict[str, int] = {"parts": parts, "processes": processes}
+        for r in results:
+            for k, n in r.model_size.items():
+                size[k] = size.get(k, 0) + n
+        every_fallback = all(s == PlanStatus.FALLBACK for s in statuses)
+        merged = SolveResult(
+            status=PlanStatus.FALLBACK if every_fallback else PlanStatus.FEASIBLE,
+            solver=self.name,
+            assignments=tuple(a for r in results for a in r.assignments),
+            unplaced=tuple(u for r in results for u in r.unplaced),
+            mig_layouts=tuple(lay for r in results for lay in r.mig_layouts),
+        )
+        return _queue_result(
+            self.name,
+            problem,
+            merged,
+            start,
+            merged.status,
+            {
+                "parts": float(parts),
+                "parts_optimal": float(statuses.count(PlanStatus.OPTIMAL)),
+                "parts_fallback": float(statuses.count(PlanStatus.FALLBACK)),
+            },
+            size,
+        )
+
+
+def solve_part(part: Part) -> SolveResult:
+    """Solve one part of a split fleet (runs in a worker process)."""
+    movable = {r for r, q in enumerate(part.problem.requests) if q.key in part.movable}
+    return CpSat(movable_running=movable).solve(part.problem)
+
+
+def _queue_result(
+    name: str,
+    problem: PlacementProblem,
+    result: SolveResult,
+    start: float,
+    status: PlanStatus,
+    terms: dict[str, float],
+    size: dict[str, int],
+) -> SolveResult:
+    """A plan not solved as one model, reported by its queue term against the knapsack bound."""
+    waiting = {(u.workload, u.replica) for u in result.unplaced}
+    never = {(u.workload, u.replica) for u in result.unplaced if u.code == NEVER_FITS}
+    objective = sum(queue_penalty(q, problem) for q in problem.requests if q.key in waiting)
+    bound = queue_lower_bound(problem, never)
+    return replace(
+        result,
+        status=status,
+        solver=name,
+        objective=float(objective),
+        best_bound=float(bound),
+        gap=abs(objective - bound) / max(1.0, abs(objective)),
+        wall_s=time.perf_counter() - start,
+        terms={"queue": float(objective), **terms},
+        model_size=size,
+    )
 
 
 def hint_from(m: cp_model.CpModel, v: Variables, problem: PlacementProblem, greedy: SolveResult) -> None:

@@ -192,7 +192,7 @@ def quota_units(problem: PlacementProblem, shape: ShapeSpec, n: int, p: int) -> 
     return QUOTA_UNIT * spec.profile(shape.mig_profile).compute_slices // spec.compute_slices
 
 
-def _charged(problem: PlacementProblem, q: Quota, req: Request, n: int, p: int) -> bool:
+def quota_charged(problem: PlacementProblem, q: Quota, req: Request, n: int, p: int) -> bool:
     """Whether a GPU use of ``req`` on GPU ``p`` of node ``n`` counts against quota ``q``."""
     node = problem.nodes[n]
     return (
@@ -207,7 +207,7 @@ def quotas(problem: PlacementProblem, v: Variables) -> None:
     """Team GPU-equivalents per GPU model or pool stay within quota; with borrowing, only
     non-preemptible work counts against it (borrowed capacity goes to preemptible work)."""
     for q in problem.policy.quotas:
-        counts = partial(_charged, problem, q)
+        counts = partial(quota_charged, problem, q)
         held = 0
         for (n, p), users in v.baseline.users.items():
             for r in users:

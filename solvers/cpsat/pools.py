@@ -1,0 +1,183 @@
+"""POP-style decomposition (Narayanan et al., SOSP 2021) for fleets too large for one model.
+
+The nodes are split into parts that look alike: nodes are grouped by kind (pool and GPU models), and
+each kind is dealt at random across the parts. Running work stays with its node's part; each gang
+goes to one part whole; every other waiting replica goes to the part that can host it with the most
+GPU capacity still unclaimed, so the parts get similar load. Team quotas are split so that the parts'
+shares add up to the team's quota. The parts are solved in parallel processes and merged; the merge is
+valid because parts share no node and no quota unit.
+"""
+
+from __future__ import annotations
+
+import logging
+import math
+import multiprocessing
+import random
+from collections import Counter, defaultdict
+from collections.abc import Sequence
+from concurrent.futures import Executor, ProcessPoolExecutor
+from dataclasses import dataclass, replace
+from fractions import Fraction
+
+from models.policy import Quota
+from solvers.formulation.constraints import QUOTA_UNIT, quota_charged, quota_units
+from solvers.problem import PlacementProblem, Request, ShapeSpec
+
+log = logging.getLogger(__name__)
+
+#: Fleets with more GPUs than this are split into parts of about this many GPUs.
+POOL_GPUS = 8000
+#: Seconds a part gets at least, whatever the share of the time limit.
+MIN_PART_S = 1.0
+
+
+@dataclass(frozen=True)
+class Part:
+    """One part: its sub-problem and the running replicas (by key) it may move."""
+
+    problem: PlacementProblem
+    movable: frozenset[tuple[str, int]]
+
+
+def part_count(problem: PlacementProblem) -> int:
+    """How many parts the fleet is split into (1: solve it whole)."""
+    gpus = sum(len(n.gpus) for n in problem.nodes)
+    return max(1, math.ceil(gpus / POOL_GPUS))
+
+
+def _node_parts(problem: PlacementProblem, parts: int, rng: random.Random) -> list[int]:
+    """Part of each node: every kind of node dealt across the parts in turn, in random order."""
+    kinds: dict[tuple[object, ...], list[int]] = defaultdict(list)
+    for i, node in enumerate(problem.nodes):
+        models = tuple(sorted(Counter(g.model for g in node.gpus).items()))
+        kinds[(node.pool or "", models, node.cpu_milli)].append(i)
+    of: list[int] = [0] * len(problem.nodes)
+    offset = 0
+    for kind in sorted(kinds, key=repr):
+        members = kinds[kind]
+        rng.shuffle(members)
+        for j, n in enumerate(members):
+            of[n] = (offset + j) % parts
+        offset += len(members)
+    return of
+
+
+def _largest(problem: PlacementProblem, nodes: Sequence[int]) -> dict[str, int]:
+    """Most GPUs of each model on one node of ``nodes`` (key ``""``: of any model)."""
+    best: dict[str, int] = defaultdict(int)
+    for n in nodes:
+        count = Counter(g.model for g in problem.nodes[n].gpus)
+        for model, k in count.items():
+            best[model] = max(best[model], k)
+        best[""] = max(best[""], len(problem.nodes[n].gpus))
+    return best
+
+
+def _fits(shape: ShapeSpec, largest: dict[str, int]) -> bool:
+    """Whether some node of a part has enough GPUs of an allowed model for ``shape``."""
+    need = max(1, shape.gpus) if shape.kind != "cpu" else 0
+    if need == 0:
+        return True
+    if not shape.models:
+        return largest.get("", 0) >= need
+    return any(largest.get(m, 0) >= need for m in shape.models)
+
+
+def _demand(q: Request) -> int:
+    return min(s.gpu_milli_total for s in q.shapes) or 1
+
+
+def _split_quota(
+    problem: PlacementProblem, q: Quota, part_of: dict[tuple[str, int], int], parts: int
+) -> list[Fraction]:
+    """The quota's GPU-equivalents per part: what each part's running work holds, plus the rest of the
+    quota shared in proportion to the team's waiting demand in each part."""
+    node_pos = {n.name: i for i, n in enumerate(problem.nodes)}
+    held = [0] * parts
+    wanted = [0] * parts
+    for req in problem.requests:
+        if req.team != q.team:
+            continue
+        p = part_of[req.key]
+        if req.running is None:
+            wanted[p] += _demand(req)
+            continue
+        n = node_pos[req.running.node]
+        pos = {g.index: k for k, g in enumerate(problem.nodes[n].gpus)}
+        shape = req.shapes[req.running.alternative]
+        for g in req.running.gpus:
+            if quota_charged(problem, q, req, n, pos[g.index]):
+                held[p] += quota_units(problem, shape, n, pos[g.index])
+    total = int(Fraction(str(q.gpus)) * QUOTA_UNIT)
+    rest = max(0, total - sum(held))
+    weight = sum(wanted) or parts
+    share = [rest * (w if sum(wanted) else 1) // weight for w in wanted]
+    share[max(range(parts), key=lambda i: wanted[i])] += rest - sum(share)
+    return [Fraction(held[i] + share[i], QUOTA_UNIT) for i in range(parts)]
+
+
+def split(problem: PlacementProblem, parts: int, movable: set[int]) -> list[Part]:
+    """The parts of ``problem`` (``movable``: indices of running replicas that may move)."""
+    rng = random.Random(problem.seed)
+    node_of = _node_parts(problem, parts, rng)
+    node_pos = {n.name: i for i, n in enumerate(problem.nodes)}
+    members = [[n for n in range(len(problem.nodes)) if node_of[n] == p] for p in range(parts)]
+    largest = [_largest(problem, m) for m in members]
+    room = [sum(1000 * len(problem.nodes[n].gpus) for n in m) for m in members]
+    part_of: dict[tuple[str, int], int] = {}
+    for q in problem.requests:
+        if q.running is not None:
+            part_of[q.key] = node_of[node_pos[q.running.node]]
+            room[part_of[q.key]] -= q.shapes[q.running.alternative].gpu_milli_total
+    units: dict[str, list[Request]] = defaultdict(list)
+    for q in problem.queue_order():
+        if q.running is None:
+            units[q.gang or f"\0{q.workload}/{q.replica}"].append(q)
+    for unit in units.values():
+        ok = [
+            p for p in range(parts) if all(any(_fits(s, largest[p]) for s in q.shapes) for q in unit)
+        ] or list(range(parts))
+        best = max(ok, key=lambda p: (room[p], -p))
+        for q in unit:
+            part_of[q.key] = best
+        room[best] -= sum(_demand(q) for q in unit)
+    quotas = [(q, _split_quota(problem, q, part_of, parts)) for q in problem.policy.quotas]
+    out: list[Part] = []
+    for p in range(parts):
+        policy = problem.policy.model_copy(
+            update={"quotas": tuple(q.model_copy(update={"gpus": float(s[p])}) for q, s in quotas)}
+        )
+        reqs = tuple(q for q in problem.requests if part_of[q.key] == p)
+        out.append(
+            Part(
+                replace(
+                    problem,
+                    nodes=tuple(problem.nodes[n] for n in members[p]),
+                    requests=reqs,
+                    policy=policy,
+                    seed=problem.seed + p,
+                    num_workers=1,
+                ),
+                frozenset(problem.requests[r].key for r in movable if part_of[problem.requests[r].key] == p),
+            )
+        )
+    log.info(
+        "split %d nodes and %d replicas into %d parts of %s nodes",
+        len(problem.nodes), len(problem.requests), parts, [len(m) for m in members],
+    )  # fmt: skip
+    return out
+
+
+#: Process pools kept between solves, by size (starting Python processes costs about a second each).
+_POOLS: dict[int, ProcessPoolExecutor] = {}
+
+
+def executor(processes: int) -> Executor | None:
+    """A process pool of ``processes`` workers (``None`` where this process may not start children)."""
+    if processes < 2 or multiprocessing.current_process().daemon:
+        return None
+    if processes not in _POOLS:
+        context = multiprocessing.get_context("spawn")
+        _POOLS[processes] = ProcessPoolExecutor(max_workers=processes, mp_context=context)
+    return _POOLS[processes]
