@@ -1,0 +1,173 @@
+"""The executor: plan from what the back-end reports, apply one round within the budget, read back, repeat.
+
+Nothing is lost or placed twice: the demand (not the back-end) says which replicas should exist; each
+round starts from the observed state, so a replica whose start failed or whose node vanished is simply
+waiting again in the next plan, and the back-end refuses to run a replica that already runs.
+"""
+
+from __future__ import annotations
+
+import logging
+import time
+from collections.abc import Callable, Sequence
+from dataclasses import dataclass, field
+from datetime import datetime
+
+from models.catalog import default_catalog
+from models.hardware import HardwareCatalog
+from models.plan import Action, Assignment, Plan
+from models.policy import Policy
+from models.problem import PlanningInput
+from models.workload import Workload
+from planner.actions import MIGRATE, PREEMPT, ordered_actions, schedule_rounds, where
+from planner.executor.backend import Backend, Observation, Outcome
+from planner.occupancy import Key, Occupancy
+
+log = logging.getLogger(__name__)
+
+#: Turns the observed planning input into a plan (e.g. ``make_plan`` with a solver and a time limit).
+Planner = Callable[[PlanningInput, datetime], Plan]
+
+
+@dataclass(frozen=True)
+class StateInput:
+    """The planning input built from an observation, and how its replica numbers map to the back-end's."""
+
+    inp: PlanningInput
+    to_backend: dict[Key, Key]
+    strays: tuple[Key, ...] = ()
+
+
+def state_input(obs: Observation, demand: Sequence[Workload], policy: Policy) -> StateInput:
+    """The demand with ``running_on`` (and ``started_at``) from what the back-end runs.
+
+    Replicas are interchangeable, so a workload's running replicas take the first replica numbers;
+    running replicas the demand no longer asks for are returned as ``strays`` (to be stopped).
+    """
+    by_workload: dict[str, list[Key]] = {}
+    for key in sorted(obs.running):
+        by_workload.setdefault(key[0], []).append(key)
+    nodes = obs.cluster.node_by_name
+    workloads: list[Workload] = []
+    mapping: dict[Key, Key] = {}
+    strays: list[Key] = []
+    for w in demand:
+        running = [k for k in by_workload.pop(w.id, []) if obs.running[k].node in nodes]
+        strays.extend(running[w.replicas :])
+        running = running[: w.replicas]
+        free = iter(sorted(set(range(w.replicas + len(running))) - {k[1] for k in running}))
+        for r in range(w.replicas):
+            mapping[(w.id, r)] = running[r] if r < len(running) else (w.id, next(free))
+        places = ";".join(where(obs.running[k].node, obs.running[k].gpus) for k in running)
+        starts = [obs.started[k] for k in running if k in obs.started]
+        workloads.append(
+            Workload.model_validate(
+                {
+                    **w.model_dump(exclude={"running_on", "started_at"}),
+                    "running_on": places,
+                    "started_at": max(starts) if starts else None,
+                }
+            )
+        )
+    for keys in by_workload.values():
+        strays.extend(keys)
+    inp = PlanningInput(cluster=obs.cluster, workloads=tuple(workloads), policy=policy)
+    return StateInput(inp, mapping, tuple(strays))
+
+
+@dataclass(frozen=True)
+class RoundReport:
+    """One executed round: the plan, what was applied and what failed, and the disruption it caused."""
+
+    number: int
+    now: datetime
+    plan: Plan
+    outcomes: tuple[Outcome, ...]
+    plan_wall_s: float
+    deferred: int = 0
+    lost: tuple[Key, ...] = field(default=())
+
+    @property
+    def failed(self) -> list[Outcome]:
+        """Actions that did not succeed."""
+        return [o for o in self.outcomes if not o.ok]
+
+    def count(self, kind: str) -> int:
+        """Applied actions of ``kind``."""
+        return sum(1 for o in self.outcomes if o.ok and o.action.kind == kind)
+
+    @property
+    def moves(self) -> int:
+        """Migrations applied (drains included)."""
+        return self.count(MIGRATE)
+
+    @property
+    def preemptions(self) -> int:
+        """Preemptions applied."""
+        return self.count(PREEMPT)
+
+
+class Executor:
+    """Drives a back-end one round at a time under ``policy``'s disruption budget."""
+
+    def __init__(
+        self, backend: Backend, planner: Planner, policy: Policy, catalog: HardwareCatalog | None = None
+    ) -> None:
+        self.backend = backend
+        self.planner = planner
+        self.policy = policy
+        self.catalog = catalog or default_catalog()
+        self.rounds = 0
+
+    def round(self, demand: Sequence[Workload]) -> RoundReport:
+        """Observe, plan, apply the first round of the plan's actions; return what happened."""
+        obs = self.backend.observe()
+        state = state_input(obs, demand, self.policy)
+        t0 = time.perf_counter()
+        plan = self.planner(state.inp, obs.now)
+        wall = time.perf_counter() - t0
+        occ = Occupancy.of(state.inp.cluster, state.inp.workloads, self.catalog)
+        targets = {(a.workload, a.replica): a for a in plan.assignments}
+        runtime = {
+            (w.id, r): (obs.now - w.started_at).total_seconds()
+            for w in state.inp.workloads
+            if w.started_at is not None
+            for r in range(len(w.running_on))
+        }
+        sched = schedule_rounds(
+            occ,
+            ordered_actions(state.inp, plan.assignments, plan.mig_layouts),
+            targets,
+            state.inp.workload_by_id,
+            self.policy,
+            runtime_s=runtime,
+        )
+        first = [_to_backend(a, state.to_backend) for a in sched.actions if a.round == 1]
+        first = [
+            Action(kind=PREEMPT, workload=k[0], replica=k[1], detail="not in the demand")
+            for k in state.strays
+        ] + first
+        backend_targets: dict[Key, Assignment] = {
+            state.to_backend[k]: a.model_copy(update={"replica": state.to_backend[k][1]})
+            for k, a in targets.items()
+        }
+        outcomes = self.backend.apply(first, backend_targets)
+        self.rounds += 1
+        for o in outcomes:
+            if not o.ok:
+                log.info(
+                    "round %d: %s %s#%s failed: %s",
+                    self.rounds,
+                    o.action.kind,
+                    o.action.workload,
+                    o.action.replica,
+                    o.reason,
+                )
+        return RoundReport(self.rounds, obs.now, plan, tuple(outcomes), wall, len(sched.deferred))
+
+
+def _to_backend(a: Action, mapping: dict[Key, Key]) -> Action:
+    """The action with the back-end's replica number."""
+    if a.workload is None or a.replica is None:
+        return a
+    return a.model_copy(update={"replica": mapping[(a.workload, a.replica)][1]})

@@ -1,0 +1,122 @@
+"""The executor on the simulated cluster: failures and node loss repaired, the budget held, MIG timing."""
+
+from __future__ import annotations
+
+from datetime import UTC, datetime
+from typing import Any
+
+from models import Cluster, DisruptionBudget, Plan, PlanningInput, Policy, Workload, default_catalog
+from models.plan import Assignment
+from planner.actions import CREATE, MIGRATE, START
+from planner.executor import Executor, Failure, SimCluster, state_input
+from planner.planning import make_plan
+from planner.validate import validate_plan
+
+NOW = datetime(2026, 11, 29, 12, tzinfo=UTC)
+
+
+def _cluster(nodes: int = 2, mig_gpus: int = 1, gpus: int = 4) -> Cluster:
+    """``nodes`` H100 nodes; the first ``mig_gpus`` GPUs of each are in MIG mode with no instances."""
+    return Cluster.model_validate(
+        {
+            "nodes": [
+                {
+                    "name": f"n{k}",
+                    "cpu_milli": 64000,
+                    "memory_mib": 262144,
+                    "gpus": [
+                        {
+                            "index": i,
+                            "model": "H100-80GB",
+                            **({"mig": {"instances": []}} if i < mig_gpus else {}),
+                        }
+                        for i in range(gpus)
+                    ],
+                }
+                for k in range(nodes)
+            ]
+        }
+    )
+
+
+def _work(wid: str, **shape: Any) -> Workload:
+    return Workload.model_validate({"id": wid, "cpu_milli": 1000, "preemptible": True, **shape})
+
+
+def _greedy(inp: PlanningInput, now: datetime) -> Plan:
+    return make_plan(inp, solver="greedy-fgd", now=now)
+
+
+def _running(sim: SimCluster) -> set[tuple[str, int]]:
+    return set(sim.occ.holders)
+
+
+def test_an_injected_failure_and_a_lost_node_are_repaired_next_round() -> None:
+    cluster = _cluster()
+    demand = [_work(f"w{i}", gpus=1) for i in range(5)] + [
+        _work(f"m{i}", mig_profile="1g.10gb") for i in range(2)
+    ]
+    keys = {(w.id, 0) for w in demand}
+    sim = SimCluster(cluster, default_catalog(), NOW)
+    ex = Executor(sim, _greedy, Policy())
+    sim.inject(Failure(START, "w1"))
+    first = ex.round(demand)
+    assert [(o.action.workload, o.reason) for o in first.failed] == [("w1", "injected failure")]
+    assert _running(sim) == keys - {("w1", 0)}
+    second = ex.round(demand)
+    assert not second.failed and _running(sim) == keys
+    # A node disappears: what ran there is waiting again, nothing twice, and the next round re-places it.
+    lost = set(sim.lose_node("n1"))
+    assert lost and _running(sim) == keys - lost
+    third = ex.round(demand)
+    waiting = {(u.workload, u.replica) for u in third.plan.unplaced}
+    assert _running(sim) | waiting == keys and not _running(sim) & waiting
+    assert {k for k in lost if k not in waiting} <= _running(sim)
+    assert all(h.node == "n0" for h in sim.occ.holders.values())
+
+
+def test_a_new_mig_instance_is_used_once_the_repartition_time_has_passed() -> None:
+    sim = SimCluster(_cluster(nodes=1, gpus=1), default_catalog(), NOW, repartition_s=60)
+    ex = Executor(sim, _greedy, Policy())
+    demand = [_work("m", mig_profile="3g.40gb")]
+    first = ex.round(demand)
+    assert [o.action.kind for o in first.outcomes if o.ok] == [CREATE]
+    assert [o.reason for o in first.failed] == ["MIG instance on n0:0 is still being created"]
+    assert ex.round(demand).failed  # still being created 0 s later
+    sim.advance(60)
+    third = ex.round(demand)
+    assert not third.failed and _running(sim) == {("m", 0)}
+    assert sim.occ.holders[("m", 0)].gpus[0].mig_profile == "3g.40gb"
+
+
+def test_the_budget_holds_in_every_round_on_the_way_to_a_target() -> None:
+    """Four half-GPU jobs spread over two nodes block a two-GPU job; the target consolidates them, and
+    the executor gets there one migration per round."""
+    cluster = _cluster(nodes=2, mig_gpus=0, gpus=2)
+    spread = [_work(f"f{i}", gpu_milli=500) for i in range(4)]
+    big = _work("big", gpus=2)
+    sim = SimCluster(cluster, default_catalog(), NOW)
+    for i, w in enumerate(spread):
+        sim.place(
+            Assignment.model_validate(
+                {
+                    "workload": w.id,
+                    "replica": 0,
+                    "node": f"n{i // 2}",
+                    "gpus": [{"index": i % 2, "milli": 500}],
+                    "cpu_milli": 1000,
+                }
+            )
+        )
+    demand = [*spread, big]
+    generous = Policy(disruption=DisruptionBudget(max_moves_per_round=4))
+    inp = state_input(sim.observe(), demand, generous).inp
+    target = make_plan(inp, solver="cpsat", now=NOW, time_limit_s=5)
+    assert not validate_plan(target, inp)
+    assert {(a.workload, a.replica) for a in target.assignments} == {(w.id, 0) for w in demand}
+    strict = Policy(disruption=DisruptionBudget(max_moves_per_round=1))
+    ex = Executor(sim, lambda _inp, _now: target, strict)
+    reports = [ex.round(demand) for _ in range(4)]
+    assert all(r.moves <= 1 and not r.failed for r in reports)
+    assert sum(r.moves for r in reports) == sum(a.kind == MIGRATE for a in target.actions) >= 2
+    assert sim.occ.assignments() == {(a.workload, a.replica): a for a in target.assignments}
