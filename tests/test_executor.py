@@ -2,13 +2,17 @@
 
 from __future__ import annotations
 
+from collections import Counter
 from datetime import UTC, datetime
 from typing import Any
+
+import pytest
+import yaml
 
 from models import Cluster, DisruptionBudget, Plan, PlanningInput, Policy, Workload, default_catalog
 from models.plan import Assignment
 from planner.actions import CREATE, MIGRATE, START
-from planner.executor import Executor, Failure, SimCluster, state_input
+from planner.executor import Executor, Failure, SimCluster, kubernetes, migparted, state_input
 from planner.planning import make_plan
 from planner.validate import validate_plan
 
@@ -120,3 +124,100 @@ def test_the_budget_holds_in_every_round_on_the_way_to_a_target() -> None:
     assert all(r.moves <= 1 and not r.failed for r in reports)
     assert sum(r.moves for r in reports) == sum(a.kind == MIGRATE for a in target.actions) >= 2
     assert sim.occ.assignments() == {(a.workload, a.replica): a for a in target.assignments}
+
+
+def _mixed_plan() -> tuple[PlanningInput, Plan]:
+    cluster = _cluster(nodes=2, mig_gpus=2, gpus=4)
+    demand = [
+        _work("train", gpus=2, memory_mib=65536),
+        _work("nb", gpu_milli=400),
+        _work("svc", mig_profile="1g.10gb", replicas=3),
+        _work("q", mig_profile="3g.40gb"),
+    ]
+    inp = PlanningInput(cluster=cluster, workloads=tuple(demand))
+    plan = make_plan(inp, solver="greedy-fgd", now=NOW)
+    assert not validate_plan(plan, inp) and not plan.unplaced
+    return inp, plan
+
+
+def test_kubernetes_export_parses_and_carries_the_planned_resources() -> None:
+    inp, plan = _mixed_plan()
+    docs = list(
+        yaml.safe_load_all(kubernetes.render(plan, inp, namespace="ml", image="registry.example/run:1"))
+    )
+    pods = {d["metadata"]["name"]: d for d in docs if d["kind"] == "Pod"}
+    assert len(pods) == len(plan.assignments)
+    for a in plan.assignments:
+        p = pods[f"{a.workload}-{a.replica}"]
+        assert p["spec"]["nodeSelector"] == {"kubernetes.io/hostname": a.node}
+        assert p["metadata"]["namespace"] == "ml"
+        limits = p["spec"]["containers"][0]["resources"]["limits"]
+        gpu_keys = {k: v for k, v in limits.items() if k.startswith("nvidia.com/")}
+        expected = {
+            "train": {"nvidia.com/gpu": "2"},
+            "nb": {"nvidia.com/gpu.shared": "1"},
+            "svc": {"nvidia.com/mig-1g.10gb": "1"},
+            "q": {"nvidia.com/mig-3g.40gb": "1"},
+        }[a.workload]
+        assert gpu_keys == expected
+        assert limits["cpu"] == "1000m"
+    labels = {d["metadata"]["name"]: d["metadata"]["labels"] for d in docs if d["kind"] == "Node"}
+    config = yaml.safe_load(migparted.render(inp.cluster, plan.mig_layouts))
+    assert set(labels) == {"n0", "n1"}
+    assert {v["nvidia.com/mig.config"] for v in labels.values()} == set(config["mig-configs"])
+    assert all(not kubernetes.check_object(d) for d in docs)
+    with pytest.raises(ValueError, match="image"):
+        kubernetes.render(plan, inp)
+
+
+def test_mig_parted_export_matches_the_target_layouts_and_its_spec() -> None:
+    inp, plan = _mixed_plan()
+    doc = yaml.safe_load(migparted.render(inp.cluster, plan.mig_layouts))
+    assert doc["version"] == "v1" and not migparted.check_config(doc)
+    for node in ("n0", "n1"):
+        entries = doc["mig-configs"][migparted.config_name(node)]
+        got: dict[int, dict[str, int]] = {}
+        for e in entries:
+            assert set(e) <= {"devices", "mig-enabled", "mig-devices"}
+            for d in e["devices"]:
+                got[d] = e.get("mig-devices", {}) if e["mig-enabled"] else {}
+                assert e["mig-enabled"] == (d < 2)
+        want = {
+            lay.gpu: dict(Counter(i.profile for i in lay.instances))
+            for lay in plan.mig_layouts
+            if lay.node == node
+        }
+        assert {d: c for d, c in got.items() if d < 2} == want
+    placed = sum(len(lay.instances) for lay in plan.mig_layouts)
+    assert placed == 4  # three 1g.10gb and one 3g.40gb, each created for the replica it serves
+
+
+def test_mig_parted_checker_rejects_what_mig_parted_rejects() -> None:
+    good = {
+        "version": "v1",
+        "mig-configs": {"c": [{"devices": "all", "mig-enabled": True, "mig-devices": {}}]},
+    }
+    assert not migparted.check_config(good)
+    bad = [
+        {"mig-configs": good["mig-configs"]},
+        {"version": "v1", "mig-configs": {"c": []}},
+        {
+            "version": "v1",
+            "mig-configs": {"c": [{"devices": "some", "mig-enabled": True, "mig-devices": {}}]},
+        },
+        {"version": "v1", "mig-configs": {"c": [{"devices": [0], "mig-enabled": True}]}},
+        {
+            "version": "v1",
+            "mig-configs": {"c": [{"devices": [0], "mig-enabled": False, "mig-devices": {"1g.10gb": 1}}]},
+        },
+        {
+            "version": "v1",
+            "mig-configs": {"c": [{"devices": [0], "mig-enabled": True, "mig-devices": {"big": 1}}]},
+        },
+        {
+            "version": "v1",
+            "mig-configs": {"c": [{"devices": [0], "mig-enabled": True, "mig-devices": {}, "x": 1}]},
+        },
+    ]
+    for doc in bad:
+        assert migparted.check_config(doc), doc

@@ -1,0 +1,129 @@
+"""Export a plan's MIG layouts as an NVIDIA MIG manager (``nvidia-mig-parted``) configuration file.
+
+The file follows mig-parted's ``v1`` spec (``api/spec/v1/spec.go`` in ``NVIDIA/mig-parted``)::
+
+    version: v1
+    mig-configs:
+      gpuplan-dgx-01:        # one config per node; the node label nvidia.com/mig.config selects it
+        - devices: [0, 1]
+          mig-enabled: true
+          mig-devices: {"3g.40gb": 1, "4g.40gb": 1}
+        - devices: [2, 3]
+          mig-enabled: false
+
+mig-parted takes instance counts per profile and chooses the memory-slice positions itself; gpuplan's
+layouts are valid placements for the same counts, so the counts are what carries over.
+:func:`check_config` applies the spec's own parsing rules to what we write.
+"""
+
+from __future__ import annotations
+
+import re
+from collections import Counter
+from collections.abc import Mapping
+from typing import Any
+
+import yaml
+
+from models.cluster import Cluster
+from models.plan import MigLayout
+
+VERSION = "v1"
+#: Name prefix of the per-node configs (the value of the node label ``nvidia.com/mig.config``).
+PREFIX = "gpuplan-"
+_PROFILE = re.compile(r"^(\d+c\.)?\d+g\.\d+gb(\+[a-z]+)?$")
+_ENTRY_FIELDS = {"device-filter", "devices", "mig-enabled", "mig-devices"}
+
+
+def config_name(node: str) -> str:
+    """The mig-parted config of ``node``, usable as a Kubernetes label value (at most 63 characters)."""
+    return re.sub(r"[^A-Za-z0-9_.-]+", "-", f"{PREFIX}{node}")[:63].rstrip("-_.")
+
+
+def node_configs(cluster: Cluster, layouts: tuple[MigLayout, ...]) -> dict[str, list[dict[str, Any]]]:
+    """The mig-parted entries of each node (by node name) with a MIG GPU in the plan or now; GPUs with
+    equal settings share an entry."""
+    target = {(lay.node, lay.gpu): lay.instances for lay in layouts}
+    configs: dict[str, list[dict[str, Any]]] = {}
+    for node in cluster.nodes:
+        groups: dict[tuple[bool, tuple[tuple[str, int], ...]], list[int]] = {}
+        any_mig = False
+        for g in sorted(node.gpus, key=lambda g: g.index):
+            instances = target.get((node.name, g.index))
+            if instances is None and g.mig is not None:
+                instances = g.mig.instances
+            enabled = instances is not None
+            any_mig = any_mig or enabled
+            counts = tuple(sorted(Counter(i.profile for i in instances or ()).items()))
+            groups.setdefault((enabled, counts), []).append(g.index)
+        if not any_mig:
+            continue
+        entries: list[dict[str, Any]] = []
+        for (enabled, counts), devices in groups.items():
+            entry: dict[str, Any] = {"devices": devices, "mig-enabled": enabled}
+            if enabled:
+                entry["mig-devices"] = dict(counts)
+            entries.append(entry)
+        configs[node.name] = entries
+    return configs
+
+
+def render(cluster: Cluster, layouts: tuple[MigLayout, ...]) -> str:
+    """The mig-parted config file for the target layouts (checked with :func:`check_config`)."""
+    configs = node_configs(cluster, layouts)
+    doc = {"version": VERSION, "mig-configs": {config_name(n): e for n, e in configs.items()}}
+    problems = check_config(doc)
+    if problems:
+        raise ValueError("; ".join(problems))
+    return yaml.safe_dump(doc, sort_keys=False)
+
+
+def check_config(doc: Any) -> list[str]:
+    """Every way ``doc`` breaks mig-parted's v1 spec (empty if it parses there)."""
+    if not isinstance(doc, Mapping):
+        return ["the document is not a mapping"]
+    problems = [f"unexpected field: {k}" for k in doc if k not in ("version", "mig-configs")]
+    if doc.get("version") != VERSION:
+        problems.append(f"unknown version: {doc.get('version')}")
+    configs = doc.get("mig-configs")
+    if configs is None:
+        return problems
+    if not isinstance(configs, Mapping) or not configs:
+        return [*problems, "at least one entry in 'mig-configs' is required"]
+    for name, entries in configs.items():
+        if not isinstance(entries, list) or not entries:
+            problems.append(f"at least one entry in '{name}' is required")
+            continue
+        for i, entry in enumerate(entries):
+            problems.extend(f"{name}[{i}]: {p}" for p in _check_entry(entry))
+    return problems
+
+
+def _check_entry(entry: Any) -> list[str]:
+    """The rules of ``MigConfigSpec.UnmarshalJSON`` and ``MigConfig.AssertValidFormat``."""
+    if not isinstance(entry, Mapping):
+        return ["not a mapping"]
+    problems = [f"unexpected field: {k}" for k in entry if k not in _ENTRY_FIELDS]
+    problems.extend(f"missing required field: {k}" for k in ("devices", "mig-enabled") if k not in entry)
+    devices = entry.get("devices")
+    ints = isinstance(devices, list) and all(isinstance(d, int) and not isinstance(d, bool) for d in devices)
+    if devices is not None and devices != "all" and not ints:
+        problems.append(f"invalid input for 'devices': {devices!r}")
+    enabled = entry.get("mig-enabled")
+    if enabled is not None and not isinstance(enabled, bool):
+        problems.append("'mig-enabled' is not a boolean")
+    migs = entry.get("mig-devices")
+    if enabled is True and migs is None:
+        problems.append("missing required field 'mig-devices' when 'mig-enabled' is true")
+    if enabled is False and migs:
+        problems.append("MIG devices included when 'mig-enabled' is false")
+    if migs is not None:
+        if not isinstance(migs, Mapping):
+            problems.append("'mig-devices' is not a mapping")
+        else:
+            for prof, n in migs.items():
+                if not isinstance(prof, str) or not _PROFILE.match(prof):
+                    problems.append(f"invalid MIG profile name '{prof}'")
+                if not isinstance(n, int) or isinstance(n, bool) or n < 0:
+                    problems.append(f"invalid count {n!r} for '{prof}'")
+    return problems
