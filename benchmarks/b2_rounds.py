@@ -16,8 +16,8 @@ import argparse
 import logging
 import statistics
 import time
-from collections.abc import Sequence
-from dataclasses import dataclass, replace
+from collections.abc import Callable, Sequence
+from dataclasses import dataclass, field, replace
 from pathlib import Path
 
 import pandas as pd
@@ -29,7 +29,7 @@ from solvers.cpsat import CpSat
 from solvers.cpsat.movers import fragmented_running
 from solvers.greedy import Placer
 from solvers.greedy.first_fit import FirstFitScorer
-from solvers.problem import PlacementProblem, Request, Running
+from solvers.problem import NodeSpec, PlacementProblem, Request, Running
 
 log = logging.getLogger("benchmarks.b2")
 
@@ -72,21 +72,31 @@ def rounds(order: Sequence[Request], capacity: int, step: float = 0.01) -> list[
     return [r for r in out if r]
 
 
-def run_rounds(trace: str, seed: int, time_limit: float, moves: float) -> RoundsRun:
-    """gpuplan's rounds on one seed's arrivals, plus FGD and best-fit on the same arrivals."""
-    nodes, pods = _trace(trace)
+@dataclass
+class RoundsTrace:
+    """What one rounds run recorded: (arrived %, allocated %) after each round, wall time, moves, statuses."""
+
+    curve: list[tuple[float, float]] = field(default_factory=list)
+    walls: list[float] = field(default_factory=list)
+    moved: list[int] = field(default_factory=list)
+    statuses: dict[str, int] = field(default_factory=dict)
+
+
+def plan_rounds(
+    nodes: tuple[NodeSpec, ...],
+    order: Sequence[Request],
+    seed: int,
+    time_limit: float,
+    moves: float,
+    on_round: Callable[[], None] | None = None,
+) -> RoundsTrace:
+    """gpuplan's CP-SAT rounds over one arrival sequence (``on_round`` runs after each round)."""
     catalog = default_catalog()
     capacity = sum(1000 * len(n.gpus) for n in nodes)
-    order, _ = arrivals(pods, capacity, len(nodes), seed)
-    order = [replace(p, workload=f"{p.workload}~{i}") for i, p in enumerate(order)]
-    tracker = Placer(nodes, catalog, FirstFitScorer())
     running: dict[tuple[str, int], Request] = {}
     waiting: list[Request] = []
     arrived = 0
-    curve: list[tuple[float, float]] = []
-    walls: list[float] = []
-    moved: list[int] = []
-    statuses: dict[str, int] = {}
+    out = RoundsTrace()
     for batch in rounds(order, capacity):
         arrived += sum(total_milli(p) for p in batch)
         queue = waiting + batch
@@ -103,40 +113,52 @@ def run_rounds(trace: str, seed: int, time_limit: float, moves: float) -> Rounds
         movable = fragmented_running(problem, budget * 4) if budget else set()
         t0 = time.perf_counter()
         result = CpSat(movable_running=movable).solve(problem)
-        walls.append(time.perf_counter() - t0)
-        statuses[result.status.value] = statuses.get(result.status.value, 0) + 1
+        out.walls.append(time.perf_counter() - t0)
+        out.statuses[result.status.value] = out.statuses.get(result.status.value, 0) + 1
         by_key = {r.key: r for r in requests}
-        moved.append(0)
+        out.moved.append(0)
         new_running: dict[tuple[str, int], Request] = {}
         for a in result.assignments:
             req = by_key[(a.workload, a.replica)]
             where = Running(node=a.node, gpus=a.gpus, alternative=a.alternative)
             if req.running is not None and req.running != where:
-                moved[-1] += 1
+                out.moved[-1] += 1
             new_running[req.key] = replace(req, running=where)
         running = new_running
         tracker = Placer(nodes, catalog, FirstFitScorer())
         for req in running.values():
             tracker.keep(req)
         waiting = [q for q in queue if q.key not in running and tracker.ranked(q, 1)]
-        curve.append((100 * arrived / capacity, 100 * tracker.used_gpu_milli / capacity))
+        out.curve.append((100 * arrived / capacity, 100 * tracker.used_gpu_milli / capacity))
         log.info(
-            "%s seed %d round %d: arrived %.1f%% allocated %.2f%% waiting %d (%.1f s, %s)",
-            trace, seed, len(walls), curve[-1][0], curve[-1][1], len(waiting), walls[-1], result.status.value,
+            "round %d: arrived %.1f%% allocated %.2f%% waiting %d (%.1f s, %s, %d moves)",
+            len(out.walls), *out.curve[-1], len(waiting), out.walls[-1], result.status.value, out.moved[-1],
         )  # fmt: skip
-    alloc = {k: _at(curve, k) for k in REPORT_AT}
+        if on_round is not None:
+            on_round()
+    return out
+
+
+def run_rounds(trace: str, seed: int, time_limit: float, moves: float) -> RoundsRun:
+    """gpuplan's rounds on one seed's arrivals, plus FGD and best-fit on the same arrivals."""
+    nodes, pods = _trace(trace)
+    capacity = sum(1000 * len(n.gpus) for n in nodes)
+    order, _ = arrivals(pods, capacity, len(nodes), seed)
+    order = [replace(p, workload=f"{p.workload}~{i}") for i, p in enumerate(order)]
+    log.info("%s seed %d", trace, seed)
+    ours = plan_rounds(nodes, order, seed, time_limit, moves)
     fgd = run(trace, "greedy-fgd", seed).curve
     best = run(trace, "best-fit", seed).curve
     return RoundsRun(
         trace,
         seed,
         moves,
-        alloc,
+        {k: _at(ours.curve, k) for k in REPORT_AT},
         {k: fgd[k] for k in REPORT_AT},
         {k: best[k] for k in REPORT_AT},
-        walls,
-        moved,
-        statuses,
+        ours.walls,
+        ours.moved,
+        ours.statuses,
     )
 
 

@@ -22,7 +22,7 @@ from fractions import Fraction
 
 from models.policy import Quota
 from solvers.formulation.constraints import QUOTA_UNIT, quota_charged, quota_units
-from solvers.problem import PlacementProblem, Request, ShapeSpec
+from solvers.problem import NodeSpec, PlacementProblem, Request, ShapeSpec
 
 log = logging.getLogger(__name__)
 
@@ -40,9 +40,9 @@ class Part:
     movable: frozenset[tuple[str, int]]
 
 
-def part_count(problem: PlacementProblem) -> int:
-    """How many parts the fleet is split into (1: solve it whole)."""
-    gpus = sum(len(n.gpus) for n in problem.nodes)
+def part_count(nodes: Sequence[NodeSpec]) -> int:
+    """How many parts a fleet of ``nodes`` is split into (1: solve it whole)."""
+    gpus = sum(len(n.gpus) for n in nodes)
     return max(1, math.ceil(gpus / POOL_GPUS))
 
 

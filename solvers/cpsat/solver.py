@@ -114,7 +114,7 @@ class CpSat:
             and may_move(problem.policy, q)
             and (self.movable_running is None or r in self.movable_running)
         }
-        parts = part_count(problem)
+        parts = part_count(problem.nodes)
         if parts > 1:
             return self._pools(problem, parts, movable, start)
         if sum(q.running is None for q in problem.requests) > MONOLITHIC_REPLICAS:
