@@ -49,6 +49,54 @@ class Assignment(Strict):
     alternative: int = Field(default=0, ge=0)
 
 
+class Change(Strict):
+    """One concrete change to the cluster, the demand or the policy that a counterfactual makes.
+
+    ``kind``: ``migrate`` (a replica from ``node`` to ``to`` on ``gpus``), ``preempt``, ``end`` (a
+    replica ends at ``at``), ``raise_quota`` (quota number ``index`` by ``amount`` GPU-equivalents),
+    ``repartition`` (GPU ``gpu`` of ``node`` to ``instances``), ``relax_topology`` (alternative
+    ``alternative`` to ``topology``), ``allow_model``, ``allow_team`` (on ``node`` despite isolation
+    rule ``index``) or ``add_node`` (a node like ``node`` named ``to`` with ``amount`` GPUs of ``model``).
+    """
+
+    kind: str
+    workload: str | None = None
+    replica: int | None = None
+    node: str | None = None
+    to: str | None = None
+    gpu: int | None = None
+    gpus: tuple[GpuUse, ...] = ()
+    team: str | None = None
+    index: int | None = None
+    amount: float | None = None
+    instances: tuple[MigInstance, ...] = ()
+    alternative: int | None = None
+    topology: str | None = None
+    model: str | None = None
+    at: str | None = None
+
+
+class Counterfactual(Strict):
+    """A smallest change that would place a replica now, verified by re-solving with it applied."""
+
+    summary: str
+    kind: str
+    changes: tuple[Change, ...]
+    disruption: int = Field(default=0, ge=0)
+    cost: float = Field(default=0.0, ge=0)
+    verified: bool = False
+    verified_by: str | None = None
+    placement: Assignment | None = None
+
+
+class ReasonDetail(Strict):
+    """Why one alternative shape of a replica could not be used."""
+
+    alternative: int = Field(ge=0)
+    code: str
+    reason: str
+
+
 class Unplaced(Strict):
     """A replica left waiting, with a reason code and a sentence."""
 
@@ -57,6 +105,22 @@ class Unplaced(Strict):
     code: str
     reason: str
     predicted_start: str | None = None
+    resources: tuple[str, ...] = ()
+    details: tuple[ReasonDetail, ...] = ()
+    counterfactuals: tuple[Counterfactual, ...] = ()
+
+
+class Explanation(Strict):
+    """Why a replica waits (``alternative`` is ``None``) or runs on a worse alternative than its first."""
+
+    workload: str
+    replica: int = Field(ge=0)
+    alternative: int | None = None
+    code: str
+    reason: str
+    resources: tuple[str, ...] = ()
+    details: tuple[ReasonDetail, ...] = ()
+    counterfactuals: tuple[Counterfactual, ...] = ()
 
 
 class MigLayout(Strict):
@@ -103,5 +167,6 @@ class Plan(Strict):
     unplaced: tuple[Unplaced, ...] = ()
     mig_layouts: tuple[MigLayout, ...] = ()
     actions: tuple[Action, ...] = ()
+    explanations: tuple[Explanation, ...] = ()
     metrics: dict[str, float] = Field(default_factory=dict)
     provenance: dict[str, Any] = Field(default_factory=dict)

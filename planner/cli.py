@@ -20,6 +20,7 @@ from models.policy import Policy
 from models.problem import PlanningInput
 from models.workload import Workload, Workloads
 from planner import summary
+from planner.explain_cli import add_explain_parser
 from planner.import_cli import add_import_parser
 from planner.io import load_cluster, load_plan, load_policy, load_workloads, planning_input, write_json
 from planner.planning import make_plan
@@ -60,6 +61,7 @@ def _run_plan(inp: PlanningInput, args: argparse.Namespace) -> Plan:
         seed=args.seed,
         num_workers=args.workers,
         deterministic=args.deterministic,
+        explain=True,
     )
     print(summary.render(plan, inp))
     if args.out:
@@ -192,6 +194,7 @@ def build_parser() -> argparse.ArgumentParser:
     p.set_defaults(func=cmd_schema)
 
     add_import_parser(sub)
+    add_explain_parser(sub)
     return parser
 
 

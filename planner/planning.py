@@ -95,8 +95,15 @@ def make_plan(
     seed: int = 0,
     num_workers: int = 2,
     deterministic: bool = False,
+    explain: bool = False,
+    explain_budget_s: float = 3.0,
 ) -> Plan:
-    """Plan ``inp`` with the named solver; the result is validated before it is returned."""
+    """Plan ``inp`` with the named solver; the result is validated before it is returned.
+
+    ``explain`` replaces each waiting replica's reason by a why-not explanation and adds those of
+    replicas on worse alternatives; counterfactuals (verified by greedy re-solves) stop after
+    ``explain_budget_s`` seconds.
+    """
     catalog = catalog or default_catalog()
     now = now or datetime.now(UTC)
     problem = compile_problem(
@@ -122,4 +129,13 @@ def make_plan(
         "deterministic": deterministic,
         "now": now.isoformat(),
     }
-    return build_plan(inp, problem, result, catalog, provenance)
+    plan = build_plan(inp, problem, result, catalog, provenance)
+    if explain:
+        # Imported here: explanations verify counterfactuals by re-planning through this module.
+        from planner.explain import explain_all, with_explanations
+
+        found = explain_all(
+            inp, plan, catalog=catalog, now=now, solver="greedy-fgd", budget_s=explain_budget_s
+        )
+        plan = with_explanations(plan, found)
+    return plan

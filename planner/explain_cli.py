@@ -1,0 +1,104 @@
+"""``gpuplan explain``: why a workload waits (or runs on a worse alternative) and what would place it."""
+
+from __future__ import annotations
+
+import argparse
+import json
+from pathlib import Path
+
+from models.base import InputError
+from models.catalog import default_catalog
+from models.plan import Explanation
+from planner.explain import explain_workload
+from planner.io import load_cluster, load_plan, load_policy, load_workloads, planning_input
+from planner.planning import inputs_digest
+from solvers.base import solver_names
+
+
+def _input_path(given: str | None, provenance: dict[str, object], name: str) -> Path | None:
+    """The path given on the command line, else the one the plan's provenance names."""
+    if given:
+        return Path(given)
+    inputs = provenance.get("inputs")
+    found = inputs.get(name) if isinstance(inputs, dict) else None
+    return Path(str(found)) if found else None
+
+
+def render(explanations: list[Explanation], workload: str) -> str:
+    """Readable text: code, sentence, each alternative's reason and the verified counterfactuals."""
+    if not explanations:
+        return f"{workload}: every replica is placed on its first choice; nothing to explain"
+    lines: list[str] = []
+    for e in explanations:
+        state = "waiting" if e.alternative is None else f"placed on alternative {e.alternative}"
+        lines.append(f"{e.workload} replica {e.replica}: {state} — {e.code}")
+        lines.append(f"  {e.reason}")
+        if len(e.details) > 1:
+            lines.append("  alternatives:")
+            lines.extend(f"    {d.alternative}: {d.code} — {d.reason}" for d in e.details)
+        if e.resources:
+            lines.append(f"  resources: {', '.join(e.resources)}")
+        if not e.counterfactuals:
+            lines.append("  no verified change places it now")
+            continue
+        lines.append("  what would place it now (each verified by a re-solve with the change applied):")
+        for i, c in enumerate(e.counterfactuals, 1):
+            where = ""
+            if c.placement is not None:
+                gpus = ",".join(str(g.index) for g in c.placement.gpus)
+                where = f" -> {c.placement.node}" + (f" GPU {gpus}" if gpus else "")
+            lines.append(
+                f"    {i}. {c.summary}  [disruption {c.disruption}, cost {c.cost:g}, {c.verified_by}]{where}"
+            )
+    return "\n".join(lines)
+
+
+def cmd_explain(args: argparse.Namespace) -> int:
+    """Explain one workload of a plan against the inputs it was made from."""
+    plan = load_plan(Path(args.plan))
+    cluster = _input_path(args.cluster, plan.provenance, "cluster")
+    workloads = _input_path(args.workloads, plan.provenance, "workloads")
+    policy = _input_path(args.policy, plan.provenance, "policy")
+    if cluster is None or workloads is None:
+        raise InputError("explain: give --cluster and --workloads (the inputs the plan was made from)")
+    catalog = default_catalog()
+    inp = planning_input(
+        load_cluster(cluster, catalog), load_workloads(workloads), load_policy(policy), catalog,
+        source=str(workloads),
+    )  # fmt: skip
+    recorded = plan.provenance.get("inputs_sha256")
+    if recorded and recorded != inputs_digest(inp):
+        raise InputError(f"{args.plan}: the plan was made from other inputs (inputs_sha256 differs)")
+    if args.workload not in inp.workload_by_id:
+        raise InputError(f"explain: unknown workload '{args.workload}'")
+    found = explain_workload(
+        inp,
+        plan,
+        args.workload,
+        catalog=catalog,
+        counterfactuals=args.counterfactuals,
+        solver=args.solver,
+        time_limit_s=args.time_limit,
+    )
+    if args.json:
+        print(json.dumps([e.model_dump(mode="json", by_alias=True) for e in found], indent=2))
+    else:
+        print(render(found, args.workload))
+    return 0
+
+
+def add_explain_parser(sub: argparse._SubParsersAction[argparse.ArgumentParser]) -> None:
+    """Register ``explain``."""
+    p = sub.add_parser("explain", help="why a workload waits and what smallest change would place it")
+    p.add_argument("workload", help="workload id")
+    p.add_argument("--plan", required=True, help="plan JSON")
+    p.add_argument("--cluster", help="the cluster the plan was made for")
+    p.add_argument("--workloads", help="the demand the plan was made for")
+    p.add_argument("--policy")
+    p.add_argument("--counterfactuals", type=int, default=3, help="verified changes to show (default 3)")
+    p.add_argument(
+        "--solver", default="cpsat", choices=solver_names(), help="re-solve back-end (default cpsat)"
+    )
+    p.add_argument("--time-limit", type=float, default=2.0, help="seconds per verifying re-solve (default 2)")
+    p.add_argument("--json", action="store_true", help="print the explanations as JSON")
+    p.set_defaults(func=cmd_explain)
