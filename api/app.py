@@ -1,0 +1,65 @@
+"""The FastAPI application: routers, error handlers, middleware, and the store and runner it starts."""
+
+from __future__ import annotations
+
+import logging
+from collections.abc import AsyncIterator
+from contextlib import asynccontextmanager
+
+from fastapi import FastAPI
+
+from api import errors
+from api.auth import key_hash
+from api.metrics import ApiMetrics
+from api.middleware import BodyLimit, RequestMetrics
+from api.routers import health, plans, validate
+from api.runner import Runner
+from api.settings import Settings
+from api.store import Store
+
+log = logging.getLogger(__name__)
+
+
+def create_app(settings: Settings | None = None) -> FastAPI:
+    """An app serving ``settings`` (by default read from the ``GPUPLAN_*`` environment)."""
+    settings = settings or Settings()
+    metrics = ApiMetrics()
+
+    @asynccontextmanager
+    async def lifespan(app: FastAPI) -> AsyncIterator[None]:
+        store = Store.open(settings.database)
+        interrupted = store.interrupt_active()
+        if interrupted:
+            log.warning("%d job(s) were cut off by the last shutdown and are marked interrupted", interrupted)
+        runner = Runner(
+            store,
+            metrics,
+            settings.solver_processes,
+            settings.solve_grace_s,
+            prestart=settings.prestart_solvers,
+        )
+        app.state.store = store
+        app.state.runner = runner
+        await runner.start()
+        try:
+            yield
+        finally:
+            await runner.stop()
+            store.close()
+
+    app = FastAPI(
+        title="gpuplan",
+        summary="GPU placement plans over HTTP: jobs, history, validation, health and metrics",
+        version="1",
+        lifespan=lifespan,
+    )
+    app.state.settings = settings
+    app.state.metrics = metrics
+    app.state.keys = {key_hash(k): role for k, role in settings.api_keys.items()}
+    errors.install(app)
+    app.include_router(plans.router)
+    app.include_router(validate.router)
+    app.include_router(health.router)
+    app.add_middleware(BodyLimit, max_bytes=settings.limits.max_body_bytes)
+    app.add_middleware(RequestMetrics, metrics=metrics)
+    return app

@@ -1,0 +1,94 @@
+"""Error answers: limits (413/429 naming the limit and its value), bad input (422 with the field path)
+and a last-resort handler so that no request ends in a bare traceback."""
+
+from __future__ import annotations
+
+import logging
+from typing import Any
+
+from fastapi import FastAPI, Request
+from fastapi.exceptions import RequestValidationError
+from fastapi.responses import JSONResponse
+from pydantic import ValidationError
+
+from models.base import InputError
+
+log = logging.getLogger(__name__)
+
+
+class LimitExceeded(Exception):
+    """A request beyond a configured limit: 413 (too large) or 429 (too many at once)."""
+
+    def __init__(self, status: int, limit: str, value: float, detail: str) -> None:
+        super().__init__(detail)
+        self.status = status
+        self.limit = limit
+        self.value = value
+        self.detail = detail
+
+    def body(self) -> dict[str, Any]:
+        """The JSON answer."""
+        return {"detail": self.detail, "limit": self.limit, "value": self.value}
+
+
+class InputRejected(Exception):
+    """Input that parses but does not make sense (a cross-reference error): 422 at ``loc``."""
+
+    def __init__(self, loc: tuple[str | int, ...], message: str) -> None:
+        super().__init__(message)
+        self.loc = loc
+        self.message = message
+
+
+def validation_detail(exc: ValidationError, prefix: tuple[str | int, ...]) -> list[dict[str, Any]]:
+    """Pydantic errors as FastAPI's 422 items (``loc``, ``msg``, ``type``) under ``prefix``."""
+    return [
+        {
+            "loc": [*prefix, *e["loc"]],
+            "msg": str(e["msg"]).removeprefix("Value error, "),
+            "type": e["type"],
+        }
+        for e in exc.errors(include_url=False, include_input=False, include_context=False)
+    ]
+
+
+def _json_safe(errors: Any) -> list[dict[str, Any]]:
+    out = []
+    for e in errors:
+        out.append(
+            {
+                "loc": [p if isinstance(p, int | str) else str(p) for p in e.get("loc", ())],
+                "msg": str(e.get("msg", "")).removeprefix("Value error, "),
+                "type": str(e.get("type", "value_error")),
+            }
+        )
+    return out
+
+
+def install(app: FastAPI) -> None:
+    """Register the handlers on ``app``."""
+
+    @app.exception_handler(LimitExceeded)
+    async def _limit(request: Request, exc: LimitExceeded) -> JSONResponse:
+        request.app.state.metrics.rejected.labels(limit=exc.limit).inc()
+        headers = {"Retry-After": "1"} if exc.status == 429 else None
+        return JSONResponse(exc.body(), status_code=exc.status, headers=headers)
+
+    @app.exception_handler(RequestValidationError)
+    async def _invalid(_: Request, exc: RequestValidationError) -> JSONResponse:
+        return JSONResponse({"detail": _json_safe(exc.errors())}, status_code=422)
+
+    @app.exception_handler(InputRejected)
+    async def _rejected(_: Request, exc: InputRejected) -> JSONResponse:
+        item = {"loc": list(exc.loc), "msg": exc.message, "type": "value_error"}
+        return JSONResponse({"detail": [item]}, status_code=422)
+
+    @app.exception_handler(InputError)
+    async def _input(_: Request, exc: InputError) -> JSONResponse:
+        item = {"loc": ["body"], "msg": str(exc), "type": "value_error"}
+        return JSONResponse({"detail": [item]}, status_code=422)
+
+    @app.exception_handler(Exception)
+    async def _unexpected(request: Request, exc: Exception) -> JSONResponse:
+        log.exception("unexpected error on %s %s", request.method, request.url.path)
+        return JSONResponse({"detail": f"internal error ({type(exc).__name__})"}, status_code=500)

@@ -1,0 +1,1 @@
+"""One router per resource: plans (jobs and history), validation, and health with metrics."""

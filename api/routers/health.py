@@ -1,0 +1,53 @@
+"""``/healthz`` (the process answers), ``/readyz`` (database and a solver process up) and ``/metrics``."""
+
+from __future__ import annotations
+
+import asyncio
+import logging
+
+from fastapi import APIRouter, Request, Response
+from prometheus_client import CONTENT_TYPE_LATEST, generate_latest
+from sqlalchemy.exc import SQLAlchemyError
+
+from api.deps import RunnerDep, StoreDep
+from api.metrics import ApiMetrics
+from api.schemas import Health
+
+router = APIRouter(tags=["health"])
+log = logging.getLogger(__name__)
+
+
+@router.get("/healthz", response_model=Health)
+async def healthz() -> Health:
+    """The server is up."""
+    return Health(status="ok")
+
+
+@router.get("/readyz", response_model=Health, responses={503: {"model": Health, "description": "not ready"}})
+async def readyz(store: StoreDep, runner: RunnerDep, response: Response) -> Health:
+    """Ready to plan: the database answers and at least one solver process is up."""
+    checks = {"solvers": "ok" if runner.ready else "starting"}
+    try:
+        await asyncio.to_thread(store.ping)
+        checks["database"] = "ok"
+    except SQLAlchemyError as exc:
+        log.warning("database not reachable: %s", exc)
+        checks["database"] = "unreachable"
+    ready = all(v == "ok" for v in checks.values())
+    response.status_code = 200 if ready else 503
+    return Health(status="ready" if ready else "not ready", checks=checks)
+
+
+@router.get("/metrics", response_class=Response, responses={200: {"content": {"text/plain": {}}}})
+async def metrics(request: Request, store: StoreDep) -> Response:
+    """Prometheus metrics: requests, solve durations, queue depth and jobs by status."""
+    m: ApiMetrics = request.app.state.metrics
+    try:
+        counts = await asyncio.to_thread(store.status_counts)
+    except SQLAlchemyError as exc:
+        log.warning("database not reachable: %s", exc)
+    else:
+        m.jobs_by_status.clear()
+        for name, n in counts.items():
+            m.jobs_by_status.labels(status=name).set(n)
+    return Response(generate_latest(m.registry), media_type=CONTENT_TYPE_LATEST)

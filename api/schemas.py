@@ -1,0 +1,144 @@
+"""Request and response bodies of the API (the planning formats themselves come from ``models``)."""
+
+from __future__ import annotations
+
+from datetime import datetime
+from typing import Any
+
+from pydantic import BaseModel, ConfigDict, Field, field_validator
+
+from models.cluster import Cluster
+from models.plan import Plan
+from models.policy import Policy
+from models.workload import Workload
+from solvers.base import solver_names
+
+
+class PlanOptions(BaseModel):
+    """How to solve: back-end, time limit (capped by the server), seed and planning time."""
+
+    model_config = ConfigDict(extra="forbid")
+
+    solver: str = Field(default="cpsat", description="cpsat, milp, greedy-fgd, best-fit, first-fit, …")
+    time_limit_s: float | None = Field(default=None, gt=0, description="seconds (server default if unset)")
+    seed: int = Field(default=0, ge=0, le=2**31 - 1)
+    now: datetime | None = Field(default=None, description="planning time, ISO-8601 (default: now)")
+    deterministic: bool = False
+
+    @field_validator("solver")
+    @classmethod
+    def _known(cls, name: str) -> str:
+        if name not in solver_names():
+            raise ValueError(f"unknown solver '{name}' (choose from {', '.join(solver_names())})")
+        return name
+
+
+class PlanRequest(BaseModel):
+    """A planning job: the cluster, the demand, the policy and how to solve."""
+
+    model_config = ConfigDict(extra="forbid")
+
+    cluster: Cluster
+    workloads: tuple[Workload, ...]
+    policy: Policy = Field(default_factory=Policy)
+    team: str | None = Field(
+        default=None,
+        min_length=1,
+        max_length=200,
+        description="team owning the plan (default: the workloads' team when they share one)",
+    )
+    options: PlanOptions = Field(default_factory=PlanOptions)
+
+
+class ValidateRequest(BaseModel):
+    """A plan to check against a cluster (and the demand and policy when given)."""
+
+    model_config = ConfigDict(extra="forbid")
+
+    cluster: Cluster
+    plan: Plan
+    workloads: tuple[Workload, ...] | None = Field(
+        default=None, description="the demand (default: as the plan describes it)"
+    )
+    policy: Policy = Field(default_factory=Policy)
+
+
+class ViolationOut(BaseModel):
+    """One broken rule."""
+
+    rule: str
+    subject: str
+    message: str
+
+
+class ValidateResponse(BaseModel):
+    """The validator's verdict."""
+
+    valid: bool
+    violations: list[ViolationOut]
+
+
+class JobLinks(BaseModel):
+    """Where to find a job and its result."""
+
+    self_: str = Field(alias="self")
+    result: str
+
+    model_config = ConfigDict(populate_by_name=True)
+
+
+class JobOut(BaseModel):
+    """A planning job: state, progress while solving, and the outcome when done."""
+
+    id: str
+    status: str
+    team: str | None
+    solver: str
+    time_limit_s: float
+    nodes: int
+    workloads: int
+    submitted_by: str
+    created_at: datetime
+    started_at: datetime | None
+    finished_at: datetime | None
+    attempts: int
+    plan_status: str | None = Field(description="OPTIMAL, FEASIBLE, FALLBACK or INFEASIBLE when done")
+    outcome: str | None = Field(description="what kind of plan, e.g. cut short by the time limit")
+    error: str | None
+    progress: dict[str, Any] | None = Field(
+        default=None, description="while solving: phase, stage, incumbent objective, bound, elapsed_s"
+    )
+    links: JobLinks
+
+
+class JobResult(BaseModel):
+    """A finished job and its plan."""
+
+    job: JobOut
+    plan: Plan
+
+
+class JobPage(BaseModel):
+    """One page of the job history, newest first."""
+
+    items: list[JobOut]
+    total: int
+    limit: int
+    offset: int
+
+
+class AuditOut(BaseModel):
+    """Who did what to a job, and when."""
+
+    at: datetime | None
+    key_id: str
+    role: str
+    action: str
+    detail: dict[str, Any]
+
+
+class Health(BaseModel):
+    """Liveness or readiness."""
+
+    status: str
+    checks: dict[str, str] = Field(default_factory=dict)

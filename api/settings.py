@@ -1,0 +1,53 @@
+"""Service settings from the environment (prefix ``GPUPLAN_``): database, API keys with roles, limits."""
+
+from __future__ import annotations
+
+import os
+
+from pydantic import Field, field_validator
+from pydantic_settings import BaseSettings, SettingsConfigDict
+
+from api.auth import parse_role
+
+
+class Limits(BaseSettings):
+    """What one request may ask for; beyond these the service answers 413 or 429 naming the limit."""
+
+    model_config = SettingsConfigDict(env_prefix="GPUPLAN_LIMIT_", extra="ignore")
+
+    max_body_bytes: int = Field(default=8 * 1024 * 1024, ge=1024)
+    max_nodes: int = Field(default=2000, ge=1)
+    max_workloads: int = Field(default=20000, ge=1)
+    max_time_limit_s: float = Field(default=300.0, gt=0)
+    max_active_jobs: int = Field(default=64, ge=1)
+
+
+class Settings(BaseSettings):
+    """Settings of ``gpuplan serve``.
+
+    ``api_keys`` maps a key to a role (``admin``, ``planner`` or ``viewer:<team>``); more keys live in the
+    database, made with ``gpuplan serve --create-key``. With none configured only health and metrics
+    are served.
+    """
+
+    model_config = SettingsConfigDict(env_prefix="GPUPLAN_", extra="ignore")
+
+    database: str = "gpuplan.db"
+    api_keys: dict[str, str] = Field(default_factory=dict)
+    solver_processes: int = Field(default_factory=lambda: max(1, os.cpu_count() or 1), ge=1, le=64)
+    prestart_solvers: bool = Field(
+        default=True, description="start the solver processes with the server (else at their first job)"
+    )
+    solver_threads: int = Field(default=1, ge=1, le=64)
+    default_time_limit_s: float = Field(default=10.0, gt=0)
+    solve_grace_s: float = Field(default=30.0, ge=0)
+    limits: Limits = Field(default_factory=Limits)
+
+    @field_validator("api_keys")
+    @classmethod
+    def _roles(cls, keys: dict[str, str]) -> dict[str, str]:
+        for key, role in keys.items():
+            if len(key) < 16:
+                raise ValueError("an API key must have at least 16 characters")
+            parse_role(role)
+        return keys

@@ -1,0 +1,53 @@
+"""Job records as API bodies."""
+
+from __future__ import annotations
+
+from typing import Any
+
+from fastapi import HTTPException
+
+from api.auth import Principal
+from api.schemas import JobLinks, JobOut
+from api.store import JobRecord
+
+PLANS = "/v1/plans"
+
+
+def job_out(job: JobRecord, progress: dict[str, Any] | None = None) -> JobOut:
+    """The API view of a job (with live progress while it runs)."""
+    return JobOut(
+        id=job.id,
+        status=job.status.value,
+        team=job.team,
+        solver=job.solver,
+        time_limit_s=job.time_limit_s,
+        nodes=job.nodes,
+        workloads=job.workloads,
+        submitted_by=job.submitted_by,
+        created_at=job.created_at,
+        started_at=job.started_at,
+        finished_at=job.finished_at,
+        attempts=job.attempts,
+        plan_status=job.plan_status,
+        outcome=job.outcome,
+        error=job.error,
+        progress=progress,
+        links=JobLinks(self_=f"{PLANS}/{job.id}", result=f"{PLANS}/{job.id}/result"),
+    )
+
+
+def readable(job: JobRecord | None, caller: Principal, job_id: str) -> JobRecord:
+    """The job if the caller may read it: 404 when unknown, 403 when it belongs to another team."""
+    if job is None:
+        raise HTTPException(status_code=404, detail=f"no plan job '{job_id}'")
+    if not caller.can_read(job.team):
+        raise HTTPException(
+            status_code=403,
+            detail=f"role '{caller.role_text}' may not read plans of team '{job.team or '(none)'}'",
+        )
+    return job
+
+
+def result_body(job: JobOut, plan_json: str) -> bytes:
+    """``{"job": …, "plan": …}`` with the stored plan JSON spliced in as it is (no re-encoding)."""
+    return b'{"job":' + job.model_dump_json(by_alias=True).encode() + b',"plan":' + plan_json.encode() + b"}"

@@ -1,0 +1,193 @@
+"""The solver process: receives one job at a time over a pipe, plans it and sends progress and the plan.
+
+Solves run here, never in the server's event loop, so that ``DELETE`` can stop one at once by ending the
+process. Progress is read from what the planner logs: the phase, and the CP-SAT search log's incumbent
+objective and bound (``best:`` and ``next:[lower,upper]``) of the current lexicographic stage.
+"""
+
+from __future__ import annotations
+
+import logging
+import os
+import re
+import threading
+import time
+from dataclasses import dataclass, field
+from datetime import datetime
+from multiprocessing.connection import Connection
+from typing import Any
+
+from pydantic import ValidationError
+
+from models.base import InputError
+from models.catalog import default_catalog
+from models.plan import Plan, PlanStatus
+from models.problem import PlanningInput
+from planner.planning import InvalidPlanError, make_plan
+
+log = logging.getLogger(__name__)
+
+#: Loggers whose records tell the phase and the CP-SAT search progress.
+PLANNING_LOGGER = "planner.planning"
+CPSAT_LOGGER = "solvers.cpsat.solver"
+#: At most this many progress messages a second reach the server.
+PROGRESS_INTERVAL_S = 0.2
+
+_SEARCH = re.compile(r"^#(?:\d+|Bound|Model|Done)\s+\S+\s+best:(\S+)\s+next:\[(\S*?),(\S*?)\]")
+_STAGE_END = re.compile(r"^CP-SAT stage ended")
+
+EXACT_SOLVERS = frozenset({"cpsat", "milp", "milp-highs", "milp-cbc"})
+
+
+def _number(text: str) -> float | None:
+    try:
+        value = float(text)
+    except ValueError:
+        return None
+    return value if value == value and abs(value) != float("inf") else None
+
+
+@dataclass
+class Progress:
+    """What the solve has shown so far; sent to the server as a dict."""
+
+    phase: str = "compiling"
+    stage: int = 1
+    incumbent: float | None = None
+    bound: float | None = None
+    started: float = field(default_factory=time.monotonic)
+
+    def as_dict(self) -> dict[str, Any]:
+        """The JSON form: phase, stage, incumbent objective, bound and elapsed seconds."""
+        return {
+            "phase": self.phase,
+            "stage": self.stage,
+            "incumbent": self.incumbent,
+            "bound": self.bound,
+            "elapsed_s": round(time.monotonic() - self.started, 3),
+        }
+
+
+class Channel:
+    """The pipe to the server; sends are serialised because CP-SAT logs from its own threads."""
+
+    def __init__(self, conn: Connection) -> None:
+        self.conn = conn
+        self.lock = threading.Lock()
+
+    def send(self, message: tuple[Any, ...]) -> None:
+        """Send one message."""
+        with self.lock:
+            self.conn.send(message)
+
+
+class ProgressHandler(logging.Handler):
+    """Turns planner and CP-SAT log records into progress messages: a phase or stage change at once,
+    new incumbents and bounds at most every ``PROGRESS_INTERVAL_S`` (from a ticker thread)."""
+
+    def __init__(self, channel: Channel) -> None:
+        super().__init__(logging.DEBUG)
+        self.channel = channel
+        self.progress = Progress()
+        self.dirty = False
+        threading.Thread(target=self._tick, name="progress", daemon=True).start()
+
+    def reset(self) -> None:
+        """Start the progress of a new job."""
+        self.progress = Progress()
+        self.send()
+
+    def send(self) -> None:
+        """Send the progress now."""
+        self.dirty = False
+        self.channel.send(("progress", self.progress.as_dict()))
+
+    def _tick(self) -> None:
+        while True:
+            time.sleep(PROGRESS_INTERVAL_S)
+            if self.dirty:
+                self.send()
+
+    def emit(self, record: logging.LogRecord) -> None:
+        """Update the progress from one record."""
+        text = record.getMessage()
+        p = self.progress
+        if record.name == PLANNING_LOGGER and text.startswith("planning "):
+            p.phase = "solving"
+            self.send()
+        elif (m := _SEARCH.match(text)) is not None:
+            p.incumbent = _number(m.group(1))
+            p.bound = _number(m.group(2))
+            self.dirty = True
+        elif _STAGE_END.match(text):
+            p.stage += 1
+            p.incumbent = p.bound = None
+            self.send()
+
+
+def outcome(plan: Plan, time_limit_s: float) -> str:
+    """A label saying what kind of plan this is, in particular one cut short by the time limit."""
+    name = plan.solver.name
+    if plan.status is PlanStatus.OPTIMAL:
+        return "optimal"
+    if plan.status is PlanStatus.FALLBACK:
+        return "time limit reached: the exact solver found no plan in time; greedy (FGD) plan returned"
+    if plan.status is PlanStatus.INFEASIBLE:
+        return "no feasible plan"
+    if name in EXACT_SOLVERS and plan.solver.wall_s >= 0.9 * time_limit_s:
+        return "time limit reached: best plan found, not proven optimal"
+    if name in EXACT_SOLVERS:
+        return "feasible, not proven optimal"
+    return f"heuristic plan ({name})"
+
+
+def solve(input_json: str, options: dict[str, Any]) -> tuple[str, str, str]:
+    """Plan one stored input; returns (plan JSON, plan status, outcome label)."""
+    inp = PlanningInput.model_validate_json(input_json, context={"catalog": default_catalog()})
+    now = options.get("now")
+    time_limit = float(options["time_limit_s"])
+    plan = make_plan(
+        inp,
+        solver=str(options["solver"]),
+        now=datetime.fromisoformat(now) if isinstance(now, str) else None,
+        time_limit_s=time_limit,
+        seed=int(options.get("seed", 0)),
+        num_workers=int(options.get("num_workers", 1)),
+        deterministic=bool(options.get("deterministic", False)),
+    )
+    text = plan.model_dump_json(by_alias=True, exclude_none=True)
+    return text, plan.status.value, outcome(plan, time_limit)
+
+
+def main(conn: Connection) -> None:
+    """Serve jobs from ``conn`` until the server closes it."""
+    # CP-SAT also prints its search log to stdout; the server reads the log through logging instead.
+    devnull = os.open(os.devnull, os.O_WRONLY)
+    os.dup2(devnull, 1)
+    os.close(devnull)
+    channel = Channel(conn)
+    handler = ProgressHandler(channel)
+    for name in (PLANNING_LOGGER, CPSAT_LOGGER):
+        logger = logging.getLogger(name)
+        logger.setLevel(logging.DEBUG)
+        logger.addHandler(handler)
+        logger.propagate = False
+    default_catalog()
+    channel.send(("ready",))
+    while True:
+        try:
+            message: dict[str, Any] = conn.recv()
+        except (EOFError, OSError):
+            return
+        handler.reset()
+        try:
+            plan_json, status, label = solve(message["input"], message["options"])
+        except (InputError, ValidationError, KeyError, ValueError) as exc:
+            channel.send(("error", "input", str(exc)))
+        except InvalidPlanError as exc:
+            channel.send(("error", "invalid-plan", str(exc)))
+        except Exception as exc:
+            log.exception("job %s failed", message.get("job"))
+            channel.send(("error", "internal", f"{type(exc).__name__}: {exc}"))
+        else:
+            channel.send(("done", plan_json, status, label))

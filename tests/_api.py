@@ -1,0 +1,153 @@
+"""Helpers for the API tests: small planning bodies and a real ``gpuplan serve`` on a loopback port."""
+
+from __future__ import annotations
+
+import json
+import os
+import signal
+import socket
+import subprocess
+import sys
+import time
+from collections.abc import Iterator
+from pathlib import Path
+from typing import Any
+
+import httpx
+import pytest
+import yaml
+
+from models.catalog import data_dir
+
+ADMIN = "admin-key-0123456789abcdef"
+PLANNER = "planner-key-0123456789abcdef"
+VIEWER_ML = "viewer-ml-key-0123456789abcdef"
+VIEWER_WEB = "viewer-web-key-0123456789abcdef"
+KEYS = {ADMIN: "admin", PLANNER: "planner", VIEWER_ML: "viewer:ml", VIEWER_WEB: "viewer:web"}
+#: ``max_active_jobs`` of the test server.
+MAX_ACTIVE = 4
+NOW = "2026-11-29T12:00:00+00:00"
+ROOT = Path(__file__).resolve().parent.parent
+_MAIN = "import sys; from planner.cli import main; sys.exit(main())"
+
+
+def auth(key: str) -> dict[str, str]:
+    """The bearer header for ``key``."""
+    return {"Authorization": f"Bearer {key}"}
+
+
+def tiny_body(team: str = "ml", *, solver: str = "cpsat", time_limit_s: float = 1.0) -> dict[str, Any]:
+    """Two 4-GPU nodes and three small workloads of one team."""
+    gpus = [{"index": i, "model": "L40S-48GB"} for i in range(4)]
+    node = {"cpu_milli": 64000, "memory_mib": 262144, "gpus": gpus}
+    return {
+        "cluster": {"nodes": [{"name": "n1", **node}, {"name": "n2", **node}]},
+        "workloads": [
+            {"id": "train", "team": team, "gpus": 2, "cpu_milli": 8000, "memory_mib": 65536},
+            {"id": "serve", "team": team, "tier": "latency-sensitive", "gpus": 1, "replicas": 2},
+            {"id": "nb", "team": team, "tier": "background", "gpu_milli": 300},
+        ],
+        "options": {"solver": solver, "time_limit_s": time_limit_s, "now": NOW},
+    }
+
+
+def example_body(time_limit_s: float = 2.0) -> dict[str, Any]:
+    """The bundled example fleet and demand (112 GPUs, 189 workloads): CP-SAT uses its whole time limit."""
+    ex = data_dir() / "examples"
+
+    def load(name: str) -> Any:
+        return yaml.safe_load((ex / name).read_text())
+
+    body: dict[str, Any] = json.loads(
+        json.dumps(
+            {
+                "cluster": load("cluster.yaml"),
+                "workloads": load("workloads.yaml")["workloads"],
+                "policy": load("policy.yaml"),
+                "team": "ml",
+                "options": {"time_limit_s": time_limit_s, "now": (ex / "now.txt").read_text().strip()},
+            },
+            default=str,
+        )
+    )
+    return body
+
+
+def free_port() -> int:
+    """A free TCP port on loopback."""
+    with socket.socket() as s:
+        s.bind(("127.0.0.1", 0))
+        port: int = s.getsockname()[1]
+    return port
+
+
+class Server:
+    """``gpuplan serve`` in a child process on a free loopback port."""
+
+    def __init__(self, database: str, log: Path, env: dict[str, str] | None = None) -> None:
+        self.port = free_port()
+        self.url = f"http://127.0.0.1:{self.port}"
+        full_env = {
+            **os.environ,
+            "GPUPLAN_API_KEYS": json.dumps(KEYS),
+            "GPUPLAN_SOLVER_PROCESSES": "1",
+            "GPUPLAN_LIMIT_MAX_ACTIVE_JOBS": str(MAX_ACTIVE),
+        }
+        full_env.update(env or {})
+        self.log = log.open("w")
+        self.proc = subprocess.Popen(
+            [sys.executable, "-c", _MAIN, "serve", "--port", str(self.port), "--database", database],
+            env=full_env,
+            cwd=ROOT,
+            stdout=self.log,
+            stderr=subprocess.STDOUT,
+        )
+        self._wait_ready()
+
+    def _wait_ready(self, timeout_s: float = 90.0) -> None:
+        """Wait until the server answers (its solver processes may still be starting: jobs then queue)."""
+        deadline = time.monotonic() + timeout_s
+        while time.monotonic() < deadline:
+            if self.proc.poll() is not None:
+                raise RuntimeError(f"gpuplan serve exited with code {self.proc.returncode}")
+            try:
+                if httpx.get(f"{self.url}/healthz", timeout=1.0).status_code == 200:
+                    return
+            except httpx.TransportError:
+                pass
+            time.sleep(0.1)
+        raise RuntimeError("gpuplan serve did not become ready")
+
+    def client(self, key: str | None = None) -> httpx.Client:
+        """A client of this server (with ``key`` as bearer token)."""
+        return httpx.Client(base_url=self.url, headers=auth(key) if key else None, timeout=30.0)
+
+    def stop(self, *, hard: bool = False) -> None:
+        """SIGTERM (or SIGKILL with ``hard``) and wait for the process."""
+        if self.proc.poll() is None:
+            self.proc.send_signal(signal.SIGKILL if hard else signal.SIGTERM)
+            self.proc.wait(timeout=30)
+        self.log.close()
+
+
+def wait_status(
+    client: httpx.Client, job_id: str, states: set[str], timeout_s: float = 60.0
+) -> dict[str, Any]:
+    """Poll a job until its status is one of ``states``."""
+    deadline = time.monotonic() + timeout_s
+    while True:
+        job: dict[str, Any] = client.get(f"/v1/plans/{job_id}").json()
+        if job["status"] in states or time.monotonic() > deadline:
+            return job
+        time.sleep(0.05)
+
+
+@pytest.fixture(scope="session")
+def live(tmp_path_factory: pytest.TempPathFactory) -> Iterator[Server]:
+    """One ``gpuplan serve`` on a SQLite file for the whole session (one solver process)."""
+    root = tmp_path_factory.mktemp("live")
+    server = Server(str(root / "gpuplan.db"), root / "serve.log")
+    try:
+        yield server
+    finally:
+        server.stop()

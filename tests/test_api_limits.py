@@ -1,0 +1,134 @@
+"""Limits (413/429 naming the limit and its value) and bad input (422 with the field path, never 500)."""
+
+from __future__ import annotations
+
+import copy
+import json
+from collections.abc import Iterator
+from pathlib import Path
+from typing import Any
+
+import httpx
+import pytest
+from fastapi.testclient import TestClient
+
+from api import create_app
+from api.settings import Limits, Settings
+from tests._api import ADMIN, KEYS, MAX_ACTIVE, PLANNER, Server, auth, example_body, live, tiny_body
+
+__all__ = ["live"]
+
+LIMITS = Limits(max_body_bytes=20_000, max_nodes=3, max_workloads=5, max_time_limit_s=2.0, max_active_jobs=2)
+
+
+@pytest.fixture(scope="module")
+def client(tmp_path_factory: pytest.TempPathFactory) -> Iterator[TestClient]:
+    """The app in-process with small limits (solver processes start only when a job needs one)."""
+    db = tmp_path_factory.mktemp("limits") / "gpuplan.db"
+    settings = Settings(database=str(db), api_keys=KEYS, limits=LIMITS, prestart_solvers=False)
+    with TestClient(create_app(settings), headers=auth(PLANNER)) as c:
+        yield c
+
+
+def _limit(r: httpx.Response, status: int, name: str, value: float) -> None:
+    assert r.status_code == status, r.text
+    body = r.json()
+    assert body["limit"] == name and body["value"] == value
+    assert str(body["value"]).removesuffix(".0") in body["detail"]
+
+
+def test_body_size(client: TestClient) -> None:
+    body = tiny_body()
+    body["workloads"][0]["id"] = "x" * 30_000
+    _limit(client.post("/v1/plans", json=body), 413, "max_body_bytes", 20_000)
+    blob = json.dumps(body).encode()
+
+    def chunks() -> Iterator[bytes]:
+        for i in range(0, len(blob), 4096):
+            yield blob[i : i + 4096]
+
+    streamed = client.post("/v1/plans", content=chunks(), headers={"content-type": "application/json"})
+    _limit(streamed, 413, "max_body_bytes", 20_000)
+
+
+def test_nodes_workloads_and_time_limit(client: TestClient) -> None:
+    body = tiny_body()
+    body["cluster"]["nodes"] += [dict(body["cluster"]["nodes"][0], name=f"m{i}") for i in range(2)]
+    _limit(client.post("/v1/plans", json=body), 413, "max_nodes", 3)
+    body = tiny_body()
+    body["workloads"] += [{"id": f"w{i}", "gpus": 1} for i in range(3)]
+    _limit(client.post("/v1/plans", json=body), 413, "max_workloads", 5)
+    _limit(client.post("/v1/plans", json=tiny_body(time_limit_s=2.5)), 413, "max_time_limit_s", 2.0)
+    big = tiny_body()
+    big["cluster"]["nodes"] += [dict(big["cluster"]["nodes"][0], name=f"v{i}") for i in range(2)]
+    plan = {"status": "OPTIMAL", "solver": {"name": "x"}}
+    _limit(client.post("/v1/validate", json={"cluster": big["cluster"], "plan": plan}), 413, "max_nodes", 3)
+
+
+def test_concurrent_jobs(live: Server) -> None:
+    with live.client(ADMIN) as c:
+        ids = [
+            c.post("/v1/plans", json=example_body(time_limit_s=2.0)).json()["id"] for _ in range(MAX_ACTIVE)
+        ]
+        r = c.post("/v1/plans", json=tiny_body())
+        _limit(r, 429, "max_active_jobs", MAX_ACTIVE)
+        assert r.headers["retry-after"] == "1"
+        for i in ids:
+            assert c.delete(f"/v1/plans/{i}").status_code == 200
+        assert c.post("/v1/plans", json=tiny_body(solver="first-fit")).status_code == 202
+        assert "gpuplan_limit_rejections_total" in httpx.get(f"{live.url}/metrics").text
+
+
+def _loc(r: httpx.Response) -> list[Any]:
+    assert r.status_code == 422, r.text
+    detail = r.json()["detail"]
+    assert detail and all(d["msg"] for d in detail)
+    first: list[Any] = detail[0]["loc"]
+    return first
+
+
+def test_bad_input_names_the_field(client: TestClient) -> None:
+    body = tiny_body()
+    del body["cluster"]
+    assert _loc(client.post("/v1/plans", json=body)) == ["body", "cluster"]
+    body = tiny_body()
+    body["workloads"][1]["replicas"] = 0
+    assert _loc(client.post("/v1/plans", json=body)) == ["body", "workloads", 1, "replicas"]
+    body = tiny_body()
+    body["options"]["solver"] = "magic"
+    r = client.post("/v1/plans", json=body)
+    assert _loc(r) == ["body", "options", "solver"] and "unknown solver 'magic'" in r.text
+    body = tiny_body()
+    body["workloads"][0]["tier"] = "platinum"
+    r = client.post("/v1/plans", json=body)
+    assert (
+        _loc(r) == ["body", "workloads"] and "workload 'train' field tier: unknown tier 'platinum'" in r.text
+    )
+    body = tiny_body()
+    body["cluster"]["nodes"][0]["gpus"][0]["model"] = "Z9000"
+    assert _loc(client.post("/v1/plans", json=body))[:4] == ["body", "cluster", "nodes", 0]
+    body = tiny_body()
+    body["workloads"].append(copy.deepcopy(body["workloads"][0]))
+    assert "appears more than once" in client.post("/v1/plans", json=body).text
+    r = client.post("/v1/plans", content=b"{not json", headers={"content-type": "application/json"})
+    assert _loc(r)[0] == "body"
+    assert _loc(client.post("/v1/plans", json=[1, 2]))[0] == "body"
+    assert _loc(client.get("/v1/plans/not-an-id"))[:2] == ["path", "job_id"]
+    assert _loc(client.get("/v1/plans", params={"status": "sleeping"}))[:2] == ["query", "status"]
+    assert _loc(client.post("/v1/plans", params={"wait": -1}, json=tiny_body()))[:2] == ["query", "wait"]
+
+
+def test_bad_plan_for_validation(client: TestClient) -> None:
+    body = tiny_body()
+    r = client.post("/v1/validate", json={"cluster": body["cluster"], "plan": {"status": "MAYBE"}})
+    locs = [d["loc"] for d in r.json()["detail"]]
+    assert r.status_code == 422 and ["body", "plan", "status"] in locs and ["body", "plan", "solver"] in locs
+
+
+def test_settings_from_environment(monkeypatch: pytest.MonkeyPatch, tmp_path: Path) -> None:
+    monkeypatch.setenv("GPUPLAN_DATABASE", str(tmp_path / "env.db"))
+    monkeypatch.setenv("GPUPLAN_API_KEYS", json.dumps({"k" * 20: "viewer:ml"}))
+    monkeypatch.setenv("GPUPLAN_LIMIT_MAX_NODES", "7")
+    s = Settings()
+    assert s.database == str(tmp_path / "env.db") and s.api_keys == {"k" * 20: "viewer:ml"}
+    assert s.limits.max_nodes == 7
