@@ -43,6 +43,11 @@ def test_restricted_model_places_a_batch_on_a_partly_used_fleet(monkeypatch: pyt
     assert len(plan.assignments) == 100  # everything fits; running work unchanged
     kept = {a.workload: a for a in plan.assignments if a.workload.startswith("r")}
     assert all(kept[f"r{i}"].node == f"n{i:03d}" for i in range(40))
+    # The linearised model never returns a plan more fragmented (exact FGD measure) than FGD's own.
+    fgd = make_plan(fleet(40, running + batch), solver="greedy-fgd", now=NOW)
+    assert len(fgd.assignments) == 100
+    assert plan.metrics["fragmented_gpus"] <= fgd.metrics["fragmented_gpus"] + 1e-3
+    assert "fragmentation_exact_hint" in plan.solver.terms
 
 
 def test_lns_improves_on_fgd_and_never_loses_work(monkeypatch: pytest.MonkeyPatch) -> None:

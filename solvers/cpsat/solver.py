@@ -11,11 +11,13 @@ from dataclasses import replace
 from ortools.sat.python import cp_model
 
 from models.plan import PlanStatus
+from models.policy import ObjectiveMode
 from solvers.base import SolveResult
 from solvers.cpsat.bounds import queue_lower_bound
 from solvers.cpsat.builder import CpSatBuilder
 from solvers.cpsat.candidates import Rankings, is_large
 from solvers.cpsat.frag_costs import linear_fragmentation
+from solvers.cpsat.guard import exact_comparison, queue_term
 from solvers.cpsat.lns import improve
 from solvers.cpsat.pools import MIN_PART_S, Part, executor, part_count, split
 from solvers.formulation.builder import Expr, Var
@@ -149,7 +151,11 @@ class CpSat:
         if solution is None:
             log.warning("CP-SAT found no solution in %.1f s; returning the FGD plan", wall)
             return fallback(self.name, greedy, reports, wall, size)
-        return result(self.name, problem, v, reports, solution, values, n_stages, wall, size)
+        solved = result(self.name, problem, v, reports, solution, values, n_stages, wall, size)
+        linearised = frag is not None and not movable and not problem.policy.mig.allow_repartition
+        if linearised and problem.policy.objective is ObjectiveMode.LEXICOGRAPHIC:
+            return _better_of(problem, rankings, solved, greedy, start)
+        return solved
 
     def _lns(self, problem: PlacementProblem, greedy: SolveResult, start: float) -> SolveResult:
         """The FGD plan improved by CP-SAT on neighbourhoods until the time limit."""
@@ -210,6 +216,40 @@ class CpSat:
             },
             size,
         )
+
+
+def _better_of(
+    problem: PlacementProblem, rankings: Rankings, solved: SolveResult, hint: SolveResult, start: float
+) -> SolveResult:
+    """CP-SAT's plan, or the FGD hint when it waits as little and is less fragmented by the exact
+    measure (the model only saw linearised fragmentation costs)."""
+    compared = exact_comparison(problem, rankings.infos, rankings.states, solved, hint)
+    if compared is None:
+        return solved
+    ours, theirs = compared
+    terms = {
+        **solved.terms,
+        "fragmentation_exact_cpsat": round(ours, 3),
+        "fragmentation_exact_hint": round(theirs, 3),
+    }
+    if ours <= theirs:
+        return replace(solved, terms=terms)
+    log.info("kept the FGD hint: exact fragmentation %.0f against CP-SAT's %.0f", theirs, ours)
+    return replace(
+        hint,
+        status=PlanStatus.FEASIBLE,
+        solver=solved.solver,
+        objective=solved.objective,
+        best_bound=solved.best_bound,
+        gap=solved.gap,
+        wall_s=time.perf_counter() - start,
+        terms={
+            "queue": float(queue_term(problem, hint)),
+            **{k: v for k, v in terms.items() if k.startswith(("stage_", "fragmentation_exact"))},
+            "kept_hint": 1.0,
+        },
+        model_size=solved.model_size,
+    )
 
 
 def solve_part(part: Part) -> SolveResult:

@@ -1,0 +1,75 @@
+"""Keep the FGD hint when CP-SAT's plan is no better by the exact fragmentation measure.
+
+On fleet-sized models fragmentation enters the objective linearised (``frag_costs``): each placement
+costs its node's fragmentation growth as if it were made alone, so CP-SAT can prefer a plan that FGD's
+own measure finds more fragmented once placements on one node interact. When the CP-SAT plan waits no
+less than the hint (same queue term), both plans are measured exactly on the nodes where either puts
+new work, and the less fragmented one is returned.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Sequence
+
+from solvers.base import SolveResult
+from solvers.formulation.objective import queue_penalty
+from solvers.greedy import Fragmentation, NodeInfo, NodeState, target_mix
+from solvers.greedy.options import keep
+from solvers.problem import PlacementProblem
+
+
+def queue_term(problem: PlacementProblem, result: SolveResult) -> int:
+    """The queue penalty of the replicas a plan leaves waiting."""
+    waiting = {(u.workload, u.replica) for u in result.unplaced}
+    return sum(queue_penalty(q, problem) for q in problem.requests if q.key in waiting)
+
+
+def _new_work(problem: PlacementProblem, result: SolveResult) -> dict[int, list[int]]:
+    """Node position -> indices of assignments of waiting replicas placed there."""
+    node_pos = {n.name: i for i, n in enumerate(problem.nodes)}
+    running = {q.key for q in problem.requests if q.running is not None}
+    out: dict[int, list[int]] = {}
+    for i, a in enumerate(result.assignments):
+        if (a.workload, a.replica) not in running:
+            out.setdefault(node_pos[a.node], []).append(i)
+    return out
+
+
+def fragmentation_on(
+    problem: PlacementProblem,
+    infos: Sequence[NodeInfo],
+    states: Sequence[NodeState],
+    result: SolveResult,
+    nodes: set[int],
+    measure: Fragmentation,
+) -> float:
+    """Exact FGD fragmentation of ``nodes`` once the plan's new work is placed from ``states``."""
+    by_key = {q.key: q for q in problem.requests}
+    placed = _new_work(problem, result)
+    total = 0.0
+    for n in nodes:
+        state = states[n]
+        for i in placed.get(n, ()):
+            a = result.assignments[i]
+            shape = by_key[(a.workload, a.replica)].shapes[a.alternative]
+            state = keep(infos[n], state, shape, a.gpus)
+        total += measure(infos[n], state)
+    return total
+
+
+def exact_comparison(
+    problem: PlacementProblem,
+    infos: Sequence[NodeInfo],
+    states: Sequence[NodeState],
+    solved: SolveResult,
+    hint: SolveResult,
+) -> tuple[float, float] | None:
+    """(fragmentation of ``solved``, of ``hint``) on the nodes either changes, when both wait equally."""
+    if queue_term(problem, solved) != queue_term(problem, hint):
+        return None
+    nodes = set(_new_work(problem, solved)) | set(_new_work(problem, hint))
+    measure = Fragmentation(target_mix(problem.requests))
+    return (
+        fragmentation_on(problem, infos, states, solved, nodes, measure),
+        fragmentation_on(problem, infos, states, hint, nodes, measure),
+    )
