@@ -13,6 +13,8 @@ from __future__ import annotations
 
 import bisect
 import itertools
+import math
+from collections import Counter
 from collections.abc import Hashable, Iterable, Sequence
 from dataclasses import dataclass, replace
 from fractions import Fraction
@@ -55,23 +57,26 @@ def target_mix(requests: Iterable[Request], coverage: float = COVERAGE) -> tuple
     A request with several alternatives counts ``1/n`` for each. Shapes are ranked by count, ties by
     :func:`_rank` descending; shapes are taken until the cumulative count reaches the coverage.
     """
-    counts: dict[ShapeSpec, Fraction] = {}
-    total = Fraction(0)
-    for r in requests:
-        share = Fraction(1, len(r.shapes))
-        for s in r.shapes:
-            key = replace(s, memory_mib=0)
-            counts[key] = counts.get(key, Fraction(0)) + share
-            total += share
+    groups = Counter(r.shapes for r in requests)
+    # Shares in integer units: a request with n alternatives gives unit // n to each.
+    unit = math.lcm(*(len(shapes) for shapes in groups)) if groups else 1
+    bare: dict[ShapeSpec, ShapeSpec] = {}
+    counts: dict[ShapeSpec, int] = {}
+    for shapes, n in groups.items():
+        share = n * (unit // len(shapes))
+        for s in shapes:
+            key = bare.setdefault(s, replace(s, memory_mib=0))
+            counts[key] = counts.get(key, 0) + share
     ranked = sorted(counts.items(), key=lambda kv: (kv[1], _rank(kv[0])), reverse=True)
-    chosen: list[tuple[ShapeSpec, Fraction]] = []
-    cum = Fraction(0)
+    threshold = sum(counts.values()) * Fraction(coverage).limit_denominator(10_000)
+    chosen: list[tuple[ShapeSpec, int]] = []
+    cum = 0
     for shape, count in ranked:
-        if cum >= total * Fraction(coverage).limit_denominator(10_000):
+        if cum >= threshold:
             break
         chosen.append((shape, count))
         cum += count
-    return tuple(Target(shape, float(count / cum)) for shape, count in chosen)
+    return tuple(Target(shape, float(Fraction(count, cum))) for shape, count in chosen)
 
 
 @dataclass(frozen=True)
