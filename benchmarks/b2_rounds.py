@@ -97,6 +97,7 @@ def plan_rounds(
     waiting: list[Request] = []
     arrived = 0
     out = RoundsTrace()
+    tracker = Placer(nodes, catalog, FirstFitScorer())
     for batch in rounds(order, capacity):
         arrived += sum(total_milli(p) for p in batch)
         queue = waiting + batch
@@ -124,10 +125,13 @@ def plan_rounds(
             if req.running is not None and req.running != where:
                 out.moved[-1] += 1
             new_running[req.key] = replace(req, running=where)
+        if any(new_running.get(k) != r for k, r in running.items()):
+            tracker = Placer(nodes, catalog, FirstFitScorer())  # something moved or stopped: rebuild
+            running = {}
+        for key, req in new_running.items():
+            if key not in running:
+                tracker.keep(req)
         running = new_running
-        tracker = Placer(nodes, catalog, FirstFitScorer())
-        for req in running.values():
-            tracker.keep(req)
         waiting = [q for q in queue if q.key not in running and tracker.ranked(q, 1)]
         out.curve.append((100 * arrived / capacity, 100 * tracker.used_gpu_milli / capacity))
         log.info(
