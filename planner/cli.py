@@ -20,6 +20,7 @@ from models.policy import Policy
 from models.problem import PlanningInput
 from models.workload import Workload, Workloads
 from planner import summary
+from planner.capacity_cli import add_capacity_parsers, write_plan_workbook
 from planner.explain_cli import add_explain_parser
 from planner.import_cli import add_import_parser
 from planner.io import load_cluster, load_plan, load_policy, load_workloads, planning_input, write_json
@@ -88,7 +89,11 @@ def cmd_demo(args: argparse.Namespace) -> int:
         f"gpuplan demo: {len(inp.cluster.nodes)} nodes, {inp.cluster.gpu_count} GPUs, "
         f"{len(inp.workloads)} workloads (from {ex})"
     )
-    _run_plan(inp, args)
+    plan = _run_plan(inp, args)
+    xlsx = args.xlsx or (str(Path(args.out).with_suffix(".xlsx")) if args.out else None)
+    if xlsx:
+        write_plan_workbook(plan, inp, Path(xlsx))
+        print(f"workbook written to {xlsx}")
     if args.out:
         print(
             f"check it: gpuplan validate --cluster {ex / 'cluster.yaml'} --workloads "
@@ -178,6 +183,7 @@ def build_parser() -> argparse.ArgumentParser:
 
     p = sub.add_parser("demo", help="plan the bundled example and print the summary")
     p.add_argument("--out", default="demo-plan.json", help="write the plan JSON here")
+    p.add_argument("--xlsx", help="write the workbook here (default: next to the plan JSON)")
     _plan_options(p, time_limit=10.0)
     p.set_defaults(func=cmd_demo)
 
@@ -195,6 +201,7 @@ def build_parser() -> argparse.ArgumentParser:
     p.set_defaults(func=cmd_schema)
 
     add_import_parser(sub)
+    add_capacity_parsers(sub)
     add_serve_parser(sub)
     add_explain_parser(sub)
     return parser

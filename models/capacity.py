@@ -1,0 +1,207 @@
+"""Capacity planning: purchasable node types, what-if scenarios and capacity-gap results."""
+
+from __future__ import annotations
+
+from typing import Any
+
+from pydantic import Field, ValidationInfo, field_validator, model_validator
+
+from models.base import Strict
+from models.cluster import catalog_from
+
+
+class NodeType(Strict):
+    """A server that can be bought: GPU model and count, reference topology, CPU, memory, price.
+
+    ``gpus`` defaults to the reference topology's GPU count; without a topology the GPUs have no
+    NVLink (PCIe only, one NUMA node).
+    """
+
+    name: str = Field(min_length=1)
+    gpu_model: str
+    gpus: int = Field(default=0, ge=0)
+    topology: str | None = None
+    cpu_milli: int = Field(ge=0)
+    memory_mib: int = Field(ge=0)
+    unit_cost: float = Field(ge=0)
+    lead_time_days: int = Field(default=0, ge=0)
+    pool: str | None = None
+    labels: dict[str, str] = Field(default_factory=dict)
+
+    @model_validator(mode="before")
+    @classmethod
+    def _gpus_from_topology(cls, data: Any, info: ValidationInfo) -> Any:
+        """A node type with a reference topology and no GPU count gets the topology's count."""
+        if not isinstance(data, dict) or not data.get("topology") or data.get("gpus"):
+            return data
+        try:
+            ref = catalog_from(info).topology(str(data["topology"]))
+        except KeyError:
+            return data
+        return {**data, "gpus": len(ref.gpus)}
+
+    @model_validator(mode="after")
+    def _known_hardware(self, info: ValidationInfo) -> NodeType:
+        catalog = catalog_from(info)
+        if not catalog.has_model(self.gpu_model):
+            raise ValueError(f"node type '{self.name}' field gpu_model: unknown GPU model '{self.gpu_model}'")
+        if self.topology is None:
+            if self.gpus < 1:
+                raise ValueError(f"node type '{self.name}' field gpus: give a GPU count or a topology")
+            return self
+        try:
+            ref = catalog.topology(self.topology)
+        except KeyError as exc:
+            raise ValueError(f"node type '{self.name}' field topology: {exc.args[0]}") from None
+        if self.gpus != len(ref.gpus):
+            raise ValueError(
+                f"node type '{self.name}' field gpus: {self.gpus} GPUs but topology "
+                f"'{ref.name}' has {len(ref.gpus)}"
+            )
+        return self
+
+
+class NodeTypeCatalog(Strict):
+    """The purchasable node types, their currency and how purchases are amortised for showback."""
+
+    currency: str = "USD"
+    note: str = ""
+    amortisation_years: float = Field(default=3.0, gt=0)
+    node_types: tuple[NodeType, ...] = Field(min_length=1)
+
+    @model_validator(mode="after")
+    def _unique(self) -> NodeTypeCatalog:
+        names = [t.name for t in self.node_types]
+        dupes = sorted({n for n in names if names.count(n) > 1})
+        if dupes:
+            raise ValueError(f"node type '{dupes[0]}' appears more than once")
+        return self
+
+    def node_type(self, name: str) -> NodeType:
+        """The node type called ``name``."""
+        for t in self.node_types:
+            if t.name == name:
+                return t
+        raise KeyError(f"unknown node type '{name}' (known: {', '.join(t.name for t in self.node_types)})")
+
+
+class Growth(Strict):
+    """Demand growth factors: replicas multiplied per team and per tier (both apply when both match)."""
+
+    teams: dict[str, float] = Field(default_factory=dict)
+    tiers: dict[str, float] = Field(default_factory=dict)
+
+    @field_validator("teams", "tiers")
+    @classmethod
+    def _non_negative(cls, v: dict[str, float]) -> dict[str, float]:
+        for key, factor in v.items():
+            if factor < 0:
+                raise ValueError(f"growth factor of '{key}' is negative ({factor})")
+        return v
+
+
+class Scenario(Strict):
+    """A what-if: demand growth, another node-type catalog or prices, and policy overrides."""
+
+    name: str = Field(min_length=1)
+    description: str = ""
+    growth: Growth = Field(default_factory=Growth)
+    catalog: str | None = None
+    prices: dict[str, float] = Field(default_factory=dict)
+    policy: dict[str, Any] = Field(default_factory=dict)
+
+
+class ScenarioFile(Strict):
+    """The scenarios file: a list of scenarios, names unique."""
+
+    scenarios: tuple[Scenario, ...] = Field(min_length=1)
+
+    @model_validator(mode="after")
+    def _unique(self) -> ScenarioFile:
+        names = [s.name for s in self.scenarios]
+        dupes = sorted({n for n in names if names.count(n) > 1})
+        if dupes:
+            raise ValueError(f"scenario '{dupes[0]}' appears more than once")
+        return self
+
+
+class Purchase(Strict):
+    """Nodes of one type to add."""
+
+    node_type: str
+    count: int = Field(ge=1)
+    gpus: int = Field(ge=0)
+    cost: float = Field(ge=0)
+    lead_time_days: int = Field(default=0, ge=0)
+    nodes: tuple[str, ...] = ()
+
+
+class GapLine(Strict):
+    """The gap of one tier or team: demand, how it is served, and its share of the additions."""
+
+    key: str
+    replicas: int = Field(ge=0)
+    served_by_repartition: int = Field(default=0, ge=0)
+    served_by_purchase: int = Field(default=0, ge=0)
+    unservable: int = Field(default=0, ge=0)
+    gpu_equivalents: float = Field(default=0.0, ge=0)
+    gpus_added: float = Field(default=0.0, ge=0)
+    nodes_added: float = Field(default=0.0, ge=0)
+    cost: float = Field(default=0.0, ge=0)
+
+
+class Unservable(Strict):
+    """A replica that no purchasable node type can ever host, with the reason."""
+
+    workload: str
+    replica: int = Field(ge=0)
+    team: str
+    tier: str
+    message: str
+
+
+class CapacityGap(Strict):
+    """What to re-partition and buy so that the demand the fleet cannot serve in time is served.
+
+    ``lower_bound`` is the optimum (or proven bound) of the purchase MILP, a relaxation of exact
+    per-node placement; ``gap`` is ``(cost - lower_bound) / cost``. ``verified`` says whether the real
+    placement solver placed all purchased-for demand on the purchased nodes (the plan passes the
+    validator).
+    """
+
+    demand_replicas: int = Field(ge=0)
+    served_by_repartition: int = Field(default=0, ge=0)
+    served_by_purchase: int = Field(default=0, ge=0)
+    repartition_actions: tuple[str, ...] = ()
+    purchases: tuple[Purchase, ...] = ()
+    nodes_added: int = Field(default=0, ge=0)
+    gpus_added: int = Field(default=0, ge=0)
+    cost: float = Field(default=0.0, ge=0)
+    currency: str = "USD"
+    lower_bound: float = Field(default=0.0, ge=0)
+    gap: float = Field(default=0.0, ge=0)
+    max_lead_time_days: int = Field(default=0, ge=0)
+    verified: bool = True
+    still_unplaced: int = Field(default=0, ge=0)
+    solver: str = ""
+    solver_status: str = ""
+    wall_s: float = Field(default=0.0, ge=0)
+    by_tier: tuple[GapLine, ...] = ()
+    by_team: tuple[GapLine, ...] = ()
+    unservable: tuple[Unservable, ...] = ()
+    notes: tuple[str, ...] = ()
+
+
+class ScenarioResult(Strict):
+    """One scenario's capacity gap."""
+
+    name: str
+    description: str = ""
+    gap: CapacityGap
+
+
+class CapacityReport(Strict):
+    """The file ``gpuplan capacity-gap --out`` writes: the gap and any scenario results."""
+
+    gap: CapacityGap
+    scenarios: tuple[ScenarioResult, ...] = ()

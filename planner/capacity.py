@@ -1,0 +1,471 @@
+"""Capacity-gap plans: what to re-partition, then what to buy, so that waiting demand is served.
+
+1. Plan the fleet as it is. The gap demand is every waiting replica that has no predicted start or
+   whose predicted start is later than its tier's target wait.
+2. No purchase first: when the policy forbids MIG re-partitions, plan again allowing them; the gap
+   replicas that this plan places are served by re-partitioning (its MIG actions say how).
+3. Replicas that no node type of the catalog can ever host are reported, naming the workload.
+4. The rest goes to the purchase MILP (:mod:`planner.purchase`), whose optimum is a lower bound.
+5. The purchase is checked by planning the remaining demand on the purchased nodes alone with the real
+   placement solver (validated plan); if anything is left over, the cheapest node type that hosts
+   it is added and the check repeats.
+6. Each purchased node's GPUs and cost are shared among the replicas placed on it (by
+   GPU-equivalents), giving GPUs, nodes and cost per tier and per team.
+
+The purchased nodes serve only the gap demand: free capacity left in the existing fleet is not
+counted, so the answer never relies on capacity the plan could not use.
+"""
+
+from __future__ import annotations
+
+import logging
+import time
+from collections import defaultdict
+from collections.abc import Iterable
+from dataclasses import dataclass, field
+from datetime import datetime
+from pathlib import Path
+from typing import Any
+
+from pydantic import ValidationError
+
+from models.base import InputError
+from models.capacity import CapacityGap, GapLine, NodeType, NodeTypeCatalog, Purchase, Unservable
+from models.catalog import data_dir, default_catalog
+from models.cluster import Cluster, MigConfig, Node
+from models.hardware import HardwareCatalog
+from models.plan import Plan, Unplaced
+from models.policy import DisruptionBudget, IsolationKind, Policy
+from models.problem import PlanningInput
+from models.workload import GpuRef, Placement, Workload
+from planner.compile import compile_node, compile_problem
+from planner.io import describe, read_structured
+from planner.metrics import gpu_equivalents
+from planner.planning import make_plan
+from planner.purchase import TypeSpec, shape_fits, solve_purchase
+from solvers.problem import Request
+
+log = logging.getLogger(__name__)
+
+Key = tuple[str, int]
+
+#: Default purchasable catalog (example prices).
+DEFAULT_NODE_TYPES = "node_types.yaml"
+
+
+def default_node_types_path() -> Path:
+    """The bundled example node-type catalog."""
+    return data_dir() / "examples" / DEFAULT_NODE_TYPES
+
+
+def load_node_types(path: Path | None, catalog: HardwareCatalog | None = None) -> NodeTypeCatalog:
+    """A node-type catalog from YAML/JSON (the bundled example when ``path`` is None)."""
+    path = path or default_node_types_path()
+    raw = read_structured(path)
+    try:
+        return NodeTypeCatalog.model_validate(raw, context={"catalog": catalog} if catalog else None)
+    except ValidationError as exc:
+        raise InputError(f"{path}: {describe(exc, raw)}") from None
+
+
+@dataclass(frozen=True)
+class GapOptions:
+    """Solver settings of one capacity-gap run."""
+
+    solver: str = "cpsat"
+    time_limit_s: float = 30.0
+    milp_time_limit_s: float = 30.0
+    seed: int = 0
+    num_workers: int = 2
+    now: datetime | None = None
+    repair_rounds: int = 3
+
+
+def _now(plan: Plan, given: datetime | None) -> datetime | None:
+    if given is not None:
+        return given
+    text = plan.provenance.get("now")
+    return datetime.fromisoformat(text) if isinstance(text, str) else None
+
+
+def gap_demand(plan: Plan, inp: PlanningInput, now: datetime | None) -> list[Unplaced]:
+    """Waiting replicas without a predicted start, or predicted to start after their tier's target."""
+    out = []
+    for u in plan.unplaced:
+        target = inp.policy.tier(inp.workload_by_id[u.workload].tier).target_wait_s
+        if u.predicted_start is not None and now is not None and target is not None:
+            start = datetime.fromisoformat(u.predicted_start)
+            if (start - now).total_seconds() <= target:
+                continue
+        out.append(u)
+    return out
+
+
+def _held(inp: PlanningInput, plan: Plan) -> tuple[PlanningInput, dict[Key, Key]]:
+    """``inp`` with the plan's placements running and held (no moves), its MIG layouts in place and
+    re-partitions allowed; replicas are renumbered placed-first, with the map back to the original keys.
+    """
+    layouts = {(lay.node, lay.gpu): lay.instances for lay in plan.mig_layouts}
+    nodes = []
+    for node in inp.cluster.nodes:
+        gpus = tuple(
+            g.model_copy(update={"mig": MigConfig(instances=layouts[(node.name, g.index)])})
+            if (node.name, g.index) in layouts
+            else g
+            for g in node.gpus
+        )
+        nodes.append(node.model_copy(update={"gpus": gpus}))
+    placed: dict[str, dict[int, Placement]] = defaultdict(dict)
+    for a in plan.assignments:
+        refs = tuple(GpuRef(**g.model_dump()) for g in a.gpus)
+        placed[a.workload][a.replica] = Placement(node=a.node, gpus=refs, alternative=a.alternative)
+    workloads = []
+    back: dict[Key, Key] = {}
+    for w in inp.workloads:
+        mine = placed.get(w.id, {})
+        order = sorted(mine) + [r for r in range(w.replicas) if r not in mine]
+        back.update({(w.id, i): (w.id, r) for i, r in enumerate(order)})
+        workloads.append(w.model_copy(update={"running_on": tuple(mine[r] for r in sorted(mine))}))
+    policy = inp.policy.model_copy(
+        update={
+            "mig": inp.policy.mig.model_copy(update={"allow_create": True, "allow_repartition": True}),
+            "disruption": DisruptionBudget(),
+        }
+    )
+    held = inp.model_copy(
+        update={"cluster": Cluster(nodes=tuple(nodes)), "workloads": tuple(workloads), "policy": policy}
+    )
+    return held, back
+
+
+def _has_mig_gpus(inp: PlanningInput) -> bool:
+    return any(g.mig is not None for n in inp.cluster.nodes for g in n.gpus)
+
+
+def node_for(t: NodeType, name: str, mig_gpus: int, labels: dict[str, str], catalog: HardwareCatalog) -> Node:
+    """A purchased node of type ``t``; its last ``mig_gpus`` GPUs are in MIG mode with no instances."""
+    mig_from = t.gpus - mig_gpus
+    raw: dict[str, Any] = {
+        "name": name,
+        "pool": t.pool or t.name,
+        "labels": {**labels, **t.labels},
+        "cpu_milli": t.cpu_milli,
+        "memory_mib": t.memory_mib,
+    }
+    if t.topology:
+        raw["topology"] = t.topology
+        raw["gpu_model"] = t.gpu_model
+        raw["gpus"] = [{"index": i, "mig": {"instances": []}} for i in range(mig_from, t.gpus)]
+    else:
+        raw["gpus"] = [
+            {"index": i, "model": t.gpu_model, **({"mig": {"instances": []}} if i >= mig_from else {})}
+            for i in range(t.gpus)
+        ]
+    return Node.model_validate(raw, context={"catalog": catalog})
+
+
+def type_specs(types: NodeTypeCatalog, catalog: HardwareCatalog) -> list[TypeSpec]:
+    """Each node type compiled as one node for the purchase MILP."""
+    return [
+        TypeSpec(
+            name=t.name,
+            cost=t.unit_cost,
+            node=compile_node(node_for(t, t.name, 0, {}, catalog), catalog),
+            spec=catalog.model(t.gpu_model),
+        )
+        for t in types.node_types
+    ]
+
+
+def _unservable(requests: list[Request], types: list[TypeSpec]) -> dict[Key, str]:
+    """Replicas no node type can ever host (whole gangs when one member cannot), with the reason."""
+    out: dict[Key, str] = {}
+    for r in requests:
+        if any(shape_fits(s, t) is None for s in r.shapes for t in types):
+            continue
+        why = "; ".join(
+            f"alternative {k} on {t.name}: {shape_fits(s, t)}" for k, s in enumerate(r.shapes) for t in types
+        )
+        out[r.key] = (
+            f"workload '{r.workload}' replica {r.replica}: no node type of the catalog can ever host it "
+            f"({why})"
+        )
+    gangs = {r.gang for r in requests if r.gang is not None and r.key in out}
+    for r in requests:
+        if r.gang in gangs and r.key not in out:
+            out[r.key] = (
+                f"workload '{r.workload}' replica {r.replica}: its gang '{r.gang}' has a member that no "
+                "node type can host"
+            )
+    return out
+
+
+def _sub_policy(policy: Policy, pools: set[str]) -> Policy:
+    """The policy for the purchased nodes: no quotas, isolation that still applies, MIG creation on."""
+    isolation = tuple(
+        rule
+        for rule in policy.isolation
+        if rule.kind is not IsolationKind.TEAM_EXCLUSIVE or (not rule.nodes and rule.pool in pools)
+    )
+    mig = policy.mig.model_copy(update={"allow_create": True})
+    return policy.model_copy(update={"quotas": (), "isolation": isolation, "mig": mig})
+
+
+def _sub_workloads(inp: PlanningInput, keys: list[Key]) -> tuple[tuple[Workload, ...], dict[Key, Key]]:
+    """The waiting replicas as fresh workloads (same ids), and the map back to original replica keys."""
+    by_workload: dict[str, list[int]] = defaultdict(list)
+    for wid, rep in keys:
+        by_workload[wid].append(rep)
+    workloads = []
+    back: dict[Key, Key] = {}
+    for wid, reps in by_workload.items():
+        w = inp.workload_by_id[wid]
+        workloads.append(w.model_copy(update={"replicas": len(reps), "running_on": ()}))
+        for i, rep in enumerate(sorted(reps)):
+            back[(wid, i)] = (wid, rep)
+    return tuple(workloads), back
+
+
+@dataclass
+class _Fleet:
+    """The purchased nodes (in buying order) and the labels every new node carries."""
+
+    types: NodeTypeCatalog
+    catalog: HardwareCatalog
+    labels: dict[str, str]
+    nodes: list[tuple[str, Node]] = field(default_factory=list)
+
+    def buy(self, type_name: str, count: int, mig_gpus: int) -> None:
+        """Add ``count`` nodes of a type, spreading ``mig_gpus`` MIG-mode GPUs from the last node."""
+        t = self.types.node_type(type_name)
+        left = mig_gpus
+        batch = []
+        for _ in range(count):
+            take = min(left, t.gpus)
+            left -= take
+            batch.append(take)
+        for take in reversed(batch):
+            name = f"new-{t.name}-{sum(1 for k, _ in self.nodes if k == t.name) + 1:02d}"
+            self.nodes.append((t.name, node_for(t, name, take, self.labels, self.catalog)))
+
+    def cluster(self) -> Cluster:
+        return Cluster(nodes=tuple(n for _, n in self.nodes))
+
+
+def _verify(
+    inp: PlanningInput, fleet: _Fleet, keys: list[Key], opts: GapOptions, now: datetime | None
+) -> tuple[Plan, PlanningInput, dict[Key, Key]]:
+    workloads, back = _sub_workloads(inp, keys)
+    cluster = fleet.cluster()
+    pools = {n.pool for n in cluster.nodes if n.pool}
+    sub = PlanningInput.model_validate(
+        {"cluster": cluster, "workloads": workloads, "policy": _sub_policy(inp.policy, pools)},
+        context={"catalog": fleet.catalog},
+    )
+    plan = make_plan(
+        sub,
+        solver=opts.solver,
+        catalog=fleet.catalog,
+        now=now,
+        time_limit_s=opts.time_limit_s,
+        seed=opts.seed,
+        num_workers=opts.num_workers,
+    )
+    return plan, sub, back
+
+
+#: Summed fields of a gap line.
+_FIELDS = (
+    "replicas", "served_by_repartition", "served_by_purchase", "unservable",
+    "gpu_equivalents", "gpus_added", "nodes_added", "cost",
+)  # fmt: skip
+
+
+def _lines(
+    groups: Iterable[tuple[str, Key]],
+    outcome: dict[Key, str],
+    share: dict[Key, tuple[float, float, float, float]],
+) -> tuple[GapLine, ...]:
+    """Per-group totals: demand, how it was served and the share of GPUs, nodes and cost added."""
+    acc: dict[str, dict[str, float]] = {}
+    for group, key in groups:
+        line = acc.setdefault(group, dict.fromkeys(_FIELDS, 0.0))
+        line["replicas"] += 1
+        line[outcome[key]] += 1
+        gpu_eq, gpus, nodes, cost = share.get(key, (0.0, 0.0, 0.0, 0.0))
+        line["gpu_equivalents"] += gpu_eq
+        line["gpus_added"] += gpus
+        line["nodes_added"] += nodes
+        line["cost"] += cost
+    return tuple(
+        GapLine(
+            key=group,
+            replicas=int(v["replicas"]),
+            served_by_repartition=int(v["served_by_repartition"]),
+            served_by_purchase=int(v["served_by_purchase"]),
+            unservable=int(v["unservable"]),
+            gpu_equivalents=round(v["gpu_equivalents"], 4),
+            gpus_added=round(v["gpus_added"], 4),
+            nodes_added=round(v["nodes_added"], 4),
+            cost=round(v["cost"], 2),
+        )
+        for group, v in sorted(acc.items())
+    )
+
+
+def _shares(
+    plan: Plan, sub: PlanningInput, back: dict[Key, Key], fleet: _Fleet
+) -> dict[Key, tuple[float, float, float, float]]:
+    """Each placed replica's GPU-equivalents and its share of its node's GPUs, the node and its cost."""
+    nodes = sub.cluster.node_by_name
+    type_of = {n.name: k for k, n in fleet.nodes}
+    weight: dict[Key, tuple[str, float, float]] = {}
+    totals: dict[str, tuple[float, float]] = defaultdict(lambda: (0.0, 0.0))
+    for a in plan.assignments:
+        node = nodes[a.node]
+        eq = sum(gpu_equivalents(g, node.gpu_by_index[g.index].model, fleet.catalog) for g in a.gpus)
+        cpu = a.cpu_milli / node.cpu_milli if node.cpu_milli else 0.0
+        weight[back[(a.workload, a.replica)]] = (a.node, eq, cpu)
+        t_eq, t_cpu = totals[a.node]
+        totals[a.node] = (t_eq + eq, t_cpu + cpu)
+    out = {}
+    for key, (name, eq, cpu) in weight.items():
+        t_eq, t_cpu = totals[name]
+        part = eq / t_eq if t_eq else (cpu / t_cpu if t_cpu else 0.0)
+        t = fleet.types.node_type(type_of[name])
+        out[key] = (eq, part * t.gpus, part, part * t.unit_cost)
+    return out
+
+
+def capacity_gap(
+    inp: PlanningInput,
+    types: NodeTypeCatalog,
+    opts: GapOptions | None = None,
+    *,
+    baseline: Plan | None = None,
+    catalog: HardwareCatalog | None = None,
+) -> CapacityGap:
+    """The re-partitions and the cheapest purchase that serve the demand the fleet leaves waiting."""
+    opts = opts or GapOptions()
+    catalog = catalog or default_catalog()
+    t0 = time.perf_counter()
+    plan_args: dict[str, Any] = {
+        "solver": opts.solver, "catalog": catalog, "time_limit_s": opts.time_limit_s,
+        "seed": opts.seed, "num_workers": opts.num_workers,
+    }  # fmt: skip
+    plan = baseline or make_plan(inp, now=opts.now, **plan_args)
+    now = _now(plan, opts.now)
+    demand = [(u.workload, u.replica) for u in gap_demand(plan, inp, now)]
+    notes: list[str] = []
+    outcome: dict[Key, str] = {}
+    rest = list(demand)
+    actions: tuple[str, ...] = ()
+    if demand and not inp.policy.mig.allow_repartition and _has_mig_gpus(inp):
+        held, back = _held(inp, plan)
+        again = make_plan(held, now=now, **plan_args)
+        left = {back[(u.workload, u.replica)] for u in gap_demand(again, held, now)}
+        rest = [k for k in demand if k in left]
+        outcome.update({k: "served_by_repartition" for k in demand if k not in left})
+        actions = tuple(
+            f"{a.kind} {a.detail} on {a.node} GPU {a.gpu}" for a in again.actions if a.kind.endswith("-mig")
+        )
+    elif demand and inp.policy.mig.allow_repartition:
+        notes.append("the policy already allows MIG re-partitions; the fleet plan includes them")
+
+    specs = type_specs(types, catalog)
+    problem = compile_problem(inp, catalog, now or datetime.now().astimezone())
+    by_key = {r.key: r for r in problem.requests}
+    requests = [by_key[k] for k in rest]
+    bad = _unservable(requests, specs)
+    unservable = tuple(
+        Unservable(workload=k[0], replica=k[1], team=by_key[k].team, tier=by_key[k].tier, message=msg)
+        for k, msg in sorted(bad.items())
+    )
+    outcome.update(dict.fromkeys(bad, "unservable"))
+    buyable = [r for r in requests if r.key not in bad]
+
+    purchases: tuple[Purchase, ...] = ()
+    share: dict[Key, tuple[float, float, float, float]] = {}
+    lower, solver_name, solver_status, verified, still = 0.0, "", "", True, 0
+    if buyable:
+        solution = solve_purchase(
+            buyable, specs, policy=inp.policy, time_limit_s=opts.milp_time_limit_s, threads=opts.num_workers
+        )
+        lower, solver_name, solver_status = solution.lower_bound, solution.solver, solution.status
+        domains = {r.gang_domain: "purchase" for r in buyable if r.gang_domain}
+        fleet = _Fleet(types, catalog, domains)
+        for name, count in sorted(solution.counts.items()):
+            fleet.buy(name, count, solution.mig_gpus.get(name, 0))
+        keys = [r.key for r in buyable]
+        for attempt in range(opts.repair_rounds + 1):
+            sub_plan, sub, back = _verify(inp, fleet, keys, opts, now)
+            waiting = [back[(u.workload, u.replica)] for u in sub_plan.unplaced]
+            if not waiting or attempt == opts.repair_rounds:
+                break
+            extra = solve_purchase(
+                [by_key[k] for k in waiting],
+                specs,
+                time_limit_s=opts.milp_time_limit_s,
+                threads=opts.num_workers,
+            )
+            first = sub_plan.unplaced[0]
+            notes.append(
+                f"the placement check left {len(waiting)} replica(s) waiting (first: '{first.workload}', "
+                f"{first.code}: {first.reason}); added "
+                + ", ".join(f"{n} x {name}" for name, n in sorted(extra.counts.items()))
+            )
+            for name, count in sorted(extra.counts.items()):
+                fleet.buy(name, count, extra.mig_gpus.get(name, 0))
+        verified, still = not waiting, len(waiting)
+        share = _shares(sub_plan, sub, back, fleet)
+        outcome.update({k: "served_by_purchase" for k in keys if k in share})
+        outcome.update({k: "unservable" for k in keys if k not in share})
+        purchases = _purchases(fleet, sub_plan)
+    counts = {k: outcome.get(k, "unservable") for k in demand}
+    cost = sum(p.cost for p in purchases)
+    return CapacityGap(
+        demand_replicas=len(demand),
+        served_by_repartition=sum(1 for v in counts.values() if v == "served_by_repartition"),
+        served_by_purchase=sum(1 for v in counts.values() if v == "served_by_purchase"),
+        repartition_actions=actions,
+        purchases=purchases,
+        nodes_added=sum(p.count for p in purchases),
+        gpus_added=sum(p.gpus for p in purchases),
+        cost=round(cost, 2),
+        currency=types.currency,
+        lower_bound=round(lower, 2),
+        gap=round(max(0.0, cost - lower) / cost, 6) if cost > 0 else 0.0,
+        max_lead_time_days=max((p.lead_time_days for p in purchases), default=0),
+        verified=verified,
+        still_unplaced=still,
+        solver=solver_name,
+        solver_status=solver_status,
+        wall_s=round(time.perf_counter() - t0, 3),
+        by_tier=_lines(((by_key[k].tier, k) for k in demand), counts, share),
+        by_team=_lines(((by_key[k].team, k) for k in demand), counts, share),
+        unservable=unservable,
+        notes=tuple(notes),
+    )
+
+
+def _purchases(fleet: _Fleet, plan: Plan) -> tuple[Purchase, ...]:
+    """Purchased nodes per type (nodes the check left empty are not bought)."""
+    used = {a.node for a in plan.assignments}
+    by_type: dict[str, list[str]] = defaultdict(list)
+    for type_name, node in fleet.nodes:
+        if node.name in used:
+            by_type[type_name].append(node.name)
+    out = []
+    for name, nodes in sorted(by_type.items()):
+        t = fleet.types.node_type(name)
+        out.append(
+            Purchase(
+                node_type=name,
+                count=len(nodes),
+                gpus=len(nodes) * t.gpus,
+                cost=round(len(nodes) * t.unit_cost, 2),
+                lead_time_days=t.lead_time_days,
+                nodes=tuple(nodes),
+            )
+        )
+    return tuple(out)

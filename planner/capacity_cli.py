@@ -1,0 +1,191 @@
+"""``gpuplan capacity-gap`` (what to re-partition and buy, with what-if scenarios) and ``gpuplan export``."""
+
+from __future__ import annotations
+
+import argparse
+from datetime import datetime
+from pathlib import Path
+
+from pydantic import ValidationError
+
+from models.base import InputError
+from models.capacity import CapacityGap, CapacityReport, ScenarioResult
+from models.catalog import default_catalog
+from models.hardware import HardwareCatalog
+from models.plan import Plan
+from models.problem import PlanningInput
+from planner.capacity import GapOptions, capacity_gap, load_node_types
+from planner.export import build_tables, write_csv, write_xlsx
+from planner.io import (
+    describe,
+    load_cluster,
+    load_plan,
+    load_policy,
+    load_workloads,
+    planning_input,
+    read_structured,
+    write_json,
+)
+from planner.planning import make_plan
+from planner.scenarios import load_scenarios, render_table, run_scenarios
+from solvers.base import solver_names
+
+
+def _input(args: argparse.Namespace, catalog: HardwareCatalog) -> PlanningInput:
+    return planning_input(
+        load_cluster(Path(args.cluster), catalog),
+        load_workloads(Path(args.workloads)),
+        load_policy(Path(args.policy) if args.policy else None),
+        catalog,
+        source=str(args.workloads),
+    )
+
+
+def _now(text: str | None) -> datetime | None:
+    if text is None:
+        return None
+    try:
+        return datetime.fromisoformat(text)
+    except ValueError:
+        raise InputError(f"--now: '{text}' is not an ISO-8601 time") from None
+
+
+def render_gap(gap: CapacityGap) -> str:
+    """The capacity gap as text: demand, re-partitions, purchases, per tier and team, unservable."""
+    lines = [
+        f"gap demand: {gap.demand_replicas} replicas waiting beyond their tier target",
+        f"served by MIG re-partitions (no purchase): {gap.served_by_repartition}"
+        + (f" ({len(gap.repartition_actions)} MIG actions)" if gap.repartition_actions else ""),
+        f"served by purchases: {gap.served_by_purchase}   cannot be served: {len(gap.unservable)}",
+    ]
+    for p in gap.purchases:
+        lines.append(
+            f"  buy {p.count} x {p.node_type} ({p.gpus} GPUs) for {p.cost:,.0f} {gap.currency}, "
+            f"lead time {p.lead_time_days} d"
+        )
+    verdict = "verified by placement" if gap.verified else f"NOT verified: {gap.still_unplaced} still waiting"
+    lines.append(
+        f"total: {gap.nodes_added} nodes, {gap.gpus_added} GPUs, {gap.cost:,.0f} {gap.currency} "
+        f"(lower bound {gap.lower_bound:,.0f}, gap {100 * gap.gap:.2f}%, {gap.solver} {gap.solver_status}, "
+        f"{verdict})"
+    )
+    for title, rows in (("tier", gap.by_tier), ("team", gap.by_team)):
+        if not rows:
+            continue
+        lines.append(
+            f"{title:<18} {'demand':>7} {'mig':>5} {'bought':>7} {'never':>6} {'GPUs':>8} {'cost':>14}"
+        )
+        for r in rows:
+            lines.append(
+                f"{r.key:<18} {r.replicas:>7} {r.served_by_repartition:>5} {r.served_by_purchase:>7} "
+                f"{r.unservable:>6} {r.gpus_added:>8.2f} {r.cost:>14,.0f}"
+            )
+    lines.extend(f"cannot be served: {u.message}" for u in gap.unservable)
+    lines.extend(f"note: {n}" for n in gap.notes)
+    return "\n".join(lines)
+
+
+def cmd_capacity_gap(args: argparse.Namespace) -> int:
+    """Plan, re-partition, then buy: the capacity gap of the demand (and of every scenario)."""
+    catalog = default_catalog()
+    inp = _input(args, catalog)
+    types = load_node_types(Path(args.catalog) if args.catalog else None, catalog)
+    opts = GapOptions(
+        solver=args.solver,
+        time_limit_s=args.time_limit,
+        milp_time_limit_s=args.milp_time_limit,
+        seed=args.seed,
+        num_workers=args.workers,
+        now=_now(args.now),
+    )
+    plan = make_plan(
+        inp, solver=args.solver, catalog=catalog, now=opts.now, time_limit_s=args.time_limit,
+        seed=args.seed, num_workers=args.workers,
+    )  # fmt: skip
+    gap = capacity_gap(inp, types, opts, baseline=plan, catalog=catalog)
+    print(render_gap(gap))
+    scenarios: tuple[ScenarioResult, ...] = ()
+    if args.scenarios:
+        path = Path(args.scenarios)
+        scenarios = run_scenarios(inp, types, load_scenarios(path), path.parent, opts, catalog)
+        print()
+        print(render_table(scenarios))
+    report = CapacityReport(gap=gap, scenarios=scenarios)
+    if args.out:
+        write_json(Path(args.out), report)
+        print(f"capacity gap written to {args.out}")
+    if args.xlsx:
+        write_xlsx(build_tables(plan, catalog, inp, report, types), Path(args.xlsx))
+        print(f"workbook written to {args.xlsx}")
+    return 1 if gap.unservable else 0
+
+
+def load_report(path: Path) -> CapacityReport:
+    """A capacity-gap JSON written by ``gpuplan capacity-gap --out``."""
+    raw = read_structured(path)
+    try:
+        return CapacityReport.model_validate(raw)
+    except ValidationError as exc:
+        raise InputError(f"{path}: {describe(exc, raw)}") from None
+
+
+def export_tables(args: argparse.Namespace, plan: Plan, catalog: HardwareCatalog) -> int:
+    """Write the plan (and gap) as a workbook or CSV files."""
+    given = [args.cluster, args.workloads]
+    if any(given) and not all(given):
+        raise InputError("--cluster and --workloads go together")
+    inp = _input(args, catalog) if all(given) else None
+    report = load_report(Path(args.gap)) if args.gap else None
+    types = load_node_types(Path(args.catalog) if args.catalog else None, catalog)
+    tables = build_tables(plan, catalog, inp, report, types, period_h=args.period_hours)
+    if args.xlsx:
+        write_xlsx(tables, Path(args.xlsx))
+        print(f"workbook written to {args.xlsx} ({len(tables)} sheets)")
+    if args.csv:
+        paths = write_csv(tables, Path(args.csv))
+        print(f"{len(paths)} CSV files written to {args.csv}")
+    return 0
+
+
+def write_plan_workbook(plan: Plan, inp: PlanningInput, path: Path) -> None:
+    """The workbook of a plan with its inputs (no capacity gap), priced with the bundled node types."""
+    catalog = default_catalog()
+    write_xlsx(build_tables(plan, catalog, inp, None, load_node_types(None, catalog)), path)
+
+
+def cmd_export(args: argparse.Namespace) -> int:
+    """Export a plan (and a capacity gap) as an Excel workbook or CSV files."""
+    catalog = default_catalog()
+    return export_tables(args, load_plan(Path(args.plan)), catalog)
+
+
+def add_capacity_parsers(sub: argparse._SubParsersAction[argparse.ArgumentParser]) -> None:
+    """Register ``capacity-gap`` and ``export``."""
+    p = sub.add_parser("capacity-gap", help="what to re-partition and buy to serve the waiting demand")
+    p.add_argument("--cluster", required=True)
+    p.add_argument("--workloads", required=True)
+    p.add_argument("--policy")
+    p.add_argument("--catalog", help="purchasable node types (default: the bundled EXAMPLE catalog)")
+    p.add_argument("--scenarios", help="what-if scenarios file; results tabulated side by side")
+    p.add_argument("--out", help="write the capacity gap (and scenarios) as JSON here")
+    p.add_argument("--xlsx", help="also write a workbook with the plan and the gap")
+    p.add_argument("--solver", default="cpsat", choices=solver_names(), help="placement back-end")
+    p.add_argument("--time-limit", type=float, default=30.0, help="seconds per placement solve (default 30)")
+    p.add_argument("--milp-time-limit", type=float, default=30.0, help="seconds for the purchase MILP")
+    p.add_argument("--seed", type=int, default=0)
+    p.add_argument("--workers", type=int, default=2)
+    p.add_argument("--now", help="planning time, ISO-8601 (default: the current time)")
+    p.set_defaults(func=cmd_capacity_gap)
+
+    p = sub.add_parser("export", help="a plan (and capacity gap) as an Excel workbook or CSV files")
+    p.add_argument("--plan", required=True)
+    p.add_argument("--cluster")
+    p.add_argument("--workloads")
+    p.add_argument("--policy")
+    p.add_argument("--gap", help="capacity-gap JSON from `gpuplan capacity-gap --out`")
+    p.add_argument("--catalog", help="node types whose prices give GPU-hour costs (default: bundled)")
+    p.add_argument("--period-hours", type=float, default=24.0, help="GPU-hours basis without duration_s")
+    out = p.add_mutually_exclusive_group(required=True)
+    out.add_argument("--xlsx", help="workbook path")
+    out.add_argument("--csv", help="directory for one CSV per sheet")
+    p.set_defaults(func=cmd_export)

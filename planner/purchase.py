@@ -1,0 +1,271 @@
+"""The purchase MILP: the cheapest mix of node types whose capacity can host a set of replicas.
+
+Replicas are grouped into classes of identical shapes; for each class, alternative and node type an
+integer counts the replicas served there. Per node type the model keeps whole GPUs, GPUs shared by
+fractions and GPUs in MIG mode within the GPUs bought, CPU and memory within the nodes bought, and
+bounds how many large or NVLink/NUMA-bound replicas one node can hold. It is a relaxation of exact
+per-node placement (capacity is pooled over the nodes of a type), so its optimum is a lower bound on
+the cost of any purchase that serves the demand; the caller checks the purchase with the real
+placement solver.
+"""
+
+from __future__ import annotations
+
+import logging
+import time
+import warnings
+from collections import defaultdict
+from dataclasses import dataclass
+from typing import Any
+
+import pulp
+
+from models.hardware import GpuModelSpec
+from models.policy import IsolationKind, Policy
+from models.workload import TopologyNeed
+from solvers.problem import NodeSpec, Request, ShapeSpec
+
+log = logging.getLogger(__name__)
+
+MILLI = 1000
+
+#: Objective weight of a shared or MIG-mode GPU, far below any price.
+TIE = 1e-3
+
+
+@dataclass(frozen=True)
+class TypeSpec:
+    """A purchasable node type as the MILP sees it: one compiled node and its price."""
+
+    name: str
+    cost: float
+    node: NodeSpec
+    spec: GpuModelSpec
+
+    @property
+    def gpus(self) -> int:
+        """GPUs per node."""
+        return len(self.node.gpus)
+
+    def group_capacity(self, shape: ShapeSpec) -> int:
+        """An upper bound on how many replicas of ``shape`` (NVLink or NUMA bound) one node holds."""
+        if shape.topology is TopologyNeed.NVLINK:
+            groups = [len(c) for c in self.node.nvlink_cliques] or [1] * self.gpus
+        else:
+            by_numa: dict[int, int] = defaultdict(int)
+            for g in self.node.gpus:
+                by_numa[g.numa] += 1
+            groups = list(by_numa.values())
+        return min(self.gpus // shape.gpus, sum(size // shape.gpus for size in groups))
+
+
+def shape_fits(shape: ShapeSpec, t: TypeSpec) -> str | None:
+    """Why ``shape`` can never run on a node of type ``t`` (``None`` when it can)."""
+    model = t.spec.name
+    if shape.kind != "cpu" and shape.models and model not in shape.models:
+        return f"GPU model {model} is not among {sorted(shape.models)}"
+    if shape.cpu_milli > t.node.cpu_milli:
+        return f"needs {shape.cpu_milli} CPU milli, the node has {t.node.cpu_milli}"
+    if shape.memory_mib > t.node.memory_mib:
+        return f"needs {shape.memory_mib} MiB memory, the node has {t.node.memory_mib}"
+    if shape.kind == "mig" and shape.mig_profile not in t.spec.profile_map:
+        return f"{model} does not offer MIG profile '{shape.mig_profile}'"
+    if shape.kind != "whole":
+        return None
+    if shape.gpus > t.gpus:
+        return f"needs {shape.gpus} GPUs, the node has {t.gpus}"
+    grouped = shape.topology in (TopologyNeed.NVLINK, TopologyNeed.NUMA)
+    if shape.gpus > 1 and grouped and t.group_capacity(shape) < 1:
+        need = "one NVLink clique" if shape.topology is TopologyNeed.NVLINK else "one NUMA node"
+        return f"needs {shape.gpus} GPUs in {need}, the node has no such group"
+    return None
+
+
+@dataclass(frozen=True)
+class PurchaseSolution:
+    """Nodes to buy per type and how many of their GPUs go into MIG mode."""
+
+    counts: dict[str, int]
+    mig_gpus: dict[str, int]
+    objective: float
+    lower_bound: float
+    status: str
+    solver: str
+    wall_s: float
+
+
+def _engine(backend: str, time_limit_s: float, threads: int) -> pulp.LpSolver:
+    if backend == "highs" and pulp.HiGHS().available():
+        return pulp.HiGHS(msg=False, timeLimit=time_limit_s, threads=threads)
+    with warnings.catch_warnings():
+        # PuLP 3.3 deprecates its bundled CBC binary for 4.0; it is the CBC this pinned PuLP ships.
+        warnings.simplefilter("ignore", DeprecationWarning)
+        return pulp.PULP_CBC_CMD(msg=False, timeLimit=time_limit_s, threads=threads)
+
+
+Class = tuple[tuple[ShapeSpec, ...], tuple[str, ...]]
+
+
+def sharing_tags(policy: Policy, request: Request) -> tuple[str, ...]:
+    """``"<rule>=<group>"`` for each isolation rule that keeps the request off other groups' GPUs."""
+    tags = []
+    for i, rule in enumerate(policy.isolation):
+        if rule.kind is IsolationKind.NO_SHARED_GPU_ACROSS_TEAMS:
+            tags.append(f"{i}={request.team}")
+        elif rule.kind is IsolationKind.TIERS_NO_SHARE and request.tier in rule.tiers:
+            tags.append(f"{i}={request.tier}")
+    return tuple(tags)
+
+
+def _classes(requests: list[Request], policy: Policy | None) -> dict[Class, int]:
+    """Replica counts per tuple of alternative shapes and GPU-sharing tags."""
+    counts: dict[Class, int] = defaultdict(int)
+    for r in requests:
+        counts[(r.shapes, sharing_tags(policy, r) if policy else ())] += 1
+    return dict(counts)
+
+
+class _Model:
+    """The purchase MILP over replica classes and node types (integer or LP relaxation)."""
+
+    def __init__(self, classes: dict[Class, int], types: list[TypeSpec], *, relax: bool) -> None:
+        cat = self.cat = pulp.LpContinuous if relax else pulp.LpInteger
+        self.prob = pulp.LpProblem("purchase", pulp.LpMinimize)
+        self.types = types
+        self.buy = {t.name: self.prob.add_variable(f"buy[{t.name}]", 0, None, cat=cat) for t in types}
+        self.frac = {
+            t.name: self.prob.add_variable(f"shared_gpus[{t.name}]", 0, None, cat=cat) for t in types
+        }
+        self.mig = {t.name: self.prob.add_variable(f"mig_gpus[{t.name}]", 0, None, cat=cat) for t in types}
+        self.serve: dict[tuple[int, int, str], pulp.LpVariable] = {}
+        for c, (shapes, _) in enumerate(classes):
+            for a, shape in enumerate(shapes):
+                for t in types:
+                    if shape_fits(shape, t) is None:
+                        name = f"serve[c{c},a{a},{t.name}]"
+                        self.serve[(c, a, t.name)] = self.prob.add_variable(name, 0, None, cat=cat)
+        self.shapes = {(c, a): s for c, (shapes, _) in enumerate(classes) for a, s in enumerate(shapes)}
+        self.tags = {c: tags for c, (_, tags) in enumerate(classes)}
+        for c, n in enumerate(classes.values()):
+            self.prob += (
+                pulp.lpSum(v for (cc, _, _), v in self.serve.items() if cc == c) == n,
+                f"demand[c{c}]",
+            )
+        for t in types:
+            self._capacity(t)
+        # A tiny charge per shared or MIG-mode GPU keeps the rest of the GPUs bought whole.
+        self.prob += pulp.lpSum(t.cost * self.buy[t.name] for t in types) + TIE * pulp.lpSum(
+            [*self.frac.values(), *self.mig.values()]
+        )
+
+    def _on(self, t: TypeSpec, tag: str | None = None) -> list[tuple[ShapeSpec, pulp.LpVariable]]:
+        return [
+            (self.shapes[(c, a)], v)
+            for (c, a, name), v in self.serve.items()
+            if name == t.name and (tag is None or tag in self.tags[c])
+        ]
+
+    def _shared(self, t: TypeSpec, on: list[tuple[ShapeSpec, pulp.LpVariable]], frac: Any, mig: Any) -> None:
+        """Fractions within ``frac`` shared GPUs, MIG instances within ``mig`` MIG-mode GPUs."""
+        p = self.prob
+        p += pulp.lpSum(s.milli * v for s, v in on if s.kind == "fraction") <= MILLI * frac
+        migs = [(t.spec.profile(s.mig_profile), v) for s, v in on if s.kind == "mig" and s.mig_profile]
+        if not migs:
+            return
+        p += pulp.lpSum(pr.compute_slices * v for pr, v in migs) <= t.spec.compute_slices * mig
+        p += pulp.lpSum(pr.memory_slices * v for pr, v in migs) <= t.spec.memory_slices * mig
+        p += pulp.lpSum(v for _, v in migs) <= t.spec.max_gpu_instances * mig
+        for prof in {pr for pr, _ in migs}:
+            p += pulp.lpSum(v for pr, v in migs if pr == prof) <= prof.max_instances * mig
+
+    def _isolated(self, t: TypeSpec) -> None:
+        """Per isolation rule, each group's fractions and MIG instances on GPUs of their own."""
+        tags = sorted({tag for ts in self.tags.values() for tag in ts})
+        by_rule: dict[str, list[str]] = defaultdict(list)
+        for tag in tags:
+            by_rule[tag.split("=", 1)[0]].append(tag)
+        for rule, group in by_rule.items():
+            fr, mg = [], []
+            for tag in group:
+                on = self._on(t, tag)
+                if not any(s.kind in ("fraction", "mig") for s, _ in on):
+                    continue
+                fr.append(self.prob.add_variable(f"shared_gpus[{t.name},{tag}]", 0, None, cat=self.cat))
+                mg.append(self.prob.add_variable(f"mig_gpus[{t.name},{tag}]", 0, None, cat=self.cat))
+                self._shared(t, on, fr[-1], mg[-1])
+            if fr:
+                self.prob += pulp.lpSum(fr) <= self.frac[t.name], f"shared_split[{t.name},r{rule}]"
+                self.prob += pulp.lpSum(mg) <= self.mig[t.name], f"mig_split[{t.name},r{rule}]"
+
+    def _capacity(self, t: TypeSpec) -> None:
+        """GPUs, shared and MIG GPUs, CPU, memory and per-node packing bounds of one node type."""
+        on = self._on(t)
+        buy, p = self.buy[t.name], self.prob
+        whole = pulp.lpSum(s.gpus * v for s, v in on if s.kind == "whole")
+        p += whole + self.frac[t.name] + self.mig[t.name] <= t.gpus * buy, f"gpus[{t.name}]"
+        self._shared(t, on, self.frac[t.name], self.mig[t.name])
+        self._isolated(t)
+        p += pulp.lpSum(s.cpu_milli * v for s, v in on) <= t.node.cpu_milli * buy, f"cpu[{t.name}]"
+        p += pulp.lpSum(s.memory_mib * v for s, v in on) <= t.node.memory_mib * buy, f"memory[{t.name}]"
+        # At most j replicas larger than gpus/(j+1) fit on one node.
+        for j in range(1, t.gpus):
+            big = [v for s, v in on if s.kind == "whole" and s.gpus * (j + 1) > t.gpus]
+            if big:
+                p += pulp.lpSum(big) <= j * buy
+        # NVLink- or NUMA-bound replicas: disjoint groups of at least g GPUs per node.
+        for need in (TopologyNeed.NVLINK, TopologyNeed.NUMA):
+            bound = [(s, v) for s, v in on if s.kind == "whole" and s.gpus > 1 and s.topology is need]
+            for g in sorted({s.gpus for s, _ in bound}):
+                probe = next(s for s, _ in bound if s.gpus == g)
+                cap = t.group_capacity(probe)
+                p += pulp.lpSum((s.gpus // g) * v for s, v in bound if s.gpus >= g) <= cap * buy
+
+    def solve(self, backend: str, time_limit_s: float, threads: int) -> int:
+        self.prob.solve(_engine(backend, time_limit_s, threads))
+        return int(self.prob.sol_status)
+
+
+def solve_purchase(
+    requests: list[Request],
+    types: list[TypeSpec],
+    *,
+    policy: Policy | None = None,
+    backend: str = "highs",
+    time_limit_s: float = 30.0,
+    threads: int = 2,
+) -> PurchaseSolution:
+    """The cheapest node counts per type that the relaxation says can host ``requests``.
+
+    Every request must fit at least one type (the caller removes those that cannot). The lower bound
+    is the MILP optimum when proven, else the LP relaxation's optimum.
+    """
+    t0 = time.perf_counter()
+    classes = _classes(requests, policy)
+    model = _Model(classes, types, relax=False)
+    log.info(
+        "purchase MILP: %d classes, %d types, %d variables",
+        len(classes), len(types), len(model.prob.variables()),
+    )  # fmt: skip
+    status = model.solve(backend, time_limit_s, threads)
+    if status not in (pulp.LpSolutionOptimal, pulp.LpSolutionIntegerFeasible):
+        raise RuntimeError(f"purchase MILP ended {pulp.LpStatus.get(model.prob.status, status)}")
+    counts = {t.name: round(model.buy[t.name].varValue or 0) for t in types}
+    mig = {t.name: round(model.mig[t.name].varValue or 0) for t in types}
+    objective = sum(t.cost * counts[t.name] for t in types)
+    if status == pulp.LpSolutionOptimal:
+        bound, label = objective, "OPTIMAL"
+    else:
+        lp = _Model(classes, types, relax=True)
+        lp.solve(backend, time_limit_s, threads)
+        bound = sum(t.cost * (lp.buy[t.name].varValue or 0.0) for t in types)
+        label = "FEASIBLE"
+    name = "highs" if backend == "highs" and pulp.HiGHS().available() else "cbc"
+    return PurchaseSolution(
+        counts={k: v for k, v in counts.items() if v},
+        mig_gpus={k: v for k, v in mig.items() if v and counts[k]},
+        objective=objective,
+        lower_bound=min(bound, objective),
+        status=label,
+        solver=f"milp-{name}",
+        wall_s=time.perf_counter() - t0,
+    )

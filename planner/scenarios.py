@@ -1,0 +1,184 @@
+"""What-if scenarios for capacity planning: demand growth, other node types or prices, policy changes.
+
+Each scenario changes a copy of the inputs and runs the whole capacity-gap plan on it; the results
+are tabulated side by side.
+"""
+
+from __future__ import annotations
+
+import logging
+import math
+from pathlib import Path
+from typing import Any
+
+from pydantic import ValidationError
+
+from models.base import InputError
+from models.capacity import CapacityGap, Growth, NodeTypeCatalog, Scenario, ScenarioFile, ScenarioResult
+from models.hardware import HardwareCatalog
+from models.policy import Policy
+from models.problem import PlanningInput
+from models.workload import Workload
+from planner.capacity import GapOptions, capacity_gap, load_node_types
+from planner.io import describe, read_structured
+
+log = logging.getLogger(__name__)
+
+
+def load_scenarios(path: Path) -> ScenarioFile:
+    """The scenarios file (YAML/JSON, ``scenarios:`` list)."""
+    raw = read_structured(path)
+    try:
+        return ScenarioFile.model_validate(raw)
+    except ValidationError as exc:
+        raise InputError(f"{path}: {describe(exc, raw)}") from None
+
+
+def grow(workloads: tuple[Workload, ...], growth: Growth) -> tuple[Workload, ...]:
+    """Replicas multiplied by the team and tier factors that match each workload.
+
+    Within each group of equal factors the total is ``total x factor`` rounded half up, spread by
+    largest remainder (earlier workloads first on ties), so that small workloads grow too. A workload
+    keeps at least one replica and never fewer than it runs now.
+    """
+    groups: dict[float, list[int]] = {}
+    for i, w in enumerate(workloads):
+        factor = growth.teams.get(w.team, 1.0) * growth.tiers.get(w.tier, 1.0)
+        if factor != 1.0:
+            groups.setdefault(factor, []).append(i)
+    replicas = [w.replicas for w in workloads]
+    for factor, members in groups.items():
+        exact = [workloads[i].replicas * factor for i in members]
+        target = math.floor(sum(exact) + 0.5)
+        counts = [math.floor(x) for x in exact]
+        order = sorted(range(len(members)), key=lambda k: (-(exact[k] - counts[k]), k))
+        for k in order[: max(0, target - sum(counts))]:
+            counts[k] += 1
+        for i, n in zip(members, counts, strict=True):
+            replicas[i] = max(1, n, len(workloads[i].running_on))
+    return tuple(
+        w if n == w.replicas else w.model_copy(update={"replicas": n})
+        for w, n in zip(workloads, replicas, strict=True)
+    )
+
+
+def _merge(base: dict[str, Any], over: dict[str, Any]) -> dict[str, Any]:
+    out = dict(base)
+    for key, value in over.items():
+        if isinstance(value, dict) and isinstance(out.get(key), dict):
+            out[key] = _merge(out[key], value)
+        else:
+            out[key] = value
+    return out
+
+
+def apply_policy(policy: Policy, overrides: dict[str, Any], scenario: str) -> Policy:
+    """The policy with ``overrides`` merged in (mappings merge key by key, lists replace)."""
+    if not overrides:
+        return policy
+    raw = _merge(policy.model_dump(mode="json"), overrides)
+    try:
+        return Policy.model_validate(raw)
+    except ValidationError as exc:
+        raise InputError(f"scenario '{scenario}' field policy: {describe(exc, raw)}") from None
+
+
+def scenario_types(
+    base: NodeTypeCatalog, scenario: Scenario, base_dir: Path, catalog: HardwareCatalog
+) -> NodeTypeCatalog:
+    """The scenario's node types: another catalog file (relative to the scenarios file) and prices."""
+    types = base
+    if scenario.catalog:
+        path = Path(scenario.catalog)
+        types = load_node_types(path if path.is_absolute() else base_dir / path, catalog)
+    if not scenario.prices:
+        return types
+    known = {t.name for t in types.node_types}
+    for name in scenario.prices:
+        if name not in known:
+            raise InputError(
+                f"scenario '{scenario.name}' field prices: unknown node type '{name}' "
+                f"(known: {', '.join(sorted(known))})"
+            )
+    return types.model_copy(
+        update={
+            "node_types": tuple(
+                t.model_copy(update={"unit_cost": scenario.prices[t.name]})
+                if t.name in scenario.prices
+                else t
+                for t in types.node_types
+            )
+        }
+    )
+
+
+def scenario_input(inp: PlanningInput, scenario: Scenario, catalog: HardwareCatalog) -> PlanningInput:
+    """The planning input of a scenario (grown demand, changed policy), cross-checked again."""
+    data = {
+        "cluster": inp.cluster,
+        "workloads": grow(inp.workloads, scenario.growth),
+        "policy": apply_policy(inp.policy, scenario.policy, scenario.name),
+    }
+    try:
+        return PlanningInput.model_validate(data, context={"catalog": catalog})
+    except ValidationError as exc:
+        msg = str(exc.errors(include_url=False)[0]["msg"]).removeprefix("Value error, ")
+        raise InputError(f"scenario '{scenario.name}': {msg}") from None
+
+
+def run_scenarios(
+    inp: PlanningInput,
+    types: NodeTypeCatalog,
+    scenarios: ScenarioFile,
+    base_dir: Path,
+    opts: GapOptions,
+    catalog: HardwareCatalog,
+) -> tuple[ScenarioResult, ...]:
+    """The capacity gap of every scenario, in file order."""
+    prepared = [
+        (s, scenario_input(inp, s, catalog), scenario_types(types, s, base_dir, catalog))
+        for s in scenarios.scenarios
+    ]
+    out = []
+    for s, s_inp, s_types in prepared:
+        log.info("scenario %s", s.name)
+        gap = capacity_gap(s_inp, s_types, opts, catalog=catalog)
+        out.append(ScenarioResult(name=s.name, description=s.description, gap=gap))
+    return tuple(out)
+
+
+def scenario_row(name: str, gap: CapacityGap) -> dict[str, Any]:
+    """The headline numbers of one scenario (one row of the side-by-side table)."""
+    return {
+        "scenario": name,
+        "demand_replicas": gap.demand_replicas,
+        "served_by_repartition": gap.served_by_repartition,
+        "served_by_purchase": gap.served_by_purchase,
+        "unservable": len(gap.unservable),
+        "nodes_added": gap.nodes_added,
+        "gpus_added": gap.gpus_added,
+        "cost": gap.cost,
+        "lower_bound": gap.lower_bound,
+        "gap": gap.gap,
+        "max_lead_time_days": gap.max_lead_time_days,
+        "verified": gap.verified,
+        "wall_s": gap.wall_s,
+    }
+
+
+def render_table(results: tuple[ScenarioResult, ...]) -> str:
+    """Scenarios side by side: one column per scenario, one row per headline number."""
+    rows = [scenario_row(r.name, r.gap) for r in results]
+    fields = [f for f in rows[0] if f != "scenario"] if rows else []
+    names = [str(r["scenario"]) for r in rows]
+    width = max([len(f) for f in fields] + [6])
+    cols = [max(len(n), 12) for n in names]
+    lines = ["".ljust(width) + "  " + "  ".join(n.rjust(c) for n, c in zip(names, cols, strict=True))]
+    for f in fields:
+        cells = []
+        for row, c in zip(rows, cols, strict=True):
+            value = row[f]
+            text = f"{value:,.2f}" if isinstance(value, float) else str(value)
+            cells.append(text.rjust(c))
+        lines.append(f.ljust(width) + "  " + "  ".join(cells))
+    return "\n".join(lines)

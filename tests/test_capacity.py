@@ -1,0 +1,251 @@
+"""Capacity-gap plans on tiny instances whose cheapest addition is known by hand, and what-if scenarios."""
+
+from __future__ import annotations
+
+from datetime import UTC, datetime
+from pathlib import Path
+from typing import Any
+
+import pytest
+import yaml
+
+from models import PlanningInput, default_catalog
+from models.capacity import CapacityGap, CapacityReport, Growth, NodeTypeCatalog, Scenario, ScenarioFile
+from models.workload import Workload
+from planner.capacity import GapOptions, capacity_gap, gap_demand, load_node_types
+from planner.cli import main
+from planner.planning import make_plan
+from planner.scenarios import grow, run_scenarios, scenario_types
+
+NOW = datetime(2026, 11, 29, 12, 0, tzinfo=UTC)
+OPTS = GapOptions(time_limit_s=3.0, milp_time_limit_s=10.0, now=NOW)
+
+#: Hand-priced node types: 4 or 8 L40S (no NVLink), 8 H100 on NVSwitch, 4 H100 NVL bridged in pairs,
+#: 8 A100 on NVSwitch, 4 L4.
+TYPES: dict[str, Any] = {
+    "currency": "EUR",
+    "node_types": [
+        {"name": "l40s-4", "gpu_model": "L40S-48GB", "gpus": 4, "cpu_milli": 64000, "memory_mib": 524288,
+         "unit_cost": 40},
+        {"name": "l40s-8", "gpu_model": "L40S-48GB", "topology": "pcie-8x-l40s", "cpu_milli": 128000,
+         "memory_mib": 1048576, "unit_cost": 70},
+        {"name": "h100-8", "gpu_model": "H100-80GB", "topology": "dgx-h100", "cpu_milli": 224000,
+         "memory_mib": 2097152, "unit_cost": 300, "lead_time_days": 90},
+        {"name": "h100-nvl-4", "gpu_model": "H100-94GB", "topology": "pcie-4x-h100-nvl-bridged",
+         "cpu_milli": 128000, "memory_mib": 1048576, "unit_cost": 120},
+        {"name": "a100-8", "gpu_model": "A100-SXM4-80GB", "topology": "dgx-a100", "cpu_milli": 256000,
+         "memory_mib": 1048576, "unit_cost": 150},
+        {"name": "l4-4", "gpu_model": "L4-24GB", "gpus": 4, "cpu_milli": 64000, "memory_mib": 262144,
+         "unit_cost": 20},
+    ],
+}  # fmt: skip
+
+
+def types(*names: str) -> NodeTypeCatalog:
+    """The hand-priced catalog restricted to ``names``."""
+    chosen = [t for t in TYPES["node_types"] if t["name"] in names]
+    return NodeTypeCatalog.model_validate({**TYPES, "node_types": chosen})
+
+
+def small_fleet(gpus: list[dict[str, Any]] | None = None) -> dict[str, Any]:
+    """One node (one L4 by default) that none of the test demand may use unless it says so."""
+    return {
+        "nodes": [
+            {"name": "n1", "cpu_milli": 64000, "memory_mib": 262144,
+             "gpus": gpus or [{"index": 0, "model": "L4-24GB"}]},
+        ]
+    }  # fmt: skip
+
+
+def planning(
+    workloads: list[dict[str, Any]], cluster: dict[str, Any] | None = None, **policy: Any
+) -> PlanningInput:
+    return PlanningInput.model_validate(
+        {"cluster": cluster or small_fleet(), "workloads": workloads, "policy": policy}
+    )
+
+
+def run(inp: PlanningInput, catalog: NodeTypeCatalog) -> CapacityGap:
+    gap = capacity_gap(inp, catalog, OPTS)
+    served = gap.served_by_repartition + gap.served_by_purchase + len(gap.unservable)
+    assert served == gap.demand_replicas
+    assert sum(line.replicas for line in gap.by_tier) == gap.demand_replicas
+    assert sum(line.replicas for line in gap.by_team) == gap.demand_replicas
+    assert sum(line.cost for line in gap.by_team) == pytest.approx(gap.cost, abs=0.05)
+    assert sum(line.gpus_added for line in gap.by_tier) == pytest.approx(gap.gpus_added, abs=1e-3)
+    return gap
+
+
+def bought(gap: CapacityGap) -> dict[str, int]:
+    return {p.node_type: p.count for p in gap.purchases}
+
+
+def test_cheapest_mix_known_by_hand() -> None:
+    """Six L40S GPUs in pairs: one 8-GPU node (70) beats two 4-GPU nodes (80); four GPUs: one 4-GPU node."""
+    six = [{"id": "emb", "team": "search", "replicas": 3, "gpus": 2, "gpu_models": "L40S-48GB",
+            "cpu_milli": 8000, "memory_mib": 65536}]  # fmt: skip
+    gap = run(planning(six), types("l40s-4", "l40s-8"))
+    assert bought(gap) == {"l40s-8": 1}
+    assert (gap.cost, gap.lower_bound, gap.gap, gap.gpus_added, gap.nodes_added) == (70, 70, 0, 8, 1)
+    assert gap.verified and gap.served_by_purchase == 3 and gap.currency == "EUR"
+    assert [(line.key, line.replicas, line.cost) for line in gap.by_team] == [("search", 3, 70)]
+
+    four = [{**six[0], "replicas": 2}]
+    gap = run(planning(four), types("l40s-4", "l40s-8"))
+    assert bought(gap) == {"l40s-4": 1} and gap.cost == 40
+
+
+def test_cpu_bound_demand_buys_by_cpu() -> None:
+    """Three replicas of 1 L40S and 50 CPU cores: CPU, not GPUs, decides (three 4-GPU nodes, 120)."""
+    cpu_heavy = [{"id": "etl", "replicas": 3, "gpus": 1, "gpu_models": "L40S-48GB", "cpu_milli": 50000,
+                  "memory_mib": 65536}]  # fmt: skip
+    gap = run(planning(cpu_heavy), types("l40s-4"))
+    assert bought(gap) == {"l40s-4": 3} and gap.cost == 120 and gap.lower_bound == 120
+
+
+def test_fractions_pack_onto_shared_gpus() -> None:
+    """Five 400-milli replicas need three shared GPUs (two per GPU): one 4-GPU L4 node."""
+    frac = [{"id": "nb", "replicas": 5, "gpu_milli": 400, "gpu_models": "L4-24GB", "cpu_milli": 1000,
+             "memory_mib": 4096}]  # fmt: skip
+    busy = small_fleet()
+    inp = planning([*frac, {"id": "busy", "gpus": 1, "running_on": "n1:0"}], busy)
+    gap = run(inp, types("l4-4", "l40s-4"))
+    assert bought(gap) == {"l4-4": 1} and gap.served_by_purchase == 5
+
+
+def test_mig_repartition_removes_the_need_to_buy() -> None:
+    """An idle A100 cut into seven 1g slices cannot host a 3g.40gb replica until it is re-partitioned."""
+    sevens = [{"profile": "1g.10gb", "start": s} for s in range(7)]
+    fleet = small_fleet([{"index": 0, "model": "A100-SXM4-80GB", "mig": {"instances": sevens}}])
+    work = [{"id": "infer", "team": "nlp", "mig_profile": "3g.40gb", "cpu_milli": 4000, "memory_mib": 16384}]
+    inp = planning(work, fleet, mig={"allow_repartition": False})
+    baseline = make_plan(inp, now=NOW, time_limit_s=3.0)
+    assert [u.workload for u in gap_demand(baseline, inp, NOW)] == ["infer"]
+    gap = run(inp, types("a100-8", "l40s-4"))
+    assert gap.served_by_repartition == 1 and gap.purchases == () and gap.cost == 0
+    assert any(a.startswith("create-mig 3g.40gb") for a in gap.repartition_actions)
+    assert any(a.startswith("destroy-mig 1g.10gb") for a in gap.repartition_actions)
+
+
+def test_mig_demand_beyond_repartition_buys_mig_gpus() -> None:
+    """Two 4g.40gb replicas on one A100: one fits after re-partitioning, the other needs a new node."""
+    fleet = small_fleet([{"index": 0, "model": "A100-SXM4-80GB", "mig": {"instances": []}}])
+    work = [{"id": "infer", "replicas": 2, "mig_profile": "4g.40gb", "cpu_milli": 4000, "memory_mib": 16384}]
+    gap = run(planning(work, fleet), types("a100-8", "l40s-4"))
+    assert gap.demand_replicas == 1 and bought(gap) == {"a100-8": 1} and gap.verified
+
+
+def test_nvlink_gang_of_eight_forces_a_whole_node() -> None:
+    """8 GPUs over NVLink fit only the NVSwitch H100 server; an extra 1-GPU H100 replica needs a second."""
+    gang = {"id": "train", "team": "vision", "gpus": 8, "topology": "nvlink", "gang": "true",
+            "cpu_milli": 96000, "memory_mib": 1048576}  # fmt: skip
+    gap = run(planning([gang]), types("l40s-8", "h100-nvl-4", "h100-8"))
+    assert bought(gap) == {"h100-8": 1} and gap.cost == 300 and gap.max_lead_time_days == 90
+    single = {"id": "ft", "team": "nlp", "gpus": 1, "gpu_models": "H100-80GB", "cpu_milli": 8000,
+              "memory_mib": 65536}  # fmt: skip
+    gap = run(planning([gang, single]), types("l40s-8", "h100-nvl-4", "h100-8"))
+    assert bought(gap) == {"h100-8": 2} and gap.cost == 600 and gap.lower_bound == 600
+    teams = {line.key: line for line in gap.by_team}
+    assert teams["vision"].gpus_added == pytest.approx(8) and teams["nlp"].gpus_added == pytest.approx(8)
+
+
+def test_pairs_over_nvlink_use_bridged_pairs() -> None:
+    """Two 2-GPU NVLink replicas fit one 4-GPU NVL node (bridged pairs): 120, not an 8-GPU H100 (300)."""
+    pairs = {"id": "llm", "replicas": 2, "gpus": 2, "topology": "nvlink", "cpu_milli": 16000,
+             "memory_mib": 131072}  # fmt: skip
+    gap = run(planning([pairs]), types("l40s-8", "h100-nvl-4", "h100-8"))
+    assert bought(gap) == {"h100-nvl-4": 1} and gap.cost == 120
+
+
+def test_catalog_that_can_never_host_names_the_workload() -> None:
+    train = {"id": "train-x", "team": "vision", "gpus": 8, "topology": "nvlink", "gpu_models": "H100-80GB"}
+    small = {"id": "emb", "gpus": 1, "gpu_models": "L40S-48GB"}
+    gap = run(planning([train, small]), types("l40s-8", "l4-4"))
+    assert [u.workload for u in gap.unservable] == ["train-x"]
+    message = gap.unservable[0].message
+    assert "workload 'train-x'" in message and "no node type" in message and "H100-80GB" in message
+    assert bought(gap) == {"l40s-8": 1}
+    vision = next(line for line in gap.by_team if line.key == "vision")
+    assert vision.unservable == 1 and vision.cost == 0
+
+
+def test_cli_capacity_gap_scenarios_and_errors(tmp_path: Path, capsys: pytest.CaptureFixture[str]) -> None:
+    cluster, work, cat, scen = (tmp_path / f for f in ("c.yaml", "w.yaml", "types.yaml", "s.yaml"))
+    cluster.write_text(yaml.safe_dump(small_fleet()))
+    work.write_text(yaml.safe_dump({"workloads": [
+        {"id": "emb", "team": "search", "replicas": 2, "gpus": 2, "gpu_models": ["L40S-48GB"]},
+        {"id": "big", "team": "vision", "gpus": 8, "topology": "nvlink", "gpu_models": ["H100-80GB"]},
+    ]}))  # fmt: skip
+    cat.write_text(yaml.safe_dump(TYPES))
+    scen.write_text(yaml.safe_dump({"scenarios": [
+        {"name": "today"}, {"name": "search-x2", "growth": {"teams": {"search": 2.0}}},
+        {"name": "cheap-l40s-8", "prices": {"l40s-8": 30}},
+    ]}))  # fmt: skip
+    out = tmp_path / "gap.json"
+    base = ["capacity-gap", "--cluster", str(cluster), "--workloads", str(work), "--catalog", str(cat),
+            "--time-limit", "2", "--now", NOW.isoformat()]  # fmt: skip
+    assert main([*base, "--scenarios", str(scen), "--out", str(out)]) == 0
+    text = capsys.readouterr().out
+    assert "buy 1 x l40s-4" in text and "search-x2" in text and "cheap-l40s-8" in text
+    report = CapacityReport.model_validate_json(out.read_text())
+    costs = {s.name: s.gap.cost for s in report.scenarios}
+    assert costs == {"today": 340.0, "search-x2": 370.0, "cheap-l40s-8": 330.0}
+    assert report.gap.cost == 340.0 and bought(report.gap) == {"l40s-4": 1, "h100-8": 1}
+
+    bad = {"name": "x", "gpu_model": "H900", "gpus": 1, "cpu_milli": 1, "memory_mib": 1, "unit_cost": 1}
+    cat.write_text(yaml.safe_dump({"node_types": [bad]}))
+    assert main(base) == 2
+    err = capsys.readouterr().err.strip()
+    assert err.count("\n") == 0 and "types.yaml" in err and "unknown GPU model 'H900'" in err
+
+
+def test_growth_spreads_by_largest_remainder() -> None:
+    ws = (
+        *(Workload(id=f"w{i}", team="a", replicas=1) for i in range(3)),
+        Workload(id="other", team="b", replicas=2),
+    )
+    grown = grow(ws, Growth(teams={"a": 1.5}))
+    assert [w.replicas for w in grown] == [2, 2, 1, 2]
+    assert [w.replicas for w in grow(ws, Growth(teams={"a": 1.5}, tiers={"standard": 2.0}))] == [3, 3, 3, 4]
+    running = Workload(id="r", replicas=2, running_on="n1:0;n1:1")
+    assert grow((running,), Growth(tiers={"standard": 0.0}))[0].replicas == 2
+
+
+def test_scenario_prices_and_catalog_errors(tmp_path: Path) -> None:
+    base = types("l40s-4", "l40s-8")
+    cheaper = scenario_types(base, Scenario(name="s", prices={"l40s-8": 10}), tmp_path, default_catalog())
+    assert cheaper.node_type("l40s-8").unit_cost == 10 and cheaper.node_type("l40s-4").unit_cost == 40
+    with pytest.raises(ValueError, match="scenario 's' field prices: unknown node type 'nope'"):
+        scenario_types(base, Scenario(name="s", prices={"nope": 1}), tmp_path, default_catalog())
+    other = tmp_path / "other.yaml"
+    other.write_text(yaml.safe_dump({**TYPES, "node_types": TYPES["node_types"][5:]}))
+    swapped = scenario_types(base, Scenario(name="s", catalog="other.yaml"), tmp_path, default_catalog())
+    assert [t.name for t in swapped.node_types] == ["l4-4"]
+
+
+def test_scenarios_side_by_side_policy_change(tmp_path: Path) -> None:
+    """Re-partitioning serves the demand without a purchase; a policy that allows it leaves no gap."""
+    sevens = [{"profile": "1g.10gb", "start": s} for s in range(7)]
+    fleet = small_fleet([{"index": 0, "model": "A100-SXM4-80GB", "mig": {"instances": sevens}}])
+    inp = planning([{"id": "infer", "mig_profile": "3g.40gb"}], fleet)
+    scenarios = ScenarioFile(
+        scenarios=(
+            Scenario(name="now"),
+            Scenario(name="repartition-allowed", policy={"mig": {"allow_repartition": True}}),
+            Scenario(name="triple", growth=Growth(teams={"default": 3.0})),
+        )
+    )
+    results = run_scenarios(inp, types("a100-8"), scenarios, tmp_path, OPTS, default_catalog())
+    assert [r.name for r in results] == ["now", "repartition-allowed", "triple"]
+    now, allowed, triple = (r.gap for r in results)
+    assert (now.demand_replicas, now.served_by_repartition, now.cost) == (1, 1, 0)
+    assert (allowed.demand_replicas, allowed.cost) == (0, 0)
+    # Two 3g.40gb fit one A100 (at slices 0 and 4); the third needs a new node.
+    assert (triple.demand_replicas, triple.served_by_repartition, bought(triple)) == (3, 2, {"a100-8": 1})
+
+
+def test_bundled_catalog_is_labelled_example() -> None:
+    catalog = load_node_types(None)
+    assert "EXAMPLE" in catalog.note
+    assert {t.name for t in catalog.node_types} >= {"dgx-h100", "pcie-8x-l40s"}
+    assert all(t.unit_cost > 0 and t.gpus > 0 for t in catalog.node_types)
