@@ -21,17 +21,20 @@ from typing import Any
 
 from models.cluster import MigInstance, check_mig_layout
 from models.hardware import HardwareCatalog
-from models.plan import Assignment, Change, Counterfactual, Plan
+from models.plan import Assignment, Change, Counterfactual, Plan, SolverReport
 from models.policy import DisruptionBudget, IsolationKind
 from models.problem import PlanningInput
 from models.workload import TopologyNeed
+from planner.compile import compile_problem
 from planner.explain_state import Key, PlanState, cluster_after
-from planner.planning import make_plan
+from planner.planning import InvalidPlanError
+from planner.validate import validate_plan
+from solvers.base import get_solver
 from solvers.greedy.options import options
 from solvers.problem import Request, ShapeSpec
 
 #: Nodes tried per alternative when searching which replicas to move.
-NODES_TRIED = 8
+NODES_TRIED = 4
 #: Most replicas one migration or preemption counterfactual moves.
 MAX_MOVED = 6
 
@@ -443,6 +446,23 @@ def _add_node(cluster: dict[str, Any], change: Change, shape_cpu: int, shape_mem
     cluster["nodes"].append(node)
 
 
+_INDEX: dict[int, tuple[Plan, dict[str, list[Assignment]], dict[Key, Assignment]]] = {}
+
+
+def _index(plan: Plan) -> tuple[dict[str, list[Assignment]], dict[Key, Assignment]]:
+    """A plan's assignments by node and by replica (kept for the last plan seen: one explanation run
+    verifies many counterfactuals against the same plan)."""
+    found = _INDEX.get(id(plan))
+    if found is None or found[0] is not plan:
+        on_node: dict[str, list[Assignment]] = {}
+        for a in plan.assignments:
+            on_node.setdefault(a.node, []).append(a)
+        found = (plan, on_node, {(a.workload, a.replica): a for a in plan.assignments})
+        _INDEX.clear()
+        _INDEX[id(plan)] = found
+    return found[1], found[2]
+
+
 def apply_counterfactual(
     inp: PlanningInput,
     plan: Plan,
@@ -457,7 +477,9 @@ def apply_counterfactual(
     members = set(target.members)
     moved = {(c.workload, c.replica): c for c in cf.changes if c.kind == "migrate"}
     gone = {(c.workload, c.replica) for c in cf.changes if c.kind in ("preempt", "end")}
-    cluster = cluster_after(inp.cluster, plan).model_dump(mode="json")
+    templates = {c.node for c in cf.changes if c.kind == "add_node"}
+    chosen = tuple(n for n in inp.cluster.nodes if nodes is None or n.name in nodes or n.name in templates)
+    cluster = cluster_after(inp.cluster.model_copy(update={"nodes": chosen}), plan).model_dump(mode="json")
     for node in cluster["nodes"]:
         node.pop("topology", None)
         for change in cf.changes:
@@ -478,24 +500,21 @@ def apply_counterfactual(
 
     running: dict[str, list[dict[str, Any]]] = {}
     outside: dict[str, list[Assignment]] = {}
-    for a in sorted(plan.assignments, key=lambda a: (a.workload, a.replica)):
+    selected: Iterable[Assignment] = plan.assignments
+    if keep_nodes is not None and not inp.policy.quotas:
+        # Nothing outside the neighbourhood matters: only its occupants and the replicas moving in.
+        on_node, by_key = _index(plan)
+        near = {(a.workload, a.replica): a for n in present for a in on_node.get(n, ())}
+        selected = {**near, **{k: by_key[k] for k in moved if k in by_key}}.values()
+    for a in sorted(selected, key=lambda a: (a.workload, a.replica)):
         key = (a.workload, a.replica)
         if key in gone or (key in members and target.alternatives is not None):
             continue
-        where = {
-            "node": a.node,
-            "gpus": [g.model_dump(exclude_none=True) for g in a.gpus],
-            "alternative": a.alternative,
-        }
-        if key in moved:
-            c = moved[key]
-            where = {
-                "node": c.to,
-                "gpus": [g.model_dump(exclude_none=True) for g in c.gpus],
-                "alternative": c.alternative,
-            }
-        if where["node"] in present:
-            running.setdefault(a.workload, []).append(where)
+        c = moved.get(key)
+        node, uses, alt = (a.node, a.gpus, a.alternative) if c is None else (c.to, c.gpus, c.alternative)
+        if node in present:
+            gpus = [g.model_dump(exclude_none=True) for g in uses]
+            running.setdefault(a.workload, []).append({"node": node, "gpus": gpus, "alternative": alt})
         else:
             outside.setdefault(a.workload, []).append(a)
     queued: dict[str, int] = {}
@@ -503,10 +522,9 @@ def apply_counterfactual(
         queued[key[0]] = queued.get(key[0], 0) + 1
 
     workloads: list[dict[str, Any]] = []
-    for w in inp.workloads:
+    for wid in sorted(set(running) | set(queued)):
+        w = inp.workload_by_id[wid]
         held = running.get(w.id, [])
-        if not held and w.id not in queued:
-            continue
         data = w.model_dump(mode="json", exclude={"running_on"})
         if w.id in queued and target.alternatives is not None and held:
             # The other replicas keep running on alternatives the target may no longer choose.
@@ -592,7 +610,18 @@ def verify(
     """Re-solve the candidate's neighbourhood with the change applied; the counterfactual (with the
     target's placement from the re-solve) if every target replica is placed, else ``None``."""
     sub = apply_counterfactual(inp, plan, target, candidate.counterfactual, catalog, candidate.nodes)
-    result = make_plan(sub, solver=solver, catalog=catalog, now=now, time_limit_s=time_limit_s, num_workers=1)
+    problem = compile_problem(sub, catalog, now, time_limit_s=time_limit_s, num_workers=1)
+    result = get_solver(solver).solve(problem)
+    checked = Plan(
+        status=result.status,
+        solver=SolverReport(name=result.solver),
+        assignments=result.assignments,
+        unplaced=result.unplaced,
+        mig_layouts=result.mig_layouts,
+    )
+    violations = validate_plan(checked, sub, catalog)
+    if violations:
+        raise InvalidPlanError(result.solver, violations)
     wanted = {w: sum(1 for k in target.members if k[0] == w) for w in {k[0] for k in target.members}}
     held = {w.id: len(w.running_on) for w in sub.workloads}
     mine: Assignment | None = None

@@ -14,7 +14,7 @@ from __future__ import annotations
 
 import logging
 import time
-from collections.abc import Callable, Sequence
+from collections.abc import Callable, Collection, Sequence
 from dataclasses import dataclass, field, replace
 from datetime import UTC, datetime
 
@@ -74,9 +74,9 @@ def _list(items: Sequence[str], limit: int = 4) -> str:
 
 
 def _ahead(st: PlanState, key: Key, req: Request) -> bool:
-    """Whether ``key`` comes before ``req`` in the queue (higher tier, priority, or longer wait)."""
-    q = st.requests[key]
-    return (q.tier_rank, -q.priority, -q.wait_s) <= (req.tier_rank, -req.priority, -req.wait_s)
+    """Whether ``key`` comes before ``req`` in the queue (higher tier or priority, longer wait, or
+    earlier arrival among equals)."""
+    return st.queue_pos[key] < st.queue_pos[req.key]
 
 
 def _capacity(st: PlanState, target: Target, req: Request, k: int) -> Finding:
@@ -320,6 +320,7 @@ class Explainer:
     solver: str = "cpsat"
     time_limit_s: float = 2.0
     deadline: float | None = None
+    verified: dict[str, Counterfactual | None] = field(default_factory=dict)
 
     def explain(self, target: Target, req: Request) -> Explanation:
         """The explanation of one target (its replica waits, or runs on alternative ``alternatives``)."""
@@ -350,6 +351,8 @@ class Explainer:
             for f, k in zip(findings, range(len(findings)), strict=True):
                 if self.counterfactuals and not self._late():
                     for search in f.searches:
+                        if target.alternatives is not None and search is cfs.relaxations:
+                            continue  # relaxing the better alternative only reproduces the chosen one
                         f.candidates.extend(search(st, target, blocker, k))
                 if extra:
                     f.candidates = [replace(c, nodes=c.nodes | extra) for c in f.candidates]
@@ -363,7 +366,7 @@ class Explainer:
         details = tuple(
             ReasonDetail(alternative=k, code=f.code, reason=f.reason) for k, f in enumerate(findings)
         )
-        verified = self._verify(target, [c for f in findings for c in f.candidates])
+        verified = self._verify(target, blocker, [c for f in findings for c in f.candidates])
         return Explanation(
             workload=target.key[0],
             replica=target.key[1],
@@ -378,7 +381,19 @@ class Explainer:
     def _late(self) -> bool:
         return self.deadline is not None and time.perf_counter() > self.deadline
 
-    def _verify(self, target: Target, candidates: list[Candidate]) -> list[Counterfactual]:
+    def _cache_key(self, target: Target, req: Request, cand: Candidate) -> str | None:
+        """Targets with equal requests on the same plan state verify alike (a lone replica of a
+        workload with nothing else placed): the re-solve is keyed by the request and the change."""
+        st = self.state
+        w = st.inp.workload_by_id[target.key[0]]
+        if len(target.members) > 1 or any((w.id, r) in st.assigned for r in range(w.replicas)):
+            return None
+        changes = [c.model_dump_json(exclude={"workload"}) if c.workload == w.id else c.model_dump_json()
+                   for c in cand.counterfactual.changes]  # fmt: skip
+        return repr((req.shapes, req.team, req.tier, req.preemptible, target.alternatives, w.alternatives,
+                     sorted(cand.nodes), changes))  # fmt: skip
+
+    def _verify(self, target: Target, req: Request, candidates: list[Candidate]) -> list[Counterfactual]:
         ranked = sorted(
             {c.counterfactual.summary: c for c in candidates}.values(),
             key=lambda c: (c.counterfactual.disruption, c.counterfactual.cost, c.counterfactual.summary),
@@ -387,16 +402,25 @@ class Explainer:
         for cand in ranked[: 2 * self.counterfactuals]:
             if len(out) >= self.counterfactuals or self._late():
                 break
-            done = cfs.verify(
-                self.state.inp,
-                self.state.plan,
-                target,
-                cand,
-                self.state.catalog,
-                self.state.now,
-                solver=self.solver,
-                time_limit_s=self.time_limit_s,
-            )
+            key = self._cache_key(target, req, cand)
+            if key is not None and key in self.verified:
+                done = self.verified[key]
+                if done is not None and done.placement is not None:
+                    where = {"workload": target.key[0], "replica": target.key[1]}
+                    done = done.model_copy(update={"placement": done.placement.model_copy(update=where)})
+            else:
+                done = cfs.verify(
+                    self.state.inp,
+                    self.state.plan,
+                    target,
+                    cand,
+                    self.state.catalog,
+                    self.state.now,
+                    solver=self.solver,
+                    time_limit_s=self.time_limit_s,
+                )
+                if key is not None:
+                    self.verified[key] = done
             if done is None:
                 log.info("counterfactual '%s' for %s did not verify", cand.counterfactual.summary, target.key)
                 continue
@@ -428,18 +452,18 @@ def explain_all(
     solver: str = "cpsat",
     time_limit_s: float = 2.0,
     budget_s: float | None = None,
-    only: str | None = None,
+    only: Collection[str] | None = None,
 ) -> list[Explanation]:
-    """Explanations of every waiting replica and every replica on a worse alternative (of workload
-    ``only`` when given). ``budget_s`` bounds the time spent on counterfactuals (codes and sentences
-    are always given)."""
+    """Explanations of every waiting replica and every replica on a worse alternative (of the
+    workloads ``only`` names, when given). ``budget_s`` bounds the time spent on counterfactuals
+    (codes and sentences are always given)."""
     catalog = catalog or default_catalog()
     start = time.perf_counter()
     st = PlanState(inp, plan, catalog, now or plan_time(plan))
     explainer = Explainer(
         st, counterfactuals, solver, time_limit_s, None if budget_s is None else start + budget_s
     )
-    out = [explainer.explain(t, r) for t, r in _targets(st, plan) if only is None or t.key[0] == only]
+    out = [explainer.explain(t, r) for t, r in _targets(st, plan) if only is None or t.key[0] in only]
     log.info("explained %d replicas in %.2f s", len(out), time.perf_counter() - start)
     return out
 
@@ -465,7 +489,7 @@ def explain_workload(
         counterfactuals=counterfactuals,
         solver=solver,
         time_limit_s=time_limit_s,
-        only=workload_id,
+        only={workload_id},
     )
 
 

@@ -70,6 +70,7 @@ class PlanState:
         self.problem: PlacementProblem = compile_problem(after, catalog, now)
         self.requests: dict[Key, Request] = {q.key: q for q in self.problem.requests}
         self.was_running = {q.key for q in self.problem.requests if q.running is not None}
+        self.queue_pos = {q.key: i for i, q in enumerate(self.problem.queue_order())}
         self.assigned: dict[Key, Assignment] = {(a.workload, a.replica): a for a in plan.assignments}
         self.placer: Placer = Fgd().placer(self.problem)
         self.pos = {info.name: info.pos for info in self.placer.infos}

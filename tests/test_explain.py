@@ -4,14 +4,18 @@ check that explanations never contradict the plan."""
 
 from __future__ import annotations
 
+import json
 from datetime import UTC, datetime, timedelta
+from pathlib import Path
 from typing import Any
 
+import pytest
 from hypothesis import HealthCheck, given, settings
 from hypothesis import strategies as st
 
 from models import Plan, PlanningInput, Policy, Workload, default_catalog
 from models.plan import Counterfactual, Explanation
+from planner.cli import main
 from planner.counterfactual import Target, apply_counterfactual
 from planner.explain import BLOCKED, GANG, SOLVER_LIMIT, TRADE_OFF, explain_all, explain_workload, target_of
 from planner.planning import make_plan
@@ -295,3 +299,51 @@ def test_explanations_never_contradict_the_plan(inp: PlanningInput) -> None:
             assert not _places(inp, plan, target, nothing), e
         for cf in e.counterfactuals:
             assert _places(inp, plan, target, cf), (e, cf.summary)
+
+
+# --- the plan hook and the command line ------------------------------------------------------------
+
+
+def _small() -> PlanningInput:
+    return planning_input(
+        [_h100("n1", 2)],
+        [
+            _w("old", gpus=2, running_on="n1:0,1", duration_s=3600, queued_since=EARLIER),
+            _w("new", gpus=1),
+        ],
+    )
+
+
+def test_make_plan_explains_waiting_replicas() -> None:
+    plan = make_plan(_small(), solver="greedy-fgd", now=NOW, explain=True)
+    (u,) = plan.unplaced
+    assert u.code == "NO_CAPACITY" and "n1" in u.reason
+    assert [c.kind for c in u.counterfactuals][:1] == ["wait"]
+    assert all(c.verified and c.verified_by == "greedy-fgd" for c in u.counterfactuals)
+    assert Plan.model_validate_json(plan.model_dump_json(by_alias=True)) == plan
+
+
+def test_cli_explain_prints_the_code_and_verified_changes(
+    tmp_path: Path, capsys: pytest.CaptureFixture[str]
+) -> None:
+    inp = _small()
+    cluster, workloads, out = tmp_path / "cluster.json", tmp_path / "workloads.json", tmp_path / "plan.json"
+    cluster.write_text(inp.cluster.model_dump_json(exclude_none=True))
+    workloads.write_text(json.dumps({"workloads": [w.model_dump(mode="json") for w in inp.workloads]}))
+    assert main(["plan", "--cluster", str(cluster), "--workloads", str(workloads), "--out", str(out),
+                 "--now", NOW.isoformat(), "--time-limit", "2"]) == 0  # fmt: skip
+    capsys.readouterr()
+    args = ["explain", "--plan", str(out), "--cluster", str(cluster), "--workloads", str(workloads)]
+    assert main([*args, "new"]) == 0
+    text = capsys.readouterr().out
+    assert "new replica 0: waiting — NO_CAPACITY" in text
+    assert "1. after old ends on n1 at 2026-11-29 12:50 (predicted)" in text and "cpsat" in text
+    assert main([*args, "old"]) == 0
+    assert "nothing to explain" in capsys.readouterr().out
+    assert main([*args, "nope"]) == 2
+    assert "unknown workload 'nope'" in capsys.readouterr().err
+    assert main(["explain", "--plan", str(out), "new"]) == 2
+    assert "--cluster" in capsys.readouterr().err
+    workloads.write_text(json.dumps({"workloads": [{"id": "new", "gpus": 1}]}))
+    assert main([*args, "new"]) == 2
+    assert "other inputs" in capsys.readouterr().err
