@@ -137,13 +137,17 @@ class Purchase(Strict):
 
 
 class GapLine(Strict):
-    """The gap of one tier or team: demand, how it is served, and its share of the additions."""
+    """The gap of one tier or team: demand, how it is served, and its share of the additions.
+
+    ``still_unplaced`` counts replicas bought for that the placement check could not place.
+    """
 
     key: str
     replicas: int = Field(ge=0)
     served_by_repartition: int = Field(default=0, ge=0)
     served_by_purchase: int = Field(default=0, ge=0)
     unservable: int = Field(default=0, ge=0)
+    still_unplaced: int = Field(default=0, ge=0)
     gpu_equivalents: float = Field(default=0.0, ge=0)
     gpus_added: float = Field(default=0.0, ge=0)
     nodes_added: float = Field(default=0.0, ge=0)

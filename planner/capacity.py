@@ -88,8 +88,10 @@ def _now(plan: Plan, given: datetime | None) -> datetime | None:
     return datetime.fromisoformat(text) if isinstance(text, str) else None
 
 
-def gap_demand(plan: Plan, inp: PlanningInput, now: datetime | None) -> list[Unplaced]:
-    """Waiting replicas without a predicted start, or predicted to start after their tier's target."""
+def gap_demand(plan: Plan, inp: PlanningInput, now: datetime | None = None) -> list[Unplaced]:
+    """Waiting replicas without a predicted start, or predicted to start after their tier's target
+    (counted from ``now``, by default the plan's own planning time)."""
+    now = _now(plan, now)
     out = []
     for u in plan.unplaced:
         target = inp.policy.tier(inp.workload_by_id[u.workload].tier).target_wait_s
@@ -276,7 +278,7 @@ def _verify(
 
 #: Summed fields of a gap line.
 _FIELDS = (
-    "replicas", "served_by_repartition", "served_by_purchase", "unservable",
+    "replicas", "served_by_repartition", "served_by_purchase", "unservable", "still_unplaced",
     "gpu_equivalents", "gpus_added", "nodes_added", "cost",
 )  # fmt: skip
 
@@ -304,6 +306,7 @@ def _lines(
             served_by_repartition=int(v["served_by_repartition"]),
             served_by_purchase=int(v["served_by_purchase"]),
             unservable=int(v["unservable"]),
+            still_unplaced=int(v["still_unplaced"]),
             gpu_equivalents=round(v["gpu_equivalents"], 4),
             gpus_added=round(v["gpus_added"], 4),
             nodes_added=round(v["nodes_added"], 4),
@@ -405,6 +408,7 @@ def capacity_gap(
             extra = solve_purchase(
                 [by_key[k] for k in waiting],
                 specs,
+                policy=inp.policy,
                 time_limit_s=opts.milp_time_limit_s,
                 threads=opts.num_workers,
             )
@@ -419,7 +423,7 @@ def capacity_gap(
         verified, still = not waiting, len(waiting)
         share = _shares(sub_plan, sub, back, fleet)
         outcome.update({k: "served_by_purchase" for k in keys if k in share})
-        outcome.update({k: "unservable" for k in keys if k not in share})
+        outcome.update({k: "still_unplaced" for k in keys if k not in share})
         purchases = _purchases(fleet, sub_plan)
     counts = {k: outcome.get(k, "unservable") for k in demand}
     cost = sum(p.cost for p in purchases)

@@ -57,7 +57,7 @@ _COLUMNS: dict[str, tuple[str, ...]] = {
     "Waiting": ("workload", "replica", "team", "tier", "code", "reason", "predicted_start"),
     "CapacityGap": (
         "section", "key", "replicas", "served_by_repartition", "served_by_purchase", "unservable",
-        "gpu_equivalents", "nodes_added", "gpus_added", "cost", "lead_time_days", "detail",
+        "still_unplaced", "gpu_equivalents", "nodes_added", "gpus_added", "cost", "lead_time_days", "detail",
     ),
     "Teams": (
         "team", "tier", "replicas_placed", "gpu_equivalents", "hours", "gpu_hours", "share", "cost",
@@ -293,7 +293,9 @@ def _gap(ctx: _Context) -> list[dict[str, Any]]:
         {
             "section": "total", "key": "all", "replicas": gap.demand_replicas,
             "served_by_repartition": gap.served_by_repartition, "served_by_purchase": gap.served_by_purchase,
-            "unservable": len(gap.unservable), "nodes_added": gap.nodes_added, "gpus_added": gap.gpus_added,
+            "unservable": len(gap.unservable),
+            "still_unplaced": gap.still_unplaced, "nodes_added": gap.nodes_added,
+            "gpus_added": gap.gpus_added,
             "cost": gap.cost, "lead_time_days": gap.max_lead_time_days,
             "detail": f"lower bound {gap.lower_bound:.2f} {gap.currency}, gap {gap.gap:.4f}, "
             f"{'verified' if gap.verified else 'NOT verified'} by placement",

@@ -9,7 +9,7 @@ from typing import Any
 import pytest
 import yaml
 
-from models import PlanningInput, default_catalog
+from models import Plan, PlanningInput, PlanStatus, SolverReport, Unplaced, default_catalog
 from models.capacity import CapacityGap, CapacityReport, Growth, NodeTypeCatalog, Scenario, ScenarioFile
 from models.workload import Workload
 from planner.capacity import GapOptions, capacity_gap, gap_demand, load_node_types
@@ -67,7 +67,7 @@ def planning(
 
 def run(inp: PlanningInput, catalog: NodeTypeCatalog) -> CapacityGap:
     gap = capacity_gap(inp, catalog, OPTS)
-    served = gap.served_by_repartition + gap.served_by_purchase + len(gap.unservable)
+    served = gap.served_by_repartition + gap.served_by_purchase + len(gap.unservable) + gap.still_unplaced
     assert served == gap.demand_replicas
     assert sum(line.replicas for line in gap.by_tier) == gap.demand_replicas
     assert sum(line.replicas for line in gap.by_team) == gap.demand_replicas
@@ -249,3 +249,28 @@ def test_bundled_catalog_is_labelled_example() -> None:
     assert "EXAMPLE" in catalog.note
     assert {t.name for t in catalog.node_types} >= {"dgx-h100", "pcie-8x-l40s"}
     assert all(t.unit_cost > 0 and t.gpus > 0 for t in catalog.node_types)
+
+
+def test_gap_demand_skips_waits_within_the_tier_target() -> None:
+    """A replica predicted to start within its tier's target wait is not gap demand; later or unknown is."""
+    work = [
+        {"id": "soon", "tier": "standard", "gpus": 1},
+        {"id": "late", "tier": "standard", "gpus": 1},
+        {"id": "unknown", "tier": "background", "gpus": 1},
+    ]
+    inp = planning(work)
+    plan = Plan(
+        status=PlanStatus.FEASIBLE,
+        solver=SolverReport(name="test"),
+        unplaced=(
+            Unplaced(
+                workload="soon", replica=0, code="C", reason="r", predicted_start="2026-11-29T12:30:00+00:00"
+            ),
+            Unplaced(
+                workload="late", replica=0, code="C", reason="r", predicted_start="2026-11-29T14:00:00+00:00"
+            ),
+            Unplaced(workload="unknown", replica=0, code="C", reason="r"),
+        ),
+        provenance={"now": NOW.isoformat()},
+    )
+    assert [u.workload for u in gap_demand(plan, inp, None)] == ["late", "unknown"]
