@@ -1,6 +1,6 @@
 """Keep the FGD hint when CP-SAT's plan is no better by the exact fragmentation measure.
 
-On fleet-sized models fragmentation enters the objective linearised (``frag_costs``): each placement
+On fleet-sized models fragmentation enters the objective linearised (``linear_frag``): each placement
 costs its node's fragmentation growth as if it were made alone, so CP-SAT can prefer a plan that FGD's
 own measure finds more fragmented once placements on one node interact. When the CP-SAT plan waits no
 less than the hint (same queue term), both plans are measured exactly on the nodes where either puts

@@ -16,12 +16,12 @@ from solvers.base import SolveResult
 from solvers.cpsat.bounds import queue_lower_bound
 from solvers.cpsat.builder import CpSatBuilder
 from solvers.cpsat.candidates import Rankings, is_large
-from solvers.cpsat.frag_costs import linear_fragmentation
 from solvers.cpsat.guard import exact_comparison, queue_term
 from solvers.cpsat.lns import improve
 from solvers.cpsat.pools import MIN_PART_S, Part, executor, part_count, split
 from solvers.formulation.builder import Expr, Var
 from solvers.formulation.constraints import add_all
+from solvers.formulation.linear_frag import linear_fragmentation
 from solvers.formulation.objective import build_terms, queue_penalty
 from solvers.formulation.staged import StageResult, Values, fallback, result, run_stages
 from solvers.formulation.variables import Variables, build_variables

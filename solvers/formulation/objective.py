@@ -11,6 +11,7 @@ from collections import defaultdict
 from dataclasses import dataclass
 
 from solvers.formulation.builder import Expr
+from solvers.formulation.linear_frag import linear_fragmentation, start_states
 from solvers.formulation.variables import MILLI, GpuKey, Variables
 from solvers.greedy.fragmentation import target_mix
 from solvers.problem import PlacementProblem, Request, ShapeSpec
@@ -106,6 +107,15 @@ def _fragmentation(problem: PlacementProblem, v: Variables) -> Expr:
     return m.sum(terms)
 
 
+def _mig_fragmentation(problem: PlacementProblem, v: Variables) -> Expr:
+    """FGD fragmentation growth of each new MIG instance, on the exact term's scale (the exact term
+    covers whole and fractional GPUs only)."""
+    if not any(cand.mig for cand in v.cands.values()):
+        return v.model.sum([])
+    infos, states = start_states(problem, v)
+    return POPULARITY_SCALE * linear_fragmentation(problem, v, infos, states, only_mig=True)
+
+
 def build_terms(problem: PlacementProblem, v: Variables, fragmentation: Expr | None = None) -> Terms:
     """Create the auxiliary variables and return the four objective terms (``fragmentation``, when
     given, replaces the exact fragmentation term)."""
@@ -137,7 +147,9 @@ def build_terms(problem: PlacementProblem, v: Variables, fragmentation: Expr | N
             topo.append(cost * cand.x)
     return Terms(
         queue=queue,
-        fragmentation=_fragmentation(problem, v) if fragmentation is None else fragmentation,
+        fragmentation=_fragmentation(problem, v) + _mig_fragmentation(problem, v)
+        if fragmentation is None
+        else fragmentation,
         disruption=disruption,
         topology=m.sum(topo),
     )
