@@ -1,10 +1,13 @@
 """B7 scaling: B2's periodic rounds on the openb cluster replicated 1x, 2x, 4x, 8x.
 
 Scale k copies every node k times and every arriving pod k times in place (so the arrival mix and the
-rounds, 1% of GPU capacity each, stay proportional), and gives each round k times the base time limit.
-Fleets over ``solvers.cpsat.pools.POOL_GPUS`` GPUs are split into parts solved in parallel processes.
+rounds, 1% of GPU capacity each, stay proportional). Fleets over ``solvers.cpsat.pools.POOL_GPUS`` GPUs
+are split into parts solved in parallel processes, one per core; each round's time limit is the base
+limit times k / cores (at least the base), so every part gets about the base limit.
 Reported per scale: GPUs, allocation at 100% and 130% arrived, per-round wall time median / p99 and the
 ratio to 1x, and the peak resident memory of the benchmark and its solver processes.
+
+Each scale's run is appended to `b7.jsonl` next to the CSV; the table shows the newest run of each scale.
 
 Run ``python -m benchmarks.b7_scaling --help``.
 """
@@ -12,12 +15,13 @@ Run ``python -m benchmarks.b7_scaling --help``.
 from __future__ import annotations
 
 import argparse
+import json
 import logging
 import os
 import statistics
 import time
 from collections.abc import Sequence
-from dataclasses import dataclass, replace
+from dataclasses import asdict, dataclass, replace
 from pathlib import Path
 
 import pandas as pd
@@ -28,6 +32,9 @@ from solvers.cpsat.pools import part_count
 from solvers.problem import NodeSpec, Request
 
 log = logging.getLogger("benchmarks.b7")
+
+#: Solver processes per round (``PlacementProblem.num_workers``' default): the machine's 2 cores.
+CORES = 2
 
 
 def replicate(
@@ -80,7 +87,8 @@ def run_scale(trace: str, seed: int, k: int, time_limit: float) -> ScaleRun:
         peak[0] = max(peak[0], _rss_kib(os.getpid()))
 
     t0 = time.perf_counter()
-    out = plan_rounds(big, arriving, seed, time_limit * k, 0.0, on_round=sample)
+    limit = time_limit * max(1.0, k / CORES)
+    out = plan_rounds(big, arriving, seed, limit, 0.0, on_round=sample)
     return ScaleRun(
         k,
         sum(len(n.gpus) for n in big),
@@ -134,13 +142,27 @@ def main(argv: Sequence[str] | None = None) -> None:
     parser.add_argument("-v", "--verbose", action="store_true")
     args = parser.parse_args(argv)
     logging.basicConfig(level=logging.INFO if args.verbose else logging.WARNING, format="%(message)s")
-    runs: list[ScaleRun] = []
+    runs_file = Path(args.out).with_suffix(".jsonl")
+    runs_file.parent.mkdir(parents=True, exist_ok=True)
     for k in (int(s) for s in args.scales.split(",")):
-        runs.append(run_scale(args.trace, args.seed, k, args.time_limit))
-        table = summarise(runs)
-        Path(args.out).parent.mkdir(parents=True, exist_ok=True)
+        run = run_scale(args.trace, args.seed, k, args.time_limit)
+        with runs_file.open("a") as f:
+            f.write(json.dumps({**asdict(run), "trace": args.trace, "seed": args.seed}) + "\n")
+        table = summarise(_latest(runs_file, args.trace, args.seed))
         table.to_csv(args.out, index=False)
         print(table.to_string(index=False), flush=True)
+
+
+def _latest(path: Path, trace: str, seed: int) -> list[ScaleRun]:
+    """The newest recorded run of each scale for this trace and seed, by scale."""
+    latest: dict[int, ScaleRun] = {}
+    for line in path.read_text().splitlines():
+        row = json.loads(line)
+        if row.pop("trace") != trace or row.pop("seed") != seed:
+            continue
+        row["alloc"] = {int(p): a for p, a in row["alloc"].items()}
+        latest[row["scale"]] = ScaleRun(**row)
+    return [latest[k] for k in sorted(latest)]
 
 
 if __name__ == "__main__":
