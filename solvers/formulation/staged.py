@@ -8,7 +8,7 @@ from __future__ import annotations
 
 import time
 from collections.abc import Callable
-from dataclasses import dataclass
+from dataclasses import dataclass, replace
 from typing import Protocol
 
 from models.cluster import MigInstance
@@ -41,6 +41,7 @@ class StageResult:
     objective: float | None
     bound: float | None
     wall_s: float
+    stage: str = ""
 
 
 class StageSolver(Protocol):
@@ -105,6 +106,7 @@ def run_stages(
             break
         measure = [getattr(terms, t) for t in TERM_NAMES]
         report, found, measured = backend.minimise(expr, max(0.001, limit), measure)
+        report = replace(report, stage=name)
         results.append(report)
         if found is None:
             break
@@ -159,10 +161,10 @@ def result(
         gap = abs(first.objective - first.bound) / max(1.0, abs(first.objective))
     terms = dict(values)
     for s in reports:
-        terms[f"stage_{s.name}_wall_s"] = round(s.wall_s, 3)
-        terms[f"stage_{s.name}_optimal"] = 1.0 if s.optimal else 0.0
+        terms[f"stage_{s.stage}_wall_s"] = round(s.wall_s, 3)
+        terms[f"stage_{s.stage}_optimal"] = 1.0 if s.optimal else 0.0
         if s.bound is not None:
-            terms[f"stage_{s.name}_bound"] = s.bound
+            terms[f"stage_{s.stage}_bound"] = s.bound
     return SolveResult(
         status=PlanStatus.OPTIMAL if proven else PlanStatus.FEASIBLE,
         solver=name,
@@ -189,7 +191,7 @@ def fallback(
         unplaced=greedy.unplaced,
         mig_layouts=greedy.mig_layouts,
         wall_s=wall,
-        terms={"fallback": 1.0, **{f"stage_{r.name}_wall_s": round(r.wall_s, 3) for r in reports}},
+        terms={"fallback": 1.0, **{f"stage_{r.stage}_wall_s": round(r.wall_s, 3) for r in reports}},
         model_size=size,
     )
 
