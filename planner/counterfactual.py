@@ -131,6 +131,15 @@ def _movable_order(st: PlanState, n: int, req: Request, exclude: set[Key]) -> li
     )
 
 
+def _yields(st: PlanState, key: Key, req: Request) -> bool:
+    """Whether ``key`` may give way to ``req``: running work of a lower tier (or preemptible work of
+    the same tier), or work this plan starts although it queues behind ``req``."""
+    q = st.requests[key]
+    if key in st.was_running:
+        return q.tier_rank > req.tier_rank or (q.preemptible and q.tier_rank == req.tier_rank)
+    return st.queue_pos[key] > st.queue_pos[req.key]
+
+
 def migrations(st: PlanState, target: Target, req: Request, k: int) -> list[Candidate]:
     """Move named replicas off a node to named destinations (or preempt them) to make room."""
     shape = req.shapes[k]
@@ -166,27 +175,21 @@ def migrations(st: PlanState, target: Target, req: Request, k: int) -> list[Cand
             continue
         running = sum(key in st.was_running for key in removed)
         size = sum(st.gpu_milli(key) for key in removed) / 1000
+        names = _names(removed, st)
         if moves:
             dests = sorted({m.to for m in moves if m.to})
-            out.append(
-                Candidate(
-                    _cf(
-                        f"migrate {_names(removed, st)} off {node} (to {', '.join(dests)})",
-                        "migrate", moves, running, size,
-                    ),
-                    frozenset({node, *dests}),
-                )
-            )  # fmt: skip
-        if all(st.requests[key].tier_rank >= req.tier_rank for key in removed):
-            changes = [Change(kind="preempt", workload=key[0], replica=key[1], node=node) for key in removed]
-            out.append(
-                Candidate(
-                    _cf(
-                        f"preempt {_names(removed, st)} on {node}", "preempt", changes, 2 * len(removed), size
-                    ),
-                    frozenset({node}),
-                )
+            text = (
+                f"migrate {names} off {node} (to {', '.join(dests)})"
+                if running
+                else f"place {names} on {', '.join(dests)} instead of {node}"
             )
+            out.append(Candidate(_cf(text, "migrate", moves, running, size), frozenset({node, *dests})))
+        if all(_yields(st, key, req) for key in removed):
+            changes = [Change(kind="preempt", workload=key[0], replica=key[1], node=node) for key in removed]
+            text = f"preempt {names} on {node}" if running else f"leave {names} waiting (frees {node})"
+            # A preempted running replica disturbs more than one that never starts.
+            cost = 2 * running + (len(removed) - running)
+            out.append(Candidate(_cf(text, "preempt", changes, cost, size), frozenset({node})))
     return out
 
 

@@ -187,7 +187,11 @@ def diagnose(st: PlanState, target: Target, req: Request, k: int) -> Finding:
     fit = next(st.fits_now(shape, demand), None)
     if fit is not None:
         node = st.infos[fit.node].name
-        return Finding(SOLVER_LIMIT, f"{node} has room for {what} on the state this plan leaves", [node])
+        again = Counterfactual(summary=f"re-plan: {node} has room now", kind="replan", changes=())
+        replan = cfs.Candidate(again, frozenset({node}))
+        return Finding(
+            SOLVER_LIMIT, f"{node} has room for {what} on the state this plan leaves", [node], [], [replan]
+        )
     if not any(True for _ in st.fits_empty(shape, req.team)):
         if shape.kind == "mig" and cfs.repartitions(st, target, req, k):
             return _mig_layout(st, target, req, k)
@@ -330,6 +334,7 @@ class Explainer:
             extra: set[str] = set()
             gang_note = ""
             blocker = req
+            all_fit: Finding | None = None
             if len(target.members) > 1:
                 placed_before = 0
                 for key in sorted(target.members, key=lambda k: (k != target.key, k)):
@@ -341,14 +346,29 @@ class Explainer:
                     placed_before += 1
                     extra.add(a.node)
                 else:
-                    blocker = req
+                    nodes = sorted(extra)
+                    replan = cfs.Candidate(
+                        Counterfactual(summary="re-plan: the whole gang fits now", kind="replan", changes=()),
+                        frozenset(extra),
+                    )
+                    all_fit = Finding(
+                        SOLVER_LIMIT,
+                        f"all {len(target.members)} waiting replicas of gang '{req.gang}' fit on the state "
+                        f"this plan leaves ({_list(nodes)})",
+                        nodes,
+                        [],
+                        [replan],
+                    )
                 if placed_before < len(target.members):
                     gang_note = (
                         f"only {placed_before} of {len(target.members)} waiting replicas of gang "
                         f"'{req.gang}' fit now; {cfs._name(blocker.key, st)} does not: "
                     )
-            findings = [diagnose(st, target, blocker, k) for k in range(len(blocker.shapes))]
-            for f, k in zip(findings, range(len(findings)), strict=True):
+            if all_fit is not None:
+                findings = [all_fit]
+            else:
+                findings = [diagnose(st, target, blocker, k) for k in range(len(blocker.shapes))]
+            for k, f in enumerate(findings):
                 if self.counterfactuals and not self._late():
                     for search in f.searches:
                         if target.alternatives is not None and search is cfs.relaxations:
@@ -404,10 +424,14 @@ class Explainer:
                 break
             key = self._cache_key(target, req, cand)
             if key is not None and key in self.verified:
-                done = self.verified[key]
-                if done is not None and done.placement is not None:
+                seen = self.verified[key]
+                done = None
+                if seen is not None:
                     where = {"workload": target.key[0], "replica": target.key[1]}
-                    done = done.model_copy(update={"placement": done.placement.model_copy(update=where)})
+                    placed = None if seen.placement is None else seen.placement.model_copy(update=where)
+                    done = cand.counterfactual.model_copy(
+                        update={"verified": True, "verified_by": seen.verified_by, "placement": placed}
+                    )
             else:
                 done = cfs.verify(
                     self.state.inp,

@@ -19,6 +19,7 @@ from planner.cli import main
 from planner.counterfactual import Target, apply_counterfactual
 from planner.explain import BLOCKED, GANG, SOLVER_LIMIT, TRADE_OFF, explain_all, explain_workload, target_of
 from planner.planning import make_plan
+from tests import _factories as factories
 from tests._factories import gpus, node, planning_input
 
 NOW = datetime(2026, 11, 29, 12, 0, tzinfo=UTC)
@@ -272,7 +273,15 @@ def _instances(draw: st.DrawFn) -> PlanningInput:
     count = draw(st.integers(2, 6))
     tiers = st.sampled_from(["latency-sensitive", "standard", "background"])
     workloads = [
-        _w(f"w{i}", tier=draw(tiers), replicas=draw(st.integers(1, 2)), **draw(_SHAPES)) for i in range(count)
+        _w(
+            f"w{i}",
+            tier=draw(tiers),
+            replicas=draw(st.integers(1, 2)),
+            duration_s=draw(st.sampled_from([None, 600, 7200])),
+            preemptible=draw(st.booleans()),
+            **draw(_SHAPES),
+        )
+        for i in range(count)
     ]
     policy = Policy.model_validate(
         {"teams": ["default"], "quotas": [{"team": "default", "gpus": draw(st.sampled_from([3, 5, 100]))}]}
@@ -280,7 +289,7 @@ def _instances(draw: st.DrawFn) -> PlanningInput:
     return planning_input(nodes, workloads, policy)
 
 
-@settings(max_examples=12, deadline=None, suppress_health_check=[HealthCheck.too_slow])
+@settings(max_examples=25, deadline=None, suppress_health_check=[HealthCheck.too_slow])
 @given(_instances())
 def test_explanations_never_contradict_the_plan(inp: PlanningInput) -> None:
     plan = make_plan(inp, solver="greedy-fgd", now=NOW)
@@ -347,3 +356,20 @@ def test_cli_explain_prints_the_code_and_verified_changes(
     workloads.write_text(json.dumps({"workloads": [{"id": "new", "gpus": 1}]}))
     assert main([*args, "new"]) == 2
     assert "other inputs" in capsys.readouterr().err
+
+
+def test_room_left_by_the_solver_is_a_solver_limit() -> None:
+    inp = planning_input(
+        [_h100("n1", 2)],
+        [_w("a", gpus=1, running_on="n1:0"), _w("t", gpus=1), _w("g", gpus=1, replicas=1, gang="true")],
+    )
+    held = make_plan(inp, solver="greedy-fgd", now=NOW)
+    mine = next(a for a in held.assignments if a.workload == "a")
+    plan = factories.plan([mine], [factories.wait("t", 0), factories.wait("g", 0)])
+    plan = plan.model_copy(update={"provenance": {"now": NOW.isoformat()}})
+    found = {e.workload: e for e in explain_all(inp, plan, catalog=CATALOG, time_limit_s=2.0)}
+    for wid in ("t", "g"):
+        e = found[wid]
+        assert e.code == SOLVER_LIMIT and "n1" in e.reason
+        assert [c.kind for c in e.counterfactuals] == ["replan"]
+        assert _placed_after(inp, plan, e, e.counterfactuals[0])
