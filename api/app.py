@@ -52,6 +52,10 @@ def create_app(settings: Settings | None = None) -> FastAPI:
         summary="GPU placement plans over HTTP: jobs, history, validation, health and metrics",
         version="1",
         lifespan=lifespan,
+        responses={
+            400: {"description": "the body could not be parsed"},
+            413: {"description": "the body is larger than max_body_bytes"},
+        },
     )
     app.state.settings = settings
     app.state.metrics = metrics

@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import ctypes
 import json
 import os
 import signal
@@ -16,6 +17,7 @@ from typing import Any
 import httpx
 import pytest
 import yaml
+from fastapi.testclient import TestClient
 
 from models.catalog import data_dir
 
@@ -73,6 +75,12 @@ def example_body(time_limit_s: float = 2.0) -> dict[str, Any]:
     return body
 
 
+def _die_with_parent() -> None:
+    """In the child: SIGTERM when the test process dies, so that no server outlives an aborted run."""
+    libc = ctypes.CDLL(None)
+    libc.prctl(1, signal.SIGTERM)  # PR_SET_PDEATHSIG
+
+
 def free_port() -> int:
     """A free TCP port on loopback."""
     with socket.socket() as s:
@@ -92,6 +100,7 @@ class Server:
             "GPUPLAN_API_KEYS": json.dumps(KEYS),
             "GPUPLAN_SOLVER_PROCESSES": "1",
             "GPUPLAN_LIMIT_MAX_ACTIVE_JOBS": str(MAX_ACTIVE),
+            "GPUPLAN_LIMIT_MAX_TIME_LIMIT_S": "2",
         }
         full_env.update(env or {})
         self.log = log.open("w")
@@ -101,6 +110,7 @@ class Server:
             cwd=ROOT,
             stdout=self.log,
             stderr=subprocess.STDOUT,
+            preexec_fn=_die_with_parent,
         )
         self._wait_ready()
 
@@ -131,7 +141,7 @@ class Server:
 
 
 def wait_status(
-    client: httpx.Client, job_id: str, states: set[str], timeout_s: float = 60.0
+    client: httpx.Client | TestClient, job_id: str, states: set[str], timeout_s: float = 60.0
 ) -> dict[str, Any]:
     """Poll a job until its status is one of ``states``."""
     deadline = time.monotonic() + timeout_s

@@ -1,0 +1,131 @@
+"""The job store on SQLite and PostgreSQL, and jobs surviving a server restart (real servers)."""
+
+from __future__ import annotations
+
+import json
+import time
+from datetime import timedelta
+from pathlib import Path
+
+import pytest
+from fastapi.testclient import TestClient
+
+from api import create_app
+from api.settings import Settings
+from api.store import Actor, JobInput, JobRecord, JobStatus, Store, now
+from tests._api import KEYS, PLANNER, Server, auth, example_body, tiny_body, wait_status
+
+ACTOR = Actor("abc", "planner")
+
+
+def _job(job_id: str, team: str | None = "ml") -> JobRecord:
+    return JobRecord(
+        id=job_id,
+        status=JobStatus.QUEUED,
+        team=team,
+        solver="cpsat",
+        time_limit_s=1.0,
+        nodes=2,
+        workloads=3,
+        submitted_by="abc",
+        created_at=now(),
+        started_at=None,
+        finished_at=None,
+        attempts=1,
+        plan_status=None,
+        outcome=None,
+        error=None,
+    )
+
+
+def test_store_round_trip(db_url: str) -> None:
+    store = Store.open(db_url)
+    try:
+        data = JobInput("f" * 64, '{"x": 1}', {"solver": "cpsat"})
+        for i, team in enumerate(["ml", "ml", "web"]):
+            store.create_job(_job(f"{i:032x}", team), data, ACTOR, {"policy": {"tiers": []}})
+            time.sleep(0.01)
+        a, b, c = (f"{i:032x}" for i in range(3))
+        assert store.mark_running(a) and not store.mark_running(a)
+        assert store.finish(a, JobStatus.DONE, plan_json='{"status": "OPTIMAL"}', plan_status="OPTIMAL")
+        assert not store.finish(a, JobStatus.CANCELLED)
+        assert store.result(a) == '{"status": "OPTIMAL"}' and store.result(b) is None
+        assert store.finish(b, JobStatus.CANCELLED)
+        assert store.interrupt_active() == 1
+        interrupted = store.job(c)
+        assert interrupted is not None and interrupted.status is JobStatus.INTERRUPTED
+        assert interrupted.created_at.tzinfo is not None
+        assert store.requeue(c, ACTOR) and not store.requeue(a, ACTOR)
+        again = store.job(c)
+        assert again is not None and again.status is JobStatus.QUEUED and again.attempts == 2
+        rows, total = store.history(team="ml", limit=1)
+        assert total == 2 and [r.id for r in rows] == [b]
+        rows, total = store.history(status=JobStatus.DONE)
+        assert (total, rows[0].id) == (1, a)
+        assert store.history(since=now() + timedelta(hours=1))[1] == 0
+        assert store.history(until=now() + timedelta(hours=1))[1] == 3
+        assert store.job_input(a) == data
+        assert [r["action"] for r in store.audit_trail(c)] == ["submit", "resubmit"]
+        assert store.status_counts() == {"done": 1, "cancelled": 1, "queued": 1}
+        store.add_key("d" * 64, "viewer:ml")
+        assert store.key_role("d" * 64) == "viewer:ml" and store.key_role("e" * 64) is None
+    finally:
+        store.close()
+
+
+def test_jobs_survive_a_server_restart(tmp_path: Path) -> None:
+    """A real server killed mid-solve; a new one on the same SQLite file."""
+    db = str(tmp_path / "gpuplan.db")
+    first = Server(db, tmp_path / "first.log")
+    try:
+        with first.client(PLANNER) as c:
+            done = c.post("/v1/plans", params={"wait": 60}, json=tiny_body(solver="first-fit")).json()
+            running = c.post("/v1/plans", json=example_body(time_limit_s=2.0)).json()["id"]
+            queued = c.post("/v1/plans", json=tiny_body()).json()["id"]
+            assert wait_status(c, running, {"running"})["status"] == "running"
+    finally:
+        first.stop(hard=True)
+    second = Server(db, tmp_path / "second.log")
+    try:
+        with second.client(PLANNER) as c:
+            kept = c.get(f"/v1/plans/{done['job']['id']}/result")
+            assert kept.status_code == 200 and kept.json()["plan"] == done["plan"]
+            for job_id in (running, queued):
+                job = c.get(f"/v1/plans/{job_id}").json()
+                assert job["status"] == "interrupted" and "resubmit" in job["error"]
+            listed = c.get("/v1/plans", params={"status": "interrupted"}).json()
+            assert {j["id"] for j in listed["items"]} == {running, queued}
+            assert c.post(f"/v1/plans/{queued}/resubmit").status_code == 202
+            finished = wait_status(c, queued, {"done", "failed"})
+            assert finished["status"] == "done" and finished["attempts"] == 2
+            assert json.loads(c.get(f"/v1/plans/{queued}/result").text)["plan"]["status"] == "OPTIMAL"
+            assert c.post(f"/v1/plans/{done['job']['id']}/resubmit").status_code == 409
+    finally:
+        second.stop()
+
+
+@pytest.mark.parametrize("role", ["admin", "planner", "viewer:ml"])
+def test_stored_keys(tmp_path: Path, role: str) -> None:
+    store = Store.open(str(tmp_path / "k.db"))
+    try:
+        store.add_key(role.replace(":", "_").ljust(64, "0"), role)
+        assert store.key_role(role.replace(":", "_").ljust(64, "0")) == role
+    finally:
+        store.close()
+
+
+def test_jobs_survive_an_app_restart(db_url: str) -> None:
+    """The app stopped with a job running and one queued, then started again on the same database."""
+    settings = Settings(database=db_url, api_keys=KEYS, solver_processes=1)
+    with TestClient(create_app(settings), headers=auth(PLANNER)) as c:
+        done = c.post("/v1/plans", params={"wait": 60}, json=tiny_body(solver="first-fit")).json()
+        running = c.post("/v1/plans", json=example_body(time_limit_s=2.0)).json()["id"]
+        queued = c.post("/v1/plans", json=tiny_body(solver="best-fit")).json()["id"]
+        assert wait_status(c, running, {"running"})["status"] == "running"
+    with TestClient(create_app(settings), headers=auth(PLANNER)) as c:
+        assert c.get(f"/v1/plans/{done['job']['id']}/result").json()["plan"] == done["plan"]
+        assert {c.get(f"/v1/plans/{i}").json()["status"] for i in (running, queued)} == {"interrupted"}
+        assert c.post(f"/v1/plans/{running}/resubmit").status_code == 202
+        assert c.delete(f"/v1/plans/{running}").json()["status"] == "cancelled"
+        assert c.post(f"/v1/plans/{queued}/resubmit").status_code == 202
+        assert wait_status(c, queued, {"done", "failed"})["status"] == "done"
