@@ -105,6 +105,8 @@ class Unplaced(Strict):
     code: str
     reason: str
     predicted_start: str | None = None
+    reserved_node: str | None = None
+    reserved_gpus: tuple[GpuUse, ...] = ()
     resources: tuple[str, ...] = ()
     details: tuple[ReasonDetail, ...] = ()
     counterfactuals: tuple[Counterfactual, ...] = ()

@@ -17,6 +17,7 @@ class Tier(Strict):
     weight: int = Field(ge=0)
     target_wait_s: float | None = Field(default=None, ge=0)
     may_be_preempted: bool = True
+    default_duration_s: float | None = Field(default=None, gt=0)
 
 
 def default_tiers() -> tuple[Tier, ...]:

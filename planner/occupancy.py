@@ -7,7 +7,6 @@ one replica and is destroyed only on a drained GPU, CPU and memory per node) liv
 
 from __future__ import annotations
 
-import copy
 from collections.abc import Iterable
 from dataclasses import dataclass, field
 
@@ -87,8 +86,17 @@ class Occupancy:
         return occ
 
     def copy(self) -> Occupancy:
-        """An independent copy."""
-        return copy.deepcopy(self)
+        """An independent copy (the catalog and node capacities are shared: they never change)."""
+        return Occupancy(
+            catalog=self.catalog,
+            gpus={
+                k: GpuState(g.model, None if g.mig is None else set(g.mig), dict(g.users))
+                for k, g in self.gpus.items()
+            },
+            capacity=self.capacity,
+            used={n: list(u) for n, u in self.used.items()},
+            holders=dict(self.holders),
+        )
 
     def problem(self, key: Key, hold: Holding) -> str | None:
         """Why ``hold`` cannot start now (``None`` if it can)."""
@@ -120,11 +128,12 @@ class Occupancy:
                 return f"{hold.node}:{use.index} lacks {use.milli} milli-GPU"
         return None
 
-    def start(self, key: Key, hold: Holding) -> None:
-        """Run ``key`` at ``hold``; raises :class:`OverCommitError` if it does not fit."""
+    def start(self, key: Key, hold: Holding, *, force: bool = False) -> None:
+        """Run ``key`` at ``hold``; raises :class:`OverCommitError` if it does not fit. ``force`` records
+        it regardless (a union of uses at different times, as the start-time timeline builds)."""
         if key in self.holders:
             raise OverCommitError(f"{key[0]}#{key[1]} already runs on {self.holders[key].node}")
-        why = self.problem(key, hold)
+        why = None if force else self.problem(key, hold)
         if why is not None:
             raise OverCommitError(f"{key[0]}#{key[1]}: {why}")
         self.holders[key] = hold
@@ -149,7 +158,7 @@ class Occupancy:
         lost = [k for k, h in self.holders.items() if h.node == node]
         for k in lost:
             self.stop(k)
-        self.capacity.pop(node, None)
+        self.capacity = {n: c for n, c in self.capacity.items() if n != node}
         self.used.pop(node, None)
         for key in [g for g in self.gpus if g[0] == node]:
             del self.gpus[key]
@@ -185,9 +194,9 @@ class Occupancy:
         problems = mig_layout_problems(spec, tuple(MigInstance(profile=p, start=s) for p, s in layout))
         return problems[0][1] if problems else None
 
-    def create(self, node: str, gpu: int, inst: tuple[str, int]) -> None:
-        """Create a MIG instance (enabling MIG mode on an idle GPU if needed)."""
-        why = self.create_problem(node, gpu, inst)
+    def create(self, node: str, gpu: int, inst: tuple[str, int], *, force: bool = False) -> None:
+        """Create a MIG instance (enabling MIG mode on an idle GPU if needed); ``force`` skips the checks."""
+        why = None if force else self.create_problem(node, gpu, inst)
         if why is not None:
             raise OverCommitError(why)
         state = self.gpus[(node, gpu)]

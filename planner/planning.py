@@ -16,6 +16,7 @@ from models.problem import PlanningInput
 from planner.actions import plan_actions
 from planner.compile import compile_problem
 from planner.metrics import fragmentation, plan_metrics
+from planner.timeline import previous_reservations, with_reservations
 from planner.validate import Violation, validate_plan
 from solvers.base import SolveResult, get_solver
 from solvers.problem import PlacementProblem
@@ -97,6 +98,7 @@ def make_plan(
     deterministic: bool = False,
     explain: bool = False,
     explain_budget_s: float = 3.0,
+    previous: Plan | None = None,
 ) -> Plan:
     """Plan ``inp`` with the named solver; the result is validated before it is returned.
 
@@ -117,6 +119,9 @@ def make_plan(
     )
     log.info("planning %d replicas on %d nodes with %s", len(problem.requests), len(problem.nodes), solver)
     result = get_solver(solver).solve(problem)
+    # Predicted starts and reservations; ``previous`` keeps the last plan's reservations that still fit.
+    reserved = previous_reservations(previous, inp) if previous is not None else None
+    result = with_reservations(inp, problem, result, catalog, now, reserved)
     provenance = {
         "inputs_sha256": inputs_digest(inp),
         "gpuplan_version": _version("gpuplan"),

@@ -1,0 +1,510 @@
+"""Predicted start times: roll the plan forward over expected ends and reserve GPUs (conservative backfill).
+
+Running work ends at ``started_at + duration`` (the workload's ``duration_s``, else its tier's
+``default_duration_s``; unknown = never). Waiting replicas are taken in queue order (tier, priority,
+time waited); each gets the earliest expected end at which it fits on everything that overlaps its own
+expected run, including the reservations of replicas ahead of it. So a lower tier backfills a hole only
+where it does not delay any reservation made before it, as in Slurm's conservative backfill.
+
+A replica the solver starts now keeps the solver's GPUs when they are compatible with the reservations
+ahead of it, and waits otherwise; a waiting replica whose earliest time is now is started now. A
+reservation from the previous plan is tried first at every time, so when durations are exact and
+nothing new arrives, each replica starts exactly when and where it was predicted.
+
+Why rolling forward rather than CP-SAT interval variables: the greedy placer decides feasibility per GPU
+with all of MIG, fractions and topology for a few milliseconds per probe, whereas one interval (or
+no-overlap) per replica and GPU slot multiplies the placement model by the number of time points; see
+``benchmarks/README.md`` (B5) for the time it takes per round.
+"""
+
+from __future__ import annotations
+
+import logging
+import math
+from collections.abc import Iterable, Iterator, Mapping, Sequence
+from contextlib import contextmanager
+from dataclasses import dataclass, replace
+from datetime import datetime, timedelta
+
+from models.cluster import Cluster
+from models.hardware import HardwareCatalog
+from models.plan import Assignment, GpuUse, MigLayout, Plan, PlanStatus, SolverReport, Unplaced
+from models.policy import Policy
+from models.problem import PlanningInput
+from models.workload import Workload
+from planner.compile import compile_node
+from planner.occupancy import Holding, Key, Occupancy, holding
+from planner.validate import validate_plan
+from solvers.base import SolveResult
+from solvers.greedy import BestFitScorer, Placer
+from solvers.problem import NodeSpec, PlacementProblem, Request, Running
+
+log = logging.getLogger(__name__)
+
+#: Reservations beyond this many seconds are not made (the replica's start stays unknown).
+HORIZON_S = 30 * 86400.0
+#: Code of a replica the solver would start now but which would delay a reservation ahead of it.
+RESERVED = "RESERVED_FOR_EARLIER"
+#: Waiting replicas times nodes above which no timeline is computed (each probe builds a placer).
+MAX_PROBE_SIZE = 200_000
+#: A running replica past its expected end is assumed to end this soon.
+OVERDUE_S = 1.0
+
+
+@dataclass(frozen=True)
+class Reservation:
+    """Where and when (seconds from now) a waiting replica is expected to start."""
+
+    key: Key
+    start_s: float
+    hold: Holding
+
+
+@dataclass(frozen=True)
+class _Interval:
+    key: Key
+    start: float
+    end: float
+    hold: Holding
+
+
+def duration_s(w: Workload, policy: Policy) -> float | None:
+    """Expected run time of a replica of ``w``: its ``duration_s``, else its tier's default."""
+    if w.duration_s is not None:
+        return w.duration_s
+    return policy.tier(w.tier).default_duration_s
+
+
+def remaining_s(w: Workload, policy: Policy, now: datetime) -> float:
+    """Expected seconds left for a running replica of ``w`` (infinite when unknown)."""
+    d = duration_s(w, policy)
+    if d is None:
+        return math.inf
+    ran = 0.0 if w.started_at is None else (now - w.started_at).total_seconds()
+    return max(OVERDUE_S, d - ran)
+
+
+def _with_layouts(cluster: Cluster, layouts: Sequence[MigLayout]) -> Cluster:
+    """The cluster with the plan's target MIG layouts in place of the current ones."""
+    target = {(lay.node, lay.gpu): lay.instances for lay in layouts}
+    if not target:
+        return cluster
+    nodes = []
+    for n in cluster.nodes:
+        gpus = []
+        for g in n.gpus:
+            entry = g.model_dump()
+            if (n.name, g.index) in target:
+                entry["mig"] = {"instances": [i.model_dump() for i in target[(n.name, g.index)]]}
+            gpus.append(entry)
+        nodes.append({**n.model_dump(exclude={"gpus", "topology"}), "gpus": gpus})
+    return Cluster.model_validate({"nodes": nodes})
+
+
+class _Roll:
+    """The state of one roll-forward: fixed intervals, reservations made so far, and the probes."""
+
+    def __init__(
+        self, inp: PlanningInput, problem: PlacementProblem, cluster: Cluster, catalog: HardwareCatalog
+    ):
+        self.inp = inp
+        self.catalog = catalog
+        self.nodes: tuple[NodeSpec, ...] = tuple(compile_node(n, catalog) for n in cluster.nodes)
+        self.base = Occupancy.empty(cluster, catalog)
+        self.requests = {r.key: r for r in problem.requests}
+        # Quotas bind now; later usage is not known well enough to charge reservations against them.
+        self.later_policy = inp.policy.model_copy(update={"quotas": ()})
+        self.scorer = BestFitScorer.for_nodes(self.nodes)
+        self.intervals: list[_Interval] = []
+        self.capacity = 1000 * sum(len(n.gpus) for n in self.nodes)
+        # Placers holding every interval that overlaps all time (running from now, no known end); a probe
+        # adds the rest on top and undoes them, instead of rebuilding a placer each time.
+        self.now_placer = self._placer(inp.policy)
+        self.later_placer = self._placer(self.later_policy)
+        self.in_base: set[Key] = set()
+
+    def _placer(self, policy: Policy) -> Placer:
+        allow = policy.mig.allow_create
+        return Placer(self.nodes, self.catalog, self.scorer, allow_create=allow, policy=policy)
+
+    def add(self, iv: _Interval) -> None:
+        """Record an interval (into the base placers when it never ends)."""
+        self.intervals.append(iv)
+        if iv.start == 0 and math.isinf(iv.end):
+            with _quiet_overcommit():
+                for placer in (self.now_placer, self.later_placer):
+                    _keep(placer, self.requests, iv)
+            self.in_base.add(iv.key)
+
+    def milli(self, hold: Holding) -> dict[tuple[str, int], int]:
+        """GPU capacity a holding takes per GPU, in milli-GPU (a MIG instance by its memory slices)."""
+        out: dict[tuple[str, int], int] = {}
+        for g in hold.gpus:
+            take = g.milli or 1000
+            if g.mig_profile is not None:
+                state = self.base.gpus.get((hold.node, g.index))
+                if state is None:
+                    continue
+                spec = self.catalog.model(state.model)
+                take = 1000 * spec.profile(g.mig_profile).size_at(g.mig_start or 0) // spec.memory_slices
+            out[(hold.node, g.index)] = out.get((hold.node, g.index), 0) + take
+        return out
+
+    def free_milli(self, ivs: Iterable[_Interval]) -> int:
+        """GPU capacity left beside the union of ``ivs`` (each GPU counted full at most once, as the
+        placer counts an over-committed GPU)."""
+        used: dict[tuple[str, int], int] = {}
+        for iv in ivs:
+            for gpu, take in self.milli(iv.hold).items():
+                used[gpu] = used.get(gpu, 0) + take
+        return self.capacity - sum(min(1000, u) for u in used.values())
+
+    def overlapping(self, t: float, d: float) -> list[_Interval]:
+        """Intervals that overlap ``[t, t + d)``."""
+        return [iv for iv in self.intervals if iv.start < t + d and iv.end > t]
+
+    def occupancy(self, ivs: Iterable[_Interval]) -> Occupancy:
+        """The base state holding the union of ``ivs`` (as the placer sees them: all at once, so a probe is
+        exactly as conservative as the placer's)."""
+        occ = self.base.copy()
+        for iv in ivs:
+            _ensure_instances(occ, iv.hold, force=True)
+            occ.start(iv.key, iv.hold, force=True)
+        return occ
+
+    def probe(
+        self,
+        t: float,
+        members: Sequence[Request],
+        ivs: list[_Interval],
+        tries: Sequence[Sequence[Holding]],
+    ) -> list[Holding] | None:
+        """Placements for every member on top of ``ivs``: the first compatible choice of ``tries``, else
+        the best-fit placer's."""
+        if tries:
+            occ = self.occupancy(ivs)
+            for holds in tries:
+                trial = occ.copy()
+                if all(_fits(trial, m.key, h) for m, h in zip(members, holds, strict=True)):
+                    return list(holds)
+        placer = self.now_placer if t == 0 else self.later_placer
+        states = list(placer.cluster.states)
+        used = list(placer.rules.used)
+        try:
+            with _quiet_overcommit():
+                for iv in ivs:
+                    if iv.key not in self.in_base:
+                        _keep(placer, self.requests, iv)
+            if len(members) == 1:
+                found = placer.place(members[0])
+                return None if found is None else [holding(found)]
+            placed, blocker = placer.place_gang(members)
+            return None if blocker is not None else [holding(a) for a in placed]
+        finally:
+            for n, state in enumerate(states):
+                if placer.cluster.states[n] is not state:
+                    placer.cluster.set(n, state)
+            placer.rules.used = used
+
+
+def _keep(placer: Placer, requests: Mapping[Key, Request], iv: _Interval) -> None:
+    """Take an interval's resources in ``placer``."""
+    req = requests.get(iv.key)
+    if req is not None:
+        placer.keep(replace(req, running=Running(iv.hold.node, iv.hold.gpus, iv.hold.alternative)))
+
+
+@contextmanager
+def _quiet_overcommit() -> Iterator[None]:
+    """Silence the placer's over-commit warning: the union of intervals at different times may
+    over-commit a GPU on purpose (the placer only needs it as taken)."""
+    quiet = logging.getLogger("solvers.greedy.options")
+    level = quiet.level
+    quiet.setLevel(logging.ERROR)
+    try:
+        yield
+    finally:
+        quiet.setLevel(level)
+
+
+def _ensure_instances(occ: Occupancy, hold: Holding, force: bool = False) -> None:
+    """Create the MIG instances ``hold`` uses that the state lacks (when the slices are free, or always
+    with ``force``)."""
+    for g in hold.gpus:
+        if g.mig_profile is None:
+            continue
+        inst = (g.mig_profile, g.mig_start or 0)
+        state = occ.gpus.get((hold.node, g.index))
+        missing = state is not None and (state.mig is None or inst not in state.mig)
+        if missing and (force or occ.create_problem(hold.node, g.index, inst) is None):
+            occ.create(hold.node, g.index, inst, force=True)
+
+
+def _fits(occ: Occupancy, key: Key, hold: Holding) -> bool:
+    """Start ``key`` at ``hold`` on ``occ`` if it fits there (creating free MIG instances it needs)."""
+    _ensure_instances(occ, hold)
+    if occ.problem(key, hold) is not None:
+        return False
+    occ.start(key, hold)
+    return True
+
+
+@dataclass(frozen=True)
+class Timeline:
+    """What starts now (possibly changed from the solver's choice) and the reservations of the rest."""
+
+    starts: dict[Key, Holding]
+    reservations: dict[Key, Reservation]
+    demoted: frozenset[Key] = frozenset()
+
+
+def roll_forward(
+    inp: PlanningInput,
+    problem: PlacementProblem,
+    result: SolveResult,
+    catalog: HardwareCatalog,
+    now: datetime,
+    previous: Mapping[Key, Reservation] | None = None,
+    horizon_s: float = HORIZON_S,
+) -> Timeline:
+    """Reserve a start time and GPUs for every replica that does not keep running (see the module)."""
+    previous = previous or {}
+    roll = _Roll(inp, problem, _with_layouts(inp.cluster, result.mig_layouts), catalog)
+    chosen = {(a.workload, a.replica): a for a in result.assignments}
+    workloads = inp.workload_by_id
+    for key, a in chosen.items():
+        if roll.requests[key].running is not None:
+            end = remaining_s(workloads[key[0]], inp.policy, now)
+            roll.add(_Interval(key, 0.0, end, holding(a)))
+    starts: dict[Key, Holding] = {}
+    reservations: dict[Key, Reservation] = {}
+    demoted: set[Key] = set()
+    done: set[str] = set()
+    processed: set[Key] = set()
+    requests = roll.requests
+    for req in problem.queue_order():
+        if req.key in chosen and req.running is not None:
+            continue
+        if req.gang is not None:
+            if req.gang in done:
+                continue
+            done.add(req.gang)
+            members = [r for r in problem.queue_order() if r.gang == req.gang and r.key not in starts]
+        else:
+            members = [req]
+        d = duration_s(workloads[req.workload], inp.policy) or math.inf
+        need = min(s.gpu_milli_total for s in req.shapes) * len(members)
+        fresh = all(m.running is None for m in members)
+        suggested = fresh and all(m.key in chosen for m in members)
+        honoured = fresh and all(m.key in previous for m in members)
+        processed.update(m.key for m in members)
+        promoted = False
+        times = sorted({0.0, *(iv.end for iv in roll.intervals if iv.end <= horizon_s)})
+        for t in times:
+            ivs = roll.overlapping(t, d)
+            found = None
+            if t == 0 and fresh and not suggested and not honoured:
+                # Now, only idle room the solver leaves is taken, never room of the solver's own starts.
+                pending = [
+                    _Interval(k, 0.0, math.inf, holding(a))
+                    for k, a in chosen.items()
+                    if k not in processed and requests[k].running is None
+                ]
+                found = roll.probe(t, members, ivs + pending, [])
+                promoted = found is not None
+                if not promoted:
+                    continue
+            elif not need or roll.free_milli(ivs) >= need:
+                tries = [[previous[m.key].hold for m in members]] if honoured else []
+                if t == 0 and suggested:
+                    tries.append([holding(chosen[m.key]) for m in members])
+                found = roll.probe(t, members, ivs, tries)
+            if found is None:
+                continue
+            # Now, a fresh replica starts if the solver or the previous plan starts it, or it fills idle room.
+            start = t == 0 and (suggested or honoured or promoted)
+            for m, hold in zip(members, found, strict=True):
+                roll.add(_Interval(m.key, t, t + d, hold))
+                if start:
+                    starts[m.key] = hold
+                else:
+                    reservations[m.key] = Reservation(m.key, t, hold)
+            break
+        for m in members:
+            if m.key in chosen and m.running is None and m.key not in starts:
+                demoted.add(m.key)
+    return Timeline(starts, reservations, frozenset(demoted))
+
+
+def _layouts(
+    inp: PlanningInput, result: SolveResult, assignments: Sequence[Assignment]
+) -> tuple[MigLayout, ...]:
+    """Target layouts keeping existing instances and only the new ones a placed replica uses."""
+    used: dict[tuple[str, int], set[tuple[str, int]]] = {}
+    for a in assignments:
+        for g in a.gpus:
+            if g.mig_profile is not None:
+                used.setdefault((a.node, g.index), set()).add((g.mig_profile, g.mig_start or 0))
+    planned = {(lay.node, lay.gpu): lay for lay in result.mig_layouts}
+    out: list[MigLayout] = []
+    for n in inp.cluster.nodes:
+        for gpu in n.gpus:
+            key = (n.name, gpu.index)
+            current = {(i.profile, i.start) for i in gpu.mig.instances} if gpu.mig is not None else None
+            lay = planned.get(key)
+            if lay is None and current is None:
+                continue
+            target = {(i.profile, i.start) for i in lay.instances} if lay is not None else set(current or ())
+            keep = {i for i in target if current is not None and i in current} | used.get(key, set())
+            instances = sorted(keep, key=lambda i: i[1])
+            out.append(
+                MigLayout.model_validate(
+                    {
+                        "node": n.name,
+                        "gpu": gpu.index,
+                        "instances": [{"profile": p, "start": s} for p, s in instances],
+                    }
+                )
+            )
+    return tuple(out)
+
+
+def with_reservations(
+    inp: PlanningInput,
+    problem: PlacementProblem,
+    result: SolveResult,
+    catalog: HardwareCatalog,
+    now: datetime,
+    previous: Mapping[Key, Reservation] | None = None,
+) -> SolveResult:
+    """The solver result with the timeline applied: starts that would delay a reservation ahead of them
+    wait, waiting replicas that fit now start, and every waiting replica carries its predicted start and
+    reserved GPUs."""
+    requests = {r.key: r for r in problem.requests}
+    waiting = sum(1 for r in problem.requests if r.running is None)
+    if waiting * len(problem.nodes) > MAX_PROBE_SIZE:
+        log.info("timeline skipped: %d waiting replicas on %d nodes", waiting, len(problem.nodes))
+        return result
+    tl = roll_forward(inp, problem, result, catalog, now, previous)
+    kept = [a for a in result.assignments if requests[(a.workload, a.replica)].running is not None]
+    started = []
+    for key, hold in tl.starts.items():
+        started.append(
+            Assignment(
+                workload=key[0],
+                replica=key[1],
+                node=hold.node,
+                gpus=hold.gpus,
+                cpu_milli=hold.cpu_milli,
+                memory_mib=hold.memory_mib,
+                alternative=hold.alternative,
+            )
+        )
+    assignments = tuple(kept + started)
+    placed = {(a.workload, a.replica) for a in assignments}
+    reasons = {(u.workload, u.replica): u for u in result.unplaced}
+    unplaced: list[Unplaced] = []
+    for req in problem.requests:
+        if req.key in placed:
+            continue
+        u = reasons.get(req.key)
+        if u is None or req.key in tl.demoted:
+            u = Unplaced(
+                workload=req.workload,
+                replica=req.replica,
+                code=RESERVED,
+                reason="starting it now would delay the reserved start of a replica ahead of it in the queue",
+            )
+        unplaced.append(_predicted(u, tl.reservations.get(req.key), now))
+    before = {(a.workload, a.replica): a for a in result.assignments}
+    changed = len(tl.demoted) + sum(1 for a in started if before.get((a.workload, a.replica)) != a)
+    layouts = _layouts(inp, result, assignments)
+    if changed:
+        trial = Plan(
+            status=result.status,
+            solver=SolverReport(name=result.solver),
+            assignments=assignments,
+            unplaced=tuple(unplaced),
+            mig_layouts=layouts,
+        )
+        violations = validate_plan(trial, inp, catalog)
+        if violations:
+            # Reservations skip some rules (later quotas, isolation over time): keep the solver's starts.
+            log.info("timeline starts rejected (%s); keeping the solver's", violations[0].message)
+            return _predictions_only(result, tl, now)
+    status = result.status
+    if changed and status is PlanStatus.OPTIMAL:
+        status = PlanStatus.FEASIBLE  # no longer the solver's proven optimum
+    return replace(
+        result,
+        status=status,
+        assignments=assignments,
+        unplaced=tuple(unplaced),
+        mig_layouts=layouts,
+        terms={**result.terms, "timeline_changed": float(changed)},
+    )
+
+
+def _predicted(u: Unplaced, r: Reservation | None, now: datetime) -> Unplaced:
+    """``u`` with the reservation's predicted start and GPUs."""
+    if r is None:
+        return u
+    return u.model_copy(
+        update={
+            "predicted_start": (now + timedelta(seconds=r.start_s)).isoformat(),
+            "reserved_node": r.hold.node,
+            "reserved_gpus": r.hold.gpus,
+        }
+    )
+
+
+def _predictions_only(result: SolveResult, tl: Timeline, now: datetime) -> SolveResult:
+    """The solver's result unchanged except for the predicted starts of what waits."""
+    unplaced = tuple(
+        _predicted(u, tl.reservations.get((u.workload, u.replica)), now) for u in result.unplaced
+    )
+    return replace(result, unplaced=unplaced)
+
+
+def previous_reservations(plan: Plan, inp: PlanningInput) -> dict[Key, Reservation]:
+    """The reservations a stored plan made (start times are not needed, only where)."""
+    out: dict[Key, Reservation] = {}
+    for u in plan.unplaced:
+        w = inp.workload_by_id.get(u.workload)
+        if u.reserved_node is None or w is None:
+            continue
+        alt = _alternative(w, u.reserved_gpus)
+        shape = w.shapes[alt]
+        hold = Holding(u.reserved_node, u.reserved_gpus, shape.cpu_milli, shape.memory_mib, alt)
+        out[(u.workload, u.replica)] = Reservation((u.workload, u.replica), 0.0, hold)
+    return out
+
+
+def _alternative(w: Workload, gpus: Sequence[GpuUse]) -> int:
+    """The alternative of ``w`` whose kind and size match ``gpus``."""
+    for k, s in enumerate(w.shapes):
+        if s.kind == "mig" and gpus and gpus[0].mig_profile == s.mig_profile:
+            return k
+        if s.kind == "fraction" and gpus and gpus[0].milli == s.gpu_milli:
+            return k
+        if (
+            s.kind == "whole"
+            and len(gpus) == s.gpus
+            and all(g.milli is None and g.mig_profile is None for g in gpus)
+        ):
+            return k
+        if s.kind == "cpu" and not gpus:
+            return k
+    return 0
+
+
+def predicted_waits(plan: Plan, now: datetime) -> dict[Key, float | None]:
+    """Seconds until each waiting replica's predicted start (``None`` when unknown)."""
+    return {
+        (u.workload, u.replica): (
+            None
+            if u.predicted_start is None
+            else max(0.0, (datetime.fromisoformat(u.predicted_start) - now).total_seconds())
+        )
+        for u in plan.unplaced
+    }

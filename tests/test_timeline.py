@@ -1,0 +1,129 @@
+"""Predicted start times: conservative backfill, and exact agreement with the simulator."""
+
+from __future__ import annotations
+
+from datetime import UTC, datetime, timedelta
+from typing import Any
+
+import pytest
+
+from models import Cluster, Plan, PlanningInput, Policy, Workload, default_catalog
+from models.policy import Tier
+from planner.executor import Executor, SimCluster
+from planner.planning import make_plan
+from planner.timeline import RESERVED
+from planner.validate import validate_plan
+
+NOW = datetime(2026, 11, 29, 12, tzinfo=UTC)
+TIERS = (
+    Tier(name="latency-sensitive", weight=10, may_be_preempted=False),
+    Tier(name="standard", weight=3, default_duration_s=100),
+    Tier(name="background", weight=1),
+)
+
+
+def _node(name: str, gpus: int, mig_gpus: int = 0) -> dict[str, Any]:
+    return {
+        "name": name,
+        "cpu_milli": 64000,
+        "memory_mib": 262144,
+        "gpus": [
+            {"index": i, "model": "H100-80GB", **({"mig": {"instances": []}} if i < mig_gpus else {})}
+            for i in range(gpus)
+        ],
+    }
+
+
+def _w(wid: str, tier: str, queued: int, **fields: Any) -> Workload:
+    return Workload.model_validate(
+        {
+            "id": wid,
+            "tier": tier,
+            "cpu_milli": 1000,
+            "queued_since": NOW - timedelta(seconds=queued),
+            **fields,
+        }
+    )
+
+
+def test_lower_tiers_backfill_only_where_no_reservation_is_delayed() -> None:
+    """Two GPUs; A holds one for 100 s more (its tier's default duration). H (two GPUs) is reserved at
+    +100 s; L (500 s) would delay it and waits until H is done; S (50 s) fits before A ends and starts."""
+    cluster = Cluster.model_validate({"nodes": [_node("n", 2)]})
+    work = [
+        _w("A", "standard", 500, gpus=1, running_on="n:0", started_at=NOW),
+        _w("H", "latency-sensitive", 10, gpus=2, duration_s=100),
+        _w("L", "background", 300, gpus=1, duration_s=500),
+        _w("S", "background", 200, gpus=1, duration_s=50),
+    ]
+    inp = PlanningInput(cluster=cluster, workloads=tuple(work), policy=Policy(tiers=TIERS))
+    plan = make_plan(inp, solver="greedy-fgd", now=NOW)
+    assert not validate_plan(plan, inp)
+    assert {a.workload for a in plan.assignments} == {"A", "S"}
+    waiting = {u.workload: u for u in plan.unplaced}
+    assert waiting["H"].predicted_start == (NOW + timedelta(seconds=100)).isoformat()
+    assert waiting["H"].reserved_node == "n" and {g.index for g in waiting["H"].reserved_gpus} == {0, 1}
+    assert waiting["L"].predicted_start == (NOW + timedelta(seconds=200)).isoformat()
+    assert waiting["L"].code == RESERVED  # the greedy solver started it now; it would have delayed H
+
+
+def test_work_that_never_ends_leaves_the_start_unknown() -> None:
+    cluster = Cluster.model_validate({"nodes": [_node("n", 1)]})
+    work = [
+        _w("forever", "background", 100, gpus=1, running_on="n:0"),
+        _w("next", "background", 10, gpus=1, duration_s=60),
+    ]
+    inp = PlanningInput(cluster=cluster, workloads=tuple(work), policy=Policy(tiers=TIERS))
+    plan = make_plan(inp, solver="greedy-fgd", now=NOW)
+    assert [(u.workload, u.predicted_start) for u in plan.unplaced] == [("next", None)]
+
+
+def _demand() -> list[Workload]:
+    """More work than two nodes hold, of mixed shapes, tiers and exact durations."""
+    shapes: list[dict[str, Any]] = [
+        {"gpus": 1},
+        {"gpus": 2},
+        {"gpu_milli": 500},
+        {"mig_profile": "3g.40gb"},
+        {"gpus": 4},
+        {"mig_profile": "1g.10gb"},
+        {"gpu_milli": 300},
+    ]
+    tiers = ["background", "standard", "latency-sensitive"]
+    return [
+        _w(f"j{i:02d}", tiers[i % 3], 1000 - i, duration_s=100 * (1 + (i * 7) % 5), **shapes[i % len(shapes)])
+        for i in range(24)
+    ]
+
+
+@pytest.mark.parametrize("solver", ["greedy-fgd", "cpsat"])
+def test_predicted_starts_match_the_simulator_when_durations_are_exact(solver: str) -> None:
+    cluster = Cluster.model_validate({"nodes": [_node("a", 4, mig_gpus=1), _node("b", 4)]})
+    demand = _demand()
+    durations = {(w.id, 0): w.duration_s for w in demand}
+    sim = SimCluster(cluster, default_catalog(), NOW, duration_of=durations.get)
+    last: list[Plan] = []
+
+    def planner(inp: PlanningInput, now: datetime) -> Plan:
+        plan = make_plan(inp, solver=solver, now=now, time_limit_s=2, previous=last[-1] if last else None)
+        last.append(plan)
+        return plan
+
+    ex = Executor(sim, planner, Policy(tiers=TIERS))
+    ex.round(demand)
+    predicted = {
+        (u.workload, u.replica): datetime.fromisoformat(u.predicted_start)
+        for u in last[0].unplaced
+        if u.predicted_start
+    }
+    assert len(predicted) == len(last[0].unplaced) > 5
+    actual = dict.fromkeys(sim.started, sim.now)
+    total = len(demand)
+    while len(actual) < total:
+        end = sim.next_end()
+        assert end is not None
+        finished = sim.advance((end - sim.now).total_seconds())
+        demand = [w for w in demand if (w.id, 0) not in finished]
+        ex.round(demand)
+        actual.update({k: sim.now for k in sim.started if k not in actual})
+    assert {k: actual[k] for k in predicted} == predicted
