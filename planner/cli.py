@@ -25,6 +25,7 @@ from planner.explain_cli import add_explain_parser
 from planner.import_cli import add_import_parser
 from planner.io import load_cluster, load_plan, load_policy, load_workloads, planning_input, write_json
 from planner.planning import make_plan
+from planner.rounds_cli import add_rounds_parser
 from planner.serve_cli import add_serve_parser
 from planner.validate import validate_plan
 from solvers.base import solver_names
@@ -201,6 +202,7 @@ def build_parser() -> argparse.ArgumentParser:
     p.set_defaults(func=cmd_schema)
 
     add_import_parser(sub)
+    add_rounds_parser(sub)
     add_capacity_parsers(sub)
     add_serve_parser(sub)
     add_explain_parser(sub)

@@ -1,0 +1,192 @@
+"""``gpuplan replan`` (nightly replanning with plan history) and ``gpuplan simulate`` (the B5 loop)."""
+
+from __future__ import annotations
+
+import argparse
+import logging
+import os
+import re
+import sys
+from collections.abc import Iterator
+from contextlib import contextmanager, nullcontext
+from datetime import UTC, datetime
+from pathlib import Path
+
+from models.base import InputError
+from models.catalog import default_catalog
+from models.policy import DisruptionBudget
+from models.problem import PlanningInput
+from planner import summary
+from planner.actions import plan_actions
+from planner.executor import kubernetes, migparted
+from planner.history import PlanHistory, plan_diff
+from planner.io import load_cluster, load_policy, load_workloads, planning_input, write_json
+from planner.planning import make_plan
+from solvers.base import solver_names
+
+#: A CP-SAT search-log line: ``#<event> <seconds>s best:<incumbent> next:[<bound>,<hi>]``.
+_PROGRESS = re.compile(r"^#(\w+)\s+([\d.]+)s\s+best:(\S+)\s+next:\[([^,\]]+)")
+
+
+class ProgressHandler(logging.Handler):
+    """Prints the solver's incumbent and bound each time CP-SAT's search log reports a new one."""
+
+    def __init__(self) -> None:
+        super().__init__(logging.DEBUG)
+        self.last: tuple[str, str] | None = None
+
+    def emit(self, record: logging.LogRecord) -> None:
+        """Print one progress line for a new incumbent or bound."""
+        for line in record.getMessage().splitlines():
+            m = _PROGRESS.match(line.strip())
+            if m is None or m.group(3) == "inf" or (m.group(3), m.group(4)) == self.last:
+                continue
+            self.last = (m.group(3), m.group(4))
+            print(
+                f"progress {float(m.group(2)):7.2f} s  incumbent {m.group(3)}  bound {m.group(4)}",
+                file=sys.stderr,
+            )
+
+
+@contextmanager
+def _stdout_silenced() -> Iterator[None]:
+    """Send file descriptor 1 to /dev/null: with its search log on, CP-SAT also prints the whole log to
+    stdout (``log_to_stdout``), which the progress lines on stderr replace."""
+    sys.stdout.flush()
+    saved = os.dup(1)
+    devnull = os.open(os.devnull, os.O_WRONLY)
+    try:
+        os.dup2(devnull, 1)
+        yield
+    finally:
+        os.dup2(saved, 1)
+        os.close(saved)
+        os.close(devnull)
+
+
+def _with_rounds(inp: PlanningInput, rounds: int) -> PlanningInput:
+    """The input with ``rounds`` rounds' worth of moves and preemptions allowed for the solve."""
+    if rounds <= 1:
+        return inp
+    b = inp.policy.disruption
+    budget = DisruptionBudget(
+        max_moves_per_round=b.max_moves_per_round * rounds,
+        max_preemptions_per_round=b.max_preemptions_per_round * rounds,
+        max_moves_per_team=None if b.max_moves_per_team is None else b.max_moves_per_team * rounds,
+        min_runtime_s=b.min_runtime_s,
+        preempt_latency_sensitive=b.preempt_latency_sensitive,
+    )
+    return inp.model_copy(update={"policy": inp.policy.model_copy(update={"disruption": budget})})
+
+
+def _state(args: argparse.Namespace, history: PlanHistory) -> PlanningInput:
+    """The current state: the files when given, else the inputs of the latest stored plan."""
+    catalog = default_catalog()
+    if args.cluster and args.workloads:
+        return planning_input(
+            load_cluster(Path(args.cluster), catalog),
+            load_workloads(Path(args.workloads)),
+            load_policy(Path(args.policy) if args.policy else None),
+            catalog,
+            source=str(args.workloads),
+        )
+    if args.cluster or args.workloads:
+        raise InputError("--cluster and --workloads: give both, or neither to replan the stored state")
+    stored = history.latest()
+    if stored is None:
+        raise InputError("no stored plan to replan from: give --cluster and --workloads")
+    return stored.inputs
+
+
+def _now(text: str | None) -> datetime:
+    if text is None:
+        return datetime.now(UTC)
+    try:
+        return datetime.fromisoformat(text)
+    except ValueError:
+        raise InputError(f"--now: '{text}' is not an ISO-8601 time") from None
+
+
+def cmd_replan(args: argparse.Namespace) -> int:
+    """Replan the current state with a long time limit, store the plan and print what changed."""
+    if args.rounds < 1:
+        raise InputError("--rounds: must be at least 1")
+    history = PlanHistory(args.db)
+    inp = _state(args, history)
+    previous = history.latest()
+    now = _now(args.now)
+    progress = ProgressHandler()
+    cpsat_log = logging.getLogger("solvers.cpsat.solver")
+    level, propagate = cpsat_log.level, cpsat_log.propagate
+    if not args.quiet:
+        cpsat_log.addHandler(progress)
+        cpsat_log.setLevel(logging.DEBUG)
+        cpsat_log.propagate = False  # only the progress lines, not the whole search log
+    try:
+        with _stdout_silenced() if not args.quiet else nullcontext():
+            plan = make_plan(
+                _with_rounds(inp, args.rounds),
+                solver=args.solver,
+                now=now,
+                time_limit_s=args.time_limit,
+                seed=args.seed,
+                num_workers=args.workers,
+                deterministic=True,
+                previous=previous.plan if previous is not None else None,
+            )
+    finally:
+        cpsat_log.removeHandler(progress)
+        cpsat_log.setLevel(level)
+        cpsat_log.propagate = propagate
+    catalog = default_catalog()
+    plan = plan.model_copy(
+        update={
+            "actions": plan_actions(inp, plan.assignments, plan.mig_layouts, catalog, now),
+            "provenance": {**plan.provenance, "replan_rounds": args.rounds},
+        }
+    )
+    plan_id = history.save(plan, inp)
+    print(summary.render(plan, inp))
+    print(
+        f"stored as plan {plan_id} ({'first plan' if previous is None else f'previous: plan {previous.id}'})"
+    )
+    print(plan_diff(previous.plan if previous is not None else None, plan).render())
+    if args.out:
+        write_json(Path(args.out), plan)
+        print(f"plan written to {args.out}")
+    if args.k8s_out:
+        Path(args.k8s_out).write_text(
+            kubernetes.render(plan, inp, namespace=args.namespace, image=args.image)
+        )
+        print(f"Kubernetes objects written to {args.k8s_out}")
+    if args.mig_parted_out:
+        Path(args.mig_parted_out).write_text(migparted.render(inp.cluster, plan.mig_layouts))
+        print(f"mig-parted config written to {args.mig_parted_out}")
+    return 0
+
+
+def add_rounds_parser(sub: argparse._SubParsersAction[argparse.ArgumentParser]) -> None:
+    """Register ``replan`` and ``simulate``."""
+    p = sub.add_parser("replan", help="nightly replanning: long solve, plan history, diff from the last plan")
+    p.add_argument("--cluster", help="cluster file (default: the state of the latest stored plan)")
+    p.add_argument("--workloads", help="workloads file, with running_on for what runs now")
+    p.add_argument("--policy")
+    p.add_argument("--db", help="plan history: a SQLite file or a PostgreSQL URL (default gpuplan.db)")
+    p.add_argument("--solver", default="cpsat", choices=solver_names())
+    p.add_argument("--time-limit", type=float, default=300.0, help="seconds (default 300)")
+    p.add_argument("--seed", type=int, default=0)
+    p.add_argument("--workers", type=int, default=2)
+    p.add_argument("--now", help="planning time, ISO-8601 (default: the current time)")
+    p.add_argument(
+        "--rounds",
+        type=int,
+        default=1,
+        help="rounds the plan may take: moves allowed = budget per round x rounds",
+    )
+    p.add_argument("--out", help="write the plan JSON here")
+    p.add_argument("--k8s-out", help="write Kubernetes pods and node labels (YAML) here")
+    p.add_argument("--image", default="", help="container image of the exported pods")
+    p.add_argument("--namespace", default="default")
+    p.add_argument("--mig-parted-out", help="write the NVIDIA MIG manager config (YAML) here")
+    p.add_argument("-q", "--quiet", action="store_true", help="no solver progress lines")
+    p.set_defaults(func=cmd_replan)

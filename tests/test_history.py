@@ -1,0 +1,146 @@
+"""``gpuplan replan`` and the plan history: storage on SQLite and PostgreSQL, diffs, reproducibility, and
+a run killed mid-solve that leaves the previous plan intact."""
+
+from __future__ import annotations
+
+import os
+import signal
+import subprocess
+import sys
+from pathlib import Path
+from typing import Any
+
+import pytest
+import yaml
+
+from planner.cli import main
+from planner.history import PlanHistory, plan_diff
+
+ROOT = Path(__file__).resolve().parent.parent
+NOW = "2026-11-29T12:00:00+00:00"
+LATER = "2026-11-29T13:00:00+00:00"
+
+
+def _files(tmp_path: Path, extra: list[dict[str, Any]] | None = None) -> list[str]:
+    """A two-node cluster and a few workloads (one running) as files; the replan arguments for them."""
+    cluster = {
+        "nodes": [
+            {"name": f"n{i}", "cpu_milli": 64000, "memory_mib": 262144, "gpus": [
+                {"index": g, "model": "L40S-48GB"} for g in range(4)
+            ]}
+            for i in range(2)
+        ]
+    }  # fmt: skip
+    work: list[dict[str, Any]] = [
+        {"id": "run", "gpus": 2, "running_on": "n0:0,1", "duration_s": 3600, "started_at": NOW},
+        {"id": "run2", "gpus": 1, "running_on": "n1:0", "duration_s": 1800, "started_at": NOW},
+        {"id": "a", "gpus": 1, "tier": "latency-sensitive", "duration_s": 600},
+        {"id": "b", "gpu_milli": 500, "replicas": 3, "duration_s": 1200},
+        {"id": "big", "gpus": 4, "tier": "background", "duration_s": 7200},
+        *(extra or []),
+    ]
+    (tmp_path / "cluster.yaml").write_text(yaml.safe_dump(cluster))
+    (tmp_path / "workloads.yaml").write_text(yaml.safe_dump({"workloads": work}))
+    return ["--cluster", str(tmp_path / "cluster.yaml"), "--workloads", str(tmp_path / "workloads.yaml")]
+
+
+def test_replan_stores_the_plan_and_prints_the_diff(
+    db_url: str, tmp_path: Path, capsys: pytest.CaptureFixture[str]
+) -> None:
+    args = ["replan", "--db", db_url, "--time-limit", "3", "-q"]
+    assert main([*args, *_files(tmp_path), "--now", NOW]) == 0
+    out = capsys.readouterr().out
+    assert "stored as plan 1 (first plan)" in out and "new start(s)" in out
+    history = PlanHistory(db_url)
+    first = history.latest()
+    assert first is not None and first.plan.provenance["inputs_sha256"]
+    assert {w.id for w in first.inputs.workloads} == {"run", "run2", "a", "b", "big"}
+    waiting = {u.workload: u for u in first.plan.unplaced}
+    assert waiting["big"].predicted_start is not None  # a reservation, once the running job ends
+    more = [{"id": "c", "gpus": 1, "tier": "latency-sensitive", "duration_s": 60}]
+    assert main([*args, *_files(tmp_path, more), "--now", LATER]) == 0
+    out = capsys.readouterr().out
+    assert "stored as plan 2 (previous: plan 1)" in out
+    assert "c#0:" in out.split("new starts:")[1]
+    assert history.count() == 2
+    # With no files, replan reads the stored state.
+    assert main([*args, "--now", LATER]) == 0
+    assert "stored as plan 3 (previous: plan 2)" in capsys.readouterr().out
+
+
+def test_same_inputs_and_seed_give_the_same_plan(tmp_path: Path) -> None:
+    files = _files(tmp_path)
+    plans = []
+    for name in ("one.db", "two.db"):
+        db = str(tmp_path / name)
+        assert (
+            main(["replan", "--db", db, "--time-limit", "3", "--seed", "5", "-q", *files, "--now", NOW]) == 0
+        )
+        stored = PlanHistory(db).latest()
+        assert stored is not None
+        plans.append(stored.plan)
+    assert plans[0].assignments == plans[1].assignments
+    assert plans[0].unplaced == plans[1].unplaced
+    diff = plan_diff(plans[0], plans[1])
+    assert not (diff.moves or diff.new_starts or diff.stops or diff.wait_changes)
+
+
+def test_bad_replan_input_is_one_line(tmp_path: Path, capsys: pytest.CaptureFixture[str]) -> None:
+    assert main(["replan", "--db", str(tmp_path / "h.db"), "--rounds", "0"]) == 2
+    assert main(["replan", "--db", str(tmp_path / "h.db")]) == 2
+    err = capsys.readouterr().err.strip().splitlines()
+    assert err[-1] == "gpuplan: error: no stored plan to replan from: give --cluster and --workloads"
+
+
+def _busy_files(tmp_path: Path) -> list[str]:
+    """Six 8-GPU nodes and 60 fractional replicas: small to build, enough for CP-SAT to search a while."""
+    cluster = {
+        "nodes": [
+            {"name": f"n{i}", "cpu_milli": 256000, "memory_mib": 1048576, "gpus": [
+                {"index": g, "model": "L40S-48GB"} for g in range(8)
+            ]}
+            for i in range(6)
+        ]
+    }  # fmt: skip
+    work = [
+        {"id": f"w{i}", "gpu_milli": 150 + 71 * (i % 11), "replicas": 2, "duration_s": 600 + 60 * (i % 7)}
+        for i in range(30)
+    ]
+    (tmp_path / "busy-cluster.yaml").write_text(yaml.safe_dump(cluster))
+    (tmp_path / "busy-workloads.yaml").write_text(yaml.safe_dump({"workloads": work}))
+    return [
+        "--cluster",
+        str(tmp_path / "busy-cluster.yaml"),
+        "--workloads",
+        str(tmp_path / "busy-workloads.yaml"),
+    ]
+
+
+def _replan(db: str, files: list[str], *extra: str) -> subprocess.Popen[str]:
+    cmd = [sys.executable, "-m", "planner.cli", "replan", "--db", db, "--now", NOW, *files, *extra]
+    env = {**os.environ, "PYTHONPATH": str(ROOT)}
+    return subprocess.Popen(cmd, cwd=ROOT, env=env, stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True)
+
+
+def test_a_replan_killed_mid_solve_leaves_the_previous_plan_and_the_next_run_completes(
+    db_url: str, tmp_path: Path
+) -> None:
+    files = _busy_files(tmp_path)
+    fast = ["replan", "--db", db_url, "--now", NOW, *files, "--solver", "greedy-fgd", "-q"]
+    assert main(fast) == 0
+    history = PlanHistory(db_url)
+    before = history.latest()
+    assert before is not None and history.count() == 1
+    run = _replan(db_url, files, "--time-limit", "60")
+    assert run.stderr is not None
+    for line in run.stderr:  # the first solver progress line: the solve is under way
+        if line.startswith("progress"):
+            break
+    run.send_signal(signal.SIGKILL)
+    run.wait(timeout=30)
+    after = history.latest()
+    assert history.count() == 1 and after is not None
+    assert (after.id, after.plan) == (before.id, before.plan)
+    assert main(fast) == 0
+    latest = history.latest()
+    assert history.count() == 2 and latest is not None and latest.id > before.id
