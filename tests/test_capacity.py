@@ -8,13 +8,17 @@ from typing import Any
 
 import pytest
 import yaml
+from hypothesis import given, settings
+from hypothesis import strategies as st
 
 from models import Plan, PlanningInput, PlanStatus, SolverReport, Unplaced, default_catalog
 from models.capacity import CapacityGap, CapacityReport, Growth, NodeTypeCatalog, Scenario, ScenarioFile
 from models.workload import Workload
-from planner.capacity import GapOptions, capacity_gap, gap_demand, load_node_types
+from planner.capacity import GapOptions, capacity_gap, gap_demand, load_node_types, type_specs
 from planner.cli import main
+from planner.compile import compile_problem
 from planner.planning import make_plan
+from planner.purchase import solve_purchase
 from planner.scenarios import grow, run_scenarios, scenario_types
 
 NOW = datetime(2026, 11, 29, 12, 0, tzinfo=UTC)
@@ -274,3 +278,40 @@ def test_gap_demand_skips_waits_within_the_tier_target() -> None:
         provenance={"now": NOW.isoformat()},
     )
     assert [u.workload for u in gap_demand(plan, inp, None)] == ["late", "unknown"]
+
+
+@settings(max_examples=25, deadline=None)
+@given(
+    sizes=st.lists(st.sampled_from([1, 2, 4, 8]), min_size=1, max_size=12),
+    price4=st.integers(min_value=1, max_value=100),
+    price8=st.integers(min_value=1, max_value=200),
+)
+def test_purchase_milp_matches_brute_force_on_divisible_sizes(
+    sizes: list[int], price4: int, price8: int
+) -> None:
+    """Whole-GPU replicas of 1, 2, 4 or 8 GPUs into 4- and 8-GPU nodes: sizes divide the capacities, so
+    a purchase serves them exactly when the 8-GPU replicas have 8-GPU nodes and the GPUs add up; the MILP
+    must find the cheapest such purchase."""
+    catalog = types("l40s-4", "l40s-8")
+    catalog = catalog.model_copy(
+        update={
+            "node_types": tuple(
+                t.model_copy(
+                    update={"unit_cost": float(price4 if t.gpus == 4 else price8), "cpu_milli": 10**6}
+                )
+                for t in catalog.node_types
+            )
+        }
+    )
+    work = [{"id": f"w{i}", "gpus": g, "gpu_models": "L40S-48GB"} for i, g in enumerate(sizes)]
+    problem = compile_problem(planning(work), default_catalog(), NOW)
+    solution = solve_purchase(list(problem.requests), type_specs(catalog, default_catalog()))
+    big, total = sizes.count(8), sum(sizes)
+    best = min(
+        n4 * price4 + n8 * price8
+        for n8 in range(big, total // 8 + 2)
+        for n4 in range(total // 4 + 2)
+        if 4 * n4 + 8 * n8 >= total
+    )
+    assert solution.objective == best
+    assert solution.lower_bound == best and solution.status == "OPTIMAL"
