@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import argparse
+import csv
 import logging
 import os
 import re
@@ -22,6 +23,7 @@ from planner.executor import kubernetes, migparted
 from planner.history import PlanHistory, plan_diff
 from planner.io import load_cluster, load_policy, load_workloads, planning_input, write_json
 from planner.planning import make_plan
+from planner.simulate import SimConfig, simulate
 from solvers.base import solver_names
 
 #: A CP-SAT search-log line: ``#<event> <seconds>s best:<incumbent> next:[<bound>,<hi>]``.
@@ -165,6 +167,46 @@ def cmd_replan(args: argparse.Namespace) -> int:
     return 0
 
 
+def cmd_simulate(args: argparse.Namespace) -> int:
+    """Simulate gpuplan, FGD and best-fit on the same Poisson arrivals; print (and write) the metrics."""
+    if not 0 < args.rho <= 2 or args.nodes < 1 or args.hours <= args.warmup_hours or args.round_s <= 0:
+        raise InputError(
+            "simulate: need 0 < --rho <= 2, --nodes >= 1, --hours > --warmup-hours, --round-s > 0"
+        )
+    trace_dir = Path(args.trace_dir)
+    if not (trace_dir / f"openb_pod_list_{args.trace}.csv").is_file():
+        raise InputError(f"--trace-dir: {trace_dir} has no openb_pod_list_{args.trace}.csv")
+    rows: list[dict[str, object]] = []
+    for rho in args.rho_list or [args.rho]:
+        cfg = SimConfig(
+            rho=rho,
+            nodes=args.nodes,
+            hours=args.hours,
+            warmup_hours=args.warmup_hours,
+            round_s=args.round_s,
+            median_duration_s=args.median_duration_s,
+            sigma=args.sigma,
+            seed=args.seed,
+            time_limit_s=args.time_limit,
+            moves_per_round=args.moves,
+            trace=args.trace,
+            trace_dir=trace_dir,
+        )
+        result = simulate(cfg, progress=None if args.quiet else lambda m: print(m, file=sys.stderr))
+        rows.extend({"rho": rho, "policy": name, **metrics} for name, metrics in result.items())
+    columns = list(dict.fromkeys(k for r in rows for k in r))
+    print("  ".join(columns))
+    for r in rows:
+        print("  ".join(str(r.get(c, "")) for c in columns))
+    if args.out:
+        with Path(args.out).open("w", newline="", encoding="utf-8") as fh:
+            writer = csv.DictWriter(fh, fieldnames=columns)
+            writer.writeheader()
+            writer.writerows(rows)
+        print(f"results written to {args.out}")
+    return 0
+
+
 def add_rounds_parser(sub: argparse._SubParsersAction[argparse.ArgumentParser]) -> None:
     """Register ``replan`` and ``simulate``."""
     p = sub.add_parser("replan", help="nightly replanning: long solve, plan history, diff from the last plan")
@@ -190,3 +232,30 @@ def add_rounds_parser(sub: argparse._SubParsersAction[argparse.ArgumentParser]) 
     p.add_argument("--mig-parted-out", help="write the NVIDIA MIG manager config (YAML) here")
     p.add_argument("-q", "--quiet", action="store_true", help="no solver progress lines")
     p.set_defaults(func=cmd_replan)
+
+    d = SimConfig()
+    p = sub.add_parser("simulate", help="simulate rounds of gpuplan, FGD and best-fit on Poisson arrivals")
+    p.add_argument("--rho", type=float, default=d.rho, help=f"offered GPU load (default {d.rho})")
+    p.add_argument(
+        "--rho-list",
+        type=lambda v: [float(x) for x in v.split(",")],
+        help="several loads, e.g. 0.85,0.95,1.05",
+    )
+    p.add_argument("--nodes", type=int, default=d.nodes, help=f"openb GPU nodes sampled (default {d.nodes})")
+    p.add_argument("--hours", type=float, default=d.hours, help=f"simulated hours (default {d.hours:g})")
+    p.add_argument(
+        "--warmup-hours", type=float, default=d.warmup_hours, help="arrivals not measured at first"
+    )
+    p.add_argument(
+        "--round-s", type=float, default=d.round_s, help=f"seconds per round (default {d.round_s:g})"
+    )
+    p.add_argument("--median-duration-s", type=float, default=d.median_duration_s, help="lognormal median")
+    p.add_argument("--sigma", type=float, default=d.sigma, help="lognormal sigma")
+    p.add_argument("--seed", type=int, default=d.seed)
+    p.add_argument("--time-limit", type=float, default=2.0, help="CP-SAT seconds per round (default 2)")
+    p.add_argument("--moves", type=int, default=d.moves_per_round, help="gpuplan's moves per round")
+    p.add_argument("--trace", default=d.trace, help="openb pod list (default, gpushare100, multigpu50)")
+    p.add_argument("--trace-dir", default=str(d.trace_dir))
+    p.add_argument("--out", help="write the metrics as CSV here")
+    p.add_argument("-q", "--quiet", action="store_true", help="no progress lines")
+    p.set_defaults(func=cmd_simulate)

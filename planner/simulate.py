@@ -1,0 +1,317 @@
+"""The B5 loop: Poisson arrivals of openb pod shapes on a sample of openb nodes, planned in rounds.
+
+Three policies see the same arrivals and run times, each on its own simulated cluster:
+
+* ``gpuplan`` — CP-SAT through the executor (moves within the disruption budget, predicted starts and
+  reservations from :mod:`planner.timeline`);
+* ``fgd`` — FGD placing the queue in tier-then-FIFO order, nothing ever moves;
+* ``best-fit`` — best-fit placing the queue in FIFO order (every tier weight equal).
+
+Shapes and QoS come from the trace's pod list (GPU pods only; QoS ``LS``/``Guaranteed`` →
+latency-sensitive, ``Burstable`` → standard, ``BE`` → background). Run times are lognormal with a median
+of 30 minutes and sigma 1 (mean 49.5 minutes) unless configured; the planner is told only the mean, as
+each tier's ``default_duration_s`` (what a history of past runs would give), never a job's own run time.
+The arrival rate sets the offered GPU load rho = rate x mean GPUs per job x mean run time / cluster GPUs.
+"""
+
+from __future__ import annotations
+
+import csv
+import logging
+import math
+import random
+import statistics
+import time
+from collections.abc import Callable
+from dataclasses import dataclass, field
+from datetime import UTC, datetime, timedelta
+from pathlib import Path
+from typing import Any
+
+from models.catalog import data_dir, default_catalog
+from models.cluster import Cluster
+from models.plan import Plan
+from models.policy import DisruptionBudget, Policy, default_tiers
+from models.problem import PlanningInput
+from models.workload import Workload
+from planner.compile import compile_problem
+from planner.executor import Executor, SimCluster, state_input
+from planner.importers.openb import QOS_TIERS
+from planner.metrics import fragmentation
+from planner.planning import make_plan
+from solvers.base import get_solver
+
+log = logging.getLogger(__name__)
+
+TRACE_DIR = data_dir() / "traces" / "alibaba-gpu-v2023"
+EPOCH = datetime(2026, 1, 1, tzinfo=UTC)
+POLICIES = ("gpuplan", "fgd", "best-fit")
+
+
+@dataclass(frozen=True)
+class SimConfig:
+    """One simulation: load, size, duration model, round length and planner settings."""
+
+    rho: float = 0.95
+    nodes: int = 10
+    hours: float = 5.0
+    warmup_hours: float = 1.0
+    round_s: float = 300.0
+    median_duration_s: float = 1800.0
+    sigma: float = 1.0
+    seed: int = 0
+    time_limit_s: float = 1.0
+    moves_per_round: int = 2
+    trace: str = "default"
+    trace_dir: Path = TRACE_DIR
+
+    @property
+    def mean_duration_s(self) -> float:
+        """Mean of the lognormal run time (what the planner is told)."""
+        return self.median_duration_s * math.exp(self.sigma**2 / 2)
+
+
+@dataclass(frozen=True)
+class Job:
+    """One arriving pod: its workload (no run time given) and its true run time."""
+
+    workload: Workload
+    arrival_s: float
+    duration_s: float
+
+
+def _rows(path: Path) -> list[dict[str, str]]:
+    with path.open(newline="", encoding="utf-8") as fh:
+        return list(csv.DictReader(fh))
+
+
+def sample_cluster(cfg: SimConfig) -> Cluster:
+    """``cfg.nodes`` GPU nodes of the openb node list, drawn with the seed."""
+    catalog = default_catalog()
+    rows = [r for r in _rows(cfg.trace_dir / "openb_node_list_gpu_node.csv") if int(r["gpu"]) > 0]
+    rows = random.Random(cfg.seed).sample(rows, min(cfg.nodes, len(rows)))
+    return Cluster.model_validate(
+        {
+            "nodes": [
+                {
+                    "name": r["sn"],
+                    "cpu_milli": int(r["cpu_milli"]),
+                    "memory_mib": int(r["memory_mib"]),
+                    "gpus": [
+                        {"index": i, "model": catalog.canonical(r["model"])} for i in range(int(r["gpu"]))
+                    ],
+                }
+                for r in rows
+            ]
+        }
+    )
+
+
+def pod_shapes(cfg: SimConfig, cluster: Cluster) -> list[tuple[dict[str, Any], str]]:
+    """GPU pods of the trace that fit some node of ``cluster``: workload fields and tier."""
+    catalog = default_catalog()
+    models = {catalog.canonical(g.model) for n in cluster.nodes for g in n.gpus}
+    biggest = max(len(n.gpus) for n in cluster.nodes)
+    out: list[tuple[dict[str, Any], str]] = []
+    for r in _rows(cfg.trace_dir / f"openb_pod_list_{cfg.trace}.csv"):
+        num, milli = int(r["num_gpu"]), int(r["gpu_milli"])
+        spec = [
+            catalog.canonical(m) for m in (r.get("gpu_spec") or "").split("|") if m and catalog.has_model(m)
+        ]
+        if num == 0 or num > biggest or (spec and not set(spec) & models):
+            continue
+        fields: dict[str, Any] = {"cpu_milli": int(r["cpu_milli"]), "memory_mib": int(r["memory_mib"])}
+        if spec:
+            fields["gpu_models"] = sorted(set(spec) & models)
+        if num == 1 and milli < 1000:
+            fields["gpu_milli"] = milli
+        else:
+            fields["gpus"] = num
+        out.append((fields, QOS_TIERS.get((r.get("qos") or "").lower(), "standard")))
+    return out
+
+
+def gpu_demand(fields: dict[str, Any]) -> float:
+    """GPUs a shape takes (a fraction counts its share)."""
+    return float(fields.get("gpus", 0)) + float(fields.get("gpu_milli", 0)) / 1000
+
+
+def arrivals(cfg: SimConfig, cluster: Cluster) -> list[Job]:
+    """Poisson arrivals at offered load ``cfg.rho`` with lognormal run times."""
+    shapes = pod_shapes(cfg, cluster)
+    rng = random.Random(cfg.seed + 1)
+    mean_gpus = statistics.fmean(gpu_demand(f) for f, _ in shapes)
+    rate = cfg.rho * cluster.gpu_count / (mean_gpus * cfg.mean_duration_s)
+    jobs: list[Job] = []
+    t = rng.expovariate(rate)
+    while t < cfg.hours * 3600:
+        fields, tier = rng.choice(shapes)
+        duration = rng.lognormvariate(math.log(cfg.median_duration_s), cfg.sigma)
+        w = Workload.model_validate(
+            {
+                "id": f"job-{len(jobs):05d}",
+                "tier": tier,
+                "team": "openb",
+                "queued_since": EPOCH + timedelta(seconds=t),
+                **fields,
+            }
+        )
+        jobs.append(Job(w, t, duration))
+        t += rng.expovariate(rate)
+    return jobs
+
+
+def sim_policy(cfg: SimConfig, equal_tiers: bool = False) -> Policy:
+    """Default tier weights (or all equal, for FIFO), the mean run time as every tier's default, and
+    ``cfg.moves_per_round`` moves per round."""
+    tiers = tuple(
+        t.model_copy(
+            update={"default_duration_s": cfg.mean_duration_s, **({"weight": 1} if equal_tiers else {})}
+        )
+        for t in default_tiers()
+    )
+    return Policy(
+        tiers=tiers, disruption=DisruptionBudget(max_moves_per_round=cfg.moves_per_round, min_runtime_s=600)
+    )
+
+
+@dataclass
+class Track:
+    """What one policy did: starts, predictions, and per-round samples."""
+
+    name: str
+    sim: SimCluster
+    started: dict[str, float] = field(default_factory=dict)
+    predicted: dict[str, float] = field(default_factory=dict)
+    walls: list[float] = field(default_factory=list)
+    moves: list[int] = field(default_factory=list)
+    alloc: list[float] = field(default_factory=list)
+    frag: list[float] = field(default_factory=list)
+
+
+def _baseline(track: Track, inp: PlanningInput, solver: str, now: datetime) -> float:
+    """Place the queue with a greedy solver on the current state (nothing moves); the wall time."""
+    t0 = time.perf_counter()
+    problem = compile_problem(inp, default_catalog(), now)
+    result = get_solver(solver).solve(problem)
+    wall = time.perf_counter() - t0
+    running = set(track.sim.occ.holders)
+    for a in result.assignments:
+        if (a.workload, a.replica) not in running:
+            track.sim.place(a)
+    return wall
+
+
+def _sample(track: Track, inp: PlanningInput, now: datetime) -> None:
+    """Allocation and FGD fragmentation of the current state."""
+    occ = track.sim.occ
+    capacity = 1000 * inp.cluster.gpu_count
+    used = sum((g.milli or 1000) for h in occ.holders.values() for g in h.gpus)
+    track.alloc.append(100 * used / capacity)
+    problem = compile_problem(inp, default_catalog(), now)
+    track.frag.append(
+        100 * fragmentation(problem, tuple(occ.assignments().values()), ())["fragmentation_rate"]
+    )
+
+
+def simulate(cfg: SimConfig, progress: Callable[[str], None] | None = None) -> dict[str, dict[str, float]]:
+    """Run the three policies on the same arrivals; return each policy's metrics."""
+    cluster = sample_cluster(cfg)
+    jobs = arrivals(cfg, cluster)
+    catalog = default_catalog()
+    durations = {(j.workload.id, 0): j.duration_s for j in jobs}
+    tracks = {
+        name: Track(name, SimCluster(cluster, catalog, EPOCH, duration_of=durations.get)) for name in POLICIES
+    }
+    policy = sim_policy(cfg)
+    fifo = sim_policy(cfg, equal_tiers=True)
+    last: list[Plan] = []
+
+    def plan_round(inp: PlanningInput, now: datetime) -> Plan:
+        plan = make_plan(
+            inp, solver="cpsat", now=now, time_limit_s=cfg.time_limit_s, seed=cfg.seed,
+            previous=last[-1] if last else None,
+        )  # fmt: skip
+        last.append(plan)
+        return plan
+
+    executor = Executor(tracks["gpuplan"].sim, plan_round, policy, catalog)
+    done: dict[str, set[str]] = {name: set() for name in POLICIES}
+    rounds = int(cfg.hours * 3600 // cfg.round_s)
+    for k in range(1, rounds + 1):
+        t = k * cfg.round_s
+        now = EPOCH + timedelta(seconds=t)
+        arrived = [j.workload for j in jobs if j.arrival_s <= t]
+        for name, track in tracks.items():
+            finished = track.sim.advance((now - track.sim.now).total_seconds())
+            done[name].update(key[0] for key in finished)
+            demand = [w for w in arrived if w.id not in done[name]]
+            if name == "gpuplan":
+                report = executor.round(demand)
+                track.walls.append(report.plan_wall_s)
+                track.moves.append(report.moves)
+                for u in report.plan.unplaced:
+                    if u.predicted_start and u.workload not in track.predicted:
+                        start = datetime.fromisoformat(u.predicted_start)
+                        track.predicted[u.workload] = (start - EPOCH).total_seconds()
+            else:
+                inp = state_input(track.sim.observe(), demand, policy if name == "fgd" else fifo).inp
+                solver = "greedy-fgd" if name == "fgd" else "best-fit"
+                track.walls.append(_baseline(track, inp, solver, now))
+                track.moves.append(0)
+            for key in track.sim.started:
+                track.started.setdefault(key[0], t)
+            _sample(track, state_input(track.sim.observe(), demand, policy).inp, now)
+        if progress is not None and k % 12 == 0:
+            progress(
+                f"rho {cfg.rho}: {k}/{rounds} rounds; "
+                + ", ".join(f"{n} {sum(1 for w in arrived if w.id not in tr.started)} waiting"
+                            for n, tr in tracks.items())
+            )  # fmt: skip
+    end = rounds * cfg.round_s
+    return {name: _metrics(cfg, jobs, tr, policy, end) for name, tr in tracks.items()}
+
+
+def _p95(values: list[float]) -> float:
+    if not values:
+        return 0.0
+    ordered = sorted(values)
+    return ordered[min(len(ordered) - 1, math.ceil(0.95 * len(ordered)) - 1)]
+
+
+def _metrics(cfg: SimConfig, jobs: list[Job], track: Track, policy: Policy, end: float) -> dict[str, float]:
+    """Tier-weighted mean wait, p95 wait per tier, allocation, fragmentation, moves, planner time, and
+    the median absolute error of predicted starts (jobs arriving after the warm-up; a job still waiting at
+    the end counts with the wait so far)."""
+    measured = [j for j in jobs if cfg.warmup_hours * 3600 <= j.arrival_s < end]
+    weight = {t.name: t.weight for t in policy.tiers}
+    waits: dict[str, list[float]] = {t.name: [] for t in policy.tiers}
+    num = den = 0.0
+    for j in measured:
+        start = track.started.get(j.workload.id, end)
+        wait = max(0.0, start - j.arrival_s)
+        waits[j.workload.tier].append(wait)
+        num += weight[j.workload.tier] * wait
+        den += weight[j.workload.tier]
+    errors = [
+        abs(track.predicted[j.workload.id] - track.started[j.workload.id])
+        for j in measured
+        if j.workload.id in track.predicted and j.workload.id in track.started
+    ]
+    skip = int(cfg.warmup_hours * 3600 // cfg.round_s)
+    out: dict[str, float] = {
+        "jobs": len(measured),
+        "started": sum(1 for j in measured if j.workload.id in track.started),
+        "tier_weighted_mean_wait_s": round(num / den, 1) if den else 0.0,
+        "alloc_pct": round(statistics.fmean(track.alloc[skip:]), 2),
+        "frag_pct": round(statistics.fmean(track.frag[skip:]), 2),
+        "moves_per_round": round(statistics.fmean(track.moves[skip:]), 3),
+        "planner_s_per_round": round(statistics.fmean(track.walls[skip:]), 3),
+        "planner_s_max": round(max(track.walls[skip:]), 3),
+    }
+    for tier, values in waits.items():
+        out[f"p95_wait_s[{tier}]"] = round(_p95(values), 1)
+    if track.name == "gpuplan":
+        out["predicted"] = len(errors)
+        out["prediction_mae_median_s"] = round(statistics.median(errors), 1) if errors else math.nan
+    return out

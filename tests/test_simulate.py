@@ -1,0 +1,51 @@
+"""The B5 simulator: arrivals at the offered load, and a short run of all three policies from the CLI."""
+
+from __future__ import annotations
+
+import csv
+import itertools
+import math
+import statistics
+from pathlib import Path
+
+import pytest
+
+from planner.cli import main
+from planner.simulate import POLICIES, SimConfig, arrivals, gpu_demand, sample_cluster
+
+
+def test_arrivals_offer_the_load_asked_for_with_lognormal_run_times() -> None:
+    cfg = SimConfig(rho=0.95, nodes=8, hours=150, seed=3)
+    cluster = sample_cluster(cfg)
+    jobs = arrivals(cfg, cluster)
+    span = cfg.hours * 3600
+    offered = sum(gpu_demand(j.workload.model_dump()) * j.duration_s for j in jobs) / (
+        span * cluster.gpu_count
+    )
+    assert offered == pytest.approx(0.95, rel=0.15)
+    assert statistics.median(j.duration_s for j in jobs) == pytest.approx(cfg.median_duration_s, rel=0.1)
+    assert statistics.fmean(math.log(j.duration_s) for j in jobs) == pytest.approx(math.log(1800), abs=0.1)
+    assert {j.workload.tier for j in jobs} == {"latency-sensitive", "standard", "background"}
+    assert all(a.arrival_s < b.arrival_s for a, b in itertools.pairwise(jobs))
+    models = {g.model for n in cluster.nodes for g in n.gpus}
+    assert all(set(j.workload.gpu_models) <= models for j in jobs)
+
+
+def test_simulate_runs_every_policy_on_the_same_arrivals(
+    tmp_path: Path, capsys: pytest.CaptureFixture[str]
+) -> None:
+    out = tmp_path / "b5.csv"
+    args = ["simulate", "--nodes", "3", "--hours", "1", "--warmup-hours", "0.25", "--rho", "1.05"]
+    assert main([*args, "--time-limit", "0.5", "--seed", "2", "-q", "--out", str(out)]) == 0
+    with out.open() as fh:
+        rows = {r["policy"]: r for r in csv.DictReader(fh)}
+    assert set(rows) == set(POLICIES)
+    assert len({r["jobs"] for r in rows.values()}) == 1 and int(rows["fgd"]["jobs"]) > 0
+    for r in rows.values():
+        assert 0 < float(r["alloc_pct"]) <= 100
+        assert 0 <= int(r["started"]) <= int(r["jobs"])
+        assert float(r["tier_weighted_mean_wait_s"]) >= 0
+    assert float(rows["fgd"]["moves_per_round"]) == 0 == float(rows["best-fit"]["moves_per_round"])
+    assert "prediction_mae_median_s" in rows["gpuplan"]
+    assert "results written to" in capsys.readouterr().out
+    assert main(["simulate", "--rho", "0"]) == 2
