@@ -270,7 +270,7 @@ def schedule_rounds(
     for a in (*stops, *migs, *starts):
         deferred.append((a, "no round within the disruption budget can take it"))
     if deferred:
-        log.warning("%d action(s) deferred to a later plan: %s", len(deferred), deferred[0][1])
+        log.info("%d action(s) deferred to a later plan: %s", len(deferred), deferred[0][1])
     return Schedule(tuple(out), tuple(deferred))
 
 

@@ -12,7 +12,7 @@ from datetime import UTC, datetime
 
 from sqlalchemy import Column, DateTime, Engine, Integer, MetaData, String, Table, Text, insert, select
 
-from models.plan import Plan
+from models.plan import GpuUse, Plan
 from models.problem import PlanningInput
 from planner.actions import where
 from planner.db import make_engine
@@ -127,9 +127,19 @@ def _wait(seconds: float | None) -> str:
     return "unknown" if seconds is None else f"{seconds / 60:.0f} min"
 
 
-def plan_diff(previous: Plan | None, current: Plan) -> PlanDiff:
-    """Moves, new starts, stops and changed predicted waits from ``previous`` to ``current``."""
-    before = _where(previous) if previous is not None else {}
+def plan_diff(previous: Plan | None, current: Plan, running: PlanningInput | None = None) -> PlanDiff:
+    """Moves, new starts, stops and changed predicted waits from ``previous`` to ``current``; without a
+    previous plan, from what ``running`` says runs now."""
+    if previous is not None:
+        before = _where(previous)
+    elif running is not None:
+        before = {
+            (w.id, r): where(p.node, tuple(GpuUse(**g.model_dump()) for g in p.gpus))
+            for w in running.workloads
+            for r, p in enumerate(w.running_on)
+        }
+    else:
+        before = {}
     after = _where(current)
     moves = [
         f"{k[0]}#{k[1]}: {before[k]} -> {v}"

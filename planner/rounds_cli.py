@@ -152,7 +152,7 @@ def cmd_replan(args: argparse.Namespace) -> int:
     print(
         f"stored as plan {plan_id} ({'first plan' if previous is None else f'previous: plan {previous.id}'})"
     )
-    print(plan_diff(previous.plan if previous is not None else None, plan).render())
+    print(plan_diff(previous.plan if previous is not None else None, plan, inp).render())
     if args.out:
         write_json(Path(args.out), plan)
         print(f"plan written to {args.out}")

@@ -51,6 +51,7 @@ def test_replan_stores_the_plan_and_prints_the_diff(
     assert main([*args, *_files(tmp_path), "--now", NOW]) == 0
     out = capsys.readouterr().out
     assert "stored as plan 1 (first plan)" in out and "new start(s)" in out
+    assert "a#0:" in out.split("new starts:")[1] and "run#0:" not in out  # running work is no new start
     history = PlanHistory(db_url)
     first = history.latest()
     assert first is not None and first.plan.provenance["inputs_sha256"]
