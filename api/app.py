@@ -12,7 +12,7 @@ from api import errors
 from api.auth import key_hash
 from api.metrics import ApiMetrics
 from api.middleware import BodyLimit, RequestMetrics
-from api.routers import health, plans, validate
+from api.routers import exports, health, plans, validate
 from api.runner import Runner
 from api.settings import Settings
 from api.store import Store
@@ -62,6 +62,7 @@ def create_app(settings: Settings | None = None) -> FastAPI:
     app.state.keys = {key_hash(k): role for k, role in settings.api_keys.items()}
     errors.install(app)
     app.include_router(plans.router)
+    app.include_router(exports.router)
     app.include_router(validate.router)
     app.include_router(health.router)
     app.add_middleware(BodyLimit, max_bytes=settings.limits.max_body_bytes)

@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import atexit
 import ctypes
 import json
 import os
@@ -10,7 +11,6 @@ import socket
 import subprocess
 import sys
 import time
-from collections.abc import Iterator
 from pathlib import Path
 from typing import Any
 
@@ -152,12 +152,27 @@ def wait_status(
         time.sleep(0.05)
 
 
+_shared: list[Server] = []
+
+
 @pytest.fixture(scope="session")
-def live(tmp_path_factory: pytest.TempPathFactory) -> Iterator[Server]:
-    """One ``gpuplan serve`` on a SQLite file for the whole session (one solver process)."""
-    root = tmp_path_factory.mktemp("live")
-    server = Server(str(root / "gpuplan.db"), root / "serve.log")
-    try:
-        yield server
-    finally:
-        server.stop()
+def live(tmp_path_factory: pytest.TempPathFactory) -> Server:
+    """One ``gpuplan serve`` on a SQLite file for the whole run (one solver process).
+
+    Test modules import this fixture, and pytest then keeps one copy per module: the server itself is
+    shared through ``_shared`` and stopped when the test process exits.
+    """
+    if not _shared or _shared[0].proc.poll() is not None:
+        root = tmp_path_factory.mktemp("live")
+        server = Server(str(root / "gpuplan.db"), root / "serve.log")
+        atexit.register(server.stop)
+        _shared[:] = [server]
+    return _shared[0]
+
+
+def drain(server: Server) -> None:
+    """Cancel every queued or running job of ``server``."""
+    with server.client(ADMIN) as c:
+        for state in ("queued", "running"):
+            for job in c.get("/v1/plans", params={"status": state, "limit": 200}).json()["items"]:
+                c.delete(f"/v1/plans/{job['id']}")

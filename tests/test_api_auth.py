@@ -40,6 +40,8 @@ def _endpoints(job: str) -> list[tuple[str, str, dict[str, Any] | None]]:
         ("GET", f"/v1/plans/{job}", None),
         ("GET", f"/v1/plans/{job}/result", None),
         ("GET", f"/v1/plans/{job}/audit", None),
+        ("GET", f"/v1/plans/{job}/export.xlsx", None),
+        ("GET", f"/v1/plans/{job}/export.csv", None),
         ("DELETE", f"/v1/plans/{job}", None),
         ("POST", f"/v1/plans/{job}/resubmit", None),
         (

@@ -8,6 +8,7 @@ field (``positive_data_acceptance``).
 
 from __future__ import annotations
 
+from collections.abc import Iterator
 from typing import Any
 
 import pytest
@@ -15,9 +16,16 @@ import schemathesis
 from hypothesis import HealthCheck, settings
 from schemathesis import checks
 
-from tests._api import ADMIN, Server, auth, live
+from tests._api import ADMIN, Server, auth, drain, live
 
 __all__ = ["live"]
+
+
+@pytest.fixture(scope="module", autouse=True)
+def _cancel_left_jobs(live: Server) -> Iterator[None]:
+    """Generated jobs must not hold the shared server's queue for the tests after these."""
+    yield
+    drain(live)
 
 
 @pytest.fixture(scope="module")

@@ -2,10 +2,13 @@
 
 from __future__ import annotations
 
+import csv
+import io
 import time
 from typing import Any
 
 import httpx
+import openpyxl
 
 from models.catalog import default_catalog
 from models.plan import Plan
@@ -172,3 +175,24 @@ def test_viewer_sees_its_team_only(live: Server) -> None:
         teams = {j["team"] for j in v.get("/v1/plans", params={"limit": 200}).json()["items"]}
         assert teams == {"ml"}
         assert v.get("/v1/plans", params={"team": "web"}).status_code == 403
+
+
+def test_exports(live: Server) -> None:
+    body = tiny_body(solver="first-fit")
+    with live.client(PLANNER) as c:
+        job_id = c.post("/v1/plans", params={"wait": 30}, json=body).json()["job"]["id"]
+        xlsx = c.get(f"/v1/plans/{job_id}/export.xlsx")
+        assert xlsx.status_code == 200 and xlsx.headers["content-type"].startswith("application/vnd.openxml")
+        book = openpyxl.load_workbook(io.BytesIO(xlsx.content))
+        assert "Placements" in book.sheetnames and "Summary" in book.sheetnames
+        placed = [row[0] for row in book["Placements"].iter_rows(min_row=2, values_only=True)]
+        assert sorted(set(placed)) == ["nb", "serve", "train"]
+        csv_text = c.get(f"/v1/plans/{job_id}/export.csv").text
+        rows = list(csv.DictReader(io.StringIO(csv_text)))
+        assert {r["workload"] for r in rows} == {"nb", "serve", "train"}
+        nodes = c.get(f"/v1/plans/{job_id}/export.csv", params={"sheet": "Nodes"}).text
+        assert nodes.splitlines()[0].split(",")[:2] == ["level", "node"]
+        assert c.get(f"/v1/plans/{job_id}/export.csv", params={"sheet": "Nope"}).status_code == 422
+        queued = c.post("/v1/plans", json=example_body(time_limit_s=2.0)).json()["id"]
+        assert c.get(f"/v1/plans/{queued}/export.xlsx").status_code == 409
+        c.delete(f"/v1/plans/{queued}")

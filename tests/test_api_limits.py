@@ -14,7 +14,7 @@ from fastapi.testclient import TestClient
 
 from api import create_app
 from api.settings import Limits, Settings
-from tests._api import ADMIN, KEYS, MAX_ACTIVE, PLANNER, Server, auth, example_body, live, tiny_body
+from tests._api import ADMIN, KEYS, MAX_ACTIVE, PLANNER, Server, auth, drain, example_body, live, tiny_body
 
 __all__ = ["live"]
 
@@ -66,6 +66,7 @@ def test_nodes_workloads_and_time_limit(client: TestClient) -> None:
 
 
 def test_concurrent_jobs(live: Server) -> None:
+    drain(live)
     with live.client(ADMIN) as c:
         ids = [
             c.post("/v1/plans", json=example_body(time_limit_s=2.0)).json()["id"] for _ in range(MAX_ACTIVE)

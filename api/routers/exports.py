@@ -1,0 +1,94 @@
+"""``GET /v1/plans/{id}/export.xlsx`` and ``.csv``: a finished plan as a workbook or one sheet as CSV."""
+
+from __future__ import annotations
+
+import asyncio
+import tempfile
+from pathlib import Path
+from typing import Annotated, Any
+
+from fastapi import APIRouter, HTTPException, Query, Response
+
+from api.deps import Caller, StoreDep
+from api.routers.plans import JobId
+from api.store import JobStatus, Store
+from api.views import PLANS, readable
+from models.catalog import default_catalog
+from models.plan import Plan
+from models.problem import PlanningInput
+from planner.capacity import load_node_types
+from planner.export import SHEETS, build_tables, write_xlsx
+
+router = APIRouter(prefix=PLANS, tags=["exports"])
+
+XLSX = "application/vnd.openxmlformats-officedocument.spreadsheetml.sheet"
+
+SHEET_PATTERN = f"^({'|'.join(SHEETS)})$"
+
+_RESPONSES: dict[int | str, dict[str, Any]] = {
+    401: {"description": "no valid API key"},
+    403: {"description": "outside the caller's role"},
+    404: {"description": "no such job"},
+    409: {"description": "the job has no plan (yet)"},
+}
+
+
+def _tables(plan_json: str, input_json: str) -> dict[str, Any]:
+    catalog = default_catalog()
+    plan = Plan.model_validate_json(plan_json)
+    inp = PlanningInput.model_validate_json(input_json, context={"catalog": catalog})
+    return build_tables(plan, catalog, inp, None, load_node_types(None, catalog))
+
+
+def _xlsx(plan_json: str, input_json: str) -> bytes:
+    with tempfile.TemporaryDirectory() as tmp:
+        path = Path(tmp) / "plan.xlsx"
+        write_xlsx(_tables(plan_json, input_json), path)
+        return path.read_bytes()
+
+
+def _csv(plan_json: str, input_json: str, sheet: str) -> str:
+    text: str = _tables(plan_json, input_json)[sheet].to_csv(index=False)
+    return text
+
+
+async def _stored(store: Store, caller: Caller, job_id: str) -> tuple[str, str]:
+    job = readable(await asyncio.to_thread(store.job, job_id), caller, job_id)
+    plan = await asyncio.to_thread(store.result, job_id) if job.status is JobStatus.DONE else None
+    data = await asyncio.to_thread(store.job_input, job_id)
+    if plan is None or data is None:
+        raise HTTPException(
+            status_code=409, detail=f"job '{job_id}' is {job.status.value}; no plan to export"
+        )
+    return plan, data.input_json
+
+
+@router.get(
+    "/{job_id}/export.xlsx",
+    response_class=Response,
+    responses={200: {"content": {XLSX: {}}, "description": "the plan workbook"}, **_RESPONSES},
+)
+async def export_xlsx(job_id: JobId, caller: Caller, store: StoreDep) -> Response:
+    """The plan as an Excel workbook: summary, placements, nodes, pools, fragmentation, waits, teams."""
+    plan, input_json = await _stored(store, caller, job_id)
+    content = await asyncio.to_thread(_xlsx, plan, input_json)
+    disposition = f'attachment; filename="plan-{job_id}.xlsx"'
+    return Response(content, media_type=XLSX, headers={"Content-Disposition": disposition})
+
+
+@router.get(
+    "/{job_id}/export.csv",
+    response_class=Response,
+    responses={200: {"content": {"text/csv": {}}, "description": "one sheet as CSV"}, **_RESPONSES},
+)
+async def export_csv(
+    job_id: JobId,
+    caller: Caller,
+    store: StoreDep,
+    sheet: Annotated[str, Query(pattern=SHEET_PATTERN, description="a sheet of the workbook")] = "Placements",
+) -> Response:
+    """One sheet of the plan workbook as CSV (the placements unless ``?sheet=`` names another)."""
+    plan, input_json = await _stored(store, caller, job_id)
+    text = await asyncio.to_thread(_csv, plan, input_json, sheet)
+    disposition = f'attachment; filename="plan-{job_id}-{sheet}.csv"'
+    return Response(text, media_type="text/csv", headers={"Content-Disposition": disposition})
