@@ -81,6 +81,7 @@ def run(
     )
     wall, cpu = time.perf_counter() - t0, time.process_time() - c0
     codes = Counter(e.code for e in found)
+    kinds = Counter(c.kind for e in found for c in e.counterfactuals)
     with_cf = sum(1 for e in found if e.counterfactuals)
     row: dict[str, object] = {
         "trace": trace,
@@ -95,6 +96,7 @@ def run(
         "wall_s": round(wall, 2),
         "cpu_s": round(cpu, 2),
         "codes": " ".join(f"{c}={n}" for c, n in codes.most_common()),
+        "changes": " ".join(f"{k}={n}" for k, n in kinds.most_common()),
     }
     log.info("%s", row)
     return row

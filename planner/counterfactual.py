@@ -133,11 +133,11 @@ def _movable_order(st: PlanState, n: int, req: Request, exclude: set[Key]) -> li
 
 def _yields(st: PlanState, key: Key, req: Request) -> bool:
     """Whether ``key`` may give way to ``req``: running work of a lower tier (or preemptible work of
-    the same tier), or work this plan starts although it queues behind ``req``."""
+    the same tier), or work of the same or a lower tier that this plan starts."""
     q = st.requests[key]
     if key in st.was_running:
         return q.tier_rank > req.tier_rank or (q.preemptible and q.tier_rank == req.tier_rank)
-    return st.queue_pos[key] > st.queue_pos[req.key]
+    return q.tier_rank >= req.tier_rank
 
 
 def migrations(st: PlanState, target: Target, req: Request, k: int) -> list[Candidate]:
@@ -187,9 +187,8 @@ def migrations(st: PlanState, target: Target, req: Request, k: int) -> list[Cand
         if all(_yields(st, key, req) for key in removed):
             changes = [Change(kind="preempt", workload=key[0], replica=key[1], node=node) for key in removed]
             text = f"preempt {names} on {node}" if running else f"leave {names} waiting (frees {node})"
-            # A preempted running replica disturbs more than one that never starts.
-            cost = 2 * running + (len(removed) - running)
-            out.append(Candidate(_cf(text, "preempt", changes, cost, size), frozenset({node})))
+            # Displacing a replica (running, or one this plan starts) weighs twice a migration.
+            out.append(Candidate(_cf(text, "preempt", changes, 2 * len(removed), size), frozenset({node})))
     return out
 
 
