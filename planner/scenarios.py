@@ -114,6 +114,18 @@ def scenario_types(
 
 def scenario_input(inp: PlanningInput, scenario: Scenario, catalog: HardwareCatalog) -> PlanningInput:
     """The planning input of a scenario (grown demand, changed policy), cross-checked again."""
+    teams = {w.team for w in inp.workloads} | set(inp.policy.teams)
+    tiers = {t.name for t in inp.policy.tiers}
+    for field, names, known in (
+        ("teams", scenario.growth.teams, teams),
+        ("tiers", scenario.growth.tiers, tiers),
+    ):
+        unknown = sorted(set(names) - known)
+        if unknown:
+            raise InputError(
+                f"scenario '{scenario.name}' field growth.{field}: unknown {field[:-1]} '{unknown[0]}' "
+                f"(known: {', '.join(sorted(known))})"
+            )
     data = {
         "cluster": inp.cluster,
         "workloads": grow(inp.workloads, scenario.growth),

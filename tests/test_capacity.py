@@ -19,7 +19,7 @@ from planner.cli import main
 from planner.compile import compile_problem
 from planner.planning import make_plan
 from planner.purchase import solve_purchase
-from planner.scenarios import grow, run_scenarios, scenario_types
+from planner.scenarios import grow, run_scenarios, scenario_input, scenario_types
 
 NOW = datetime(2026, 11, 29, 12, 0, tzinfo=UTC)
 OPTS = GapOptions(time_limit_s=3.0, milp_time_limit_s=10.0, now=NOW)
@@ -221,6 +221,13 @@ def test_scenario_prices_and_catalog_errors(tmp_path: Path) -> None:
     assert cheaper.node_type("l40s-8").unit_cost == 10 and cheaper.node_type("l40s-4").unit_cost == 40
     with pytest.raises(ValueError, match="scenario 's' field prices: unknown node type 'nope'"):
         scenario_types(base, Scenario(name="s", prices={"nope": 1}), tmp_path, default_catalog())
+    inp = planning([{"id": "w", "team": "a"}])
+    with pytest.raises(ValueError, match=r"scenario 'g' field growth\.teams: unknown team 'b'"):
+        scenario_input(inp, Scenario(name="g", growth=Growth(teams={"b": 2.0})), default_catalog())
+    with pytest.raises(ValueError, match=r"scenario 'p' field policy: mig\.allow_repartition"):
+        scenario_input(
+            inp, Scenario(name="p", policy={"mig": {"allow_repartition": "maybe"}}), default_catalog()
+        )
     other = tmp_path / "other.yaml"
     other.write_text(yaml.safe_dump({**TYPES, "node_types": TYPES["node_types"][5:]}))
     swapped = scenario_types(base, Scenario(name="s", catalog="other.yaml"), tmp_path, default_catalog())
