@@ -62,6 +62,7 @@ class SimConfig:
     seed: int = 0
     time_limit_s: float = 1.0
     moves_per_round: int = 2
+    preemptions_per_round: int = 4
     trace: str = "default"
     trace_dir: Path = TRACE_DIR
 
@@ -152,6 +153,7 @@ def arrivals(cfg: SimConfig, cluster: Cluster) -> list[Job]:
                 "id": f"job-{len(jobs):05d}",
                 "tier": tier,
                 "team": "openb",
+                "preemptible": tier == "background",
                 "queued_since": EPOCH + timedelta(seconds=t),
                 **fields,
             }
@@ -163,16 +165,19 @@ def arrivals(cfg: SimConfig, cluster: Cluster) -> list[Job]:
 
 def sim_policy(cfg: SimConfig, equal_tiers: bool = False) -> Policy:
     """Default tier weights (or all equal, for FIFO), the mean run time as every tier's default, and
-    ``cfg.moves_per_round`` moves per round."""
+    the configured moves and preemptions per round."""
     tiers = tuple(
         t.model_copy(
             update={"default_duration_s": cfg.mean_duration_s, **({"weight": 1} if equal_tiers else {})}
         )
         for t in default_tiers()
     )
-    return Policy(
-        tiers=tiers, disruption=DisruptionBudget(max_moves_per_round=cfg.moves_per_round, min_runtime_s=600)
+    budget = DisruptionBudget(
+        max_moves_per_round=cfg.moves_per_round,
+        max_preemptions_per_round=cfg.preemptions_per_round,
+        min_runtime_s=600,
     )
+    return Policy(tiers=tiers, disruption=budget)
 
 
 @dataclass
@@ -182,11 +187,32 @@ class Track:
     name: str
     sim: SimCluster
     started: dict[str, float] = field(default_factory=dict)
+    waited: dict[str, float] = field(default_factory=dict)
+    queued_at: dict[str, float] = field(default_factory=dict)
+    preemptions: int = 0
     predicted: dict[str, float] = field(default_factory=dict)
     walls: list[float] = field(default_factory=list)
     moves: list[int] = field(default_factory=list)
     alloc: list[float] = field(default_factory=list)
     frag: list[float] = field(default_factory=list)
+
+
+def _account(track: Track, demand: list[Workload], t: float) -> None:
+    """Time each job of ``demand`` (arrived, not finished) spends waiting, including time back in the
+    queue after a preemption, and its first start."""
+    running = {key[0] for key in track.sim.occ.holders}
+    for w in demand:
+        if w.id in running:
+            since = track.queued_at.pop(w.id, None)
+            if since is not None:
+                track.waited[w.id] = track.waited.get(w.id, 0.0) + t - since
+            track.started.setdefault(w.id, t)
+        elif w.id not in track.queued_at:
+            if w.id in track.started:
+                track.preemptions += 1  # it ran and stopped before its end: back in the queue now
+                track.queued_at[w.id] = t
+            else:
+                track.queued_at[w.id] = (w.queued_since - EPOCH).total_seconds() if w.queued_since else t
 
 
 def _baseline(track: Track, inp: PlanningInput, solver: str, now: datetime) -> float:
@@ -259,8 +285,7 @@ def simulate(cfg: SimConfig, progress: Callable[[str], None] | None = None) -> d
                 solver = "greedy-fgd" if name == "fgd" else "best-fit"
                 track.walls.append(_baseline(track, inp, solver, now))
                 track.moves.append(0)
-            for key in track.sim.started:
-                track.started.setdefault(key[0], t)
+            _account(track, demand, t)
             _sample(track, state_input(track.sim.observe(), demand, policy).inp, now)
         if progress is not None and k % 12 == 0:
             progress(
@@ -288,16 +313,19 @@ def _metrics(cfg: SimConfig, jobs: list[Job], track: Track, policy: Policy, end:
     waits: dict[str, list[float]] = {t.name: [] for t in policy.tiers}
     num = den = 0.0
     for j in measured:
-        start = track.started.get(j.workload.id, end)
-        wait = max(0.0, start - j.arrival_s)
+        since = track.queued_at.get(j.workload.id)
+        wait = track.waited.get(j.workload.id, 0.0) + (end - since if since is not None else 0.0)
         waits[j.workload.tier].append(wait)
         num += weight[j.workload.tier] * wait
         den += weight[j.workload.tier]
-    errors = [
-        abs(track.predicted[j.workload.id] - track.started[j.workload.id])
+    pairs = [
+        (track.predicted[j.workload.id], track.started[j.workload.id])
         for j in measured
         if j.workload.id in track.predicted and j.workload.id in track.started
     ]
+    errors = [abs(p - a) for p, a in pairs]
+    # Starts happen only at rounds: the prediction rounded up to the next round is what can come true.
+    aligned = [abs(math.ceil(p / cfg.round_s - 1e-9) * cfg.round_s - a) for p, a in pairs]
     skip = int(cfg.warmup_hours * 3600 // cfg.round_s)
     out: dict[str, float] = {
         "jobs": len(measured),
@@ -314,4 +342,8 @@ def _metrics(cfg: SimConfig, jobs: list[Job], track: Track, policy: Policy, end:
     if track.name == "gpuplan":
         out["predicted"] = len(errors)
         out["prediction_mae_median_s"] = round(statistics.median(errors), 1) if errors else math.nan
+        out["prediction_mae_median_round_aligned_s"] = (
+            round(statistics.median(aligned), 1) if aligned else math.nan
+        )
+        out["preemptions"] = track.preemptions
     return out
