@@ -12,7 +12,7 @@ from api import errors
 from api.auth import key_hash
 from api.metrics import ApiMetrics
 from api.middleware import BodyLimit, RequestMetrics
-from api.routers import exports, health, plans, validate
+from api.routers import capacity, explain, exports, health, plans, validate
 from api.runner import Runner
 from api.settings import Settings
 from api.store import Store
@@ -63,6 +63,8 @@ def create_app(settings: Settings | None = None) -> FastAPI:
     errors.install(app)
     app.include_router(plans.router)
     app.include_router(exports.router)
+    app.include_router(capacity.router)
+    app.include_router(explain.router)
     app.include_router(validate.router)
     app.include_router(health.router)
     app.add_middleware(BodyLimit, max_bytes=settings.limits.max_body_bytes)

@@ -106,6 +106,12 @@ def install(app: FastAPI) -> None:
         item = {"loc": ["body"], "msg": str(exc), "type": "value_error"}
         return JSONResponse({"detail": [item]}, status_code=422)
 
+    @app.exception_handler(OverflowError)
+    async def _overflow(_: Request, exc: OverflowError) -> JSONResponse:
+        # A validator that converts a huge number (e.g. an epoch time) may overflow instead of failing.
+        item = {"loc": ["body"], "msg": f"a number is out of range ({exc})", "type": "value_error"}
+        return JSONResponse({"detail": [item]}, status_code=422)
+
     @app.exception_handler(Exception)
     async def _unexpected(request: Request, exc: Exception) -> JSONResponse:
         log.exception("unexpected error on %s %s", request.method, request.url.path)

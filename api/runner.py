@@ -11,6 +11,7 @@ import asyncio
 import logging
 import multiprocessing
 import time
+import uuid
 from dataclasses import dataclass, field
 from multiprocessing.connection import Connection
 from multiprocessing.context import ForkServerContext
@@ -38,6 +39,8 @@ class Job:
     done: asyncio.Event = field(default_factory=asyncio.Event)
     progress: dict[str, Any] | None = None
     cancelled: bool = False
+    stored: bool = True
+    reply: tuple[Any, ...] | None = None
 
 
 class Slot:
@@ -149,10 +152,19 @@ class Runner:
 
     def submit(self, job_id: str, input_json: str, options: dict[str, Any]) -> Job:
         """Queue a job already stored as ``queued``."""
-        job = Job(job_id, input_json, options, float(options["time_limit_s"]))
+        job = Job(job_id, input_json, options, float(options.get("budget_s", options["time_limit_s"])))
         self.jobs[job_id] = job
         self.queue.put_nowait(job)
         return job
+
+    async def call(self, options: dict[str, Any], input_json: str, budget_s: float) -> tuple[Any, ...]:
+        """Run a one-off task that is not stored (an explanation) in a solver process and return the
+        worker's reply: ``("done", json, status, label)`` or ``("error", code, message)``."""
+        job = Job(f"task-{uuid.uuid4().hex}", input_json, options, budget_s, stored=False)
+        self.jobs[job.id] = job
+        self.queue.put_nowait(job)
+        await job.done.wait()
+        return job.reply or ("error", "internal", "the task ended without a reply")
 
     def progress(self, job_id: str) -> dict[str, Any] | None:
         """The live progress of an active job."""
@@ -198,7 +210,7 @@ class Runner:
             if self.prestart:
                 await self._ensure(slot)
             job = await self.queue.get()
-            if job.cancelled or not await asyncio.to_thread(self.store.mark_running, job.id):
+            if job.cancelled or (job.stored and not await asyncio.to_thread(self.store.mark_running, job.id)):
                 self.jobs.pop(job.id, None)
                 job.done.set()
                 continue
@@ -238,6 +250,9 @@ class Runner:
                     await self._close(job, JobStatus.FAILED, error=f"the solver process ended (code {code})")
                 return
             wall = time.monotonic() - started
+            if not job.stored:
+                job.reply = message
+                return
             if kind == "done":
                 _, plan_json, plan_status, label = message
                 self.metrics.solve_seconds.labels(solver=str(job.options["solver"])).observe(wall)
@@ -255,6 +270,9 @@ class Runner:
         slot.ready = False
 
     async def _close(self, job: Job, status: JobStatus, **fields: Any) -> None:
+        if not job.stored:
+            job.reply = ("error", "internal", str(fields.get("error", status.value)))
+            return
         closed = await asyncio.to_thread(self.store.finish, job.id, status, **fields)
         if closed:
             self.metrics.jobs_finished.labels(

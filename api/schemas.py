@@ -7,6 +7,7 @@ from typing import Any
 
 from pydantic import BaseModel, ConfigDict, Field, field_validator
 
+from models.capacity import CapacityGap, NodeTypeCatalog
 from models.cluster import Cluster
 from models.plan import Plan
 from models.policy import Policy
@@ -50,6 +51,14 @@ class PlanRequest(BaseModel):
     options: PlanOptions = Field(default_factory=PlanOptions)
 
 
+class CapacityGapRequest(PlanRequest):
+    """A capacity-gap job: the planning input plus the node types that may be bought."""
+
+    node_types: NodeTypeCatalog | None = Field(
+        default=None, description="purchasable node types (default: the bundled example catalog)"
+    )
+
+
 class ValidateRequest(BaseModel):
     """A plan to check against a cluster (and the demand and policy when given)."""
 
@@ -91,6 +100,7 @@ class JobOut(BaseModel):
     """A planning job: state, progress while solving, and the outcome when done."""
 
     id: str
+    kind: str = Field(description="plan or capacity-gap")
     status: str
     team: str | None
     solver: str
@@ -112,10 +122,11 @@ class JobOut(BaseModel):
 
 
 class JobResult(BaseModel):
-    """A finished job and its plan."""
+    """A finished job and its plan (or, for a capacity-gap job, the gap)."""
 
     job: JobOut
-    plan: Plan
+    plan: Plan | None = None
+    capacity_gap: CapacityGap | None = None
 
 
 class JobPage(BaseModel):

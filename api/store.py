@@ -53,6 +53,7 @@ jobs = Table(
     metadata,
     Column("id", String(32), primary_key=True),
     Column("status", String(16), nullable=False),
+    Column("kind", String(20), nullable=False, default="plan"),
     Column("team", String(200), nullable=True),
     Column("solver", String(40), nullable=False),
     Column("time_limit_s", Float, nullable=False),
@@ -127,6 +128,7 @@ class JobRecord:
 
     id: str
     status: JobStatus
+    kind: str
     team: str | None
     solver: str
     time_limit_s: float
@@ -150,6 +152,7 @@ class JobRecord:
         return cls(
             id=m["id"],
             status=JobStatus(m["status"]),
+            kind=m["kind"],
             team=m["team"],
             solver=m["solver"],
             time_limit_s=m["time_limit_s"],
@@ -229,6 +232,7 @@ class Store:
                 insert(jobs).values(
                     id=job.id,
                     status=job.status.value,
+                    kind=job.kind,
                     team=job.team,
                     solver=job.solver,
                     time_limit_s=job.time_limit_s,

@@ -11,12 +11,15 @@ from api.schemas import JobLinks, JobOut
 from api.store import JobRecord
 
 PLANS = "/v1/plans"
+#: Job kinds: a placement plan, or a capacity gap (what to re-partition and buy).
+PLAN, CAPACITY_GAP = "plan", "capacity-gap"
 
 
 def job_out(job: JobRecord, progress: dict[str, Any] | None = None) -> JobOut:
     """The API view of a job (with live progress while it runs)."""
     return JobOut(
         id=job.id,
+        kind=job.kind,
         status=job.status.value,
         team=job.team,
         solver=job.solver,
@@ -48,6 +51,8 @@ def readable(job: JobRecord | None, caller: Principal, job_id: str) -> JobRecord
     return job
 
 
-def result_body(job: JobOut, plan_json: str) -> bytes:
-    """``{"job": …, "plan": …}`` with the stored plan JSON spliced in as it is (no re-encoding)."""
-    return b'{"job":' + job.model_dump_json(by_alias=True).encode() + b',"plan":' + plan_json.encode() + b"}"
+def result_body(job: JobOut, result_json: str) -> bytes:
+    """``{"job": …, "plan": …}`` (or ``"capacity_gap"``) with the stored JSON spliced in as it is."""
+    key = b"capacity_gap" if job.kind == CAPACITY_GAP else b"plan"
+    head = b'{"job":' + job.model_dump_json(by_alias=True).encode()
+    return head + b',"' + key + b'":' + result_json.encode() + b"}"

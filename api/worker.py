@@ -7,6 +7,7 @@ objective and bound (``best:`` and ``next:[lower,upper]``) of the current lexico
 
 from __future__ import annotations
 
+import json
 import logging
 import os
 import re
@@ -20,9 +21,12 @@ from typing import Any
 from pydantic import ValidationError
 
 from models.base import InputError
+from models.capacity import CapacityGap, NodeTypeCatalog
 from models.catalog import default_catalog
 from models.plan import Plan, PlanStatus
 from models.problem import PlanningInput
+from planner.capacity import GapOptions, capacity_gap, load_node_types
+from planner.explain import explain_workload
 from planner.planning import InvalidPlanError, make_plan
 
 log = logging.getLogger(__name__)
@@ -141,18 +145,63 @@ def outcome(plan: Plan, time_limit_s: float) -> str:
     return f"heuristic plan ({name})"
 
 
+def gap_outcome(gap: CapacityGap) -> str:
+    """A one-line summary of a capacity gap."""
+    if not gap.demand_replicas:
+        return "no waiting demand: nothing to add"
+    text = f"{gap.nodes_added} nodes / {gap.gpus_added} GPUs to add for {gap.cost:g} {gap.currency}"
+    if gap.unservable:
+        text += f"; {len(gap.unservable)} replica(s) no node type can serve"
+    return text
+
+
 def solve(input_json: str, options: dict[str, Any]) -> tuple[str, str, str]:
-    """Plan one stored input; returns (plan JSON, plan status, outcome label)."""
-    inp = PlanningInput.model_validate_json(input_json, context={"catalog": default_catalog()})
-    now = options.get("now")
+    """Plan (or find the capacity gap of) one stored input; returns (result JSON, status, outcome label)."""
+    catalog = default_catalog()
+    inp = PlanningInput.model_validate_json(input_json, context={"catalog": catalog})
+    now_text = options.get("now")
+    now = datetime.fromisoformat(now_text) if isinstance(now_text, str) else None
     time_limit = float(options["time_limit_s"])
+    seed = int(options.get("seed", 0))
+    workers = int(options.get("num_workers", 1))
+    if options.get("kind") == "explain":
+        found = explain_workload(
+            inp,
+            Plan.model_validate_json(options["plan"]),
+            str(options["workload"]),
+            catalog=catalog,
+            counterfactuals=int(options.get("counterfactuals", 3)),
+            solver=str(options["solver"]),
+            time_limit_s=time_limit,
+        )
+        text = json.dumps([e.model_dump(mode="json", by_alias=True, exclude_none=True) for e in found])
+        return text, "OK", f"{len(found)} explanation(s)"
+    if options.get("kind") == "capacity-gap":
+        raw_types = options.get("node_types")
+        types = (
+            NodeTypeCatalog.model_validate(raw_types, context={"catalog": catalog})
+            if raw_types
+            else load_node_types(None, catalog)
+        )
+        gap_options = GapOptions(
+            solver=str(options["solver"]),
+            time_limit_s=time_limit,
+            milp_time_limit_s=time_limit,
+            seed=seed,
+            num_workers=workers,
+            now=now,
+        )
+        gap = capacity_gap(inp, types, gap_options, catalog=catalog)
+        status = "UNSERVABLE" if gap.unservable else "OK"
+        return gap.model_dump_json(by_alias=True, exclude_none=True), status, gap_outcome(gap)
     plan = make_plan(
         inp,
         solver=str(options["solver"]),
-        now=datetime.fromisoformat(now) if isinstance(now, str) else None,
+        catalog=catalog,
+        now=now,
         time_limit_s=time_limit,
-        seed=int(options.get("seed", 0)),
-        num_workers=int(options.get("num_workers", 1)),
+        seed=seed,
+        num_workers=workers,
         deterministic=bool(options.get("deterministic", False)),
     )
     text = plan.model_dump_json(by_alias=True, exclude_none=True)

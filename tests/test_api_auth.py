@@ -36,12 +36,14 @@ def _endpoints(job: str) -> list[tuple[str, str, dict[str, Any] | None]]:
     body = tiny_body(solver="first-fit")
     return [
         ("POST", "/v1/plans", body),
+        ("POST", "/v1/capacity-gap", body),
         ("GET", "/v1/plans", None),
         ("GET", f"/v1/plans/{job}", None),
         ("GET", f"/v1/plans/{job}/result", None),
         ("GET", f"/v1/plans/{job}/audit", None),
         ("GET", f"/v1/plans/{job}/export.xlsx", None),
         ("GET", f"/v1/plans/{job}/export.csv", None),
+        ("GET", f"/v1/plans/{job}/explain/train?counterfactuals=0&time_limit_s=0.5", None),
         ("DELETE", f"/v1/plans/{job}", None),
         ("POST", f"/v1/plans/{job}/resubmit", None),
         (

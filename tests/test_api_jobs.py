@@ -196,3 +196,37 @@ def test_exports(live: Server) -> None:
         queued = c.post("/v1/plans", json=example_body(time_limit_s=2.0)).json()["id"]
         assert c.get(f"/v1/plans/{queued}/export.xlsx").status_code == 409
         c.delete(f"/v1/plans/{queued}")
+
+
+def test_capacity_gap_job(live: Server) -> None:
+    body = tiny_body(solver="first-fit")
+    body["workloads"].append({"id": "big", "team": "ml", "gpus": 4, "replicas": 2})
+    with live.client(PLANNER) as c:
+        r = c.post("/v1/capacity-gap", params={"wait": 60}, json=body)
+        assert r.status_code == 200, r.text
+        out = r.json()
+        assert out["job"]["kind"] == "capacity-gap" and out["job"]["plan_status"] == "OK"
+        gap = out["capacity_gap"]
+        assert gap["demand_replicas"] >= 1 and gap["gpus_added"] >= 4 and gap["purchases"]
+        assert "GPUs to add" in out["job"]["outcome"]
+        job_id = out["job"]["id"]
+        assert c.get(f"/v1/plans/{job_id}/result").json()["capacity_gap"] == gap
+        assert c.get(f"/v1/plans/{job_id}/export.xlsx").status_code == 409
+
+
+def test_explain_a_waiting_workload(live: Server) -> None:
+    body = tiny_body(solver="first-fit")
+    body["workloads"].append({"id": "big", "team": "ml", "gpus": 4, "replicas": 2})
+    with live.client(PLANNER) as c:
+        out = c.post("/v1/plans", params={"wait": 60}, json=body).json()
+        job_id = out["job"]["id"]
+        waiting = {u["workload"] for u in out["plan"]["unplaced"]}
+        assert "big" in waiting
+        r = c.get(f"/v1/plans/{job_id}/explain/big", params={"counterfactuals": 1, "time_limit_s": 1})
+        assert r.status_code == 200, r.text
+        found = r.json()
+        assert found and all(e["workload"] == "big" and e["code"] for e in found)
+        assert c.get(f"/v1/plans/{job_id}/explain/train").json() == []
+        assert c.get(f"/v1/plans/{job_id}/explain/ghost").status_code == 404
+        capped = c.get(f"/v1/plans/{job_id}/explain/big", params={"time_limit_s": 99})
+        assert capped.status_code == 413 and capped.json()["limit"] == "max_time_limit_s"

@@ -133,3 +133,10 @@ def test_settings_from_environment(monkeypatch: pytest.MonkeyPatch, tmp_path: Pa
     s = Settings()
     assert s.database == str(tmp_path / "env.db") and s.api_keys == {"k" * 20: "viewer:ml"}
     assert s.limits.max_nodes == 7
+
+
+def test_out_of_range_numbers_are_422(client: TestClient) -> None:
+    body = tiny_body()
+    body["workloads"][0]["queued_since"] = 1e300
+    r = client.post("/v1/plans", json=body)
+    assert r.status_code == 422 and "out of range" in r.text

@@ -22,6 +22,7 @@ def _job(job_id: str, team: str | None = "ml") -> JobRecord:
     return JobRecord(
         id=job_id,
         status=JobStatus.QUEUED,
+        kind="plan",
         team=team,
         solver="cpsat",
         time_limit_s=1.0,

@@ -12,7 +12,7 @@ from fastapi import APIRouter, HTTPException, Query, Response
 from api.deps import Caller, StoreDep
 from api.routers.plans import JobId
 from api.store import JobStatus, Store
-from api.views import PLANS, readable
+from api.views import PLAN, PLANS, readable
 from models.catalog import default_catalog
 from models.plan import Plan
 from models.problem import PlanningInput
@@ -56,7 +56,7 @@ async def _stored(store: Store, caller: Caller, job_id: str) -> tuple[str, str]:
     job = readable(await asyncio.to_thread(store.job, job_id), caller, job_id)
     plan = await asyncio.to_thread(store.result, job_id) if job.status is JobStatus.DONE else None
     data = await asyncio.to_thread(store.job_input, job_id)
-    if plan is None or data is None:
+    if plan is None or data is None or job.kind != PLAN:
         raise HTTPException(
             status_code=409, detail=f"job '{job_id}' is {job.status.value}; no plan to export"
         )

@@ -15,14 +15,16 @@ from pydantic import ValidationError
 from api.auth import Principal
 from api.deps import Caller, RunnerDep, SettingsDep, StoreDep, Submitter
 from api.errors import InputRejected, LimitExceeded
+from api.runner import Runner
 from api.schemas import AuditOut, JobOut, JobPage, JobResult, PlanRequest
 from api.settings import Limits, Settings
-from api.store import Actor, JobInput, JobRecord, JobStatus, now
-from api.views import PLANS, job_out, readable, result_body
+from api.store import Actor, JobInput, JobRecord, JobStatus, Store, now
+from api.views import PLAN, PLANS, job_out, readable, result_body
 from models.problem import PlanningInput
 
 router = APIRouter(prefix=PLANS, tags=["plans"])
 
+Wait = Annotated[float, Query(ge=0, le=300, description="seconds to wait for the result")]
 JobId = Annotated[str, Path(pattern=r"^[0-9a-f]{32}$", description="job id")]
 _NOT_FOUND: dict[int | str, dict[str, Any]] = {404: {"description": "no such job"}}
 _AUTH: dict[int | str, dict[str, Any]] = {
@@ -78,7 +80,7 @@ def _actor(caller: Principal) -> Actor:
     return Actor(caller.key_id, caller.role_text)
 
 
-async def _result_or_job(store: StoreDep, runner: RunnerDep, job_id: str, response: Response) -> Any:
+async def _result_or_job(store: Store, runner: Runner, job_id: str, response: Response) -> Any:
     job = await asyncio.to_thread(store.job, job_id)
     assert job is not None
     if job.status is JobStatus.DONE:
@@ -108,9 +110,24 @@ async def submit(
     store: StoreDep,
     runner: RunnerDep,
     response: Response,
-    wait: Annotated[float, Query(ge=0, le=300, description="seconds to wait for the result")] = 0,
+    wait: Wait = 0,
 ) -> Any:
     """Queue a planning job; with ``?wait=`` answer 200 with the plan if it finishes in time, else 202."""
+    return await enqueue(PLAN, body, {}, caller, settings, store, runner, response, wait)
+
+
+async def enqueue(
+    kind: str,
+    body: PlanRequest,
+    extra: dict[str, Any],
+    caller: Principal,
+    settings: Settings,
+    store: Store,
+    runner: Runner,
+    response: Response,
+    wait: float,
+) -> Any:
+    """Check the limits, store a queued job of ``kind`` with its input and audit record, and queue it."""
     limits = settings.limits
     check_size(limits, len(body.cluster.nodes), len(body.workloads))
     time_limit = _time_limit(settings, body.options.time_limit_s)
@@ -124,16 +141,19 @@ async def submit(
     inp = _planning_input(body)
     input_json = inp.model_dump_json()
     options = {
+        "kind": kind,
         "solver": body.options.solver,
         "time_limit_s": time_limit,
         "seed": body.options.seed,
         "now": body.options.now.isoformat() if body.options.now else None,
         "deterministic": body.options.deterministic,
         "num_workers": settings.solver_threads,
+        **extra,
     }
     job = JobRecord(
         id=uuid.uuid4().hex,
         status=JobStatus.QUEUED,
+        kind=kind,
         team=_team(body),
         solver=body.options.solver,
         time_limit_s=time_limit,
@@ -151,10 +171,11 @@ async def submit(
     digest = hashlib.sha256(input_json.encode()).hexdigest()
     policy = body.policy.model_dump(mode="json")
     detail = {
+        "kind": kind,
         "inputs_sha256": digest,
         "policy_sha256": hashlib.sha256(json.dumps(policy, sort_keys=True).encode()).hexdigest(),
         "policy": policy,
-        "options": options,
+        "options": {k: v for k, v in options.items() if k != "node_types"},
         "team": job.team,
     }
     stored = JobInput(digest, input_json, options)

@@ -1,0 +1,86 @@
+"""``GET /v1/plans/{id}/explain/{workload}``: why a workload waits or runs on a worse alternative.
+
+Explanations re-solve to verify their counterfactuals, so they run in a solver process like a job (but
+are not stored): the request waits for the answer.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import json
+from typing import Annotated, Any
+
+from fastapi import APIRouter, HTTPException, Path, Query
+
+from api.deps import Caller, RunnerDep, SettingsDep, StoreDep
+from api.errors import LimitExceeded
+from api.routers.plans import JobId
+from api.store import JobStatus
+from api.views import PLAN, PLANS, readable
+from models.plan import Explanation
+from solvers.base import solver_names
+
+router = APIRouter(prefix=PLANS, tags=["explain"])
+
+_SOLVERS = f"^({'|'.join(solver_names())})$"
+
+
+@router.get(
+    "/{job_id}/explain/{workload}",
+    response_model=list[Explanation],
+    responses={
+        401: {"description": "no valid API key"},
+        403: {"description": "outside the caller's role"},
+        404: {"description": "no such job, or no such workload in its input"},
+        409: {"description": "the job has no plan (yet)"},
+        413: {"description": "time limit beyond max_time_limit_s"},
+        429: {"description": "too many jobs queued or running"},
+        503: {"description": "the explanation could not be computed"},
+    },
+)
+async def explain(
+    job_id: JobId,
+    workload: Annotated[str, Path(min_length=1, max_length=200)],
+    caller: Caller,
+    settings: SettingsDep,
+    store: StoreDep,
+    runner: RunnerDep,
+    counterfactuals: Annotated[int, Query(ge=0, le=10, description="changes to verify by re-solving")] = 3,
+    time_limit_s: Annotated[float, Query(gt=0, description="seconds per verifying re-solve")] = 2.0,
+    solver: Annotated[str, Query(pattern=_SOLVERS)] = "cpsat",
+) -> Any:
+    """Each waiting or degraded replica of ``workload``: a reason code, the blocking resources, and
+    counterfactual changes verified by re-solving (an empty list: every replica runs on its first choice)."""
+    job = readable(await asyncio.to_thread(store.job, job_id), caller, job_id)
+    plan = await asyncio.to_thread(store.result, job_id) if job.status is JobStatus.DONE else None
+    data = await asyncio.to_thread(store.job_input, job_id)
+    if plan is None or data is None or job.kind != PLAN:
+        raise HTTPException(
+            status_code=409, detail=f"job '{job_id}' is {job.status.value}; no plan to explain"
+        )
+    cap = settings.limits.max_time_limit_s
+    if time_limit_s > cap:
+        raise LimitExceeded(
+            413, "max_time_limit_s", cap, f"time_limit_s {time_limit_s:g} exceeds the cap of {cap:g} s"
+        )
+    if runner.active >= settings.limits.max_active_jobs:
+        limit = settings.limits.max_active_jobs
+        raise LimitExceeded(
+            429, "max_active_jobs", limit, f"{runner.active} jobs are queued or running; at most {limit}"
+        )
+    ids = {w.get("id") for w in json.loads(data.input_json).get("workloads", ())}
+    if workload not in ids:
+        raise HTTPException(status_code=404, detail=f"job '{job_id}' has no workload '{workload}'")
+    options = {
+        "kind": "explain",
+        "plan": plan,
+        "workload": workload,
+        "counterfactuals": counterfactuals,
+        "solver": solver,
+        "time_limit_s": time_limit_s,
+        "num_workers": settings.solver_threads,
+    }
+    reply = await runner.call(options, data.input_json, (counterfactuals + 2) * time_limit_s)
+    if reply[0] != "done":
+        raise HTTPException(status_code=503, detail=f"no explanation: {reply[1]}: {reply[2]}")
+    return json.loads(reply[1])
