@@ -24,7 +24,7 @@ from models.hardware import HardwareCatalog
 from models.plan import Assignment, Change, Counterfactual, Plan, SolverReport
 from models.policy import DisruptionBudget, IsolationKind
 from models.problem import PlanningInput
-from models.workload import TopologyNeed
+from models.workload import Shape, TopologyNeed
 from planner.compile import compile_problem
 from planner.explain_state import Key, PlanState, cluster_after
 from planner.planning import InvalidPlanError
@@ -58,13 +58,14 @@ class Candidate:
     nodes: frozenset[str]
 
 
-def _name(key: Key, st: PlanState) -> str:
+def replica_name(key: Key, st: PlanState) -> str:
+    """``w`` for a single-replica workload, else ``w#r``."""
     w = st.inp.workload_by_id[key[0]]
     return key[0] if w.replicas == 1 else f"{key[0]}#{key[1]}"
 
 
 def _names(keys: Sequence[Key], st: PlanState) -> str:
-    names = [_name(k, st) for k in keys]
+    names = [replica_name(k, st) for k in keys]
     return names[0] if len(names) == 1 else ", ".join(names[:-1]) + " and " + names[-1]
 
 
@@ -389,8 +390,9 @@ def new_nodes(st: PlanState, target: Target, req: Request, k: int) -> list[Candi
     base = template.name if template is not None else "node"
     name = f"new-{base}"
     change = Change(
-        kind="add_node", node=template.name if template else None, to=name, model=model, amount=count
-    )
+        kind="add_node", node=template.name if template else None, to=name, model=model, amount=count,
+        alternative=k,
+    )  # fmt: skip
     return [
         Candidate(
             _cf(f"add a node {name} with {count} {model} GPUs", "add_node", [change], 0, 10.0 * count),
@@ -426,13 +428,15 @@ def _equivalents(
     return total
 
 
-def _add_node(cluster: dict[str, Any], change: Change, shape_cpu: int, shape_mem: int, topology: str) -> None:
+def _add_node(cluster: dict[str, Any], change: Change, shape: Shape) -> None:
+    """Append the node an ``add_node`` change adds: an empty copy of its template, or ``amount`` GPUs
+    of ``model`` (linked as the shape's topology needs, MIG enabled for a MIG shape)."""
     template = next((n for n in cluster["nodes"] if n["name"] == change.node), None)
     count = int(change.amount or 0)
     node: dict[str, Any] = {
         "name": change.to,
-        "cpu_milli": max(shape_cpu, template["cpu_milli"] if template else 0),
-        "memory_mib": max(shape_mem, template["memory_mib"] if template else 0),
+        "cpu_milli": max(shape.cpu_milli, template["cpu_milli"] if template else 0),
+        "memory_mib": max(shape.memory_mib, template["memory_mib"] if template else 0),
     }
     if template is not None and len(template["gpus"]) >= count:
         node["gpus"] = [
@@ -442,8 +446,9 @@ def _add_node(cluster: dict[str, Any], change: Change, shape_cpu: int, shape_mem
         node["pool"] = template.get("pool")
         node["labels"] = template.get("labels", {})
     else:
-        node["gpus"] = [{"index": i, "model": change.model, "numa": 0} for i in range(count)]
-        kind = "NV18" if topology == "nvlink" else "PIX"
+        mig: dict[str, list[Any]] | None = {"instances": []} if shape.mig_profile is not None else None
+        node["gpus"] = [{"index": i, "model": change.model, "numa": 0, "mig": mig} for i in range(count)]
+        kind = "NV18" if shape.topology is TopologyNeed.NVLINK else "PIX"
         node["links"] = [{"a": a, "b": b, "kind": kind} for a in range(count) for b in range(a + 1, count)]
     cluster["nodes"].append(node)
 
@@ -492,8 +497,7 @@ def apply_counterfactual(
     w_target = inp.workload_by_id[target.key[0]]
     for change in cf.changes:
         if change.kind == "add_node":
-            shape = w_target.shapes[0]
-            _add_node(cluster, change, shape.cpu_milli, shape.memory_mib, str(shape.topology))
+            _add_node(cluster, change, w_target.shapes[change.alternative or 0])
     keep_nodes = None if nodes is None else set(nodes)
     if keep_nodes is not None:
         cluster["nodes"] = [n for n in cluster["nodes"] if n["name"] in keep_nodes]

@@ -94,7 +94,7 @@ def _capacity(st: PlanState, target: Target, req: Request, k: int) -> Finding:
         removed = cfs.clearance(st, req, shape, n, ahead)
         if removed:
             node = st.infos[n].name
-            names = [cfs._name(key, st) for key in removed]
+            names = [cfs.replica_name(key, st) for key in removed]
             return Finding(
                 OUTRANKED,
                 f"the capacity on {node} that could hold {what} went to higher-tier or older work "
@@ -108,7 +108,7 @@ def _capacity(st: PlanState, target: Target, req: Request, k: int) -> Finding:
         budget = st.inp.policy.disruption
         used = sum(1 for a in st.plan.actions if a.kind in ("migrate", "preempt"))
         first = moves[0].counterfactual
-        names = [cfs._name((c.workload or "", c.replica or 0), st) for c in first.changes]
+        names = [cfs.replica_name((c.workload or "", c.replica or 0), st) for c in first.changes]
         node = first.changes[0].node or ""
         return Finding(
             DISRUPTION_BUDGET,
@@ -362,7 +362,7 @@ class Explainer:
                 if placed_before < len(target.members):
                     gang_note = (
                         f"only {placed_before} of {len(target.members)} waiting replicas of gang "
-                        f"'{req.gang}' fit now; {cfs._name(blocker.key, st)} does not: "
+                        f"'{req.gang}' fit now; {cfs.replica_name(blocker.key, st)} does not: "
                     )
             if all_fit is not None:
                 findings = [all_fit]

@@ -289,7 +289,7 @@ def _instances(draw: st.DrawFn) -> PlanningInput:
     return planning_input(nodes, workloads, policy)
 
 
-@settings(max_examples=25, deadline=None, suppress_health_check=[HealthCheck.too_slow])
+@settings(max_examples=15, deadline=None, suppress_health_check=[HealthCheck.too_slow])
 @given(_instances())
 def test_explanations_never_contradict_the_plan(inp: PlanningInput) -> None:
     plan = make_plan(inp, solver="greedy-fgd", now=NOW)
@@ -373,3 +373,12 @@ def test_room_left_by_the_solver_is_a_solver_limit() -> None:
         assert e.code == SOLVER_LIMIT and "n1" in e.reason
         assert [c.kind for c in e.counterfactuals] == ["replan"]
         assert _placed_after(inp, plan, e, e.counterfactuals[0])
+
+
+def test_absent_gpu_model_adds_a_mig_node() -> None:
+    inp = planning_input(
+        [node("l1", gpus=gpus("L40S-48GB", [0]))], [_w("t", mig_profile="1g.10gb", gpu_models="H100-80GB")]
+    )
+    e = _check(inp, "t", "GPU_MODEL", "add_node")
+    assert e.counterfactuals[0].summary == "add a node new-node with 1 H100-80GB GPUs"
+    assert "none of the allowed GPU models (H100-80GB) exists" in e.reason
