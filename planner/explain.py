@@ -369,7 +369,7 @@ class Explainer:
             else:
                 findings = [diagnose(st, target, blocker, k) for k in range(len(blocker.shapes))]
             for k, f in enumerate(findings):
-                if self.counterfactuals and not self._late():
+                if self.counterfactuals and not self.late():
                     for search in f.searches:
                         if target.alternatives is not None and search is cfs.relaxations:
                             continue  # relaxing the better alternative only reproduces the chosen one
@@ -398,7 +398,8 @@ class Explainer:
             counterfactuals=tuple(verified),
         )
 
-    def _late(self) -> bool:
+    def late(self) -> bool:
+        """Whether the time budget is spent."""
         return self.deadline is not None and time.perf_counter() > self.deadline
 
     def _cache_key(self, target: Target, req: Request, cand: Candidate) -> str | None:
@@ -420,7 +421,7 @@ class Explainer:
         )
         out: list[Counterfactual] = []
         for cand in ranked[: 2 * self.counterfactuals]:
-            if len(out) >= self.counterfactuals or self._late():
+            if len(out) >= self.counterfactuals or self.late():
                 break
             key = self._cache_key(target, req, cand)
             if key is not None and key in self.verified:
@@ -479,15 +480,30 @@ def explain_all(
     only: Collection[str] | None = None,
 ) -> list[Explanation]:
     """Explanations of every waiting replica and every replica on a worse alternative (of the
-    workloads ``only`` names, when given). ``budget_s`` bounds the time spent on counterfactuals
-    (codes and sentences are always given)."""
+    workloads ``only`` names, when given). With ``budget_s``, no new explanation or counterfactual
+    starts once that many seconds have passed (the replicas left keep the solver's reason)."""
     catalog = catalog or default_catalog()
     start = time.perf_counter()
     st = PlanState(inp, plan, catalog, now or plan_time(plan))
     explainer = Explainer(
         st, counterfactuals, solver, time_limit_s, None if budget_s is None else start + budget_s
     )
-    out = [explainer.explain(t, r) for t, r in _targets(st, plan) if only is None or t.key[0] in only]
+    targets = [(t, r) for t, r in _targets(st, plan) if only is None or t.key[0] in only]
+    if budget_s is None:
+        out = [explainer.explain(t, r) for t, r in targets]
+    else:
+        # Within a budget, codes and sentences for every replica first, then counterfactuals.
+        codes_only = replace(explainer, counterfactuals=0)
+        out = []
+        for t, r in targets:
+            if explainer.late():
+                log.info("budget spent: %d replicas keep the solver's reason", len(targets) - len(out))
+                break
+            out.append(codes_only.explain(t, r))
+        for i, (t, r) in enumerate(targets[: len(out)]):
+            if explainer.late():
+                break
+            out[i] = explainer.explain(t, r)
     log.info("explained %d replicas in %.2f s", len(out), time.perf_counter() - start)
     return out
 
