@@ -12,6 +12,7 @@ from __future__ import annotations
 
 import argparse
 import asyncio
+import csv
 import json
 import os
 import random
@@ -255,10 +256,11 @@ def main() -> None:
     if args.out:
         out = Path(args.out)
         new = not out.exists()
-        with out.open("a") as fh:
+        with out.open("a", newline="") as fh:
+            writer = csv.DictWriter(fh, fieldnames=list(row))
             if new:
-                fh.write(",".join(row) + "\n")
-            fh.write(",".join(f'"{v}"' if "," in str(v) else str(v) for v in row.values()) + "\n")
+                writer.writeheader()
+            writer.writerow(row)
 
 
 if __name__ == "__main__":

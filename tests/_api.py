@@ -93,6 +93,7 @@ class Server:
     """``gpuplan serve`` in a child process on a free loopback port."""
 
     def __init__(self, database: str, log: Path, env: dict[str, str] | None = None) -> None:
+        self.database = database
         self.port = free_port()
         self.url = f"http://127.0.0.1:{self.port}"
         full_env = {
@@ -103,6 +104,7 @@ class Server:
             "GPUPLAN_LIMIT_MAX_TIME_LIMIT_S": "2",
         }
         full_env.update(env or {})
+        self.log_path = log
         self.log = log.open("w")
         self.proc = subprocess.Popen(
             [sys.executable, "-c", _MAIN, "serve", "--port", str(self.port), "--database", database],
@@ -168,6 +170,15 @@ def live(tmp_path_factory: pytest.TempPathFactory) -> Server:
         atexit.register(server.stop)
         _shared[:] = [server]
     return _shared[0]
+
+
+def restart_live(server: Server) -> Server:
+    """Kill the shared server (SIGKILL: nothing is cleaned up) and start a new one on its database."""
+    server.stop(hard=True)
+    second = Server(server.database, server.log_path.with_name("serve-restarted.log"))
+    atexit.register(second.stop)
+    _shared[:] = [second]
+    return second
 
 
 def drain(server: Server) -> None:

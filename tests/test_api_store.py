@@ -5,15 +5,26 @@ from __future__ import annotations
 import json
 import time
 from datetime import timedelta
-from pathlib import Path
 
-import pytest
 from fastapi.testclient import TestClient
 
 from api import create_app
 from api.settings import Settings
 from api.store import Actor, JobInput, JobRecord, JobStatus, Store, now
-from tests._api import KEYS, PLANNER, Server, auth, example_body, tiny_body, wait_status
+from tests._api import (
+    KEYS,
+    PLANNER,
+    Server,
+    auth,
+    drain,
+    example_body,
+    live,
+    restart_live,
+    tiny_body,
+    wait_status,
+)
+
+__all__ = ["live"]
 
 ACTOR = Actor("abc", "planner")
 
@@ -74,45 +85,28 @@ def test_store_round_trip(db_url: str) -> None:
         store.close()
 
 
-def test_jobs_survive_a_server_restart(tmp_path: Path) -> None:
-    """A real server killed mid-solve; a new one on the same SQLite file."""
-    db = str(tmp_path / "gpuplan.db")
-    first = Server(db, tmp_path / "first.log")
-    try:
-        with first.client(PLANNER) as c:
-            done = c.post("/v1/plans", params={"wait": 60}, json=tiny_body(solver="first-fit")).json()
-            running = c.post("/v1/plans", json=example_body(time_limit_s=2.0)).json()["id"]
-            queued = c.post("/v1/plans", json=tiny_body()).json()["id"]
-            assert wait_status(c, running, {"running"})["status"] == "running"
-    finally:
-        first.stop(hard=True)
-    second = Server(db, tmp_path / "second.log")
-    try:
-        with second.client(PLANNER) as c:
-            kept = c.get(f"/v1/plans/{done['job']['id']}/result")
-            assert kept.status_code == 200 and kept.json()["plan"] == done["plan"]
-            for job_id in (running, queued):
-                job = c.get(f"/v1/plans/{job_id}").json()
-                assert job["status"] == "interrupted" and "resubmit" in job["error"]
-            listed = c.get("/v1/plans", params={"status": "interrupted"}).json()
-            assert {j["id"] for j in listed["items"]} == {running, queued}
-            assert c.post(f"/v1/plans/{queued}/resubmit").status_code == 202
-            finished = wait_status(c, queued, {"done", "failed"})
-            assert finished["status"] == "done" and finished["attempts"] == 2
-            assert json.loads(c.get(f"/v1/plans/{queued}/result").text)["plan"]["status"] == "OPTIMAL"
-            assert c.post(f"/v1/plans/{done['job']['id']}/resubmit").status_code == 409
-    finally:
-        second.stop()
-
-
-@pytest.mark.parametrize("role", ["admin", "planner", "viewer:ml"])
-def test_stored_keys(tmp_path: Path, role: str) -> None:
-    store = Store.open(str(tmp_path / "k.db"))
-    try:
-        store.add_key(role.replace(":", "_").ljust(64, "0"), role)
-        assert store.key_role(role.replace(":", "_").ljust(64, "0")) == role
-    finally:
-        store.close()
+def test_jobs_survive_a_server_restart(live: Server) -> None:
+    """The shared server killed mid-solve; a new one on the same SQLite file (it then serves the rest)."""
+    drain(live)
+    with live.client(PLANNER) as c:
+        done = c.post("/v1/plans", params={"wait": 60}, json=tiny_body(solver="first-fit")).json()
+        running = c.post("/v1/plans", json=example_body(time_limit_s=2.0)).json()["id"]
+        queued = c.post("/v1/plans", json=tiny_body()).json()["id"]
+        assert wait_status(c, running, {"running"})["status"] == "running"
+    second = restart_live(live)
+    with second.client(PLANNER) as c:
+        kept = c.get(f"/v1/plans/{done['job']['id']}/result")
+        assert kept.status_code == 200 and kept.json()["plan"] == done["plan"]
+        for job_id in (running, queued):
+            job = c.get(f"/v1/plans/{job_id}").json()
+            assert job["status"] == "interrupted" and "resubmit" in job["error"]
+        listed = c.get("/v1/plans", params={"status": "interrupted", "limit": 200}).json()
+        assert {running, queued} <= {j["id"] for j in listed["items"]}
+        assert c.post(f"/v1/plans/{queued}/resubmit").status_code == 202
+        finished = wait_status(c, queued, {"done", "failed"})
+        assert finished["status"] == "done" and finished["attempts"] == 2
+        assert json.loads(c.get(f"/v1/plans/{queued}/result").text)["plan"]["status"] == "OPTIMAL"
+        assert c.post(f"/v1/plans/{done['job']['id']}/resubmit").status_code == 409
 
 
 def test_jobs_survive_an_app_restart(db_url: str) -> None:
