@@ -31,8 +31,15 @@ def cmd_serve(args: argparse.Namespace) -> int:
         sys.stdout.write(key + "\n")
         return 0
     import uvicorn
+    from sqlalchemy.exc import SQLAlchemyError
 
     from api.app import create_app
+
+    try:
+        Store.open(settings.database).close()
+    except SQLAlchemyError as exc:
+        reason = str(getattr(exc, "orig", None) or exc).splitlines()[0]
+        raise InputError(f"database '{settings.database}': {reason}") from None
 
     logging.getLogger("api").setLevel(logging.INFO)
     uvicorn.run(

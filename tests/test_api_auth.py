@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import json
 from pathlib import Path
 from typing import Any
 
@@ -127,3 +128,13 @@ def test_roles_parse() -> None:
             parse_role(bad)
     with pytest.raises(ValueError, match="16 characters"):
         Settings(api_keys={"short": "admin"})
+
+
+def test_serve_refuses_bad_settings(
+    monkeypatch: pytest.MonkeyPatch, capsys: pytest.CaptureFixture[str]
+) -> None:
+    assert main(["serve", "--database", "postgresql://nobody@127.0.0.1:1/x"]) == 2
+    assert "connection" in capsys.readouterr().err
+    monkeypatch.setenv("GPUPLAN_API_KEYS", json.dumps({"a" * 20: "root"}))
+    assert main(["serve", "--database", "x.db"]) == 2
+    assert "unknown role 'root'" in capsys.readouterr().err
