@@ -15,12 +15,13 @@ import math
 import multiprocessing
 import random
 from collections import Counter, defaultdict
-from collections.abc import Sequence
-from concurrent.futures import Executor, ProcessPoolExecutor
+from collections.abc import Callable, Sequence
+from concurrent.futures import ProcessPoolExecutor
 from dataclasses import dataclass, replace
 from fractions import Fraction
 
 from models.policy import Quota
+from solvers.base import SolveResult
 from solvers.formulation.constraints import QUOTA_UNIT, quota_charged, quota_units
 from solvers.problem import NodeSpec, PlacementProblem, Request, ShapeSpec
 
@@ -134,27 +135,32 @@ def split(problem: PlacementProblem, parts: int, movable: set[int]) -> list[Part
     for q in problem.queue_order():
         if q.running is None:
             units[q.gang or f"\0{q.workload}/{q.replica}"].append(q)
+    hosts: dict[tuple[ShapeSpec, ...], list[int]] = {}
     for unit in units.values():
-        ok = [
-            p for p in range(parts) if all(any(_fits(s, largest[p]) for s in q.shapes) for q in unit)
-        ] or list(range(parts))
-        best = max(ok, key=lambda p: (room[p], -p))
+        ok = set(range(parts))
+        for q in unit:
+            if q.shapes not in hosts:
+                hosts[q.shapes] = [p for p in range(parts) if any(_fits(s, largest[p]) for s in q.shapes)]
+            ok &= set(hosts[q.shapes])
+        best = max(ok or range(parts), key=lambda p: (room[p], -p))
         for q in unit:
             part_of[q.key] = best
         room[best] -= sum(_demand(q) for q in unit)
     quotas = [(q, _split_quota(problem, q, part_of, parts)) for q in problem.policy.quotas]
+    reqs: list[list[Request]] = [[] for _ in range(parts)]
+    for q in problem.requests:
+        reqs[part_of[q.key]].append(q)
     out: list[Part] = []
     for p in range(parts):
         policy = problem.policy.model_copy(
             update={"quotas": tuple(q.model_copy(update={"gpus": float(s[p])}) for q, s in quotas)}
         )
-        reqs = tuple(q for q in problem.requests if part_of[q.key] == p)
         out.append(
             Part(
                 replace(
                     problem,
                     nodes=tuple(problem.nodes[n] for n in members[p]),
-                    requests=reqs,
+                    requests=tuple(reqs[p]),
                     policy=policy,
                     seed=problem.seed + p,
                     num_workers=1,
@@ -169,15 +175,32 @@ def split(problem: PlacementProblem, parts: int, movable: set[int]) -> list[Part
     return out
 
 
-#: Process pools kept between solves, by size (starting Python processes costs about a second each).
-_POOLS: dict[int, ProcessPoolExecutor] = {}
+#: Solves one part (a module-level function, so that spawned workers can unpickle it).
+PartSolver = Callable[[Part], SolveResult]
+
+#: The job being solved, read by forked workers (inherited memory: nothing to pickle on the way in).
+_JOB: list[tuple[PartSolver, list[Part]]] = []
 
 
-def executor(processes: int) -> Executor | None:
-    """A process pool of ``processes`` workers (``None`` where this process may not start children)."""
+def _solve_forked(i: int) -> SolveResult:
+    solve, parts = _JOB[0]
+    return solve(parts[i])
+
+
+def solve_parts(parts: list[Part], processes: int, solve: PartSolver) -> list[SolveResult]:
+    """Solve the parts in ``processes`` worker processes (in this process where it may not start
+    children). Workers are forked so that they inherit the parts instead of unpickling them; where
+    fork is unavailable they are spawned and the parts are pickled."""
     if processes < 2 or multiprocessing.current_process().daemon:
-        return None
-    if processes not in _POOLS:
-        context = multiprocessing.get_context("spawn")
-        _POOLS[processes] = ProcessPoolExecutor(max_workers=processes, mp_context=context)
-    return _POOLS[processes]
+        return [solve(p) for p in parts]
+    if "fork" not in multiprocessing.get_all_start_methods():
+        spawn = multiprocessing.get_context("spawn")
+        with ProcessPoolExecutor(max_workers=processes, mp_context=spawn) as pool:
+            return list(pool.map(solve, parts))
+    _JOB[:] = [(solve, parts)]
+    try:
+        fork = multiprocessing.get_context("fork")
+        with ProcessPoolExecutor(max_workers=processes, mp_context=fork) as pool:
+            return list(pool.map(_solve_forked, range(len(parts))))
+    finally:
+        _JOB.clear()

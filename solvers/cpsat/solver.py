@@ -18,7 +18,7 @@ from solvers.cpsat.builder import CpSatBuilder
 from solvers.cpsat.candidates import Rankings, is_large
 from solvers.cpsat.guard import exact_comparison, queue_term
 from solvers.cpsat.lns import improve
-from solvers.cpsat.pools import MIN_PART_S, Part, executor, part_count, split
+from solvers.cpsat.pools import MIN_PART_S, Part, part_count, solve_parts, split
 from solvers.formulation.builder import Expr, Var
 from solvers.formulation.constraints import add_all
 from solvers.formulation.linear_frag import linear_fragmentation
@@ -33,6 +33,9 @@ log = logging.getLogger(__name__)
 
 #: Above this many waiting replicas one model is too large: plan by large-neighbourhood search.
 MONOLITHIC_REPLICAS = 1500
+#: Wall-clock safety net of a deterministic solve beyond 10x its deterministic limit (a busy machine
+#: advances deterministic time slowly; hitting the net would make the plan depend on the clock).
+DETERMINISTIC_WALL_S = 60.0
 #: Above this many variables, skip symmetry detection and probing in presolve (seconds for little gain).
 FAST_PRESOLVE_VARIABLES = 4000
 
@@ -63,7 +66,7 @@ class _Stages:
             # on deterministic time (the wall-clock limit stays as a safety net).
             solver.parameters.interleave_search = True
             solver.parameters.max_deterministic_time = time_limit_s
-            solver.parameters.max_time_in_seconds = 10 * time_limit_s
+            solver.parameters.max_time_in_seconds = DETERMINISTIC_WALL_S + 10 * time_limit_s
         if log.isEnabledFor(logging.DEBUG):
             solver.parameters.log_search_progress = True
             solver.log_callback = log.debug
@@ -188,8 +191,7 @@ class CpSat:
             budget -= time.perf_counter() - start
         each = max(MIN_PART_S, 0.9 * budget / math.ceil(parts / processes))
         pieces = [replace(p, problem=replace(p.problem, time_limit_s=each)) for p in pieces]
-        pool = executor(processes)
-        results = list(pool.map(solve_part, pieces)) if pool else [solve_part(p) for p in pieces]
+        results = solve_parts(pieces, processes, solve_part)
         statuses = [r.status for r in results]
         size: dict[str, int] = {"parts": parts, "processes": processes}
         for r in results:
