@@ -204,6 +204,8 @@ def _account(track: Track, demand: list[Workload], t: float) -> None:
     for w in demand:
         if w.id in running:
             since = track.queued_at.pop(w.id, None)
+            if since is None and w.id not in track.started:  # arrived since the last round
+                since = (w.queued_since - EPOCH).total_seconds() if w.queued_since else t
             if since is not None:
                 track.waited[w.id] = track.waited.get(w.id, 0.0) + t - since
             track.started.setdefault(w.id, t)

@@ -44,7 +44,8 @@ def test_simulate_runs_every_policy_on_the_same_arrivals(
     for r in rows.values():
         assert 0 < float(r["alloc_pct"]) <= 100
         assert 0 <= int(r["started"]) <= int(r["jobs"])
-        assert float(r["tier_weighted_mean_wait_s"]) >= 0
+        # Work starts only at rounds, so every policy's jobs wait for the next round at least.
+        assert float(r["tier_weighted_mean_wait_s"]) > 0
     assert float(rows["fgd"]["moves_per_round"]) == 0 == float(rows["best-fit"]["moves_per_round"])
     assert "prediction_mae_median_s" in rows["gpuplan"]
     assert "results written to" in capsys.readouterr().out
