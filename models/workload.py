@@ -133,11 +133,13 @@ class Workload(ShapeFields):
     @field_validator("queued_since", "started_at", mode="before")
     @classmethod
     def _epoch(cls, v: Any) -> Any:
-        if isinstance(v, int | float) and not isinstance(v, bool):
+        number = isinstance(v, int | float) and not isinstance(v, bool)
+        if not (number or (isinstance(v, str) and re.fullmatch(r"\d+(\.\d+)?", v.strip()))):
+            return v
+        try:
             return datetime.fromtimestamp(float(v), tz=UTC)
-        if isinstance(v, str) and re.fullmatch(r"\d+(\.\d+)?", v.strip()):
-            return datetime.fromtimestamp(float(v), tz=UTC)
-        return v
+        except (OverflowError, OSError, ValueError):
+            raise ValueError(f"{v} is not a valid Unix time") from None
 
     @field_validator("queued_since", "started_at", mode="after")
     @classmethod

@@ -156,3 +156,8 @@ def test_policy_defaults_and_checks() -> None:
     assert p.tier_rank("latency-sensitive") == 0 and p.tier_rank("background") == 2
     with pytest.raises(ValidationError, match="unknown team 'ghost'"):
         Policy.model_validate({"teams": ["a"], "quotas": [{"team": "ghost", "gpus": 2}]})
+
+
+def test_out_of_range_epoch_is_a_validation_error() -> None:
+    with pytest.raises(ValidationError, match="not a valid Unix time"):
+        Workload.model_validate({"id": "w", "gpus": 1, "queued_since": 1e300})
