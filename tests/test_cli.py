@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import json
+import tomllib
 from pathlib import Path
 
 import pytest
@@ -236,3 +237,16 @@ def test_import_errors_exit_2(tmp_path: Path, capsys: pytest.CaptureFixture[str]
     args = ["import", "topo", str(garbage), "--name", "x", "--model", "H100-80GB"]
     code, _, err = run([*args, "--cpu-milli", "1", "--memory-mib", "1"], capsys)
     assert code == 2 and len(err.strip().splitlines()) == 1 and str(garbage) in err
+
+
+def test_every_code_package_is_shipped() -> None:
+    """Each package directory of the source tree is in pyproject's explicit package list."""
+    root = Path(__file__).resolve().parent.parent
+    listed = set(tomllib.loads((root / "pyproject.toml").read_text())["tool"]["setuptools"]["packages"])
+    found = {
+        ".".join(d.relative_to(root).parts)
+        for top in ("models", "planner", "solvers", "api")
+        for d in [root / top, *(root / top).rglob("*")]
+        if d.is_dir() and any(d.glob("*.py"))
+    }
+    assert found <= listed, sorted(found - listed)
