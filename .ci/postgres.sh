@@ -3,7 +3,7 @@
 # Installs Debian's postgresql package when the server binaries are missing. Prints nothing and exits 1
 # when PostgreSQL cannot be installed or started (the tests then run on SQLite only and say so).
 set -uo pipefail
-port=${GPUPLAN_PG_PORT:-54329}
+port=${GPUPLAN_PG_PORT:-$(python3 -c 'import socket; s = socket.socket(); s.bind(("127.0.0.1", 0)); print(s.getsockname()[1])')}
 bindir=$(ls -d /usr/lib/postgresql/*/bin 2>/dev/null | sort -V | tail -1)
 if [ -z "$bindir" ]; then
     as_root=""
