@@ -15,6 +15,7 @@ Run ``python -m benchmarks.b7_scaling --help``.
 from __future__ import annotations
 
 import argparse
+import contextlib
 import json
 import logging
 import os
@@ -49,14 +50,12 @@ def replicate(
 def _rss_kib(pid: int) -> int:
     """Resident memory of ``pid`` and its descendants, KiB (Linux ``/proc``)."""
     total = 0
-    try:
+    with contextlib.suppress(FileNotFoundError, ProcessLookupError):
         for line in Path(f"/proc/{pid}/status").read_text().splitlines():
             if line.startswith("VmRSS:"):
                 total += int(line.split()[1])
         children = Path(f"/proc/{pid}/task/{pid}/children").read_text().split()
         total += sum(_rss_kib(int(c)) for c in children)
-    except (FileNotFoundError, ProcessLookupError):
-        pass
     return total
 
 

@@ -12,6 +12,7 @@ from __future__ import annotations
 
 import argparse
 import asyncio
+import contextlib
 import csv
 import json
 import os
@@ -177,11 +178,9 @@ def start_server(port: int, database: str, processes: int, log: Path) -> subproc
         )
     deadline = time.monotonic() + 120
     while time.monotonic() < deadline:
-        try:
+        with contextlib.suppress(httpx.TransportError):
             if httpx.get(f"http://127.0.0.1:{port}/readyz", timeout=1).status_code == 200:
                 return proc
-        except httpx.TransportError:
-            pass
         time.sleep(0.2)
     proc.kill()
     raise RuntimeError("server did not become ready")

@@ -40,12 +40,13 @@ def fragmentation_on(
     infos: Sequence[NodeInfo],
     states: Sequence[NodeState],
     result: SolveResult,
+    placed: dict[int, list[int]],
     nodes: set[int],
     measure: Fragmentation,
 ) -> float:
-    """Exact FGD fragmentation of ``nodes`` once the plan's new work is placed from ``states``."""
+    """Exact FGD fragmentation of ``nodes`` once the plan's new work (``placed``, from
+    :func:`_new_work`) is placed from ``states``."""
     by_key = {q.key: q for q in problem.requests}
-    placed = _new_work(problem, result)
     total = 0.0
     for n in nodes:
         state = states[n]
@@ -67,9 +68,10 @@ def exact_comparison(
     """(fragmentation of ``solved``, of ``hint``) on the nodes either changes, when both wait equally."""
     if queue_term(problem, solved) != queue_term(problem, hint):
         return None
-    nodes = set(_new_work(problem, solved)) | set(_new_work(problem, hint))
+    ours, theirs = _new_work(problem, solved), _new_work(problem, hint)
+    nodes = set(ours) | set(theirs)
     measure = Fragmentation(target_mix(problem.requests))
     return (
-        fragmentation_on(problem, infos, states, solved, nodes, measure),
-        fragmentation_on(problem, infos, states, hint, nodes, measure),
+        fragmentation_on(problem, infos, states, solved, ours, nodes, measure),
+        fragmentation_on(problem, infos, states, hint, theirs, nodes, measure),
     )
