@@ -1,5 +1,5 @@
 """The gpuplan REST service (FastAPI): plan jobs, history, validation, auth, limits and metrics."""
 
-from api.app import create_app
+from gpuplan.api.app import create_app
 
 __all__ = ["create_app"]

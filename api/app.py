@@ -8,14 +8,14 @@ from contextlib import asynccontextmanager
 
 from fastapi import FastAPI
 
-from api import errors
-from api.auth import key_hash
-from api.metrics import ApiMetrics
-from api.middleware import BodyLimit, RequestMetrics
-from api.routers import capacity, explain, exports, health, plans, validate
-from api.runner import Runner
-from api.settings import Settings
-from api.store import Store
+from gpuplan.api import errors
+from gpuplan.api.auth import key_hash
+from gpuplan.api.metrics import ApiMetrics
+from gpuplan.api.middleware import BodyLimit, RequestMetrics
+from gpuplan.api.routers import capacity, explain, exports, health, plans, validate
+from gpuplan.api.runner import Runner
+from gpuplan.api.settings import Settings
+from gpuplan.api.store import Store
 
 log = logging.getLogger(__name__)
 

@@ -8,10 +8,10 @@ from typing import Annotated
 from fastapi import Depends, HTTPException, Request, Security
 from fastapi.security import APIKeyHeader, HTTPAuthorizationCredentials, HTTPBearer
 
-from api.auth import Principal, key_hash, principal
-from api.runner import Runner
-from api.settings import Settings
-from api.store import Store
+from gpuplan.api.auth import Principal, key_hash, principal
+from gpuplan.api.runner import Runner
+from gpuplan.api.settings import Settings
+from gpuplan.api.store import Store
 
 _bearer = HTTPBearer(auto_error=False, description="An API key as a bearer token")
 _header = APIKeyHeader(name="X-API-Key", auto_error=False, description="An API key")

@@ -13,7 +13,7 @@ from fastapi.routing import APIRoute
 from pydantic import ValidationError
 from starlette.exceptions import HTTPException as StarletteHTTPException
 
-from models.base import InputError
+from gpuplan.models.base import InputError
 
 log = logging.getLogger(__name__)
 

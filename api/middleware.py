@@ -7,7 +7,7 @@ import time
 
 from starlette.types import ASGIApp, Message, Receive, Scope, Send
 
-from api.metrics import ApiMetrics
+from gpuplan.api.metrics import ApiMetrics
 
 
 class BodyLimit:

@@ -18,14 +18,14 @@ from multiprocessing.context import ForkServerContext
 from multiprocessing.process import BaseProcess
 from typing import Any
 
-from api import worker
-from api.metrics import ApiMetrics
-from api.store import JobStatus, Store
+from gpuplan.api import worker
+from gpuplan.api.metrics import ApiMetrics
+from gpuplan.api.store import JobStatus, Store
 
 log = logging.getLogger(__name__)
 
 _CTX: ForkServerContext = multiprocessing.get_context("forkserver")
-_CTX.set_forkserver_preload(["api.worker"])
+_CTX.set_forkserver_preload(["gpuplan.api.worker"])
 
 
 @dataclass

@@ -7,12 +7,12 @@ from typing import Any
 
 from pydantic import BaseModel, ConfigDict, Field, field_validator
 
-from models.capacity import CapacityGap, NodeTypeCatalog
-from models.cluster import Cluster
-from models.plan import Plan
-from models.policy import Policy
-from models.workload import Workload
-from solvers.base import solver_names
+from gpuplan.models.capacity import CapacityGap, NodeTypeCatalog
+from gpuplan.models.cluster import Cluster
+from gpuplan.models.plan import Plan
+from gpuplan.models.policy import Policy
+from gpuplan.models.workload import Workload
+from gpuplan.solvers.base import solver_names
 
 
 class PlanOptions(BaseModel):

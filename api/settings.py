@@ -7,7 +7,7 @@ import os
 from pydantic import Field, field_validator
 from pydantic_settings import BaseSettings, SettingsConfigDict
 
-from api.auth import parse_role
+from gpuplan.api.auth import parse_role
 
 
 class Limits(BaseSettings):

@@ -28,7 +28,7 @@ from sqlalchemy import (
 )
 from sqlalchemy.engine import Row
 
-from planner.db import make_engine
+from gpuplan.planner.db import make_engine
 
 
 class JobStatus(StrEnum):

@@ -6,9 +6,9 @@ from typing import Any
 
 from fastapi import HTTPException
 
-from api.auth import Principal
-from api.schemas import JobLinks, JobOut
-from api.store import JobRecord
+from gpuplan.api.auth import Principal
+from gpuplan.api.schemas import JobLinks, JobOut
+from gpuplan.api.store import JobRecord
 
 PLANS = "/v1/plans"
 #: Job kinds: a placement plan, or a capacity gap (what to re-partition and buy).

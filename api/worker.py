@@ -20,20 +20,20 @@ from typing import Any
 
 from pydantic import ValidationError
 
-from models.base import InputError
-from models.capacity import CapacityGap, NodeTypeCatalog
-from models.catalog import default_catalog
-from models.plan import Plan, PlanStatus
-from models.problem import PlanningInput
-from planner.capacity import GapOptions, capacity_gap, load_node_types
-from planner.explain import explain_workload
-from planner.planning import InvalidPlanError, make_plan
+from gpuplan.models.base import InputError
+from gpuplan.models.capacity import CapacityGap, NodeTypeCatalog
+from gpuplan.models.catalog import default_catalog
+from gpuplan.models.plan import Plan, PlanStatus
+from gpuplan.models.problem import PlanningInput
+from gpuplan.planner.capacity import GapOptions, capacity_gap, load_node_types
+from gpuplan.planner.explain import explain_workload
+from gpuplan.planner.planning import InvalidPlanError, make_plan
 
 log = logging.getLogger(__name__)
 
 #: Loggers whose records tell the phase and the CP-SAT search progress.
-PLANNING_LOGGER = "planner.planning"
-CPSAT_LOGGER = "solvers.cpsat.solver"
+PLANNING_LOGGER = "gpuplan.planner.planning"
+CPSAT_LOGGER = "gpuplan.solvers.cpsat.solver"
 #: At most this many progress messages a second reach the server.
 PROGRESS_INTERVAL_S = 0.2
 

@@ -7,9 +7,9 @@ from pathlib import Path
 
 import pandas as pd
 
-from models import Cluster, Node, PlanningInput, Workload, default_catalog
-from planner.compile import compile_node, compile_problem
-from solvers.problem import NodeSpec, Request
+from gpuplan.models import Cluster, Node, PlanningInput, Workload, default_catalog
+from gpuplan.planner.compile import compile_node, compile_problem
+from gpuplan.solvers.problem import NodeSpec, Request
 
 #: Folder of the trace inside the repository.
 TRACE_DIR = Path(__file__).resolve().parent.parent / "data" / "traces" / "alibaba-gpu-v2023"

@@ -28,9 +28,9 @@ from pathlib import Path
 import pandas as pd
 
 from benchmarks._openb import TRACE_DIR, load_nodes, load_pods
-from models import default_catalog
-from solvers.greedy import BestFitScorer, FgdScorer, FirstFitScorer, Placer, Scorer, target_mix
-from solvers.problem import NodeSpec, Request
+from gpuplan.models import default_catalog
+from gpuplan.solvers.greedy import BestFitScorer, FgdScorer, FirstFitScorer, Placer, Scorer, target_mix
+from gpuplan.solvers.problem import NodeSpec, Request
 
 #: Arrived GPU request the protocol inflates the trace to, as a share of GPU capacity.
 TUNE_RATIO = 1.3

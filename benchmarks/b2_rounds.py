@@ -23,13 +23,13 @@ from pathlib import Path
 import pandas as pd
 
 from benchmarks.b1_online import _seeds, _trace, arrivals, run, total_milli
-from models import Policy, default_catalog
-from models.policy import DisruptionBudget, Tier
-from solvers.cpsat import CpSat
-from solvers.cpsat.movers import fragmented_running
-from solvers.greedy import Placer
-from solvers.greedy.first_fit import FirstFitScorer
-from solvers.problem import NodeSpec, PlacementProblem, Request, Running
+from gpuplan.models import Policy, default_catalog
+from gpuplan.models.policy import DisruptionBudget, Tier
+from gpuplan.solvers.cpsat import CpSat
+from gpuplan.solvers.cpsat.movers import fragmented_running
+from gpuplan.solvers.greedy import Placer
+from gpuplan.solvers.greedy.first_fit import FirstFitScorer
+from gpuplan.solvers.problem import NodeSpec, PlacementProblem, Request, Running
 
 log = logging.getLogger("benchmarks.b2")
 

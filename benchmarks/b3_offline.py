@@ -22,10 +22,10 @@ import pandas as pd
 
 from benchmarks.b1_online import _seeds, _trace, scorer_for, total_milli
 from benchmarks.b2_rounds import bench_policy
-from models import Assignment, default_catalog
-from solvers.cpsat import CpSat
-from solvers.greedy import Placer
-from solvers.problem import PlacementProblem
+from gpuplan.models import Assignment, default_catalog
+from gpuplan.solvers.cpsat import CpSat
+from gpuplan.solvers.greedy import Placer
+from gpuplan.solvers.problem import PlacementProblem
 
 log = logging.getLogger("benchmarks.b3")
 

@@ -27,14 +27,14 @@ import pandas as pd
 from benchmarks._openb import TRACE_DIR
 from benchmarks.b1_online import _seeds, _trace, arrivals, scorer_for, total_milli
 from benchmarks.b2_rounds import bench_policy
-from models import default_catalog
-from models.capacity import NodeType, NodeTypeCatalog
-from planner.capacity import node_for, type_specs
-from planner.compile import compile_node
-from planner.purchase import TypeSpec, shape_fits, solve_purchase
-from solvers.cpsat import CpSat
-from solvers.greedy import Placer
-from solvers.problem import PlacementProblem, Request
+from gpuplan.models import default_catalog
+from gpuplan.models.capacity import NodeType, NodeTypeCatalog
+from gpuplan.planner.capacity import node_for, type_specs
+from gpuplan.planner.compile import compile_node
+from gpuplan.planner.purchase import TypeSpec, shape_fits, solve_purchase
+from gpuplan.solvers.cpsat import CpSat
+from gpuplan.solvers.greedy import Placer
+from gpuplan.solvers.problem import PlacementProblem, Request
 
 log = logging.getLogger("benchmarks.b4")
 

@@ -16,7 +16,7 @@ from pathlib import Path
 
 import pandas as pd
 
-from planner.simulate import SimConfig, simulate
+from gpuplan.planner.simulate import SimConfig, simulate
 
 log = logging.getLogger("benchmarks.b5")
 

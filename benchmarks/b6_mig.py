@@ -31,13 +31,13 @@ import pandas as pd
 
 from benchmarks._openb import TRACE_DIR, load_nodes, load_pods
 from benchmarks.b1_online import _seeds, arrivals
-from models import Cluster, Node, PlanningInput, Policy, Workload, default_catalog
-from models.hardware import GpuModelSpec, HardwareCatalog
-from models.policy import DisruptionBudget, MigPolicy, Tier
-from planner.compile import compile_node, compile_problem
-from solvers.cpsat import CpSat
-from solvers.greedy import FgdScorer, FirstFitScorer, Placer, Scorer, target_mix
-from solvers.problem import NodeSpec, PlacementProblem, Request, Running
+from gpuplan.models import Cluster, Node, PlanningInput, Policy, Workload, default_catalog
+from gpuplan.models.hardware import GpuModelSpec, HardwareCatalog
+from gpuplan.models.policy import DisruptionBudget, MigPolicy, Tier
+from gpuplan.planner.compile import compile_node, compile_problem
+from gpuplan.solvers.cpsat import CpSat
+from gpuplan.solvers.greedy import FgdScorer, FirstFitScorer, Placer, Scorer, target_mix
+from gpuplan.solvers.problem import NodeSpec, PlacementProblem, Request, Running
 
 log = logging.getLogger("benchmarks.b6")
 

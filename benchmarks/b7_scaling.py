@@ -29,8 +29,8 @@ import pandas as pd
 
 from benchmarks.b1_online import _trace, arrivals
 from benchmarks.b2_rounds import REPORT_AT, _at, plan_rounds
-from solvers.cpsat.pools import part_count
-from solvers.problem import NodeSpec, Request
+from gpuplan.solvers.cpsat.pools import part_count
+from gpuplan.solvers.problem import NodeSpec, Request
 
 log = logging.getLogger("benchmarks.b7")
 

@@ -24,9 +24,9 @@ from pathlib import Path
 import pandas as pd
 
 from benchmarks._openb import NODE_FILE, TRACE_DIR, _workload
-from models import Cluster, Node, PlanningInput, Workload
-from planner.explain import explain_all
-from planner.planning import make_plan
+from gpuplan.models import Cluster, Node, PlanningInput, Workload
+from gpuplan.planner.explain import explain_all
+from gpuplan.planner.planning import make_plan
 
 log = logging.getLogger("benchmarks.b9")
 

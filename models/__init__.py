@@ -3,9 +3,9 @@
 This package imports nothing else of gpuplan's.
 """
 
-from models.base import InputError, Strict
-from models.catalog import data_dir, default_catalog, load_catalog
-from models.cluster import (
+from gpuplan.models.base import InputError, Strict
+from gpuplan.models.catalog import data_dir, default_catalog, load_catalog
+from gpuplan.models.cluster import (
     Cluster,
     Gpu,
     Link,
@@ -15,7 +15,7 @@ from models.cluster import (
     check_mig_layout,
     mig_layout_problems,
 )
-from models.hardware import (
+from gpuplan.models.hardware import (
     LINK_CLASSES,
     GpuModelSpec,
     HardwareCatalog,
@@ -23,7 +23,7 @@ from models.hardware import (
     MigProfile,
     ReferenceTopology,
 )
-from models.plan import (
+from gpuplan.models.plan import (
     Action,
     Assignment,
     GpuUse,
@@ -33,7 +33,7 @@ from models.plan import (
     SolverReport,
     Unplaced,
 )
-from models.policy import (
+from gpuplan.models.policy import (
     DisruptionBudget,
     IsolationKind,
     IsolationRule,
@@ -44,8 +44,8 @@ from models.policy import (
     Quota,
     Tier,
 )
-from models.problem import PlanningInput, reference_errors
-from models.workload import (
+from gpuplan.models.problem import PlanningInput, reference_errors
+from gpuplan.models.workload import (
     BACKGROUND,
     LATENCY_SENSITIVE,
     STANDARD,

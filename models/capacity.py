@@ -6,8 +6,8 @@ from typing import Any
 
 from pydantic import Field, ValidationInfo, field_validator, model_validator
 
-from models.base import Strict
-from models.cluster import catalog_from
+from gpuplan.models.base import Strict
+from gpuplan.models.cluster import catalog_from
 
 
 class NodeType(Strict):

@@ -5,10 +5,11 @@ from __future__ import annotations
 import json
 import os
 from functools import cache
+from importlib import resources
 from pathlib import Path
 from typing import Any
 
-from models.hardware import (
+from gpuplan.models.hardware import (
     GpuModelSpec,
     HardwareCatalog,
     MigPlacement,
@@ -27,7 +28,7 @@ def data_dir() -> Path:
     override = os.environ.get(DATA_ENV)
     if override:
         return Path(override)
-    return Path(__file__).resolve().parent.parent / "data"
+    return Path(str(resources.files("gpuplan.data")))
 
 
 def _profile(raw: dict[str, Any]) -> MigProfile:

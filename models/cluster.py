@@ -10,9 +10,9 @@ from typing import Any
 
 from pydantic import Field, ValidationInfo, field_validator, model_validator
 
-from models.base import Strict
-from models.catalog import default_catalog
-from models.hardware import GpuModelSpec, HardwareCatalog
+from gpuplan.models.base import Strict
+from gpuplan.models.catalog import default_catalog
+from gpuplan.models.hardware import GpuModelSpec, HardwareCatalog
 
 log = logging.getLogger(__name__)
 

@@ -7,7 +7,7 @@ from functools import cached_property
 
 from pydantic import Field, model_validator
 
-from models.base import Strict
+from gpuplan.models.base import Strict
 
 log = logging.getLogger(__name__)
 

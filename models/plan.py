@@ -7,8 +7,8 @@ from typing import Any
 
 from pydantic import Field
 
-from models.base import Strict
-from models.cluster import MigInstance
+from gpuplan.models.base import Strict
+from gpuplan.models.cluster import MigInstance
 
 
 class PlanStatus(StrEnum):

@@ -6,8 +6,8 @@ from enum import StrEnum
 
 from pydantic import Field, model_validator
 
-from models.base import Strict
-from models.workload import BACKGROUND, LATENCY_SENSITIVE, STANDARD
+from gpuplan.models.base import Strict
+from gpuplan.models.workload import BACKGROUND, LATENCY_SENSITIVE, STANDARD
 
 
 class Tier(Strict):

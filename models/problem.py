@@ -6,11 +6,11 @@ from functools import cached_property
 
 from pydantic import Field, ValidationInfo, model_validator
 
-from models.base import Strict
-from models.cluster import Cluster, catalog_from
-from models.hardware import HardwareCatalog
-from models.policy import Policy
-from models.workload import Workload
+from gpuplan.models.base import Strict
+from gpuplan.models.cluster import Cluster, catalog_from
+from gpuplan.models.hardware import HardwareCatalog
+from gpuplan.models.policy import Policy
+from gpuplan.models.workload import Workload
 
 
 def reference_errors(

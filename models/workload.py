@@ -10,7 +10,7 @@ from typing import Any
 
 from pydantic import Field, field_validator, model_validator
 
-from models.base import Strict
+from gpuplan.models.base import Strict
 
 #: Default tier names, best first.
 LATENCY_SENSITIVE = "latency-sensitive"

@@ -17,13 +17,13 @@ from dataclasses import dataclass
 from datetime import datetime
 from math import inf
 
-from models.cluster import Cluster
-from models.hardware import HardwareCatalog
-from models.plan import Action, Assignment, GpuUse, MigLayout
-from models.policy import Policy
-from models.problem import PlanningInput
-from models.workload import Workload
-from planner.occupancy import Key, Occupancy, OverCommitError, holding
+from gpuplan.models.cluster import Cluster
+from gpuplan.models.hardware import HardwareCatalog
+from gpuplan.models.plan import Action, Assignment, GpuUse, MigLayout
+from gpuplan.models.policy import Policy
+from gpuplan.models.problem import PlanningInput
+from gpuplan.models.workload import Workload
+from gpuplan.planner.occupancy import Key, Occupancy, OverCommitError, holding
 
 log = logging.getLogger(__name__)
 

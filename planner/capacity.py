@@ -29,21 +29,21 @@ from typing import Any
 
 from pydantic import ValidationError
 
-from models.base import InputError
-from models.capacity import CapacityGap, GapLine, NodeType, NodeTypeCatalog, Purchase, Unservable
-from models.catalog import data_dir, default_catalog
-from models.cluster import Cluster, MigConfig, Node
-from models.hardware import HardwareCatalog
-from models.plan import Plan, Unplaced
-from models.policy import DisruptionBudget, IsolationKind, Policy
-from models.problem import PlanningInput
-from models.workload import GpuRef, Placement, Workload
-from planner.compile import compile_node, compile_problem
-from planner.io import describe, read_structured
-from planner.metrics import gpu_equivalents
-from planner.planning import make_plan
-from planner.purchase import TypeSpec, shape_fits, solve_purchase
-from solvers.problem import Request
+from gpuplan.models.base import InputError
+from gpuplan.models.capacity import CapacityGap, GapLine, NodeType, NodeTypeCatalog, Purchase, Unservable
+from gpuplan.models.catalog import data_dir, default_catalog
+from gpuplan.models.cluster import Cluster, MigConfig, Node
+from gpuplan.models.hardware import HardwareCatalog
+from gpuplan.models.plan import Plan, Unplaced
+from gpuplan.models.policy import DisruptionBudget, IsolationKind, Policy
+from gpuplan.models.problem import PlanningInput
+from gpuplan.models.workload import GpuRef, Placement, Workload
+from gpuplan.planner.compile import compile_node, compile_problem
+from gpuplan.planner.io import describe, read_structured
+from gpuplan.planner.metrics import gpu_equivalents
+from gpuplan.planner.planning import make_plan
+from gpuplan.planner.purchase import TypeSpec, shape_fits, solve_purchase
+from gpuplan.solvers.problem import Request
 
 log = logging.getLogger(__name__)
 

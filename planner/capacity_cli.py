@@ -8,15 +8,15 @@ from pathlib import Path
 
 from pydantic import ValidationError
 
-from models.base import InputError
-from models.capacity import CapacityGap, CapacityReport, ScenarioResult
-from models.catalog import default_catalog
-from models.hardware import HardwareCatalog
-from models.plan import Plan
-from models.problem import PlanningInput
-from planner.capacity import GapOptions, capacity_gap, load_node_types
-from planner.export import build_tables, write_csv, write_xlsx
-from planner.io import (
+from gpuplan.models.base import InputError
+from gpuplan.models.capacity import CapacityGap, CapacityReport, ScenarioResult
+from gpuplan.models.catalog import default_catalog
+from gpuplan.models.hardware import HardwareCatalog
+from gpuplan.models.plan import Plan
+from gpuplan.models.problem import PlanningInput
+from gpuplan.planner.capacity import GapOptions, capacity_gap, load_node_types
+from gpuplan.planner.export import build_tables, write_csv, write_xlsx
+from gpuplan.planner.io import (
     describe,
     load_cluster,
     load_plan,
@@ -26,9 +26,9 @@ from planner.io import (
     read_structured,
     write_json,
 )
-from planner.planning import make_plan
-from planner.scenarios import load_scenarios, render_table, run_scenarios
-from solvers.base import solver_names
+from gpuplan.planner.planning import make_plan
+from gpuplan.planner.scenarios import load_scenarios, render_table, run_scenarios
+from gpuplan.solvers.base import solver_names
 
 
 def _input(args: argparse.Namespace, catalog: HardwareCatalog) -> PlanningInput:

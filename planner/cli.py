@@ -12,23 +12,30 @@ from pathlib import Path
 
 from pydantic import ValidationError
 
-from models.base import InputError
-from models.catalog import data_dir, default_catalog
-from models.cluster import Cluster
-from models.plan import Plan
-from models.policy import Policy
-from models.problem import PlanningInput
-from models.workload import Workload, Workloads
-from planner import summary
-from planner.capacity_cli import add_capacity_parsers, write_plan_workbook
-from planner.explain_cli import add_explain_parser
-from planner.import_cli import add_import_parser
-from planner.io import load_cluster, load_plan, load_policy, load_workloads, planning_input, write_json
-from planner.planning import make_plan
-from planner.rounds_cli import add_rounds_parser
-from planner.serve_cli import add_serve_parser
-from planner.validate import validate_plan
-from solvers.base import solver_names
+from gpuplan.models.base import InputError
+from gpuplan.models.catalog import data_dir, default_catalog
+from gpuplan.models.cluster import Cluster
+from gpuplan.models.plan import Plan
+from gpuplan.models.policy import Policy
+from gpuplan.models.problem import PlanningInput
+from gpuplan.models.workload import Workload, Workloads
+from gpuplan.planner import summary
+from gpuplan.planner.capacity_cli import add_capacity_parsers, write_plan_workbook
+from gpuplan.planner.explain_cli import add_explain_parser
+from gpuplan.planner.import_cli import add_import_parser
+from gpuplan.planner.io import (
+    load_cluster,
+    load_plan,
+    load_policy,
+    load_workloads,
+    planning_input,
+    write_json,
+)
+from gpuplan.planner.planning import make_plan
+from gpuplan.planner.rounds_cli import add_rounds_parser
+from gpuplan.planner.serve_cli import add_serve_parser
+from gpuplan.planner.validate import validate_plan
+from gpuplan.solvers.base import solver_names
 
 log = logging.getLogger("gpuplan")
 

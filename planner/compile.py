@@ -4,13 +4,13 @@ from __future__ import annotations
 
 from datetime import datetime
 
-from models.cluster import Node
-from models.hardware import HardwareCatalog
-from models.plan import GpuUse
-from models.problem import PlanningInput
-from models.workload import Placement, Shape, Workload
-from planner.topology import link_graph, nvlink_cliques
-from solvers.problem import GpuSlot, NodeSpec, PlacementProblem, Request, Running, ShapeSpec
+from gpuplan.models.cluster import Node
+from gpuplan.models.hardware import HardwareCatalog
+from gpuplan.models.plan import GpuUse
+from gpuplan.models.problem import PlanningInput
+from gpuplan.models.workload import Placement, Shape, Workload
+from gpuplan.planner.topology import link_graph, nvlink_cliques
+from gpuplan.solvers.problem import GpuSlot, NodeSpec, PlacementProblem, Request, Running, ShapeSpec
 
 
 def compile_node(node: Node, catalog: HardwareCatalog) -> NodeSpec:

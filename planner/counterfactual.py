@@ -19,19 +19,19 @@ from datetime import datetime, timedelta
 from fractions import Fraction
 from typing import Any
 
-from models.cluster import MigInstance, check_mig_layout
-from models.hardware import HardwareCatalog
-from models.plan import Assignment, Change, Counterfactual, Plan, SolverReport
-from models.policy import DisruptionBudget, IsolationKind
-from models.problem import PlanningInput
-from models.workload import Shape, TopologyNeed
-from planner.compile import compile_problem
-from planner.explain_state import Key, PlanState, cluster_after
-from planner.planning import InvalidPlanError
-from planner.validate import validate_plan
-from solvers.base import get_solver
-from solvers.greedy.options import options
-from solvers.problem import Request, ShapeSpec
+from gpuplan.models.cluster import MigInstance, check_mig_layout
+from gpuplan.models.hardware import HardwareCatalog
+from gpuplan.models.plan import Assignment, Change, Counterfactual, Plan, SolverReport
+from gpuplan.models.policy import DisruptionBudget, IsolationKind
+from gpuplan.models.problem import PlanningInput
+from gpuplan.models.workload import Shape, TopologyNeed
+from gpuplan.planner.compile import compile_problem
+from gpuplan.planner.explain_state import Key, PlanState, cluster_after
+from gpuplan.planner.planning import InvalidPlanError
+from gpuplan.planner.validate import validate_plan
+from gpuplan.solvers.base import get_solver
+from gpuplan.solvers.greedy.options import options
+from gpuplan.solvers.problem import Request, ShapeSpec
 
 #: Nodes tried per alternative when searching which replicas to move.
 NODES_TRIED = 4

@@ -10,7 +10,7 @@ from sqlalchemy import Engine, create_engine, event
 from sqlalchemy.engine import make_url
 from sqlalchemy.exc import ArgumentError
 
-from models.base import InputError
+from gpuplan.models.base import InputError
 
 DEFAULT_SQLITE = "gpuplan.db"
 TEST_POSTGRES_ENV = "GPUPLAN_TEST_POSTGRES_URL"

@@ -18,16 +18,16 @@ from collections.abc import Callable, Collection, Sequence
 from dataclasses import dataclass, field, replace
 from datetime import UTC, datetime
 
-from models.catalog import default_catalog
-from models.hardware import HardwareCatalog
-from models.plan import Counterfactual, Explanation, Plan, ReasonDetail
-from models.problem import PlanningInput
-from models.workload import TopologyNeed
-from planner import counterfactual as cfs
-from planner.counterfactual import Candidate, Target
-from planner.explain_state import Key, PlanState
-from solvers.greedy.options import describe, whole_groups
-from solvers.problem import Request
+from gpuplan.models.catalog import default_catalog
+from gpuplan.models.hardware import HardwareCatalog
+from gpuplan.models.plan import Counterfactual, Explanation, Plan, ReasonDetail
+from gpuplan.models.problem import PlanningInput
+from gpuplan.models.workload import TopologyNeed
+from gpuplan.planner import counterfactual as cfs
+from gpuplan.planner.counterfactual import Candidate, Target
+from gpuplan.planner.explain_state import Key, PlanState
+from gpuplan.solvers.greedy.options import describe, whole_groups
+from gpuplan.solvers.problem import Request
 
 log = logging.getLogger(__name__)
 

@@ -6,13 +6,13 @@ import argparse
 import json
 from pathlib import Path
 
-from models.base import InputError
-from models.catalog import default_catalog
-from models.plan import Explanation
-from planner.explain import explain_workload
-from planner.io import load_cluster, load_plan, load_policy, load_workloads, planning_input
-from planner.planning import inputs_digest
-from solvers.base import solver_names
+from gpuplan.models.base import InputError
+from gpuplan.models.catalog import default_catalog
+from gpuplan.models.plan import Explanation
+from gpuplan.planner.explain import explain_workload
+from gpuplan.planner.io import load_cluster, load_plan, load_policy, load_workloads, planning_input
+from gpuplan.planner.planning import inputs_digest
+from gpuplan.solvers.base import solver_names
 
 
 def _input_path(given: str | None, provenance: dict[str, object], name: str) -> Path | None:

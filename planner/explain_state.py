@@ -13,17 +13,17 @@ from contextlib import contextmanager
 from dataclasses import dataclass, replace
 from datetime import datetime
 
-from models.cluster import Cluster, MigConfig
-from models.hardware import HardwareCatalog
-from models.plan import Assignment, Plan
-from models.problem import PlanningInput
-from planner.compile import compile_problem
-from solvers.greedy import Fgd, Placer
-from solvers.greedy.options import Option, options
-from solvers.greedy.options import keep as keep_on
-from solvers.greedy.rules import Demand
-from solvers.greedy.state import NodeInfo, NodeState, initial_state
-from solvers.problem import PlacementProblem, Request, Running, ShapeSpec
+from gpuplan.models.cluster import Cluster, MigConfig
+from gpuplan.models.hardware import HardwareCatalog
+from gpuplan.models.plan import Assignment, Plan
+from gpuplan.models.problem import PlanningInput
+from gpuplan.planner.compile import compile_problem
+from gpuplan.solvers.greedy import Fgd, Placer
+from gpuplan.solvers.greedy.options import Option, options
+from gpuplan.solvers.greedy.options import keep as keep_on
+from gpuplan.solvers.greedy.rules import Demand
+from gpuplan.solvers.greedy.state import NodeInfo, NodeState, initial_state
+from gpuplan.solvers.problem import PlacementProblem, Request, Running, ShapeSpec
 
 Key = tuple[str, int]
 

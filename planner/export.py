@@ -18,13 +18,13 @@ from openpyxl.chart import BarChart, Reference
 from openpyxl.utils import get_column_letter
 from openpyxl.worksheet.worksheet import Worksheet
 
-from models.capacity import CapacityReport, NodeTypeCatalog
-from models.cluster import Cluster, Node
-from models.hardware import HardwareCatalog
-from models.plan import Plan
-from models.problem import PlanningInput
-from planner.metrics import gpu_equivalents
-from planner.scenarios import scenario_row
+from gpuplan.models.capacity import CapacityReport, NodeTypeCatalog
+from gpuplan.models.cluster import Cluster, Node
+from gpuplan.models.hardware import HardwareCatalog
+from gpuplan.models.plan import Plan
+from gpuplan.models.problem import PlanningInput
+from gpuplan.planner.metrics import gpu_equivalents
+from gpuplan.planner.scenarios import scenario_row
 
 log = logging.getLogger(__name__)
 

@@ -12,11 +12,11 @@ from datetime import UTC, datetime
 
 from sqlalchemy import Column, DateTime, Engine, Integer, MetaData, String, Table, Text, insert, select
 
-from models.plan import GpuUse, Plan
-from models.problem import PlanningInput
-from planner.actions import where
-from planner.db import make_engine
-from planner.timeline import predicted_waits
+from gpuplan.models.plan import GpuUse, Plan
+from gpuplan.models.problem import PlanningInput
+from gpuplan.planner.actions import where
+from gpuplan.planner.db import make_engine
+from gpuplan.planner.timeline import predicted_waits
 
 metadata = MetaData()
 

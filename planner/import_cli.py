@@ -7,8 +7,8 @@ from pathlib import Path
 
 import yaml
 
-from models.base import InputError
-from planner.importers import (
+from gpuplan.models.base import InputError
+from gpuplan.planner.importers import (
     compare_mig_with_catalog,
     import_openb,
     node_from_topo,

@@ -10,13 +10,13 @@ from typing import Any, TypeVar
 import yaml
 from pydantic import BaseModel, ValidationError
 
-from models.base import InputError
-from models.cluster import Cluster
-from models.hardware import HardwareCatalog
-from models.plan import Plan
-from models.policy import Policy
-from models.problem import PlanningInput
-from models.workload import Workload
+from gpuplan.models.base import InputError
+from gpuplan.models.cluster import Cluster
+from gpuplan.models.hardware import HardwareCatalog
+from gpuplan.models.plan import Plan
+from gpuplan.models.policy import Policy
+from gpuplan.models.problem import PlanningInput
+from gpuplan.models.workload import Workload
 
 #: Column order of the workloads CSV (FORMATS.md).
 WORKLOAD_COLUMNS: tuple[str, ...] = (

@@ -5,12 +5,12 @@ from __future__ import annotations
 from collections import Counter
 from dataclasses import replace
 
-from models.hardware import HardwareCatalog
-from models.plan import Assignment, GpuUse, MigLayout
-from models.problem import PlanningInput
-from solvers.greedy import Fragmentation, Placer, target_mix
-from solvers.greedy.first_fit import FirstFitScorer
-from solvers.problem import NodeSpec, PlacementProblem, Running
+from gpuplan.models.hardware import HardwareCatalog
+from gpuplan.models.plan import Assignment, GpuUse, MigLayout
+from gpuplan.models.problem import PlanningInput
+from gpuplan.solvers.greedy import Fragmentation, Placer, target_mix
+from gpuplan.solvers.greedy.first_fit import FirstFitScorer
+from gpuplan.solvers.problem import NodeSpec, PlacementProblem, Running
 
 
 def gpu_equivalents(use: GpuUse, model: str, catalog: HardwareCatalog) -> float:

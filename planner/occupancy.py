@@ -10,10 +10,10 @@ from __future__ import annotations
 from collections.abc import Iterable
 from dataclasses import dataclass, field
 
-from models.cluster import Cluster, MigInstance, mig_layout_problems
-from models.hardware import HardwareCatalog
-from models.plan import Assignment, GpuUse
-from models.workload import Workload
+from gpuplan.models.cluster import Cluster, MigInstance, mig_layout_problems
+from gpuplan.models.hardware import HardwareCatalog
+from gpuplan.models.plan import Assignment, GpuUse
+from gpuplan.models.workload import Workload
 
 #: A replica: (workload id, replica index).
 Key = tuple[str, int]

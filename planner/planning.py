@@ -9,17 +9,17 @@ from datetime import UTC, datetime
 from importlib import metadata
 from typing import Any
 
-from models.catalog import default_catalog
-from models.hardware import HardwareCatalog
-from models.plan import Plan, SolverReport
-from models.problem import PlanningInput
-from planner.actions import plan_actions
-from planner.compile import compile_problem
-from planner.metrics import fragmentation, plan_metrics
-from planner.timeline import previous_reservations, with_reservations
-from planner.validate import Violation, validate_plan
-from solvers.base import SolveResult, get_solver
-from solvers.problem import PlacementProblem
+from gpuplan.models.catalog import default_catalog
+from gpuplan.models.hardware import HardwareCatalog
+from gpuplan.models.plan import Plan, SolverReport
+from gpuplan.models.problem import PlanningInput
+from gpuplan.planner.actions import plan_actions
+from gpuplan.planner.compile import compile_problem
+from gpuplan.planner.metrics import fragmentation, plan_metrics
+from gpuplan.planner.timeline import previous_reservations, with_reservations
+from gpuplan.planner.validate import Violation, validate_plan
+from gpuplan.solvers.base import SolveResult, get_solver
+from gpuplan.solvers.problem import PlacementProblem
 
 log = logging.getLogger(__name__)
 
@@ -137,7 +137,7 @@ def make_plan(
     plan = build_plan(inp, problem, result, catalog, provenance)
     if explain:
         # Imported here: explanations verify counterfactuals by re-planning through this module.
-        from planner.explain import explain_all, with_explanations
+        from gpuplan.planner.explain import explain_all, with_explanations
 
         found = explain_all(
             inp, plan, catalog=catalog, now=now, solver="greedy-fgd", budget_s=explain_budget_s

@@ -20,10 +20,10 @@ from typing import Any
 
 import pulp
 
-from models.hardware import GpuModelSpec
-from models.policy import IsolationKind, Policy
-from models.workload import TopologyNeed
-from solvers.problem import NodeSpec, Request, ShapeSpec
+from gpuplan.models.hardware import GpuModelSpec
+from gpuplan.models.policy import IsolationKind, Policy
+from gpuplan.models.workload import TopologyNeed
+from gpuplan.solvers.problem import NodeSpec, Request, ShapeSpec
 
 log = logging.getLogger(__name__)
 

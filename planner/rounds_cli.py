@@ -13,18 +13,18 @@ from contextlib import contextmanager, nullcontext
 from datetime import UTC, datetime
 from pathlib import Path
 
-from models.base import InputError
-from models.catalog import default_catalog
-from models.policy import DisruptionBudget
-from models.problem import PlanningInput
-from planner import summary
-from planner.actions import plan_actions
-from planner.executor import kubernetes, migparted
-from planner.history import PlanHistory, plan_diff
-from planner.io import load_cluster, load_policy, load_workloads, planning_input, write_json
-from planner.planning import make_plan
-from planner.simulate import SimConfig, simulate
-from solvers.base import solver_names
+from gpuplan.models.base import InputError
+from gpuplan.models.catalog import default_catalog
+from gpuplan.models.policy import DisruptionBudget
+from gpuplan.models.problem import PlanningInput
+from gpuplan.planner import summary
+from gpuplan.planner.actions import plan_actions
+from gpuplan.planner.executor import kubernetes, migparted
+from gpuplan.planner.history import PlanHistory, plan_diff
+from gpuplan.planner.io import load_cluster, load_policy, load_workloads, planning_input, write_json
+from gpuplan.planner.planning import make_plan
+from gpuplan.planner.simulate import SimConfig, simulate
+from gpuplan.solvers.base import solver_names
 
 #: A CP-SAT search-log line: ``#<event> <seconds>s best:<incumbent> next:[<bound>,<hi>]``.
 _PROGRESS = re.compile(r"^#(\w+)\s+([\d.]+)s\s+best:(\S+)\s+next:\[([^,\]]+)")
@@ -118,7 +118,7 @@ def cmd_replan(args: argparse.Namespace) -> int:
     previous = history.latest()
     now = _now(args.now)
     progress = ProgressHandler()
-    cpsat_log = logging.getLogger("solvers.cpsat.solver")
+    cpsat_log = logging.getLogger("gpuplan.solvers.cpsat.solver")
     level, propagate = cpsat_log.level, cpsat_log.propagate
     if not args.quiet:
         cpsat_log.addHandler(progress)

@@ -13,14 +13,21 @@ from typing import Any
 
 from pydantic import ValidationError
 
-from models.base import InputError
-from models.capacity import CapacityGap, Growth, NodeTypeCatalog, Scenario, ScenarioFile, ScenarioResult
-from models.hardware import HardwareCatalog
-from models.policy import Policy
-from models.problem import PlanningInput
-from models.workload import Workload
-from planner.capacity import GapOptions, capacity_gap, load_node_types
-from planner.io import describe, read_structured
+from gpuplan.models.base import InputError
+from gpuplan.models.capacity import (
+    CapacityGap,
+    Growth,
+    NodeTypeCatalog,
+    Scenario,
+    ScenarioFile,
+    ScenarioResult,
+)
+from gpuplan.models.hardware import HardwareCatalog
+from gpuplan.models.policy import Policy
+from gpuplan.models.problem import PlanningInput
+from gpuplan.models.workload import Workload
+from gpuplan.planner.capacity import GapOptions, capacity_gap, load_node_types
+from gpuplan.planner.io import describe, read_structured
 
 log = logging.getLogger(__name__)
 

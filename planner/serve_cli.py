@@ -6,14 +6,14 @@ import argparse
 import logging
 import sys
 
-from models.base import InputError
+from gpuplan.models.base import InputError
 
 
 def cmd_serve(args: argparse.Namespace) -> int:
     """Serve the API, or with ``--create-key``/``--create-admin-key`` store a new key and print it."""
-    from api.auth import key_hash, new_key, parse_role
-    from api.settings import Settings
-    from api.store import Store
+    from gpuplan.api.auth import key_hash, new_key, parse_role
+    from gpuplan.api.settings import Settings
+    from gpuplan.api.store import Store
 
     overrides = {"database": args.database} if args.database else {}
     settings = Settings(**overrides)
@@ -33,7 +33,7 @@ def cmd_serve(args: argparse.Namespace) -> int:
     import uvicorn
     from sqlalchemy.exc import SQLAlchemyError
 
-    from api.app import create_app
+    from gpuplan.api.app import create_app
 
     try:
         Store.open(settings.database).close()

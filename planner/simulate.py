@@ -28,18 +28,18 @@ from datetime import UTC, datetime, timedelta
 from pathlib import Path
 from typing import Any
 
-from models.catalog import data_dir, default_catalog
-from models.cluster import Cluster
-from models.plan import Plan
-from models.policy import DisruptionBudget, Policy, default_tiers
-from models.problem import PlanningInput
-from models.workload import Workload
-from planner.compile import compile_problem
-from planner.executor import Executor, SimCluster, state_input
-from planner.importers.openb import QOS_TIERS
-from planner.metrics import fragmentation
-from planner.planning import make_plan
-from solvers.base import get_solver
+from gpuplan.models.catalog import data_dir, default_catalog
+from gpuplan.models.cluster import Cluster
+from gpuplan.models.plan import Plan
+from gpuplan.models.policy import DisruptionBudget, Policy, default_tiers
+from gpuplan.models.problem import PlanningInput
+from gpuplan.models.workload import Workload
+from gpuplan.planner.compile import compile_problem
+from gpuplan.planner.executor import Executor, SimCluster, state_input
+from gpuplan.planner.importers.openb import QOS_TIERS
+from gpuplan.planner.metrics import fragmentation
+from gpuplan.planner.planning import make_plan
+from gpuplan.solvers.base import get_solver
 
 log = logging.getLogger(__name__)
 

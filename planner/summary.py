@@ -4,8 +4,8 @@ from __future__ import annotations
 
 from collections import Counter
 
-from models.plan import Plan
-from models.problem import PlanningInput
+from gpuplan.models.plan import Plan
+from gpuplan.models.problem import PlanningInput
 
 
 def render(plan: Plan, inp: PlanningInput) -> str:

@@ -26,18 +26,18 @@ from contextlib import contextmanager
 from dataclasses import dataclass, replace
 from datetime import datetime, timedelta
 
-from models.cluster import Cluster
-from models.hardware import HardwareCatalog
-from models.plan import Assignment, GpuUse, MigLayout, Plan, PlanStatus, SolverReport, Unplaced
-from models.policy import Policy
-from models.problem import PlanningInput
-from models.workload import Workload
-from planner.compile import compile_node
-from planner.occupancy import Holding, Key, Occupancy, holding
-from planner.validate import validate_plan
-from solvers.base import SolveResult
-from solvers.greedy import BestFitScorer, Placer
-from solvers.problem import NodeSpec, PlacementProblem, Request, Running
+from gpuplan.models.cluster import Cluster
+from gpuplan.models.hardware import HardwareCatalog
+from gpuplan.models.plan import Assignment, GpuUse, MigLayout, Plan, PlanStatus, SolverReport, Unplaced
+from gpuplan.models.policy import Policy
+from gpuplan.models.problem import PlanningInput
+from gpuplan.models.workload import Workload
+from gpuplan.planner.compile import compile_node
+from gpuplan.planner.occupancy import Holding, Key, Occupancy, holding
+from gpuplan.planner.validate import validate_plan
+from gpuplan.solvers.base import SolveResult
+from gpuplan.solvers.greedy import BestFitScorer, Placer
+from gpuplan.solvers.problem import NodeSpec, PlacementProblem, Request, Running
 
 log = logging.getLogger(__name__)
 
@@ -218,7 +218,7 @@ def _keep(placer: Placer, requests: Mapping[Key, Request], iv: _Interval) -> Non
 def _quiet_overcommit() -> Iterator[None]:
     """Silence the placer's over-commit warning: the union of intervals at different times may
     over-commit a GPU on purpose (the placer only needs it as taken)."""
-    quiet = logging.getLogger("solvers.greedy.options")
+    quiet = logging.getLogger("gpuplan.solvers.greedy.options")
     level = quiet.level
     quiet.setLevel(logging.ERROR)
     try:

@@ -8,7 +8,7 @@ from collections.abc import Iterable
 
 import networkx as nx
 
-from models.cluster import Node
+from gpuplan.models.cluster import Node
 
 _NV = re.compile(r"^NV(\d+)$")
 

@@ -16,14 +16,14 @@ from fractions import Fraction
 
 import networkx as nx
 
-from models.catalog import default_catalog
-from models.cluster import Gpu, MigInstance, Node, mig_layout_problems
-from models.hardware import GpuModelSpec, HardwareCatalog
-from models.plan import Assignment, GpuUse, Plan
-from models.policy import IsolationKind, IsolationRule, Quota
-from models.problem import PlanningInput
-from models.workload import Shape, TopologyNeed, Workload
-from planner.topology import link_graph
+from gpuplan.models.catalog import default_catalog
+from gpuplan.models.cluster import Gpu, MigInstance, Node, mig_layout_problems
+from gpuplan.models.hardware import GpuModelSpec, HardwareCatalog
+from gpuplan.models.plan import Assignment, GpuUse, Plan
+from gpuplan.models.policy import IsolationKind, IsolationRule, Quota
+from gpuplan.models.problem import PlanningInput
+from gpuplan.models.workload import Shape, TopologyNeed, Workload
+from gpuplan.planner.topology import link_graph
 
 log = logging.getLogger(__name__)
 

@@ -7,8 +7,8 @@ from collections.abc import Callable
 from dataclasses import dataclass, field
 from typing import Protocol
 
-from models.plan import Assignment, MigLayout, PlanStatus, Unplaced
-from solvers.problem import PlacementProblem
+from gpuplan.models.plan import Assignment, MigLayout, PlanStatus, Unplaced
+from gpuplan.solvers.problem import PlacementProblem
 
 
 @dataclass(frozen=True)
@@ -40,13 +40,13 @@ class Solver(Protocol):
 
 #: Solver name -> (module, class name, pip extra that provides it).
 _REGISTRY: dict[str, tuple[str, str]] = {
-    "first-fit": ("solvers.greedy", "FirstFit"),
-    "best-fit": ("solvers.greedy", "BestFit"),
-    "greedy-fgd": ("solvers.greedy", "Fgd"),
-    "cpsat": ("solvers.cpsat", "CpSat"),
-    "milp": ("solvers.milp", "MilpHighs"),
-    "milp-highs": ("solvers.milp", "MilpHighs"),
-    "milp-cbc": ("solvers.milp", "MilpCbc"),
+    "first-fit": ("gpuplan.solvers.greedy", "FirstFit"),
+    "best-fit": ("gpuplan.solvers.greedy", "BestFit"),
+    "greedy-fgd": ("gpuplan.solvers.greedy", "Fgd"),
+    "cpsat": ("gpuplan.solvers.cpsat", "CpSat"),
+    "milp": ("gpuplan.solvers.milp", "MilpHighs"),
+    "milp-highs": ("gpuplan.solvers.milp", "MilpHighs"),
+    "milp-cbc": ("gpuplan.solvers.milp", "MilpCbc"),
 }
 
 

@@ -8,10 +8,10 @@ from __future__ import annotations
 from collections.abc import Mapping
 from dataclasses import dataclass, field
 
-from models.hardware import HardwareCatalog
-from models.plan import Assignment, GpuUse
-from models.policy import Policy
-from models.workload import TopologyNeed
+from gpuplan.models.hardware import HardwareCatalog
+from gpuplan.models.plan import Assignment, GpuUse
+from gpuplan.models.policy import Policy
+from gpuplan.models.workload import TopologyNeed
 
 
 @dataclass(frozen=True)

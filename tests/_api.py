@@ -19,7 +19,7 @@ import pytest
 import yaml
 from fastapi.testclient import TestClient
 
-from models.catalog import data_dir
+from gpuplan.models.catalog import data_dir
 
 ADMIN = "admin-key-0123456789abcdef"
 PLANNER = "planner-key-0123456789abcdef"

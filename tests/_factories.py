@@ -4,7 +4,7 @@ from __future__ import annotations
 
 from typing import Any
 
-from models import (
+from gpuplan.models import (
     Assignment,
     Cluster,
     GpuUse,

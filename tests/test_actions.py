@@ -11,12 +11,21 @@ import pytest
 from hypothesis import HealthCheck, given, settings
 from hypothesis import strategies as st
 
-from models import Assignment, Cluster, DisruptionBudget, MigLayout, Node, PlanningInput, Policy, Workload
-from models import default_catalog as catalog_of
-from models.plan import GpuUse
-from models.policy import Tier
-from models.workload import Placement
-from planner.actions import (
+from gpuplan.models import (
+    Assignment,
+    Cluster,
+    DisruptionBudget,
+    MigLayout,
+    Node,
+    PlanningInput,
+    Policy,
+    Workload,
+)
+from gpuplan.models import default_catalog as catalog_of
+from gpuplan.models.plan import GpuUse
+from gpuplan.models.policy import Tier
+from gpuplan.models.workload import Placement
+from gpuplan.planner.actions import (
     CREATE,
     DESTROY,
     DRAIN,
@@ -29,9 +38,9 @@ from planner.actions import (
     schedule_rounds,
     where,
 )
-from planner.compile import compile_node, compile_problem
-from planner.occupancy import Occupancy, OverCommitError
-from solvers.greedy import FirstFitScorer, Placer
+from gpuplan.planner.compile import compile_node, compile_problem
+from gpuplan.planner.occupancy import Occupancy, OverCommitError
+from gpuplan.solvers.greedy import FirstFitScorer, Placer
 
 NOW = datetime(2026, 11, 29, 12, tzinfo=UTC)
 SHAPES: list[dict[str, Any]] = [

@@ -10,10 +10,10 @@ from typing import Any
 import httpx
 import openpyxl
 
-from models.catalog import default_catalog
-from models.plan import Plan
-from models.problem import PlanningInput
-from planner.validate import validate_plan
+from gpuplan.models.catalog import default_catalog
+from gpuplan.models.plan import Plan
+from gpuplan.models.problem import PlanningInput
+from gpuplan.planner.validate import validate_plan
 from tests._api import ADMIN, PLANNER, VIEWER_ML, Server, example_body, live, tiny_body, wait_status
 
 __all__ = ["live"]

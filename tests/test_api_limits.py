@@ -12,8 +12,8 @@ import httpx
 import pytest
 from fastapi.testclient import TestClient
 
-from api import create_app
-from api.settings import Limits, Settings
+from gpuplan.api import create_app
+from gpuplan.api.settings import Limits, Settings
 from tests._api import ADMIN, KEYS, MAX_ACTIVE, PLANNER, Server, auth, drain, example_body, live, tiny_body
 
 __all__ = ["live"]

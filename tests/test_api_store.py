@@ -8,9 +8,9 @@ from datetime import timedelta
 
 from fastapi.testclient import TestClient
 
-from api import create_app
-from api.settings import Settings
-from api.store import Actor, JobInput, JobRecord, JobStatus, Store, now
+from gpuplan.api import create_app
+from gpuplan.api.settings import Settings
+from gpuplan.api.store import Actor, JobInput, JobRecord, JobStatus, Store, now
 from tests._api import (
     KEYS,
     PLANNER,

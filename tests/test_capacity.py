@@ -11,15 +11,22 @@ import yaml
 from hypothesis import given, settings
 from hypothesis import strategies as st
 
-from models import Plan, PlanningInput, PlanStatus, SolverReport, Unplaced, default_catalog
-from models.capacity import CapacityGap, CapacityReport, Growth, NodeTypeCatalog, Scenario, ScenarioFile
-from models.workload import Workload
-from planner.capacity import GapOptions, capacity_gap, gap_demand, load_node_types, type_specs
-from planner.cli import main
-from planner.compile import compile_problem
-from planner.planning import make_plan
-from planner.purchase import solve_purchase
-from planner.scenarios import grow, run_scenarios, scenario_input, scenario_types
+from gpuplan.models import Plan, PlanningInput, PlanStatus, SolverReport, Unplaced, default_catalog
+from gpuplan.models.capacity import (
+    CapacityGap,
+    CapacityReport,
+    Growth,
+    NodeTypeCatalog,
+    Scenario,
+    ScenarioFile,
+)
+from gpuplan.models.workload import Workload
+from gpuplan.planner.capacity import GapOptions, capacity_gap, gap_demand, load_node_types, type_specs
+from gpuplan.planner.cli import main
+from gpuplan.planner.compile import compile_problem
+from gpuplan.planner.planning import make_plan
+from gpuplan.planner.purchase import solve_purchase
+from gpuplan.planner.scenarios import grow, run_scenarios, scenario_input, scenario_types
 
 NOW = datetime(2026, 11, 29, 12, 0, tzinfo=UTC)
 OPTS = GapOptions(time_limit_s=3.0, milp_time_limit_s=10.0, now=NOW)

@@ -9,8 +9,8 @@ from pathlib import Path
 import pytest
 import yaml
 
-from models import data_dir
-from planner.cli import main
+from gpuplan.models import data_dir
+from gpuplan.planner.cli import main
 
 EXAMPLES = data_dir() / "examples"
 
@@ -211,7 +211,7 @@ def test_import_topo_writes_a_valid_node(tmp_path: Path, capsys: pytest.CaptureF
         [*args, "--cpu-milli", "192000", "--memory-mib", "2097152", "--out", str(out_file)], capsys
     )
     assert code == 0
-    from models import Cluster
+    from gpuplan.models import Cluster
 
     cluster = Cluster.model_validate(yaml.safe_load(out_file.read_text()))
     assert cluster.gpu_count == 8
@@ -244,7 +244,7 @@ def test_every_code_package_is_shipped() -> None:
     root = Path(__file__).resolve().parent.parent
     listed = set(tomllib.loads((root / "pyproject.toml").read_text())["tool"]["setuptools"]["packages"])
     found = {
-        ".".join(d.relative_to(root).parts)
+        ".".join(("gpuplan", *d.relative_to(root).parts))
         for top in ("models", "planner", "solvers", "api")
         for d in [root / top, *(root / top).rglob("*")]
         if d.is_dir() and any(d.glob("*.py"))

@@ -7,8 +7,8 @@ from pathlib import Path
 import pytest
 from sqlalchemy import text
 
-from models.base import InputError
-from planner.db import database_url, make_engine
+from gpuplan.models.base import InputError
+from gpuplan.planner.db import database_url, make_engine
 
 
 def test_round_trip(db_url: str) -> None:

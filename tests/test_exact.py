@@ -12,8 +12,8 @@ from typing import Any
 
 import pytest
 
-from models import Plan, PlanningInput, PlanStatus
-from planner.planning import make_plan
+from gpuplan.models import Plan, PlanningInput, PlanStatus
+from gpuplan.planner.planning import make_plan
 
 NOW = datetime(2026, 11, 29, 12, tzinfo=UTC)
 EXACT = ["cpsat", "milp-highs", "milp-cbc"]

@@ -9,12 +9,12 @@ from typing import Any
 import pytest
 import yaml
 
-from models import Cluster, DisruptionBudget, Plan, PlanningInput, Policy, Workload, default_catalog
-from models.plan import Assignment
-from planner.actions import CREATE, MIGRATE, START
-from planner.executor import Executor, Failure, SimCluster, kubernetes, migparted, state_input
-from planner.planning import make_plan
-from planner.validate import validate_plan
+from gpuplan.models import Cluster, DisruptionBudget, Plan, PlanningInput, Policy, Workload, default_catalog
+from gpuplan.models.plan import Assignment
+from gpuplan.planner.actions import CREATE, MIGRATE, START
+from gpuplan.planner.executor import Executor, Failure, SimCluster, kubernetes, migparted, state_input
+from gpuplan.planner.planning import make_plan
+from gpuplan.planner.validate import validate_plan
 
 NOW = datetime(2026, 11, 29, 12, tzinfo=UTC)
 

@@ -13,12 +13,20 @@ import pytest
 from hypothesis import HealthCheck, given, settings
 from hypothesis import strategies as st
 
-from models import Plan, PlanningInput, Policy, Workload, default_catalog
-from models.plan import Counterfactual, Explanation
-from planner.cli import main
-from planner.counterfactual import Target, apply_counterfactual
-from planner.explain import BLOCKED, GANG, SOLVER_LIMIT, TRADE_OFF, explain_all, explain_workload, target_of
-from planner.planning import make_plan
+from gpuplan.models import Plan, PlanningInput, Policy, Workload, default_catalog
+from gpuplan.models.plan import Counterfactual, Explanation
+from gpuplan.planner.cli import main
+from gpuplan.planner.counterfactual import Target, apply_counterfactual
+from gpuplan.planner.explain import (
+    BLOCKED,
+    GANG,
+    SOLVER_LIMIT,
+    TRADE_OFF,
+    explain_all,
+    explain_workload,
+    target_of,
+)
+from gpuplan.planner.planning import make_plan
 from tests import _factories as factories
 from tests._factories import gpus, node, planning_input
 

@@ -12,14 +12,14 @@ import pytest
 import yaml
 from openpyxl import load_workbook
 
-from models import Plan, PlanningInput, default_catalog
-from models.capacity import CapacityReport, NodeTypeCatalog, ScenarioResult
-from planner.capacity import GapOptions, capacity_gap, load_node_types
-from planner.cli import main
-from planner.export import SHEETS, build_tables, gpu_hour_rates, write_csv, write_xlsx
-from planner.io import write_json
-from planner.planning import make_plan
-from planner.validate import validate_plan
+from gpuplan.models import Plan, PlanningInput, default_catalog
+from gpuplan.models.capacity import CapacityReport, NodeTypeCatalog, ScenarioResult
+from gpuplan.planner.capacity import GapOptions, capacity_gap, load_node_types
+from gpuplan.planner.cli import main
+from gpuplan.planner.export import SHEETS, build_tables, gpu_hour_rates, write_csv, write_xlsx
+from gpuplan.planner.io import write_json
+from gpuplan.planner.planning import make_plan
+from gpuplan.planner.validate import validate_plan
 
 NOW = datetime(2026, 11, 29, 12, 0, tzinfo=UTC)
 

@@ -10,7 +10,7 @@ import pytest
 from hypothesis import HealthCheck, given, settings
 from hypothesis import strategies as st
 
-from models import (
+from gpuplan.models import (
     Cluster,
     GpuUse,
     MigInstance,
@@ -23,9 +23,9 @@ from models import (
     check_mig_layout,
     default_catalog,
 )
-from planner.compile import compile_problem
-from solvers.base import SolveResult, get_solver
-from solvers.greedy import (
+from gpuplan.planner.compile import compile_problem
+from gpuplan.solvers.base import SolveResult, get_solver
+from gpuplan.solvers.greedy import (
     GANG,
     NEVER_FITS,
     NO_CAPACITY,
@@ -37,7 +37,7 @@ from solvers.greedy import (
     fgd_score,
     target_mix,
 )
-from solvers.problem import NodeSpec, PlacementProblem, ShapeSpec
+from gpuplan.solvers.problem import NodeSpec, PlacementProblem, ShapeSpec
 
 NOW = datetime(2026, 1, 1, tzinfo=UTC)
 SOLVERS = ["first-fit", "best-fit", "greedy-fgd"]

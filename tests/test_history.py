@@ -13,8 +13,8 @@ from typing import Any
 import pytest
 import yaml
 
-from planner.cli import main
-from planner.history import PlanHistory, plan_diff
+from gpuplan.planner.cli import main
+from gpuplan.planner.history import PlanHistory, plan_diff
 
 ROOT = Path(__file__).resolve().parent.parent
 NOW = "2026-11-29T12:00:00+00:00"
@@ -118,7 +118,7 @@ def _busy_files(tmp_path: Path) -> list[str]:
 
 
 def _replan(db: str, files: list[str], *extra: str) -> subprocess.Popen[str]:
-    cmd = [sys.executable, "-m", "planner.cli", "replan", "--db", db, "--now", NOW, *files, *extra]
+    cmd = [sys.executable, "-m", "gpuplan.planner.cli", "replan", "--db", db, "--now", NOW, *files, *extra]
     env = {**os.environ, "PYTHONPATH": str(ROOT)}
     return subprocess.Popen(cmd, cwd=ROOT, env=env, stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True)
 

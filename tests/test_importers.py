@@ -10,8 +10,8 @@ from typing import Any
 import pytest
 import yaml
 
-from models import Cluster, Node, Workload, data_dir
-from planner.importers import (
+from gpuplan.models import Cluster, Node, Workload, data_dir
+from gpuplan.planner.importers import (
     OpenbSummary,
     compare_mig_with_catalog,
     identify_gpu_model,
@@ -22,10 +22,10 @@ from planner.importers import (
     parse_topo,
     resolve_mig_model,
 )
-from planner.importers.openb import WORKLOAD_COLUMNS
+from gpuplan.planner.importers.openb import WORKLOAD_COLUMNS
 
 SMI = data_dir() / "hardware" / "nvidia-smi"
-TRACE = data_dir() / "traces" / "alibaba-gpu-v2023"
+TRACE = Path(__file__).resolve().parents[1] / "data" / "traces" / "alibaba-gpu-v2023"
 TOPO_FILES = sorted(p.name for p in SMI.glob("topo-*.txt"))
 LINK_KIND = re.compile(r"^(NV\d+|PIX|PXB|PHB|NODE|SYS)$")
 

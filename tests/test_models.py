@@ -8,7 +8,7 @@ from typing import Any
 import pytest
 from pydantic import ValidationError
 
-from models import (
+from gpuplan.models import (
     Cluster,
     Node,
     PlanningInput,
@@ -17,7 +17,7 @@ from models import (
     check_mig_layout,
     default_catalog,
 )
-from models.cluster import MigInstance
+from gpuplan.models.cluster import MigInstance
 
 
 def node(**extra: Any) -> dict[str, Any]:
@@ -52,7 +52,7 @@ def test_topology_override_by_index_keeps_other_gpus() -> None:
 
 
 def test_uncertain_topology_logs_a_warning(caplog: pytest.LogCaptureFixture) -> None:
-    from models import cluster as cluster_module
+    from gpuplan.models import cluster as cluster_module
 
     cluster_module._warned.discard("reference topology hgx-h200")
     with caplog.at_level("WARNING"):

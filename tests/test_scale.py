@@ -8,9 +8,9 @@ from typing import Any
 
 import pytest
 
-from models import PlanningInput, PlanStatus
-from planner.planning import make_plan
-from solvers.cpsat import candidates, pools, solver
+from gpuplan.models import PlanningInput, PlanStatus
+from gpuplan.planner.planning import make_plan
+from gpuplan.solvers.cpsat import candidates, pools, solver
 
 NOW = datetime(2026, 11, 29, 12, tzinfo=UTC)
 

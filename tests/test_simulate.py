@@ -10,8 +10,8 @@ from pathlib import Path
 
 import pytest
 
-from planner.cli import main
-from planner.simulate import POLICIES, SimConfig, arrivals, gpu_demand, sample_cluster
+from gpuplan.planner.cli import main
+from gpuplan.planner.simulate import POLICIES, SimConfig, arrivals, gpu_demand, sample_cluster
 
 
 def test_arrivals_offer_the_load_asked_for_with_lognormal_run_times() -> None:

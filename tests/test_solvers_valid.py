@@ -9,8 +9,8 @@ from typing import Any
 from hypothesis import HealthCheck, given, settings
 from hypothesis import strategies as st
 
-from models import PlanningInput
-from planner.planning import make_plan
+from gpuplan.models import PlanningInput
+from gpuplan.planner.planning import make_plan
 
 NOW = datetime(2026, 11, 29, 12, tzinfo=UTC)
 SOLVERS = ["first-fit", "best-fit", "greedy-fgd", "cpsat", "milp-highs"]

@@ -7,12 +7,12 @@ from typing import Any
 
 import pytest
 
-from models import Cluster, Plan, PlanningInput, Policy, Workload, default_catalog
-from models.policy import Tier
-from planner.executor import Executor, SimCluster
-from planner.planning import make_plan
-from planner.timeline import RESERVED
-from planner.validate import validate_plan
+from gpuplan.models import Cluster, Plan, PlanningInput, Policy, Workload, default_catalog
+from gpuplan.models.policy import Tier
+from gpuplan.planner.executor import Executor, SimCluster
+from gpuplan.planner.planning import make_plan
+from gpuplan.planner.timeline import RESERVED
+from gpuplan.planner.validate import validate_plan
 
 NOW = datetime(2026, 11, 29, 12, tzinfo=UTC)
 TIERS = (

@@ -11,7 +11,7 @@ import pytest
 from hypothesis import HealthCheck, assume, given, settings
 from hypothesis import strategies as st
 
-from models import (
+from gpuplan.models import (
     Assignment,
     GpuModelSpec,
     GpuUse,
@@ -28,8 +28,8 @@ from models import (
     check_mig_layout,
     default_catalog,
 )
-from planner.topology import is_nvlink_clique
-from planner.validate import Violation, validate_plan
+from gpuplan.planner.topology import is_nvlink_clique
+from gpuplan.planner.validate import Violation, validate_plan
 from tests._factories import (
     assign,
     frac,

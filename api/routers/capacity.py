@@ -6,10 +6,10 @@ from typing import Any
 
 from fastapi import APIRouter, Response, status
 
-from api.deps import RunnerDep, SettingsDep, StoreDep, Submitter
-from api.routers.plans import Wait, enqueue
-from api.schemas import CapacityGapRequest, JobOut, JobResult
-from api.views import CAPACITY_GAP
+from gpuplan.api.deps import RunnerDep, SettingsDep, StoreDep, Submitter
+from gpuplan.api.routers.plans import Wait, enqueue
+from gpuplan.api.schemas import CapacityGapRequest, JobOut, JobResult
+from gpuplan.api.views import CAPACITY_GAP
 
 router = APIRouter(prefix="/v1", tags=["capacity"])
 

@@ -12,13 +12,13 @@ from typing import Annotated, Any
 
 from fastapi import APIRouter, HTTPException, Path, Query
 
-from api.deps import Caller, RunnerDep, SettingsDep, StoreDep
-from api.errors import LimitExceeded
-from api.routers.plans import JobId
-from api.store import JobStatus
-from api.views import PLAN, PLANS, readable
-from models.plan import Explanation
-from solvers.base import solver_names
+from gpuplan.api.deps import Caller, RunnerDep, SettingsDep, StoreDep
+from gpuplan.api.errors import LimitExceeded
+from gpuplan.api.routers.plans import JobId
+from gpuplan.api.store import JobStatus
+from gpuplan.api.views import PLAN, PLANS, readable
+from gpuplan.models.plan import Explanation
+from gpuplan.solvers.base import solver_names
 
 router = APIRouter(prefix=PLANS, tags=["explain"])
 

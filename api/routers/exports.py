@@ -9,15 +9,15 @@ from typing import Annotated, Any
 
 from fastapi import APIRouter, HTTPException, Query, Response
 
-from api.deps import Caller, StoreDep
-from api.routers.plans import JobId
-from api.store import JobStatus, Store
-from api.views import PLAN, PLANS, readable
-from models.catalog import default_catalog
-from models.plan import Plan
-from models.problem import PlanningInput
-from planner.capacity import load_node_types
-from planner.export import SHEETS, build_tables, write_xlsx
+from gpuplan.api.deps import Caller, StoreDep
+from gpuplan.api.routers.plans import JobId
+from gpuplan.api.store import JobStatus, Store
+from gpuplan.api.views import PLAN, PLANS, readable
+from gpuplan.models.catalog import default_catalog
+from gpuplan.models.plan import Plan
+from gpuplan.models.problem import PlanningInput
+from gpuplan.planner.capacity import load_node_types
+from gpuplan.planner.export import SHEETS, build_tables, write_xlsx
 
 router = APIRouter(prefix=PLANS, tags=["exports"])
 

@@ -9,9 +9,9 @@ from fastapi import APIRouter, Request, Response
 from prometheus_client import CONTENT_TYPE_LATEST, generate_latest
 from sqlalchemy.exc import SQLAlchemyError
 
-from api.deps import RunnerDep, StoreDep
-from api.metrics import ApiMetrics
-from api.schemas import Health
+from gpuplan.api.deps import RunnerDep, StoreDep
+from gpuplan.api.metrics import ApiMetrics
+from gpuplan.api.schemas import Health
 
 router = APIRouter(tags=["health"])
 log = logging.getLogger(__name__)

@@ -12,15 +12,15 @@ from typing import Annotated, Any
 from fastapi import APIRouter, HTTPException, Path, Query, Response, status
 from pydantic import ValidationError
 
-from api.auth import Principal
-from api.deps import Caller, RunnerDep, SettingsDep, StoreDep, Submitter
-from api.errors import InputRejected, LimitExceeded
-from api.runner import Runner
-from api.schemas import AuditOut, JobOut, JobPage, JobResult, PlanRequest
-from api.settings import Limits, Settings
-from api.store import Actor, JobInput, JobRecord, JobStatus, Store, now
-from api.views import PLAN, PLANS, job_out, readable, result_body
-from models.problem import PlanningInput
+from gpuplan.api.auth import Principal
+from gpuplan.api.deps import Caller, RunnerDep, SettingsDep, StoreDep, Submitter
+from gpuplan.api.errors import InputRejected, LimitExceeded
+from gpuplan.api.runner import Runner
+from gpuplan.api.schemas import AuditOut, JobOut, JobPage, JobResult, PlanRequest
+from gpuplan.api.settings import Limits, Settings
+from gpuplan.api.store import Actor, JobInput, JobRecord, JobStatus, Store, now
+from gpuplan.api.views import PLAN, PLANS, job_out, readable, result_body
+from gpuplan.models.problem import PlanningInput
 
 router = APIRouter(prefix=PLANS, tags=["plans"])
 

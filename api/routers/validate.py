@@ -7,14 +7,14 @@ import asyncio
 from fastapi import APIRouter
 from pydantic import ValidationError
 
-from api.deps import SettingsDep, Submitter
-from api.errors import InputRejected
-from api.routers.plans import check_size
-from api.schemas import ValidateRequest, ValidateResponse, ViolationOut
-from models.catalog import default_catalog
-from models.problem import PlanningInput
-from planner.cli import implied_workloads
-from planner.validate import validate_plan
+from gpuplan.api.deps import SettingsDep, Submitter
+from gpuplan.api.errors import InputRejected
+from gpuplan.api.routers.plans import check_size
+from gpuplan.api.schemas import ValidateRequest, ValidateResponse, ViolationOut
+from gpuplan.models.catalog import default_catalog
+from gpuplan.models.problem import PlanningInput
+from gpuplan.planner.cli import implied_workloads
+from gpuplan.planner.validate import validate_plan
 
 router = APIRouter(prefix="/v1", tags=["validate"])
 

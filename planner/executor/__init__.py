@@ -1,9 +1,9 @@
 """Apply plans round by round: the executor loop, the back-end protocol, the simulated cluster and the
 exporters for Kubernetes and the NVIDIA MIG manager."""
 
-from planner.executor.backend import Backend, Observation, Outcome
-from planner.executor.loop import Executor, Planner, RoundReport, StateInput, state_input
-from planner.executor.sim import Failure, SimCluster
+from gpuplan.planner.executor.backend import Backend, Observation, Outcome
+from gpuplan.planner.executor.loop import Executor, Planner, RoundReport, StateInput, state_input
+from gpuplan.planner.executor.sim import Failure, SimCluster
 
 __all__ = [
     "Backend",

@@ -7,9 +7,9 @@ from dataclasses import dataclass, field
 from datetime import datetime
 from typing import Protocol
 
-from models.cluster import Cluster
-from models.plan import Action, Assignment
-from planner.occupancy import Holding, Key
+from gpuplan.models.cluster import Cluster
+from gpuplan.models.plan import Action, Assignment
+from gpuplan.planner.occupancy import Holding, Key
 
 
 @dataclass(frozen=True)

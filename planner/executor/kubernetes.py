@@ -19,10 +19,10 @@ from typing import Any
 
 import yaml
 
-from models.plan import Assignment, Plan
-from models.problem import PlanningInput
-from planner.actions import where
-from planner.executor.migparted import config_name, node_configs
+from gpuplan.models.plan import Assignment, Plan
+from gpuplan.models.problem import PlanningInput
+from gpuplan.planner.actions import where
+from gpuplan.planner.executor.migparted import config_name, node_configs
 
 GPU = "nvidia.com/gpu"
 SHARED_GPU = "nvidia.com/gpu.shared"

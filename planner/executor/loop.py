@@ -13,15 +13,15 @@ from collections.abc import Callable, Sequence
 from dataclasses import dataclass, field
 from datetime import datetime
 
-from models.catalog import default_catalog
-from models.hardware import HardwareCatalog
-from models.plan import Action, Assignment, Plan
-from models.policy import Policy
-from models.problem import PlanningInput
-from models.workload import Workload
-from planner.actions import MIGRATE, PREEMPT, ordered_actions, schedule_rounds, where
-from planner.executor.backend import Backend, Observation, Outcome
-from planner.occupancy import Key, Occupancy
+from gpuplan.models.catalog import default_catalog
+from gpuplan.models.hardware import HardwareCatalog
+from gpuplan.models.plan import Action, Assignment, Plan
+from gpuplan.models.policy import Policy
+from gpuplan.models.problem import PlanningInput
+from gpuplan.models.workload import Workload
+from gpuplan.planner.actions import MIGRATE, PREEMPT, ordered_actions, schedule_rounds, where
+from gpuplan.planner.executor.backend import Backend, Observation, Outcome
+from gpuplan.planner.occupancy import Key, Occupancy
 
 log = logging.getLogger(__name__)
 

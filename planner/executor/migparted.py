@@ -25,8 +25,8 @@ from typing import Any
 
 import yaml
 
-from models.cluster import Cluster
-from models.plan import MigLayout
+from gpuplan.models.cluster import Cluster
+from gpuplan.models.plan import MigLayout
 
 VERSION = "v1"
 #: Name prefix of the per-node configs (the value of the node label ``nvidia.com/mig.config``).

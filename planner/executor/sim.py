@@ -8,12 +8,12 @@ from collections.abc import Callable, Mapping, Sequence
 from dataclasses import dataclass
 from datetime import datetime, timedelta
 
-from models.cluster import Cluster, Node
-from models.hardware import HardwareCatalog
-from models.plan import Action, Assignment
-from planner.actions import CREATE, DESTROY, MIGRATE, PHASE, PREEMPT, START, instance
-from planner.executor.backend import Observation, Outcome
-from planner.occupancy import Key, Occupancy, OverCommitError, holding
+from gpuplan.models.cluster import Cluster, Node
+from gpuplan.models.hardware import HardwareCatalog
+from gpuplan.models.plan import Action, Assignment
+from gpuplan.planner.actions import CREATE, DESTROY, MIGRATE, PHASE, PREEMPT, START, instance
+from gpuplan.planner.executor.backend import Observation, Outcome
+from gpuplan.planner.occupancy import Key, Occupancy, OverCommitError, holding
 
 log = logging.getLogger(__name__)
 

@@ -1,6 +1,6 @@
 """Importers turning third-party outputs (nvidia-smi text, the Alibaba openb trace) into gpuplan inputs."""
 
-from planner.importers.nvidia_smi import (
+from gpuplan.planner.importers.nvidia_smi import (
     ObservedProfile,
     TopoGpu,
     TopoMatrix,
@@ -12,7 +12,7 @@ from planner.importers.nvidia_smi import (
     parse_topo,
     resolve_mig_model,
 )
-from planner.importers.openb import OpenbSummary, import_openb
+from gpuplan.planner.importers.openb import OpenbSummary, import_openb
 
 __all__ = [
     "ObservedProfile",

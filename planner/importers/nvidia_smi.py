@@ -15,8 +15,8 @@ from collections.abc import Mapping, Sequence
 from dataclasses import dataclass, replace
 from typing import Any
 
-from models import HardwareCatalog, MigPlacement, default_catalog
-from models.hardware import GpuModelSpec, MigProfile
+from gpuplan.models import HardwareCatalog, MigPlacement, default_catalog
+from gpuplan.models.hardware import GpuModelSpec, MigProfile
 
 log = logging.getLogger(__name__)
 

@@ -18,7 +18,7 @@ from typing import Any
 
 import yaml
 
-from models import BACKGROUND, LATENCY_SENSITIVE, STANDARD, HardwareCatalog, default_catalog
+from gpuplan.models import BACKGROUND, LATENCY_SENSITIVE, STANDARD, HardwareCatalog, default_catalog
 
 log = logging.getLogger(__name__)
 

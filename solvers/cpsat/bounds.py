@@ -4,8 +4,8 @@ from __future__ import annotations
 
 from fractions import Fraction
 
-from solvers.formulation.objective import queue_penalty
-from solvers.problem import PlacementProblem
+from gpuplan.solvers.formulation.objective import queue_penalty
+from gpuplan.solvers.problem import PlacementProblem
 
 
 def queue_lower_bound(problem: PlacementProblem, never_fit: set[tuple[str, int]]) -> int:

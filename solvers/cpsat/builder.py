@@ -7,7 +7,7 @@ from typing import Any
 
 from ortools.sat.python import cp_model
 
-from solvers.formulation.builder import Expr, Var
+from gpuplan.solvers.formulation.builder import Expr, Var
 
 
 class CpSatBuilder:

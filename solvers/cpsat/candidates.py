@@ -6,9 +6,9 @@ from __future__ import annotations
 
 from dataclasses import dataclass, field
 
-from solvers.base import SolveResult
-from solvers.greedy import NodeInfo, NodeState, Placer
-from solvers.problem import PlacementProblem
+from gpuplan.solvers.base import SolveResult
+from gpuplan.solvers.greedy import NodeInfo, NodeState, Placer
+from gpuplan.solvers.problem import PlacementProblem
 
 #: Above this many (waiting replica, node) pairs the model restricts candidates.
 FULL_MODEL_PAIRS = 20_000

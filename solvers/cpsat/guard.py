@@ -11,11 +11,11 @@ from __future__ import annotations
 
 from collections.abc import Sequence
 
-from solvers.base import SolveResult
-from solvers.formulation.objective import queue_penalty
-from solvers.greedy import Fragmentation, NodeInfo, NodeState, target_mix
-from solvers.greedy.options import keep
-from solvers.problem import PlacementProblem
+from gpuplan.solvers.base import SolveResult
+from gpuplan.solvers.formulation.objective import queue_penalty
+from gpuplan.solvers.greedy import Fragmentation, NodeInfo, NodeState, target_mix
+from gpuplan.solvers.greedy.options import keep
+from gpuplan.solvers.problem import PlacementProblem
 
 
 def queue_term(problem: PlacementProblem, result: SolveResult) -> int:

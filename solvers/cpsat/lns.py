@@ -16,11 +16,11 @@ from collections import defaultdict
 from collections.abc import Callable
 from dataclasses import dataclass, replace
 
-from models.plan import Assignment
-from models.policy import DisruptionBudget
-from solvers.base import SolveResult
-from solvers.formulation.objective import queue_penalty
-from solvers.problem import PlacementProblem, Request, Running
+from gpuplan.models.plan import Assignment
+from gpuplan.models.policy import DisruptionBudget
+from gpuplan.solvers.base import SolveResult
+from gpuplan.solvers.formulation.objective import queue_penalty
+from gpuplan.solvers.problem import PlacementProblem, Request, Running
 
 log = logging.getLogger(__name__)
 

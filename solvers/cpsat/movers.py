@@ -3,8 +3,8 @@ choice), so that a small migration budget goes where repacking frees the most us
 
 from __future__ import annotations
 
-from solvers.greedy import Fgd, Fragmentation, target_mix
-from solvers.problem import PlacementProblem
+from gpuplan.solvers.greedy import Fgd, Fragmentation, target_mix
+from gpuplan.solvers.problem import PlacementProblem
 
 
 def fragmented_running(problem: PlacementProblem, limit: int) -> set[int]:

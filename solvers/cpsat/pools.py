@@ -20,10 +20,10 @@ from concurrent.futures import ProcessPoolExecutor
 from dataclasses import dataclass, replace
 from fractions import Fraction
 
-from models.policy import Quota
-from solvers.base import SolveResult
-from solvers.formulation.constraints import QUOTA_UNIT, quota_charged, quota_units
-from solvers.problem import NodeSpec, PlacementProblem, Request, ShapeSpec
+from gpuplan.models.policy import Quota
+from gpuplan.solvers.base import SolveResult
+from gpuplan.solvers.formulation.constraints import QUOTA_UNIT, quota_charged, quota_units
+from gpuplan.solvers.problem import NodeSpec, PlacementProblem, Request, ShapeSpec
 
 log = logging.getLogger(__name__)
 

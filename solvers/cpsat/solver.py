@@ -10,24 +10,24 @@ from dataclasses import replace
 
 from ortools.sat.python import cp_model
 
-from models.plan import PlanStatus
-from models.policy import ObjectiveMode
-from solvers.base import SolveResult
-from solvers.cpsat.bounds import queue_lower_bound
-from solvers.cpsat.builder import CpSatBuilder
-from solvers.cpsat.candidates import Rankings, is_large
-from solvers.cpsat.guard import exact_comparison, queue_term
-from solvers.cpsat.lns import improve
-from solvers.cpsat.pools import MIN_PART_S, Part, part_count, solve_parts, split
-from solvers.formulation.builder import Expr, Var
-from solvers.formulation.constraints import add_all
-from solvers.formulation.linear_frag import linear_fragmentation
-from solvers.formulation.objective import build_terms, queue_penalty
-from solvers.formulation.staged import StageResult, Values, fallback, result, run_stages
-from solvers.formulation.variables import Variables, build_variables
-from solvers.formulation.variables import movable as may_move
-from solvers.greedy import NEVER_FITS, Fgd
-from solvers.problem import PlacementProblem
+from gpuplan.models.plan import PlanStatus
+from gpuplan.models.policy import ObjectiveMode
+from gpuplan.solvers.base import SolveResult
+from gpuplan.solvers.cpsat.bounds import queue_lower_bound
+from gpuplan.solvers.cpsat.builder import CpSatBuilder
+from gpuplan.solvers.cpsat.candidates import Rankings, is_large
+from gpuplan.solvers.cpsat.guard import exact_comparison, queue_term
+from gpuplan.solvers.cpsat.lns import improve
+from gpuplan.solvers.cpsat.pools import MIN_PART_S, Part, part_count, solve_parts, split
+from gpuplan.solvers.formulation.builder import Expr, Var
+from gpuplan.solvers.formulation.constraints import add_all
+from gpuplan.solvers.formulation.linear_frag import linear_fragmentation
+from gpuplan.solvers.formulation.objective import build_terms, queue_penalty
+from gpuplan.solvers.formulation.staged import StageResult, Values, fallback, result, run_stages
+from gpuplan.solvers.formulation.variables import Variables, build_variables
+from gpuplan.solvers.formulation.variables import movable as may_move
+from gpuplan.solvers.greedy import NEVER_FITS, Fgd
+from gpuplan.solvers.problem import PlacementProblem
 
 log = logging.getLogger(__name__)
 

@@ -7,10 +7,10 @@ from collections import defaultdict
 from fractions import Fraction
 from functools import partial
 
-from models.policy import IsolationKind, Quota
-from solvers.formulation.builder import Expr, Var
-from solvers.formulation.variables import MILLI, Candidate, GpuKey, Variables, current_vars
-from solvers.problem import PlacementProblem, Request, ShapeSpec
+from gpuplan.models.policy import IsolationKind, Quota
+from gpuplan.solvers.formulation.builder import Expr, Var
+from gpuplan.solvers.formulation.variables import MILLI, Candidate, GpuKey, Variables, current_vars
+from gpuplan.solvers.problem import PlacementProblem, Request, ShapeSpec
 
 log = logging.getLogger(__name__)
 

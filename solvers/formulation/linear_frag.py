@@ -13,12 +13,12 @@ from __future__ import annotations
 from collections.abc import Sequence
 from functools import partial
 
-from solvers.formulation.builder import Expr
-from solvers.formulation.variables import Variables
-from solvers.greedy import Fragmentation, NodeInfo, NodeState, Option, Placer, target_mix
-from solvers.greedy.first_fit import FirstFitScorer
-from solvers.greedy.options import apply
-from solvers.problem import PlacementProblem, ShapeSpec
+from gpuplan.solvers.formulation.builder import Expr
+from gpuplan.solvers.formulation.variables import Variables
+from gpuplan.solvers.greedy import Fragmentation, NodeInfo, NodeState, Option, Placer, target_mix
+from gpuplan.solvers.greedy.first_fit import FirstFitScorer
+from gpuplan.solvers.greedy.options import apply
+from gpuplan.solvers.problem import PlacementProblem, ShapeSpec
 
 
 def _growth(

@@ -10,11 +10,11 @@ from __future__ import annotations
 from collections import defaultdict
 from dataclasses import dataclass
 
-from solvers.formulation.builder import Expr
-from solvers.formulation.linear_frag import linear_fragmentation, start_states
-from solvers.formulation.variables import MILLI, GpuKey, Variables
-from solvers.greedy.fragmentation import target_mix
-from solvers.problem import PlacementProblem, Request, ShapeSpec
+from gpuplan.solvers.formulation.builder import Expr
+from gpuplan.solvers.formulation.linear_frag import linear_fragmentation, start_states
+from gpuplan.solvers.formulation.variables import MILLI, GpuKey, Variables
+from gpuplan.solvers.greedy.fragmentation import target_mix
+from gpuplan.solvers.problem import PlacementProblem, Request, ShapeSpec
 
 #: Waiting time counts in hours on top of a base of 8 h, capped at a week, so that tier weight
 #: dominates among recent work and long waits still rise (no starvation).

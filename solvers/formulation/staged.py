@@ -11,15 +11,15 @@ from collections.abc import Callable
 from dataclasses import dataclass, replace
 from typing import Protocol
 
-from models.cluster import MigInstance
-from models.plan import Assignment, GpuUse, MigLayout, PlanStatus, Unplaced
-from models.policy import ObjectiveMode
-from solvers.base import SolveResult
-from solvers.formulation.builder import Expr, Var
-from solvers.formulation.objective import Terms
-from solvers.formulation.variables import Candidate, Variables
-from solvers.greedy.options import describe
-from solvers.problem import PlacementProblem
+from gpuplan.models.cluster import MigInstance
+from gpuplan.models.plan import Assignment, GpuUse, MigLayout, PlanStatus, Unplaced
+from gpuplan.models.policy import ObjectiveMode
+from gpuplan.solvers.base import SolveResult
+from gpuplan.solvers.formulation.builder import Expr, Var
+from gpuplan.solvers.formulation.objective import Terms
+from gpuplan.solvers.formulation.variables import Candidate, Variables
+from gpuplan.solvers.greedy.options import describe
+from gpuplan.solvers.problem import PlacementProblem
 
 #: Share of the time limit given to each lexicographic stage (unused time rolls over).
 STAGE_SHARES = {"queue": 0.6, "fragmentation": 0.25, "disruption+topology": 0.15, "weighted": 1.0}

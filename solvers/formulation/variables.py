@@ -10,12 +10,12 @@ from __future__ import annotations
 from collections.abc import Iterable
 from dataclasses import dataclass, field
 
-from models.hardware import GpuModelSpec
-from models.plan import GpuUse
-from models.policy import IsolationKind, Policy
-from models.workload import TopologyNeed
-from solvers.formulation.builder import LinearBuilder, Var
-from solvers.problem import NodeSpec, PlacementProblem, Request, Running, ShapeSpec
+from gpuplan.models.hardware import GpuModelSpec
+from gpuplan.models.plan import GpuUse
+from gpuplan.models.policy import IsolationKind, Policy
+from gpuplan.models.workload import TopologyNeed
+from gpuplan.solvers.formulation.builder import LinearBuilder, Var
+from gpuplan.solvers.problem import NodeSpec, PlacementProblem, Request, Running, ShapeSpec
 
 #: One GPU of the cluster: (node position, GPU position on the node).
 GpuKey = tuple[int, int]

@@ -10,10 +10,10 @@ from __future__ import annotations
 
 from collections.abc import Sequence
 
-from solvers.greedy.engine import GreedySolver, Scorer
-from solvers.greedy.options import Option, demand_milli
-from solvers.greedy.state import MILLI, NodeInfo, NodeState
-from solvers.problem import NodeSpec, PlacementProblem, ShapeSpec
+from gpuplan.solvers.greedy.engine import GreedySolver, Scorer
+from gpuplan.solvers.greedy.options import Option, demand_milli
+from gpuplan.solvers.greedy.state import MILLI, NodeInfo, NodeState
+from gpuplan.solvers.problem import NodeSpec, PlacementProblem, ShapeSpec
 
 #: Weights of the CPU and GPU leftovers.
 CPU_WEIGHT = 0.5

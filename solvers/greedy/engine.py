@@ -13,14 +13,14 @@ from collections.abc import Callable, Hashable, Iterator, Sequence
 from dataclasses import replace
 from typing import Protocol
 
-from models.cluster import MigInstance
-from models.hardware import HardwareCatalog
-from models.plan import Assignment, MigLayout, PlanStatus, Unplaced
-from models.policy import Policy
-from solvers.base import SolveResult
-from solvers.greedy.options import Option, apply, describe, keep, options, uses
-from solvers.greedy.rules import Demand, Rules, reserved_teams
-from solvers.greedy.state import (
+from gpuplan.models.cluster import MigInstance
+from gpuplan.models.hardware import HardwareCatalog
+from gpuplan.models.plan import Assignment, MigLayout, PlanStatus, Unplaced
+from gpuplan.models.policy import Policy
+from gpuplan.solvers.base import SolveResult
+from gpuplan.solvers.greedy.options import Option, apply, describe, keep, options, uses
+from gpuplan.solvers.greedy.rules import Demand, Rules, reserved_teams
+from gpuplan.solvers.greedy.state import (
     ClusterState,
     Group,
     LayoutCache,
@@ -30,7 +30,7 @@ from solvers.greedy.state import (
     node_info,
     signature,
 )
-from solvers.problem import NodeSpec, PlacementProblem, Request, ShapeSpec
+from gpuplan.solvers.problem import NodeSpec, PlacementProblem, Request, ShapeSpec
 
 log = logging.getLogger(__name__)
 

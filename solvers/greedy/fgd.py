@@ -12,11 +12,11 @@ from __future__ import annotations
 import math
 from collections.abc import Sequence
 
-from solvers.greedy.engine import GreedySolver, Scorer
-from solvers.greedy.fragmentation import Fragmentation, Target, target_mix
-from solvers.greedy.options import Option, apply
-from solvers.greedy.state import NodeInfo, NodeState
-from solvers.problem import PlacementProblem, ShapeSpec
+from gpuplan.solvers.greedy.engine import GreedySolver, Scorer
+from gpuplan.solvers.greedy.fragmentation import Fragmentation, Target, target_mix
+from gpuplan.solvers.greedy.options import Option, apply
+from gpuplan.solvers.greedy.state import NodeInfo, NodeState
+from gpuplan.solvers.problem import PlacementProblem, ShapeSpec
 
 #: The scheduler framework's maximum node score.
 MAX_NODE_SCORE = 100

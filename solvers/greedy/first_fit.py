@@ -4,10 +4,10 @@ from __future__ import annotations
 
 from collections.abc import Sequence
 
-from solvers.greedy.engine import GreedySolver, Scorer
-from solvers.greedy.options import Option
-from solvers.greedy.state import NodeInfo, NodeState
-from solvers.problem import PlacementProblem, ShapeSpec
+from gpuplan.solvers.greedy.engine import GreedySolver, Scorer
+from gpuplan.solvers.greedy.options import Option
+from gpuplan.solvers.greedy.state import NodeInfo, NodeState
+from gpuplan.solvers.problem import PlacementProblem, ShapeSpec
 
 
 class FirstFitScorer:

@@ -19,10 +19,10 @@ from collections.abc import Hashable, Iterable, Sequence
 from dataclasses import dataclass, replace
 from fractions import Fraction
 
-from models.workload import TopologyNeed
-from solvers.greedy.options import mig_placements, options, whole_groups
-from solvers.greedy.state import MILLI, NodeInfo, NodeState, frag_key, slice_milli
-from solvers.problem import Request, ShapeSpec
+from gpuplan.models.workload import TopologyNeed
+from gpuplan.solvers.greedy.options import mig_placements, options, whole_groups
+from gpuplan.solvers.greedy.state import MILLI, NodeInfo, NodeState, frag_key, slice_milli
+from gpuplan.solvers.problem import Request, ShapeSpec
 
 #: Share of the demand the target mix covers (the simulator's ``podPopularityThreshold`` of 95%).
 COVERAGE = 0.95

@@ -6,10 +6,10 @@ import itertools
 import logging
 from dataclasses import dataclass
 
-from models.cluster import MigInstance, check_mig_layout
-from models.plan import GpuUse
-from models.workload import TopologyNeed
-from solvers.greedy.state import (
+from gpuplan.models.cluster import MigInstance, check_mig_layout
+from gpuplan.models.plan import GpuUse
+from gpuplan.models.workload import TopologyNeed
+from gpuplan.solvers.greedy.state import (
     MILLI,
     MigSlot,
     NodeInfo,
@@ -19,7 +19,7 @@ from solvers.greedy.state import (
     slice_milli,
     with_tags,
 )
-from solvers.problem import ShapeSpec
+from gpuplan.solvers.problem import ShapeSpec
 
 log = logging.getLogger(__name__)
 

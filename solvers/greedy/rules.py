@@ -10,11 +10,11 @@ from collections.abc import Sequence
 from dataclasses import dataclass
 from fractions import Fraction
 
-from models.hardware import HardwareCatalog
-from models.policy import IsolationKind, Policy
-from solvers.greedy.options import Option
-from solvers.greedy.state import MILLI, NodeInfo
-from solvers.problem import NodeSpec, Request, ShapeSpec
+from gpuplan.models.hardware import HardwareCatalog
+from gpuplan.models.policy import IsolationKind, Policy
+from gpuplan.solvers.greedy.options import Option
+from gpuplan.solvers.greedy.state import MILLI, NodeInfo
+from gpuplan.solvers.problem import NodeSpec, Request, ShapeSpec
 
 
 @dataclass(frozen=True)

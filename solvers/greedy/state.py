@@ -12,8 +12,8 @@ import logging
 from collections.abc import Hashable, Sequence
 from dataclasses import dataclass
 
-from models.hardware import GpuModelSpec, HardwareCatalog
-from solvers.problem import NodeSpec
+from gpuplan.models.hardware import GpuModelSpec, HardwareCatalog
+from gpuplan.solvers.problem import NodeSpec
 
 log = logging.getLogger(__name__)
 

@@ -8,7 +8,7 @@ from typing import Any
 
 import pulp
 
-from solvers.formulation.builder import Expr, Var
+from gpuplan.solvers.formulation.builder import Expr, Var
 
 _UNSAFE = re.compile(r"[^A-Za-z0-9_]")
 

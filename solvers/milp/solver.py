@@ -10,15 +10,15 @@ import warnings
 
 import pulp
 
-from solvers.base import SolveResult
-from solvers.formulation.builder import Expr, Var
-from solvers.formulation.constraints import add_all
-from solvers.formulation.objective import build_terms
-from solvers.formulation.staged import StageResult, Values, fallback, result, run_stages
-from solvers.formulation.variables import build_variables
-from solvers.greedy import Fgd
-from solvers.milp.builder import PulpBuilder
-from solvers.problem import PlacementProblem
+from gpuplan.solvers.base import SolveResult
+from gpuplan.solvers.formulation.builder import Expr, Var
+from gpuplan.solvers.formulation.constraints import add_all
+from gpuplan.solvers.formulation.objective import build_terms
+from gpuplan.solvers.formulation.staged import StageResult, Values, fallback, result, run_stages
+from gpuplan.solvers.formulation.variables import build_variables
+from gpuplan.solvers.greedy import Fgd
+from gpuplan.solvers.milp.builder import PulpBuilder
+from gpuplan.solvers.problem import PlacementProblem
 
 log = logging.getLogger(__name__)
 

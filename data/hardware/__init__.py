@@ -1,0 +1,1 @@
+"""Bundled files (no code): read with importlib.resources."""

@@ -1,0 +1,1 @@
+"""The solver-neutral formulation of the exact placement model, shared by CP-SAT and the MILP back-ends."""
