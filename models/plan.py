@@ -148,11 +148,17 @@ class Action(Strict):
 
 
 class SolverReport(Strict):
-    """What the solver did and proved."""
+    """What the solver did and proved.
+
+    ``objective`` is that of the plan returned (the tier-weighted queue term, or the weighted sum in
+    weighted mode); ``best_bound`` a lower bound on it valid for the full problem, from
+    ``bound_source``; ``gap`` = (objective - bound) / max(1, objective).
+    """
 
     name: str
     objective: float | None = None
     best_bound: float | None = None
+    bound_source: str | None = None
     gap: float | None = None
     wall_s: float = 0.0
     terms: dict[str, float] = Field(default_factory=dict)

@@ -87,6 +87,7 @@ def compile_problem(
     for w in inp.workloads:
         tier = policy.tier(w.tier)
         shapes = tuple(compile_shape(s, catalog) for s in w.shapes)
+        runtime = None if w.started_at is None else max(0, int((now - w.started_at).total_seconds()))
         for r in range(w.replicas):
             requests.append(
                 Request(
@@ -103,6 +104,7 @@ def compile_problem(
                     gang_domain=w.gang_domain,
                     preemptible=w.preemptible,
                     running=_running(w.running_on[r], w) if r < len(w.running_on) else None,
+                    runtime_s=runtime if r < len(w.running_on) else None,
                 )
             )
     return PlacementProblem(

@@ -19,6 +19,7 @@ from gpuplan.planner.metrics import fragmentation, plan_metrics
 from gpuplan.planner.timeline import previous_reservations, with_reservations
 from gpuplan.planner.validate import Violation, validate_plan
 from gpuplan.solvers.base import SolveResult, get_solver
+from gpuplan.solvers.evaluate import reported
 from gpuplan.solvers.problem import PlacementProblem
 
 log = logging.getLogger(__name__)
@@ -65,6 +66,7 @@ def build_plan(
             name=result.solver,
             objective=result.objective,
             best_bound=result.best_bound,
+            bound_source=result.bound_source,
             gap=result.gap,
             wall_s=round(result.wall_s, 4),
             terms=result.terms,
@@ -122,6 +124,8 @@ def make_plan(
     # Predicted starts and reservations; ``previous`` keeps the last plan's reservations that still fit.
     reserved = previous_reservations(previous, inp) if previous is not None else None
     result = with_reservations(inp, problem, result, catalog, now, reserved)
+    # The report describes the plan returned, after every pass that changed it.
+    result = reported(problem, result)
     provenance = {
         "inputs_sha256": inputs_digest(inp),
         "gpuplan_version": _version("gpuplan"),

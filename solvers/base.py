@@ -13,7 +13,13 @@ from gpuplan.solvers.problem import PlacementProblem
 
 @dataclass(frozen=True)
 class SolveResult:
-    """One result shape for every back-end: status, objective, bound, gap, time and assignment."""
+    """One result shape for every back-end: status, objective, bound, gap, time and assignment.
+
+    ``best_bound`` is a lower bound on the policy's objective that holds for the *full* problem (not
+    only for a restricted model the back-end solved), ``bound_source`` says where it comes from;
+    ``objective``, ``gap`` and the objective ``terms`` are those of the plan returned, computed by
+    :func:`gpuplan.solvers.evaluate.reported`.
+    """
 
     status: PlanStatus
     solver: str
@@ -22,6 +28,7 @@ class SolveResult:
     mig_layouts: tuple[MigLayout, ...] = ()
     objective: float | None = None
     best_bound: float | None = None
+    bound_source: str | None = None
     gap: float | None = None
     wall_s: float = 0.0
     terms: dict[str, float] = field(default_factory=dict)

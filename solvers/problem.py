@@ -88,6 +88,8 @@ class Request:
     gang_domain: str | None = None
     preemptible: bool = False
     running: Running | None = None
+    #: Seconds a running replica has run (``None``: unknown, e.g. no ``started_at``).
+    runtime_s: int | None = None
 
     @property
     def key(self) -> tuple[str, int]:
@@ -125,3 +127,32 @@ class PlacementProblem:
         """Requests by tier (best first), priority (high first), wait (long first), then in the order
         they were given (arrival order)."""
         return sorted(self.requests, key=lambda r: (r.tier_rank, -r.priority, -r.wait_s))
+
+
+def _old_enough(policy: Policy, req: Request) -> bool:
+    """Whether a running replica has run the minimum time before it may be disturbed (unknown start
+    times count as long enough: nothing says otherwise)."""
+    return req.runtime_s is None or req.runtime_s >= policy.disruption.min_runtime_s
+
+
+def may_move(policy: Policy, req: Request) -> bool:
+    """Whether the disruption budget lets running replica ``req`` migrate at all."""
+    return policy.disruption.max_moves_per_round > 0 and _old_enough(policy, req)
+
+
+def may_preempt(policy: Policy, req: Request) -> bool:
+    """Whether the policy lets running replica ``req`` be preempted at all: it is preemptible, its tier
+    may be preempted (or latency-sensitive work may), the budget allows preemptions and it ran long
+    enough."""
+    budget = policy.disruption
+    return (
+        req.preemptible
+        and (policy.tier(req.tier).may_be_preempted or budget.preempt_latency_sensitive)
+        and budget.max_preemptions_per_round > 0
+        and _old_enough(policy, req)
+    )
+
+
+def disturbable(policy: Policy, req: Request) -> bool:
+    """Whether a running replica may move or be preempted (otherwise it stays where it runs)."""
+    return may_move(policy, req) or may_preempt(policy, req)

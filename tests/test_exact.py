@@ -284,9 +284,11 @@ def test_cpsat_and_milp_agree_on_random_instances(seed: int) -> None:
     for s, p in plans.items():
         assert p.status is PlanStatus.OPTIMAL, s
     queue = {s: p.solver.terms["queue"] for s, p in plans.items()}
-    frag = {s: p.solver.terms["fragmentation"] for s, p in plans.items()}
+    # Each back-end proved the same optimum of every stage of the model (the fragmentation stage
+    # optimises the model's fragmentation term; the reported term is FGD's measure of the plan).
+    stages = {s: p.solver.terms["stage_fragmentation_objective"] for s, p in plans.items()}
     assert len(set(queue.values())) == 1, queue
-    assert len(set(frag.values())) == 1, frag
+    assert len(set(stages.values())) == 1, stages
 
 
 def test_timeout_returns_valid_fallback() -> None:

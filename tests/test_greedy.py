@@ -163,10 +163,12 @@ def test_everything_that_trivially_fits_is_placed(name: str) -> None:
         ],
     )
     result = solve(name, prob)
-    assert result.status is PlanStatus.FEASIBLE and result.objective is None
+    # Everything placed: nothing waits, so the queue term, the bound and the gap are all zero.
+    assert result.status is PlanStatus.FEASIBLE and result.objective == 0 and result.best_bound == 0
+    assert result.gap == 0
     assert result.unplaced == ()
     assert len(result.assignments) == 5
-    assert result.terms["placed"] == 5 and result.terms["unplaced"] == 0
+    assert result.terms["placed"] == 5 and result.terms["queue"] == 0
     share = [a for a in result.assignments if a.workload == "share"]
     assert all(len(a.gpus) == 1 and a.gpus[0].milli == 300 for a in share)
     assert next(a for a in result.assignments if a.workload == "cpu").gpus == ()

@@ -105,7 +105,14 @@ def test_predicted_starts_match_the_simulator_when_durations_are_exact(solver: s
     last: list[Plan] = []
 
     def planner(inp: PlanningInput, now: datetime) -> Plan:
-        plan = make_plan(inp, solver=solver, now=now, time_limit_s=2, previous=last[-1] if last else None)
+        plan = make_plan(
+            inp,
+            solver=solver,
+            now=now,
+            time_limit_s=2,
+            deterministic=True,
+            previous=last[-1] if last else None,
+        )
         last.append(plan)
         return plan
 

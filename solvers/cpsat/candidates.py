@@ -24,14 +24,17 @@ def is_large(problem: PlacementProblem, movable: set[int]) -> bool:
 
 @dataclass
 class Rankings:
-    """What the FGD placer saw once running work was kept: node states and per-request rankings."""
+    """What the FGD placer saw once running work was kept: the placer, node states and (when ``rank``)
+    per-request rankings."""
 
     problem: PlacementProblem
     movable: set[int]
+    rank: bool = True
     per_alternative: int = NODES_PER_ALTERNATIVE
     ranked: dict[int, list[int]] = field(default_factory=dict)
     infos: tuple[NodeInfo, ...] = ()
     states: tuple[NodeState, ...] = ()
+    placer: Placer | None = None
 
     def __call__(self, placer: Placer) -> None:
         """Record the starting state and rank the nodes for every waiting or movable replica.
@@ -39,8 +42,11 @@ class Rankings:
         Identical replicas share their ranking; each gets as many extra nodes as it has twins, so
         that a batch of equal pods can spread over equally good nodes.
         """
+        self.placer = placer
         self.infos = placer.infos
         self.states = tuple(placer.cluster.states)
+        if not self.rank:
+            return
         twins: dict[tuple[object, ...], list[int]] = {}
         for r, q in enumerate(self.problem.requests):
             if q.running is None or r in self.movable:
@@ -49,6 +55,30 @@ class Rankings:
             nodes = placer.ranked(self.problem.requests[group[0]], self.per_alternative + len(group) - 1)
             for r in group:
                 self.ranked[r] = list(nodes)
+        if self.movable:
+            self._rank_without_movable(placer, twins)
+
+    def _rank_without_movable(self, placer: Placer, twins: dict[tuple[object, ...], list[int]]) -> None:
+        """Also offer each waiting replica the best nodes it would fit on once the running work that may
+        move is gone: the room a move frees is only usable if the mover's node is a candidate."""
+        bare = Placer(
+            self.problem.nodes,
+            self.problem.catalog,
+            placer.scorer,
+            allow_create=self.problem.policy.mig.allow_create,
+            policy=self.problem.policy,
+        )
+        for r, q in enumerate(self.problem.requests):
+            if q.running is not None and r not in self.movable:
+                bare.keep(q)
+        extra = max(1, self.per_alternative // 2)
+        for group in twins.values():
+            first = self.problem.requests[group[0]]
+            if first.running is not None:
+                continue
+            nodes = bare.ranked(first, extra + len(group) - 1)
+            for r in group:
+                self.ranked[r].extend(n for n in nodes if n not in self.ranked[r])
 
     def candidates(self, hint: SolveResult) -> dict[int, list[int]]:
         """Ranked nodes per request, plus each movable replica's current node and the hint's node."""

@@ -1,5 +1,11 @@
 """The CP-SAT back-end: the exact placement model, hinted with FGD, solved lexicographically and
-reported honestly (status, objective, bound, gap, wall time, model size), with an FGD fallback."""
+reported honestly (status, objective, bound, gap, wall time, model size), with an FGD fallback.
+
+A plan is ``OPTIMAL`` only when every stage was proved on the *full* model: every node a candidate
+and every running replica the policy lets move free to move. Restricted models (candidate nodes on
+large clusters, neighbourhoods of the large-neighbourhood search, parts of a split fleet) give at most
+``FEASIBLE`` plans, whose bound is the fleet-level bound of :mod:`gpuplan.solvers.bounds`.
+"""
 
 from __future__ import annotations
 
@@ -13,44 +19,46 @@ from ortools.sat.python import cp_model
 from gpuplan.models.plan import PlanStatus
 from gpuplan.models.policy import ObjectiveMode
 from gpuplan.solvers.base import SolveResult
-from gpuplan.solvers.cpsat.bounds import queue_lower_bound
+from gpuplan.solvers.bounds import never_fitting, objective_bound, queue_lower_bound
 from gpuplan.solvers.cpsat.builder import CpSatBuilder
 from gpuplan.solvers.cpsat.candidates import Rankings, is_large
-from gpuplan.solvers.cpsat.guard import exact_comparison, queue_term
+from gpuplan.solvers.cpsat.guard import exact_comparison
 from gpuplan.solvers.cpsat.lns import improve
 from gpuplan.solvers.cpsat.pools import MIN_PART_S, Part, part_count, solve_parts, split
+from gpuplan.solvers.evaluate import reported
 from gpuplan.solvers.formulation.builder import Expr, Var
 from gpuplan.solvers.formulation.constraints import add_all
 from gpuplan.solvers.formulation.linear_frag import linear_fragmentation
-from gpuplan.solvers.formulation.objective import build_terms, queue_penalty
+from gpuplan.solvers.formulation.objective import build_terms
 from gpuplan.solvers.formulation.staged import StageResult, Values, fallback, result, run_stages
 from gpuplan.solvers.formulation.variables import Variables, build_variables
-from gpuplan.solvers.formulation.variables import movable as may_move
-from gpuplan.solvers.greedy import NEVER_FITS, Fgd
-from gpuplan.solvers.problem import PlacementProblem
+from gpuplan.solvers.greedy import NEVER_FITS, NO_CAPACITY, Fgd
+from gpuplan.solvers.problem import PlacementProblem, disturbable
 
 log = logging.getLogger(__name__)
 
 #: Above this many waiting replicas one model is too large: plan by large-neighbourhood search.
 MONOLITHIC_REPLICAS = 1500
-#: Wall-clock safety net of a deterministic solve beyond 10x its deterministic limit (a busy machine
-#: advances deterministic time slowly; hitting the net would make the plan depend on the clock).
-DETERMINISTIC_WALL_S = 60.0
 #: Above this many variables, skip symmetry detection and probing in presolve (seconds for little gain).
 FAST_PRESOLVE_VARIABLES = 4000
+#: Deterministic seconds a deterministic solve gets per second of its wall-clock share: CP-SAT's
+#: deterministic time ran 0.3-0.5x the wall time on a busy 2-core machine, so a quarter leaves room for
+#: slower machines to finish on deterministic time (and so give the same plan) within the time limit.
+DETERMINISTIC_PER_WALL_S = 0.25
 
 
 class _Stages:
     """Solves the stages of one CP-SAT model, re-hinting each stage with the previous solution."""
 
-    def __init__(self, model: cp_model.CpModel, problem: PlacementProblem, *, large: bool) -> None:
+    def __init__(self, model: cp_model.CpModel, problem: PlacementProblem, deadline: float, *, large: bool):
         self.model = model
         self.problem = problem
+        self.deadline = deadline
         self.large = large
+        #: Whether a deterministic stage was stopped by the wall clock (its result may vary by machine).
+        self.cut_by_wall = False
 
-    def minimise(
-        self, expr: Expr, time_limit_s: float, measure: list[Expr]
-    ) -> tuple[StageResult, Values | None, list[int]]:
+    def minimise(self, expr: Expr, time_limit_s: float) -> tuple[StageResult, Values | None]:
         self.model.minimize(expr)
         solver = cp_model.CpSolver()
         solver.parameters.max_time_in_seconds = time_limit_s
@@ -62,21 +70,23 @@ class _Stages:
             solver.parameters.symmetry_level = 0
             solver.parameters.cp_model_probing_level = 0
         if self.problem.deterministic:
-            # Same seed and input give the same plan: subsolvers interleave in fixed batches and stop
-            # on deterministic time (the wall-clock limit stays as a safety net).
+            # Same seed and input give the same plan: subsolvers interleave in fixed batches and stop on
+            # deterministic time. The wall clock still bounds the command: a stage cut by it is flagged.
             solver.parameters.interleave_search = True
-            solver.parameters.max_deterministic_time = time_limit_s
-            solver.parameters.max_time_in_seconds = DETERMINISTIC_WALL_S + 10 * time_limit_s
+            solver.parameters.max_deterministic_time = DETERMINISTIC_PER_WALL_S * time_limit_s
+            solver.parameters.max_time_in_seconds = max(0.01, self.deadline - time.perf_counter())
         if log.isEnabledFor(logging.DEBUG):
             solver.parameters.log_search_progress = True
             solver.log_callback = log.debug
         t0 = time.perf_counter()
         code = solver.solve(self.model)
         wall = time.perf_counter() - t0
+        if self.problem.deterministic and code not in (cp_model.OPTIMAL, cp_model.INFEASIBLE):
+            self.cut_by_wall |= solver.deterministic_time < 0.99 * DETERMINISTIC_PER_WALL_S * time_limit_s
         name = str(code.name)
         if code not in (cp_model.OPTIMAL, cp_model.FEASIBLE):
             log.info("CP-SAT stage ended %s after %.2f s", name, wall)
-            return StageResult(name, False, None, None, wall), None, []
+            return StageResult(name, False, None, None, wall), None
         snapshot = [
             solver.value(self.model.get_int_var_from_proto_index(i))
             for i in range(len(self.model.proto.variables))
@@ -88,7 +98,7 @@ class _Stages:
         report = StageResult(
             name, code == cp_model.OPTIMAL, solver.objective_value, solver.best_objective_bound, wall
         )
-        return report, values, [int(solver.value(e)) for e in measure]
+        return report, values
 
     def bound(self, expr: Expr, value: int, values: Values) -> None:
         self.model.add(expr <= value)
@@ -98,8 +108,41 @@ class _Stages:
             self.model.add_hint(var, values(var))
 
 
+def _with_fleet_bound(
+    problem: PlacementProblem, res: SolveResult, never: frozenset[tuple[str, int]]
+) -> SolveResult:
+    """``res`` with the better of its own bound (valid only from a full model) and the fleet-level
+    knapsack bound."""
+    knapsack = objective_bound(problem, queue_lower_bound(problem, never))
+    if res.best_bound is not None and res.best_bound >= knapsack:
+        return res
+    return replace(res, best_bound=float(knapsack), bound_source="knapsack")
+
+
+def _recoded(res: SolveResult, never: frozenset[tuple[str, int]]) -> SolveResult:
+    """``res`` with NEVER_FITS only for replicas that fit nowhere in the whole fleet (a restricted model
+    or a part of the fleet may have had no room for a replica that the fleet has)."""
+    unplaced = tuple(
+        u.model_copy(
+            update={
+                "code": NO_CAPACITY,
+                "reason": u.reason.replace(", even if empty", " in the part it was given"),
+            }
+        )
+        if u.code == NEVER_FITS and (u.workload, u.replica) not in never
+        else u
+        for u in res.unplaced
+    )
+    return replace(res, unplaced=unplaced)
+
+
 class CpSat:
-    """Whole-cluster placement with OR-Tools CP-SAT."""
+    """Whole-cluster placement with OR-Tools CP-SAT.
+
+    ``movable_running`` (request positions) restricts which running replicas may move; the others are
+    held where they run. A restricted solve (the steps of the large-neighbourhood search) is at most
+    ``FEASIBLE``.
+    """
 
     name = "cpsat"
 
@@ -112,26 +155,29 @@ class CpSat:
         Demand too large for one model is planned by large-neighbourhood search from the FGD plan.
         """
         start = time.perf_counter()
-        movable = {
+        deadline = start + problem.time_limit_s
+        disturbed = {
             r
             for r, q in enumerate(problem.requests)
-            if q.running is not None
-            and may_move(problem.policy, q)
-            and (self.movable_running is None or r in self.movable_running)
+            if q.running is not None and disturbable(problem.policy, q)
         }
+        movable = disturbed if self.movable_running is None else disturbed & self.movable_running
         parts = part_count(problem.nodes)
         if parts > 1:
             return self._pools(problem, parts, movable, start)
-        if sum(q.running is None for q in problem.requests) > MONOLITHIC_REPLICAS:
-            return self._lns(problem, Fgd().solve(problem), start)
-        large = is_large(problem, movable)
-        rankings = Rankings(problem, movable)
-        greedy = Fgd().solve(problem, on_kept=rankings if large else None)
-        candidates = rankings.candidates(greedy) if large else None
+        large = sum(q.running is None for q in problem.requests) > MONOLITHIC_REPLICAS
+        seen = Rankings(problem, movable, rank=not large and is_large(problem, movable))
+        greedy = Fgd().place(problem, on_kept=seen)
+        assert seen.placer is not None
+        never = never_fitting(problem, seen.placer)
+        if large:
+            return self._lns(problem, greedy, never, start)
+        candidates = seen.candidates(greedy) if seen.rank else None
+        full = candidates is None and movable == disturbed
         builder = CpSatBuilder()
         v = build_variables(builder, problem, candidates, movable)
         add_all(problem, v)
-        frag = linear_fragmentation(problem, v, rankings.infos, rankings.states) if large else None
+        frag = linear_fragmentation(problem, v, seen.infos, seen.states) if seen.rank else None
         terms = build_terms(problem, v, frag)
         size = {
             "variables": len(builder.model.proto.variables),
@@ -139,47 +185,55 @@ class CpSat:
             "candidates": len(v.cands),
             "requests": len(problem.requests),
             "nodes": len(problem.nodes),
-            "restricted": int(candidates is not None),
+            "restricted": int(not full),
         }
         log.info("cpsat model: %s", size)
         hint_from(builder.model, v, problem, greedy)
-        reports, solution, values, n_stages = run_stages(
-            problem,
-            v,
-            terms,
-            _Stages(builder.model, problem, large=size["variables"] > FAST_PRESOLVE_VARIABLES),
-            start,
-        )
+        stages = _Stages(builder.model, problem, deadline, large=size["variables"] > FAST_PRESOLVE_VARIABLES)
+        reports, solution, n_stages = run_stages(problem, v, terms, stages, start)
         wall = time.perf_counter() - start
         if solution is None:
             log.warning("CP-SAT found no solution in %.1f s; returning the FGD plan", wall)
-            return fallback(self.name, greedy, reports, wall, size)
-        solved = result(self.name, problem, v, reports, solution, values, n_stages, wall, size)
-        linearised = frag is not None and not movable and not problem.policy.mig.allow_repartition
-        if linearised and problem.policy.objective is ObjectiveMode.LEXICOGRAPHIC:
-            return _better_of(problem, rankings, solved, greedy, start)
-        return solved
+            out = fallback(self.name, greedy, reports, wall, size)
+        else:
+            positions = {r for r, q in enumerate(problem.requests) if q.key in never}
+            out = result(
+                self.name, problem, v, reports, solution, n_stages, wall, size, never=positions, full=full
+            )
+            linearised = frag is not None and not movable and not problem.policy.mig.allow_repartition
+            if linearised and problem.policy.objective is ObjectiveMode.LEXICOGRAPHIC:
+                out = _better_of(problem, seen, out, greedy)
+        if stages.cut_by_wall:
+            out = replace(out, terms={**out.terms, "deterministic_cut_by_wall": 1.0})
+        out = _with_fleet_bound(problem, _recoded(out, never), never)
+        return reported(problem, replace(out, wall_s=time.perf_counter() - start))
 
-    def _lns(self, problem: PlacementProblem, greedy: SolveResult, start: float) -> SolveResult:
+    def _lns(
+        self,
+        problem: PlacementProblem,
+        greedy: SolveResult,
+        never: frozenset[tuple[str, int]],
+        start: float,
+    ) -> SolveResult:
         """The FGD plan improved by CP-SAT on neighbourhoods until the time limit."""
 
         def step(sub: PlacementProblem, movable: set[int]) -> SolveResult:
             return CpSat(movable_running=movable).solve(sub)
 
-        result, report = improve(problem, greedy, start + problem.time_limit_s, step)
-        return _queue_result(
-            self.name,
-            problem,
-            result,
-            start,
-            PlanStatus.FEASIBLE,
-            {
+        improved, report = improve(problem, greedy, start + problem.time_limit_s, step)
+        out = replace(
+            _recoded(improved, never),
+            status=PlanStatus.FEASIBLE,
+            solver=self.name,
+            terms={
                 "lns_steps": float(report.steps),
                 "lns_improving_steps": float(report.improved),
                 "lns_queue_gained": float(report.gained),
             },
-            {"requests": len(problem.requests), "nodes": len(problem.nodes), "lns": 1},
+            model_size={"requests": len(problem.requests), "nodes": len(problem.nodes), "lns": 1},
+            wall_s=time.perf_counter() - start,
         )
+        return reported(problem, _with_fleet_bound(problem, out, never))
 
     def _pools(self, problem: PlacementProblem, parts: int, movable: set[int], start: float) -> SolveResult:
         """Split the fleet into parts (POP), solve them in parallel processes and merge the plans."""
@@ -197,35 +251,32 @@ class CpSat:
         for r in results:
             for k, n in r.model_size.items():
                 size[k] = size.get(k, 0) + n
-        every_fallback = all(s == PlanStatus.FALLBACK for s in statuses)
+        never = never_fitting(problem)
         merged = SolveResult(
-            status=PlanStatus.FALLBACK if every_fallback else PlanStatus.FEASIBLE,
+            status=PlanStatus.FALLBACK
+            if all(s == PlanStatus.FALLBACK for s in statuses)
+            else PlanStatus.FEASIBLE,
             solver=self.name,
             assignments=tuple(a for r in results for a in r.assignments),
             unplaced=tuple(u for r in results for u in r.unplaced),
             mig_layouts=tuple(lay for r in results for lay in r.mig_layouts),
-        )
-        return _queue_result(
-            self.name,
-            problem,
-            merged,
-            start,
-            merged.status,
-            {
+            terms={
                 "parts": float(parts),
                 "parts_optimal": float(statuses.count(PlanStatus.OPTIMAL)),
                 "parts_fallback": float(statuses.count(PlanStatus.FALLBACK)),
             },
-            size,
+            model_size=size,
+            wall_s=time.perf_counter() - start,
         )
+        return reported(problem, _with_fleet_bound(problem, _recoded(merged, never), never))
 
 
 def _better_of(
-    problem: PlacementProblem, rankings: Rankings, solved: SolveResult, hint: SolveResult, start: float
+    problem: PlacementProblem, seen: Rankings, solved: SolveResult, hint: SolveResult
 ) -> SolveResult:
     """CP-SAT's plan, or the FGD hint when it waits as little and is less fragmented by the exact
     measure (the model only saw linearised fragmentation costs)."""
-    compared = exact_comparison(problem, rankings.infos, rankings.states, solved, hint)
+    compared = exact_comparison(problem, seen.infos, seen.states, solved, hint)
     if compared is None:
         return solved
     ours, theirs = compared
@@ -241,15 +292,9 @@ def _better_of(
         hint,
         status=PlanStatus.FEASIBLE,
         solver=solved.solver,
-        objective=solved.objective,
         best_bound=solved.best_bound,
-        gap=solved.gap,
-        wall_s=time.perf_counter() - start,
-        terms={
-            "queue": float(queue_term(problem, hint)),
-            **{k: v for k, v in terms.items() if k.startswith(("stage_", "fragmentation_exact"))},
-            "kept_hint": 1.0,
-        },
+        bound_source=solved.bound_source,
+        terms={**terms, "kept_hint": 1.0},
         model_size=solved.model_size,
     )
 
@@ -258,33 +303,6 @@ def solve_part(part: Part) -> SolveResult:
     """Solve one part of a split fleet (runs in a worker process)."""
     movable = {r for r, q in enumerate(part.problem.requests) if q.key in part.movable}
     return CpSat(movable_running=movable).solve(part.problem)
-
-
-def _queue_result(
-    name: str,
-    problem: PlacementProblem,
-    result: SolveResult,
-    start: float,
-    status: PlanStatus,
-    terms: dict[str, float],
-    size: dict[str, int],
-) -> SolveResult:
-    """A plan not solved as one model, reported by its queue term against the knapsack bound."""
-    waiting = {(u.workload, u.replica) for u in result.unplaced}
-    never = {(u.workload, u.replica) for u in result.unplaced if u.code == NEVER_FITS}
-    objective = sum(queue_penalty(q, problem) for q in problem.requests if q.key in waiting)
-    bound = queue_lower_bound(problem, never)
-    return replace(
-        result,
-        status=status,
-        solver=name,
-        objective=float(objective),
-        best_bound=float(bound),
-        gap=abs(objective - bound) / max(1.0, abs(objective)),
-        wall_s=time.perf_counter() - start,
-        terms={"queue": float(objective), **terms},
-        model_size=size,
-    )
 
 
 def hint_from(m: cp_model.CpModel, v: Variables, problem: PlacementProblem, greedy: SolveResult) -> None:

@@ -10,7 +10,7 @@ from functools import partial
 from gpuplan.models.policy import IsolationKind, Quota
 from gpuplan.solvers.formulation.builder import Expr, Var
 from gpuplan.solvers.formulation.variables import MILLI, Candidate, GpuKey, Variables, current_vars
-from gpuplan.solvers.problem import PlacementProblem, Request, ShapeSpec
+from gpuplan.solvers.problem import PlacementProblem, Request, ShapeSpec, may_preempt
 
 log = logging.getLogger(__name__)
 
@@ -229,14 +229,6 @@ def quotas(problem: PlacementProblem, v: Variables) -> None:
             v.model.add(v.model.sum(terms) <= max(0, limit))
 
 
-def may_preempt(problem: PlacementProblem, req: Request) -> bool:
-    """Whether the policy lets a running replica be preempted at all."""
-    if not req.preemptible:
-        return False
-    tier = problem.policy.tier(req.tier)
-    return tier.may_be_preempted or problem.policy.disruption.preempt_latency_sensitive
-
-
 def running(problem: PlacementProblem, v: Variables) -> None:
     """Running work stays, migrates or is preempted (preemptible, lower tier than what displaces it),
     within the disruption budget."""
@@ -267,7 +259,7 @@ def running(problem: PlacementProblem, v: Variables) -> None:
         preempted = 1 - v.placed[r]
         moves.append(moved)
         team_moves[req.team].append(moved)
-        if not may_preempt(problem, req):
+        if not may_preempt(problem.policy, req):
             m.add(v.placed[r] == 1)
         else:
             preempts.append(preempted)

@@ -6,8 +6,9 @@ found, and the next term is minimised. The result is ``OPTIMAL`` only if every s
 
 from __future__ import annotations
 
+import math
 import time
-from collections.abc import Callable
+from collections.abc import Callable, Collection
 from dataclasses import dataclass, replace
 from typing import Protocol
 
@@ -25,8 +26,6 @@ from gpuplan.solvers.problem import PlacementProblem
 STAGE_SHARES = {"queue": 0.6, "fragmentation": 0.25, "disruption+topology": 0.15, "weighted": 1.0}
 #: Weight of disruption over topology inside the last stage (disruption is strictly preferred).
 DISRUPTION_OVER_TOPOLOGY = 1000
-#: Term names, in lexicographic order.
-TERM_NAMES = ("queue", "fragmentation", "disruption", "topology")
 
 #: Solution values of the variables: var -> value.
 Values = Callable[[Var], int]
@@ -47,11 +46,8 @@ class StageResult:
 class StageSolver(Protocol):
     """A back-end able to minimise one expression at a time on the model it built."""
 
-    def minimise(
-        self, expr: Expr, time_limit_s: float, measure: list[Expr]
-    ) -> tuple[StageResult, Values | None, list[int]]:
-        """Minimise ``expr``: the stage report, the solution (None when none was found) and the
-        values of the ``measure`` expressions in it."""
+    def minimise(self, expr: Expr, time_limit_s: float) -> tuple[StageResult, Values | None]:
+        """Minimise ``expr``: the stage report and the solution (None when none was found)."""
         ...
 
     def bound(self, expr: Expr, value: int, values: Values) -> None:
@@ -82,17 +78,15 @@ def stages(problem: PlacementProblem, v: Variables, t: Terms) -> list[tuple[str,
 
 def run_stages(
     problem: PlacementProblem, v: Variables, terms: Terms, backend: StageSolver, start: float
-) -> tuple[list[StageResult], Values | None, dict[str, float], int]:
+) -> tuple[list[StageResult], Values | None, int]:
     """Solve the stages within the time limit counted from ``start``.
 
-    Returns the stage reports, the last solution, the value of every term in it, and the number of
-    stages the policy asked for.
+    Returns the stage reports, the last solution and the number of stages the policy asked for.
     """
     todo = stages(problem, v, terms)
     deadline = start + problem.time_limit_s
     results: list[StageResult] = []
     solution: Values | None = None
-    values: dict[str, float] = {}
     total = sum(STAGE_SHARES[n] for n, _ in todo)
     for i, (name, expr) in enumerate(todo):
         remaining = (
@@ -104,16 +98,14 @@ def run_stages(
         limit = remaining * STAGE_SHARES[name] / share
         if limit <= 0.01 and solution is not None:
             break
-        measure = [getattr(terms, t) for t in TERM_NAMES]
-        report, found, measured = backend.minimise(expr, max(0.001, limit), measure)
+        report, found = backend.minimise(expr, max(0.001, limit))
         report = replace(report, stage=name)
         results.append(report)
         if found is None:
             break
         solution = found
-        values = {t: float(x) for t, x in zip(TERM_NAMES, measured, strict=True)}
         backend.bound(expr, round(report.objective or 0), found)
-    return results, solution, values, len(todo)
+    return results, solution, len(todo)
 
 
 def result(
@@ -122,12 +114,20 @@ def result(
     v: Variables,
     reports: list[StageResult],
     solution: Values,
-    values: dict[str, float],
     n_stages: int,
     wall: float,
     size: dict[str, int],
+    *,
+    never: Collection[int],
+    full: bool,
 ) -> SolveResult:
-    """The SolveResult of a solution: assignments, MIG layouts, unplaced reasons and the report."""
+    """The SolveResult of a solution: assignments, MIG layouts, unplaced reasons and the report.
+
+    ``never`` holds the requests no node could host even empty (checked on the whole fleet). ``full``
+    says whether the model was the full problem (every node a candidate, all running work the policy
+    lets move free to move): only then is a proof ``OPTIMAL`` and the first stage's bound a bound of the
+    problem; otherwise the plan is at most ``FEASIBLE`` and carries no bound here.
+    """
 
     def val(var: Var | int) -> int:
         return var if isinstance(var, int) else solution(var)
@@ -153,16 +153,19 @@ def result(
                 instances=tuple(MigInstance(profile=prof, start=s) for s, prof in insts),
             )
         )
-    unplaced = [_unplaced(problem, v, r) for r in range(len(problem.requests)) if r not in placed]
-    proven = len(reports) == n_stages and all(s.optimal for s in reports)
+    unplaced = [_unplaced(problem, v, r, r in never) for r in range(len(problem.requests)) if r not in placed]
+    proven = full and len(reports) == n_stages and all(s.optimal for s in reports)
     first = reports[0]
-    gap = None
-    if first.objective is not None and first.bound is not None:
-        gap = abs(first.objective - first.bound) / max(1.0, abs(first.objective))
-    terms = dict(values)
+    bound = None
+    if full and problem.policy.objective is ObjectiveMode.LEXICOGRAPHIC and first.bound is not None:
+        # The queue term is an integer: CP-SAT's (float) bound rounds up.
+        bound = math.ceil(first.bound - 1e-6)
+    terms: dict[str, float] = {}
     for s in reports:
         terms[f"stage_{s.stage}_wall_s"] = round(s.wall_s, 3)
         terms[f"stage_{s.stage}_optimal"] = 1.0 if s.optimal else 0.0
+        if s.objective is not None:
+            terms[f"stage_{s.stage}_objective"] = float(round(s.objective))
         if s.bound is not None:
             terms[f"stage_{s.stage}_bound"] = s.bound
     return SolveResult(
@@ -171,9 +174,8 @@ def result(
         assignments=tuple(sorted(assignments, key=lambda a: (a.workload, a.replica))),
         unplaced=tuple(unplaced),
         mig_layouts=tuple(layouts),
-        objective=first.objective,
-        best_bound=first.bound,
-        gap=gap,
+        best_bound=None if bound is None else float(bound),
+        bound_source=f"{name} (full model)" if bound is not None else None,
         wall_s=wall,
         terms=terms,
         model_size=size,
@@ -222,11 +224,11 @@ def _assignment(problem: PlacementProblem, cand: Candidate, get: Callable[[Var],
     )
 
 
-def _unplaced(problem: PlacementProblem, v: Variables, r: int) -> Unplaced:
+def _unplaced(problem: PlacementProblem, v: Variables, r: int, never: bool) -> Unplaced:
     req = problem.requests[r]
     what = " or ".join(describe(s) for s in req.shapes)
-    if not v.by_req.get(r):
-        code, why = "NEVER_FITS", f"no node of the cluster can ever host {what}"
+    if never:
+        code, why = "NEVER_FITS", f"no node of the cluster could host {what}, even if empty"
     elif req.gang is not None:
         code, why = "GANG", f"gang '{req.gang}' cannot be placed entirely ({what})"
     else:

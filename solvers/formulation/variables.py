@@ -12,10 +12,10 @@ from dataclasses import dataclass, field
 
 from gpuplan.models.hardware import GpuModelSpec
 from gpuplan.models.plan import GpuUse
-from gpuplan.models.policy import IsolationKind, Policy
+from gpuplan.models.policy import IsolationKind
 from gpuplan.models.workload import TopologyNeed
 from gpuplan.solvers.formulation.builder import LinearBuilder, Var
-from gpuplan.solvers.problem import NodeSpec, PlacementProblem, Request, Running, ShapeSpec
+from gpuplan.solvers.problem import NodeSpec, PlacementProblem, Request, Running, ShapeSpec, disturbable
 
 #: One GPU of the cluster: (node position, GPU position on the node).
 GpuKey = tuple[int, int]
@@ -242,16 +242,6 @@ def add_candidate(
     return cand
 
 
-def movable(policy: Policy, req: Request) -> bool:
-    """Whether the disruption budget lets a running replica move or be preempted at all."""
-    budget = policy.disruption
-    if budget.max_moves_per_round > 0:
-        return True
-    tier = policy.tier(req.tier)
-    may_preempt = req.preemptible and (tier.may_be_preempted or budget.preempt_latency_sensitive)
-    return may_preempt and budget.max_preemptions_per_round > 0
-
-
 def build_variables(
     builder: LinearBuilder,
     problem: PlacementProblem,
@@ -270,7 +260,7 @@ def build_variables(
     for r, req in enumerate(problem.requests):
         if req.running is None:
             continue
-        if movable(problem.policy, req) and (movable_running is None or r in movable_running):
+        if disturbable(problem.policy, req) and (movable_running is None or r in movable_running):
             continue
         n = node_pos[req.running.node]
         v.fixed[r] = n

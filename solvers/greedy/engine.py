@@ -355,13 +355,24 @@ class GreedySolver(ABC):
             policy=problem.policy,
         )
 
-    def solve(
+    def solve(self, problem: PlacementProblem) -> SolveResult:
+        """The greedy plan, reported with its objective terms and the fleet-level queue bound."""
+        # Imported here: the evaluator and the bounds build on this module's placer.
+        from gpuplan.solvers.bounds import never_fitting, objective_bound, queue_lower_bound
+        from gpuplan.solvers.evaluate import reported
+
+        placers: list[Placer] = []
+        result = self.place(problem, on_kept=placers.append)
+        bound = objective_bound(problem, queue_lower_bound(problem, never_fitting(problem, placers[0])))
+        return reported(problem, replace(result, best_bound=float(bound), bound_source="knapsack"))
+
+    def place(
         self, problem: PlacementProblem, on_kept: Callable[[Placer], None] | None = None
     ) -> SolveResult:
         """Keep running replicas, then place the queue in order; gangs all together or not at all.
 
         ``on_kept`` sees the placer once running work is kept and before the queue is placed (an exact
-        solver reads its candidate rankings there).
+        solver reads its candidate rankings there). The result is the bare plan, without its report.
         """
         start = time.perf_counter()
         placer = self.placer(problem)
@@ -405,9 +416,8 @@ class GreedySolver(ABC):
             assignments=tuple(kept + placed),
             unplaced=tuple(unplaced),
             mig_layouts=placer.mig_layouts(),
-            objective=None,
             wall_s=wall,
-            terms={"placed": len(placed), "kept": len(kept), "unplaced": len(unplaced)},
+            terms={"placed": len(placed), "kept": len(kept)},
             model_size={"nodes": len(problem.nodes), "requests": len(problem.requests)},
         )
 

@@ -1,16 +1,20 @@
 """The MILP back-end (PuLP with HiGHS or CBC): the same formulation as CP-SAT, for cross-checks and
-small instances. It reports a bound only when it proves optimality (PuLP does not expose the MIP bound
-of an interrupted solve), and falls back to FGD when it finds nothing in time."""
+small instances. Optimality is proved to a zero gap; an interrupted HiGHS solve reports HiGHS' dual
+bound (PuLP does not expose CBC's), and the fleet-level bound is used when it is better. It falls back
+to FGD when it finds nothing in time."""
 
 from __future__ import annotations
 
 import logging
+import math
 import time
-import warnings
+from dataclasses import replace
 
 import pulp
 
 from gpuplan.solvers.base import SolveResult
+from gpuplan.solvers.bounds import never_fitting, objective_bound, queue_lower_bound
+from gpuplan.solvers.evaluate import reported
 from gpuplan.solvers.formulation.builder import Expr, Var
 from gpuplan.solvers.formulation.constraints import add_all
 from gpuplan.solvers.formulation.objective import build_terms
@@ -18,18 +22,10 @@ from gpuplan.solvers.formulation.staged import StageResult, Values, fallback, re
 from gpuplan.solvers.formulation.variables import build_variables
 from gpuplan.solvers.greedy import Fgd
 from gpuplan.solvers.milp.builder import PulpBuilder
+from gpuplan.solvers.milp.engine import engine_name, pulp_engine
 from gpuplan.solvers.problem import PlacementProblem
 
 log = logging.getLogger(__name__)
-
-
-def _engine(backend: str, time_limit_s: float, threads: int) -> pulp.LpSolver:
-    if backend == "highs":
-        return pulp.HiGHS(msg=False, timeLimit=time_limit_s, threads=threads)
-    with warnings.catch_warnings():
-        # PuLP 3.3 deprecates its bundled CBC binary for 4.0; it is the CBC this pinned PuLP ships.
-        warnings.simplefilter("ignore", DeprecationWarning)
-        return pulp.PULP_CBC_CMD(msg=False, timeLimit=time_limit_s, threads=threads)
 
 
 class _Stages:
@@ -40,18 +36,16 @@ class _Stages:
         self.backend = backend
         self.threads = threads
 
-    def minimise(
-        self, expr: Expr, time_limit_s: float, measure: list[Expr]
-    ) -> tuple[StageResult, Values | None, list[int]]:
+    def minimise(self, expr: Expr, time_limit_s: float) -> tuple[StageResult, Values | None]:
         prob = self.builder.problem
         prob.setObjective(expr if not isinstance(expr, int) else pulp.lpSum([]) + expr)
         t0 = time.perf_counter()
-        prob.solve(_engine(self.backend, time_limit_s, self.threads))
+        prob.solve(pulp_engine(self.backend, time_limit_s, self.threads))
         wall = time.perf_counter() - t0
         if prob.sol_status not in (pulp.LpSolutionOptimal, pulp.LpSolutionIntegerFeasible):
             status = pulp.LpStatus.get(prob.status, str(prob.status))
             log.info("%s stage ended %s after %.2f s", self.backend, status, wall)
-            return StageResult(status, False, None, None, wall), None, []
+            return StageResult(status, False, None, None, wall), None
         snapshot = {var.name: round(var.varValue or 0) for var in self.builder.variables}
 
         def values(var: Var) -> int:
@@ -59,11 +53,17 @@ class _Stages:
 
         optimal = prob.sol_status == pulp.LpSolutionOptimal
         objective = float(round(pulp.value(prob.objective) or 0))
-        report = StageResult(
-            "OPTIMAL" if optimal else "FEASIBLE", optimal, objective, objective if optimal else None, wall
-        )
-        measured = [e if isinstance(e, int) else round(pulp.value(e) or 0) for e in measure]
-        return report, values, measured
+        bound = objective if optimal else self._dual_bound()
+        report = StageResult("OPTIMAL" if optimal else "FEASIBLE", optimal, objective, bound, wall)
+        return report, values
+
+    def _dual_bound(self) -> float | None:
+        """HiGHS' MIP dual bound of an interrupted solve (``None`` for CBC, or when HiGHS has none)."""
+        model = getattr(self.builder.problem, "solverModel", None)
+        if engine_name(self.backend) != "highs" or model is None:
+            return None
+        bound = float(model.getInfo().mip_dual_bound)
+        return bound if math.isfinite(bound) else None
 
     def bound(self, expr: Expr, value: int, values: Values) -> None:
         if not isinstance(expr, int):
@@ -75,7 +75,7 @@ class Milp:
 
     def __init__(self, backend: str = "highs") -> None:
         self.backend = backend
-        self.name = f"milp-{backend}"
+        self.name = f"milp-{engine_name(backend)}"
 
     def solve(self, problem: PlacementProblem) -> SolveResult:
         """Solve; if the MILP solver finds nothing in time, return the FGD plan as ``FALLBACK``."""
@@ -91,14 +91,23 @@ class Milp:
             "requests": len(problem.requests),
             "nodes": len(problem.nodes),
         }
-        reports, solution, values, n_stages = run_stages(
+        reports, solution, n_stages = run_stages(
             problem, v, terms, _Stages(builder, self.backend, problem.num_workers), start
         )
         wall = time.perf_counter() - start
+        never = never_fitting(problem)
         if solution is None:
             log.warning("%s found no solution in %.1f s; returning the FGD plan", self.name, wall)
-            return fallback(self.name, Fgd().solve(problem), reports, wall, size)
-        return result(self.name, problem, v, reports, solution, values, n_stages, wall, size)
+            out = fallback(self.name, Fgd().place(problem), reports, wall, size)
+        else:
+            positions = {r for r, q in enumerate(problem.requests) if q.key in never}
+            out = result(
+                self.name, problem, v, reports, solution, n_stages, wall, size, never=positions, full=True
+            )
+        knapsack = objective_bound(problem, queue_lower_bound(problem, never))
+        if out.best_bound is None or out.best_bound < knapsack:
+            out = replace(out, best_bound=float(knapsack), bound_source="knapsack")
+        return reported(problem, out)
 
 
 class MilpCbc(Milp):

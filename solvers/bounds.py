@@ -1,0 +1,72 @@
+"""Lower bounds on the objective that are valid for the full problem, whatever model produced a plan.
+
+A plan from a restricted model (candidate nodes, movable work or a part of the fleet) cannot use that
+model's own bound; these relaxations only drop rules, so they hold for every valid plan of the full
+problem.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Collection
+from fractions import Fraction
+
+from gpuplan.models.policy import ObjectiveMode
+from gpuplan.solvers.formulation.objective import queue_penalty
+from gpuplan.solvers.greedy import FirstFitScorer, Placer
+from gpuplan.solvers.problem import PlacementProblem, Request, disturbable
+
+
+def never_fits(problem: PlacementProblem, req: Request, placer: Placer) -> bool:
+    """Whether no node of the whole fleet open to the request could host any of its alternatives even
+    if it were empty (``placer`` is any placer over ``problem``'s nodes: its empty node states are
+    used). A MIG shape counts as fitting somewhere when re-partitioning is allowed, since the placer's
+    empty states keep today's MIG layouts."""
+    if problem.policy.mig.allow_repartition and any(s.kind == "mig" for s in req.shapes):
+        return False
+    return placer.never_fits(req)
+
+
+def never_fitting(problem: PlacementProblem, placer: Placer | None = None) -> frozenset[tuple[str, int]]:
+    """The replicas (by key) that :func:`never_fits`: checked against the whole fleet, empty."""
+    placer = placer or Placer(problem.nodes, problem.catalog, FirstFitScorer(), policy=problem.policy)
+    return frozenset(q.key for q in problem.requests if never_fits(problem, q, placer))
+
+
+def queue_lower_bound(problem: PlacementProblem, never_fit: Collection[tuple[str, int]]) -> int:
+    """Fractional-knapsack bound on the queue term: GPU capacity goes to the highest penalty per
+    milli-GPU first.
+
+    Replicas in ``never_fit`` (no node could host them even empty) always wait; running replicas the
+    policy lets neither move nor be preempted keep their GPUs; every other replica, running ones that
+    may be preempted included, competes for the rest. Only GPU capacity limits the relaxation (MIG and
+    CPU-only shapes count as free), so the bound is valid but ignores CPU, memory, MIG and topology.
+    """
+    capacity = sum(1000 * len(n.gpus) for n in problem.nodes)
+    bound = Fraction(0)
+    items: list[tuple[Fraction, int, int]] = []
+    held = 0
+    for q in problem.requests:
+        demand = min(s.gpu_milli_total for s in q.shapes)
+        if q.running is not None and not disturbable(problem.policy, q):
+            held += q.shapes[q.running.alternative].gpu_milli_total
+            continue
+        penalty = queue_penalty(q, problem)
+        if q.key in never_fit:
+            bound += penalty
+        elif demand > 0:
+            items.append((Fraction(penalty, demand), demand, penalty))
+    room = max(0, capacity - held)
+    for _, demand, penalty in sorted(items, key=lambda x: -x[0]):
+        take = min(demand, room)
+        room -= take
+        bound += Fraction(penalty * (demand - take), demand)
+    # The queue term is an integer: round the relaxation's value up.
+    return -((-bound.numerator) // bound.denominator)
+
+
+def objective_bound(problem: PlacementProblem, queue_bound: int) -> int:
+    """A bound on the policy's objective from a bound on the queue term (the other terms are never
+    negative, so the weighted sum is at least its queue part)."""
+    if problem.policy.objective is ObjectiveMode.WEIGHTED:
+        return problem.policy.weights.queue * queue_bound
+    return queue_bound

@@ -1,0 +1,196 @@
+"""One measure for every solver: the objective terms of a returned plan, computed from the plan alone.
+
+Back-ends optimise proxies of these terms (linearised fragmentation, a topology cost per candidate),
+and later passes (predicted starts, the repair of idle moves) change plans after the solve, so the
+report of a plan is always computed here, from its assignments and MIG layouts:
+
+- ``queue``: the tier-weighted queue penalty of every replica the plan leaves waiting (a preempted
+  running replica waits too);
+- ``fragmentation``: FGD's expected fragmented free GPU capacity, in milli-GPU, for the demand's own
+  target mix (the measure FGD minimises greedily);
+- ``disruption``: migrations, preemptions and destroyed MIG instances at their costs;
+- ``topology``: the alternative-rank cost plus the link cost of each multi-GPU set actually chosen.
+
+The objective is the queue term in the default lexicographic mode, the weighted sum in weighted mode.
+"""
+
+from __future__ import annotations
+
+import logging
+from collections.abc import Sequence
+from dataclasses import dataclass, replace
+
+from gpuplan.models.plan import Assignment, MigLayout, PlanStatus
+from gpuplan.models.policy import ObjectiveMode
+from gpuplan.solvers.base import SolveResult
+from gpuplan.solvers.formulation.objective import (
+    ALTERNATIVE_COST,
+    MOVE_COST,
+    PREEMPT_COST,
+    queue_penalty,
+)
+from gpuplan.solvers.greedy import Fragmentation, Placer, target_mix
+from gpuplan.solvers.greedy.first_fit import FirstFitScorer
+from gpuplan.solvers.problem import NodeSpec, PlacementProblem, Request, Running
+
+log = logging.getLogger(__name__)
+
+#: Term names, in lexicographic order.
+TERMS = ("queue", "fragmentation", "disruption", "topology")
+
+
+@dataclass(frozen=True)
+class Evaluation:
+    """The objective terms of one plan and the counts behind the disruption term."""
+
+    queue: int
+    fragmentation: int
+    disruption: int
+    topology: int
+    moves: int
+    preemptions: int
+    destroyed_instances: int
+    free_gpu_milli: int
+
+    def objective(self, problem: PlacementProblem) -> int:
+        """The primary objective the policy asks for: the queue term, or the weighted sum."""
+        if problem.policy.objective is ObjectiveMode.WEIGHTED:
+            w = problem.policy.weights
+            return (
+                w.queue * self.queue
+                + w.fragmentation * self.fragmentation
+                + w.disruption * self.disruption
+                + w.topology * self.topology
+            )
+        return self.queue
+
+    def terms(self) -> dict[str, float]:
+        """The terms and counts, as reported in a plan."""
+        return {
+            "queue": float(self.queue),
+            "fragmentation": float(self.fragmentation),
+            "disruption": float(self.disruption),
+            "topology": float(self.topology),
+            "moves": float(self.moves),
+            "preemptions": float(self.preemptions),
+            "destroyed_mig_instances": float(self.destroyed_instances),
+        }
+
+
+def with_layouts(nodes: Sequence[NodeSpec], layouts: Sequence[MigLayout]) -> tuple[NodeSpec, ...]:
+    """The nodes with a plan's target MIG layouts in place of their current ones."""
+    target = {(lay.node, lay.gpu): tuple((i.profile, i.start) for i in lay.instances) for lay in layouts}
+    if not target:
+        return tuple(nodes)
+    return tuple(
+        replace(
+            node,
+            gpus=tuple(
+                replace(g, mig=target[(node.name, g.index)]) if (node.name, g.index) in target else g
+                for g in node.gpus
+            ),
+        )
+        for node in nodes
+    )
+
+
+def fragmented_milli(
+    problem: PlacementProblem, assignments: Sequence[Assignment], layouts: Sequence[MigLayout]
+) -> tuple[float, int]:
+    """(FGD fragmentation in milli-GPU, free GPU milli) of the cluster once the plan is in place."""
+    placer = Placer(with_layouts(problem.nodes, layouts), problem.catalog, FirstFitScorer())
+    by_key = {r.key: r for r in problem.requests}
+    for a in assignments:
+        running = Running(node=a.node, gpus=a.gpus, alternative=a.alternative)
+        placer.keep(replace(by_key[(a.workload, a.replica)], running=running))
+    measure = Fragmentation(target_mix(problem.requests))
+    fragmented = sum(measure(i, s) for i, s in zip(placer.infos, placer.cluster.states, strict=True))
+    return fragmented, placer.capacity_gpu_milli - placer.used_gpu_milli
+
+
+def _stays(req: Request, a: Assignment) -> bool:
+    """Whether a running replica's assignment is exactly where it runs."""
+    run = req.running
+    assert run is not None
+    return a.node == run.node and a.alternative == run.alternative and set(a.gpus) == set(run.gpus)
+
+
+def _topology(problem: PlacementProblem, req: Request, a: Assignment, nodes: dict[str, NodeSpec]) -> int:
+    shape = req.shapes[a.alternative]
+    cost = ALTERNATIVE_COST * a.alternative
+    if shape.kind == "whole" and shape.gpus > 1:
+        cost += nodes[a.node].cost([g.index for g in a.gpus])
+    return cost
+
+
+def evaluate(
+    problem: PlacementProblem, assignments: Sequence[Assignment], layouts: Sequence[MigLayout]
+) -> Evaluation:
+    """The exact objective terms of a plan (assignments and target MIG layouts) of ``problem``."""
+    placed = {(a.workload, a.replica): a for a in assignments}
+    nodes = {n.name: n for n in problem.nodes}
+    queue = moves = preemptions = topology = 0
+    for req in problem.requests:
+        a = placed.get(req.key)
+        if a is None:
+            queue += queue_penalty(req, problem)
+            preemptions += req.running is not None
+            continue
+        topology += _topology(problem, req, a, nodes)
+        if req.running is not None and not _stays(req, a):
+            moves += 1
+    current = {(n.name, g.index): set(g.mig) for n in problem.nodes for g in n.gpus if g.mig is not None}
+    destroyed = 0
+    for lay in layouts:
+        kept = {(i.profile, i.start) for i in lay.instances}
+        destroyed += len(current.get((lay.node, lay.gpu), set()) - kept)
+    fragmented, free = fragmented_milli(problem, assignments, layouts)
+    disruption = (
+        MOVE_COST * moves + PREEMPT_COST * preemptions + problem.policy.mig.repartition_cost * destroyed
+    )
+    return Evaluation(
+        queue=queue,
+        fragmentation=round(fragmented),
+        disruption=disruption,
+        topology=topology,
+        moves=moves,
+        preemptions=preemptions,
+        destroyed_instances=destroyed,
+        free_gpu_milli=free,
+    )
+
+
+def reported(problem: PlacementProblem, result: SolveResult) -> SolveResult:
+    """``result`` with the objective, terms and gap of the plan it returns.
+
+    The gap is signed, ``(objective - bound) / max(1, objective)``; a bound above the objective would
+    be a bug, so it is dropped (logged) rather than reported. ``OPTIMAL`` needs a zero gap: a proof of
+    a model whose objective differs from the reported one (the weighted mode's linearised terms) is
+    reported ``FEASIBLE``.
+    """
+    ev = evaluate(problem, result.assignments, result.mig_layouts)
+    objective = ev.objective(problem)
+    bound, source = result.best_bound, result.bound_source
+    diagnostics = {k: v for k, v in result.terms.items() if k not in ev.terms()}
+    if bound is not None and bound > objective:
+        log.error(
+            "%s reported bound %s above its plan's objective %s; bound dropped",
+            result.solver,
+            bound,
+            objective,
+        )
+        bound, source = None, None
+        diagnostics["invalid_bound_dropped"] = 1.0
+    gap = None if bound is None else (objective - bound) / max(1.0, float(objective))
+    status = result.status
+    if status is PlanStatus.OPTIMAL and gap != 0:
+        status = PlanStatus.FEASIBLE
+    return replace(
+        result,
+        status=status,
+        objective=float(objective),
+        best_bound=bound,
+        bound_source=source,
+        gap=gap,
+        terms={**ev.terms(), **diagnostics},
+    )
