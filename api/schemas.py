@@ -112,7 +112,7 @@ class JobOut(BaseModel):
     started_at: datetime | None
     finished_at: datetime | None
     attempts: int
-    plan_status: str | None = Field(description="OPTIMAL, FEASIBLE, FALLBACK or INFEASIBLE when done")
+    plan_status: str | None = Field(description="OPTIMAL, FEASIBLE or FALLBACK when done")
     outcome: str | None = Field(description="what kind of plan, e.g. cut short by the time limit")
     error: str | None
     progress: dict[str, Any] | None = Field(

@@ -136,8 +136,6 @@ def outcome(plan: Plan, time_limit_s: float) -> str:
         return "optimal"
     if plan.status is PlanStatus.FALLBACK:
         return "time limit reached: the exact solver found no plan in time; greedy (FGD) plan returned"
-    if plan.status is PlanStatus.INFEASIBLE:
-        return "no feasible plan"
     if name in EXACT_SOLVERS and plan.solver.wall_s >= 0.9 * time_limit_s:
         return "time limit reached: best plan found, not proven optimal"
     if name in EXACT_SOLVERS:

@@ -12,13 +12,19 @@ from gpuplan.models.cluster import MigInstance
 
 
 class PlanStatus(StrEnum):
-    """Outcome of a planning run. ``OPTIMAL`` only when the solver proved it."""
+    """Outcome of a planning run.
+
+    ``OPTIMAL``: proved optimal for the full problem (every node and every movable replica free in the
+    model), objective equal to the bound. ``FEASIBLE``: a valid plan, not proved optimal (a time limit,
+    a restricted or decomposed model, a later pass that changed the plan). ``FALLBACK``: the exact
+    solver found nothing in time and the greedy (FGD) plan is returned. There is no infeasible
+    status: every replica may wait, so a valid plan always exists; input that breaks the rules is an
+    error, never a plan.
+    """
 
     OPTIMAL = "OPTIMAL"
     FEASIBLE = "FEASIBLE"
     FALLBACK = "FALLBACK"
-    INFEASIBLE = "INFEASIBLE"
-    INVALID_INPUT = "INVALID_INPUT"
 
 
 class GpuUse(Strict):

@@ -3,14 +3,12 @@
 from __future__ import annotations
 
 from collections import Counter
-from dataclasses import replace
 
 from gpuplan.models.hardware import HardwareCatalog
 from gpuplan.models.plan import Assignment, GpuUse, MigLayout
 from gpuplan.models.problem import PlanningInput
-from gpuplan.solvers.greedy import Fragmentation, Placer, target_mix
-from gpuplan.solvers.greedy.first_fit import FirstFitScorer
-from gpuplan.solvers.problem import NodeSpec, PlacementProblem, Running
+from gpuplan.solvers.evaluate import fragmented_milli
+from gpuplan.solvers.problem import PlacementProblem
 
 
 def gpu_equivalents(use: GpuUse, model: str, catalog: HardwareCatalog) -> float:
@@ -52,21 +50,6 @@ def plan_metrics(
     return out
 
 
-def _with_layouts(nodes: tuple[NodeSpec, ...], layouts: tuple[MigLayout, ...]) -> tuple[NodeSpec, ...]:
-    """The nodes with the plan's target MIG layouts in place of the current ones."""
-    target = {(lay.node, lay.gpu): tuple((i.profile, i.start) for i in lay.instances) for lay in layouts}
-    return tuple(
-        replace(
-            node,
-            gpus=tuple(
-                replace(g, mig=target[(node.name, g.index)]) if (node.name, g.index) in target else g
-                for g in node.gpus
-            ),
-        )
-        for node in nodes
-    )
-
-
 def fragmentation(
     problem: PlacementProblem, assignments: tuple[Assignment, ...], layouts: tuple[MigLayout, ...]
 ) -> dict[str, float]:
@@ -75,14 +58,7 @@ def fragmentation(
     ``fragmented_gpus`` is the expected free GPU capacity (in GPUs) that the target shapes cannot use;
     ``fragmentation_rate`` is its share of all free GPU capacity.
     """
-    placer = Placer(_with_layouts(problem.nodes, layouts), problem.catalog, FirstFitScorer())
-    by_key = {r.key: r for r in problem.requests}
-    for a in assignments:
-        running = Running(node=a.node, gpus=a.gpus, alternative=a.alternative)
-        placer.keep(replace(by_key[(a.workload, a.replica)], running=running))
-    measure = Fragmentation(target_mix(problem.requests))
-    fragmented = sum(measure(i, s) for i, s in zip(placer.infos, placer.cluster.states, strict=True))
-    free = placer.capacity_gpu_milli - placer.used_gpu_milli
+    fragmented, free = fragmented_milli(problem, assignments, layouts)
     return {
         "fragmented_gpus": round(fragmented / 1000, 4),
         "fragmentation_rate": round(fragmented / free, 6) if free else 0.0,

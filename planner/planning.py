@@ -16,6 +16,7 @@ from gpuplan.models.problem import PlanningInput
 from gpuplan.planner.actions import plan_actions
 from gpuplan.planner.compile import compile_problem
 from gpuplan.planner.metrics import fragmentation, plan_metrics
+from gpuplan.planner.repair import without_idle_moves
 from gpuplan.planner.timeline import previous_reservations, with_reservations
 from gpuplan.planner.validate import Violation, validate_plan
 from gpuplan.solvers.base import SolveResult, get_solver
@@ -124,6 +125,7 @@ def make_plan(
     # Predicted starts and reservations; ``previous`` keeps the last plan's reservations that still fit.
     reserved = previous_reservations(previous, inp) if previous is not None else None
     result = with_reservations(inp, problem, result, catalog, now, reserved)
+    result = without_idle_moves(inp, problem, result, catalog)
     # The report describes the plan returned, after every pass that changed it.
     result = reported(problem, result)
     provenance = {

@@ -32,33 +32,51 @@ def never_fitting(problem: PlacementProblem, placer: Placer | None = None) -> fr
     return frozenset(q.key for q in problem.requests if never_fits(problem, q, placer))
 
 
+def _team_caps(problem: PlacementProblem) -> dict[str, int]:
+    """Milli-GPU each team's non-borrowing work may take at most, from quotas that name neither a GPU
+    model nor a pool (those nest inside the fleet's capacity, so the greedy relaxation stays exact)."""
+    caps: dict[str, int] = {}
+    for q in problem.policy.quotas:
+        if q.gpu_model is None and q.pool is None and not q.borrow:
+            cap = int(Fraction(str(q.gpus)) * 1000)
+            caps[q.team] = min(cap, caps.get(q.team, cap))
+    return caps
+
+
 def queue_lower_bound(problem: PlacementProblem, never_fit: Collection[tuple[str, int]]) -> int:
     """Fractional-knapsack bound on the queue term: GPU capacity goes to the highest penalty per
     milli-GPU first.
 
     Replicas in ``never_fit`` (no node could host them even empty) always wait; running replicas the
     policy lets neither move nor be preempted keep their GPUs; every other replica, running ones that
-    may be preempted included, competes for the rest. Only GPU capacity limits the relaxation (MIG and
-    CPU-only shapes count as free), so the bound is valid but ignores CPU, memory, MIG and topology.
+    may be preempted included, competes for the rest. A team quota without model or pool caps its
+    team's share. Only GPU capacity and those quotas limit the relaxation (MIG and CPU-only shapes count
+    as free), so the bound is valid but ignores CPU, memory, MIG and topology.
     """
     capacity = sum(1000 * len(n.gpus) for n in problem.nodes)
+    caps = _team_caps(problem)
     bound = Fraction(0)
-    items: list[tuple[Fraction, int, int]] = []
+    items: list[tuple[Fraction, int, int, str]] = []
     held = 0
     for q in problem.requests:
         demand = min(s.gpu_milli_total for s in q.shapes)
         if q.running is not None and not disturbable(problem.policy, q):
-            held += q.shapes[q.running.alternative].gpu_milli_total
+            used = q.shapes[q.running.alternative].gpu_milli_total
+            held += used
+            if q.team in caps:
+                caps[q.team] -= used
             continue
         penalty = queue_penalty(q, problem)
         if q.key in never_fit:
             bound += penalty
         elif demand > 0:
-            items.append((Fraction(penalty, demand), demand, penalty))
+            items.append((Fraction(penalty, demand), demand, penalty, q.team))
     room = max(0, capacity - held)
-    for _, demand, penalty in sorted(items, key=lambda x: -x[0]):
-        take = min(demand, room)
+    for _, demand, penalty, team in sorted(items, key=lambda x: -x[0]):
+        take = min(demand, room, max(0, caps.get(team, demand)))
         room -= take
+        if team in caps:
+            caps[team] -= take
         bound += Fraction(penalty * (demand - take), demand)
     # The queue term is an integer: round the relaxation's value up.
     return -((-bound.numerator) // bound.denominator)

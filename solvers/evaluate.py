@@ -17,7 +17,7 @@ The objective is the queue term in the default lexicographic mode, the weighted 
 from __future__ import annotations
 
 import logging
-from collections.abc import Sequence
+from collections.abc import Iterable, Sequence
 from dataclasses import dataclass, replace
 
 from gpuplan.models.plan import Assignment, MigLayout, PlanStatus
@@ -29,9 +29,11 @@ from gpuplan.solvers.formulation.objective import (
     PREEMPT_COST,
     queue_penalty,
 )
-from gpuplan.solvers.greedy import Fragmentation, Placer, target_mix
+from gpuplan.solvers.greedy import Fragmentation, NodeInfo, NodeState, Placer, target_mix
 from gpuplan.solvers.greedy.first_fit import FirstFitScorer
-from gpuplan.solvers.problem import NodeSpec, PlacementProblem, Request, Running
+from gpuplan.solvers.greedy.options import keep
+from gpuplan.solvers.greedy.state import initial_state
+from gpuplan.solvers.problem import NodeSpec, PlacementProblem, Request
 
 log = logging.getLogger(__name__)
 
@@ -94,18 +96,45 @@ def with_layouts(nodes: Sequence[NodeSpec], layouts: Sequence[MigLayout]) -> tup
     )
 
 
+class NodeFragmentation:
+    """FGD's fragmentation of single nodes under given MIG layouts, for the demand's target mix."""
+
+    def __init__(self, problem: PlacementProblem, layouts: Sequence[MigLayout]) -> None:
+        placer = Placer(with_layouts(problem.nodes, layouts), problem.catalog, FirstFitScorer())
+        self.infos = placer.infos
+        self.pos = {i.name: i.pos for i in self.infos}
+        self.by_key = {r.key: r for r in problem.requests}
+        self.measure = Fragmentation(target_mix(problem.requests))
+
+    def state(self, node: str, assignments: Iterable[Assignment]) -> tuple[NodeInfo, NodeState]:
+        """The node's state with ``assignments`` (all on it) in place."""
+        info = self.infos[self.pos[node]]
+        state = initial_state(info)
+        for a in assignments:
+            shape = self.by_key[(a.workload, a.replica)].shapes[a.alternative]
+            state = keep(info, state, shape, a.gpus)
+        return info, state
+
+    def of(self, node: str, assignments: Iterable[Assignment]) -> float:
+        """Fragmented milli-GPU of the node with ``assignments`` in place."""
+        return self.measure(*self.state(node, assignments))
+
+
 def fragmented_milli(
     problem: PlacementProblem, assignments: Sequence[Assignment], layouts: Sequence[MigLayout]
 ) -> tuple[float, int]:
     """(FGD fragmentation in milli-GPU, free GPU milli) of the cluster once the plan is in place."""
-    placer = Placer(with_layouts(problem.nodes, layouts), problem.catalog, FirstFitScorer())
-    by_key = {r.key: r for r in problem.requests}
+    meter = NodeFragmentation(problem, layouts)
+    on: dict[str, list[Assignment]] = {n.name: [] for n in problem.nodes}
     for a in assignments:
-        running = Running(node=a.node, gpus=a.gpus, alternative=a.alternative)
-        placer.keep(replace(by_key[(a.workload, a.replica)], running=running))
-    measure = Fragmentation(target_mix(problem.requests))
-    fragmented = sum(measure(i, s) for i, s in zip(placer.infos, placer.cluster.states, strict=True))
-    return fragmented, placer.capacity_gpu_milli - placer.used_gpu_milli
+        on[a.node].append(a)
+    fragmented = 0.0
+    free = 0
+    for name, placed in on.items():
+        info, state = meter.state(name, placed)
+        fragmented += meter.measure(info, state)
+        free += sum(state.free)
+    return fragmented, free
 
 
 def _stays(req: Request, a: Assignment) -> bool:

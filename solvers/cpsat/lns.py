@@ -15,10 +15,12 @@ import time
 from collections import defaultdict
 from collections.abc import Callable
 from dataclasses import dataclass, replace
+from fractions import Fraction
 
 from gpuplan.models.plan import Assignment
-from gpuplan.models.policy import DisruptionBudget
+from gpuplan.models.policy import DisruptionBudget, Quota
 from gpuplan.solvers.base import SolveResult
+from gpuplan.solvers.formulation.constraints import QUOTA_UNIT, charged_units, quota_limit_units
 from gpuplan.solvers.formulation.objective import queue_penalty
 from gpuplan.solvers.problem import PlacementProblem, Request, Running
 
@@ -41,6 +43,8 @@ class LnsReport:
     steps: int = 0
     improved: int = 0
     gained: int = 0
+    #: Whether the wall clock ended a deterministic search before its steps were done.
+    cut: bool = False
 
 
 def _used_milli(a: Assignment) -> int:
@@ -82,10 +86,51 @@ def _neighbourhood(
     return [seed, *near, *peers][:NEIGHBOURHOOD_NODES]
 
 
+def _offered(problem: PlacementProblem, waiting: list[Request], rng: random.Random) -> list[Request]:
+    """Waiting replicas offered to a neighbourhood: whole gangs or single replicas, the highest queue
+    penalties first (a random sample of them), at most :data:`WAITING_OFFERED` replicas."""
+    units: dict[str, list[Request]] = {}
+    for q in waiting:
+        units.setdefault(q.gang or f"\0{q.workload}#{q.replica}", []).append(q)
+    ranked = sorted(units.values(), key=lambda u: -sum(queue_penalty(q, problem) for q in u))
+    sample = ranked[: 4 * WAITING_OFFERED]
+    rng.shuffle(sample)
+    offered: list[Request] = []
+    for unit in sample:
+        if len(offered) + len(unit) <= WAITING_OFFERED:
+            offered.extend(unit)
+    return offered
+
+
+def _quotas_left(
+    problem: PlacementProblem, placed: dict[tuple[str, int], Assignment], hood: set[str]
+) -> tuple[Quota, ...]:
+    """Each quota less what placed replicas outside the neighbourhood hold (they keep their share)."""
+    if not problem.policy.quotas:
+        return ()
+    by_key = {q.key: q for q in problem.requests}
+    node_pos = {n.name: i for i, n in enumerate(problem.nodes)}
+    out: list[Quota] = []
+    for q in problem.policy.quotas:
+        held = sum(
+            charged_units(problem, q, by_key[k], node_pos[a.node], Running(a.node, a.gpus, a.alternative))
+            for k, a in placed.items()
+            if a.node not in hood and by_key[k].team == q.team
+        )
+        left = Fraction(max(0, quota_limit_units(q) - held), QUOTA_UNIT)
+        out.append(q.model_copy(update={"gpus": float(left)}))
+    return tuple(out)
+
+
 def improve(
     problem: PlacementProblem, start: SolveResult, deadline: float, step: StepSolver
 ) -> tuple[SolveResult, LnsReport]:
-    """Improve ``start`` by CP-SAT steps on small neighbourhoods until ``deadline`` (perf_counter)."""
+    """Improve ``start`` by CP-SAT steps on small neighbourhoods until ``deadline`` (perf_counter).
+
+    A deterministic problem takes a fixed number of steps (its time limit over :data:`STEP_S`), each
+    stopped on deterministic time, so that the same input and seed give the same plan; the deadline
+    still ends the search (the report then says the search was cut).
+    """
     rng = random.Random(problem.seed)
     report = LnsReport()
     by_key = {q.key: q for q in problem.requests}
@@ -93,29 +138,36 @@ def improve(
     kinds: dict[int, object] = {
         n: (nd.cpu_milli, nd.pool, tuple(g.model for g in nd.gpus)) for n, nd in enumerate(problem.nodes)
     }
-    while time.perf_counter() + 0.5 < deadline:
+    steps = max(1, int(problem.time_limit_s / STEP_S)) if problem.deterministic else None
+    while steps is None or report.steps < steps:
+        if time.perf_counter() + 0.5 >= deadline:
+            report.cut = steps is not None
+            break
         waiting = [q for q in problem.requests if q.key not in state.placed]
         on_node, free = state.by_node()
         hood = _neighbourhood(problem, free, rng, kinds) if waiting else []
         if not hood:
             break
         moving = [key for n in hood for key in on_node[n]]
-        offered = sorted(waiting, key=lambda q: -queue_penalty(q, problem))[: 4 * WAITING_OFFERED]
-        rng.shuffle(offered)
+        offered = _offered(problem, waiting, rng)
         requests: list[Request] = []
         for key in moving:
             a = state.placed[key]
             requests.append(replace(by_key[key], running=Running(a.node, a.gpus, a.alternative)))
-        requests.extend(offered[:WAITING_OFFERED])
+        requests.extend(offered)
+        names = {problem.nodes[n].name for n in hood}
         policy = problem.policy.model_copy(
-            update={"disruption": DisruptionBudget(max_moves_per_round=len(moving))}
+            update={
+                "disruption": DisruptionBudget(max_moves_per_round=len(moving)),
+                "quotas": _quotas_left(problem, state.placed, names),
+            }
         )
         sub = replace(
             problem,
             nodes=tuple(problem.nodes[n] for n in hood),
             requests=tuple(requests),
             policy=policy,
-            time_limit_s=min(STEP_S, deadline - time.perf_counter()),
+            time_limit_s=STEP_S if steps is not None else min(STEP_S, deadline - time.perf_counter()),
         )
         originally_fixed = {r for r, q in enumerate(requests) if q.key in by_key and by_key[q.key].running}
         result = step(sub, set(range(len(moving))) - originally_fixed)

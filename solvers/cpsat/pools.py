@@ -22,7 +22,7 @@ from fractions import Fraction
 
 from gpuplan.models.policy import Quota
 from gpuplan.solvers.base import SolveResult
-from gpuplan.solvers.formulation.constraints import QUOTA_UNIT, quota_charged, quota_units
+from gpuplan.solvers.formulation.constraints import QUOTA_UNIT, charged_units, quota_limit_units
 from gpuplan.solvers.problem import NodeSpec, PlacementProblem, Request, ShapeSpec
 
 log = logging.getLogger(__name__)
@@ -104,13 +104,8 @@ def _split_quota(
         if req.running is None:
             wanted[p] += _demand(req)
             continue
-        n = node_pos[req.running.node]
-        pos = {g.index: k for k, g in enumerate(problem.nodes[n].gpus)}
-        shape = req.shapes[req.running.alternative]
-        for g in req.running.gpus:
-            if quota_charged(problem, q, req, n, pos[g.index]):
-                held[p] += quota_units(problem, shape, n, pos[g.index])
-    total = int(Fraction(str(q.gpus)) * QUOTA_UNIT)
+        held[p] += charged_units(problem, q, req, node_pos[req.running.node], req.running)
+    total = quota_limit_units(q)
     rest = max(0, total - sum(held))
     weight = sum(wanted) or parts
     share = [rest * (w if sum(wanted) else 1) // weight for w in wanted]

@@ -141,13 +141,14 @@ class CpSat:
 
     ``movable_running`` (request positions) restricts which running replicas may move; the others are
     held where they run. A restricted solve (the steps of the large-neighbourhood search) is at most
-    ``FEASIBLE``.
+    ``FEASIBLE``. ``decompose`` false solves one model whatever the size (a neighbourhood step).
     """
 
     name = "cpsat"
 
-    def __init__(self, movable_running: set[int] | None = None) -> None:
+    def __init__(self, movable_running: set[int] | None = None, *, decompose: bool = True) -> None:
         self.movable_running = movable_running
+        self.decompose = decompose
 
     def solve(self, problem: PlacementProblem) -> SolveResult:
         """Solve; a problem CP-SAT cannot solve in time gets the FGD plan labelled ``FALLBACK``.
@@ -162,10 +163,10 @@ class CpSat:
             if q.running is not None and disturbable(problem.policy, q)
         }
         movable = disturbed if self.movable_running is None else disturbed & self.movable_running
-        parts = part_count(problem.nodes)
+        parts = part_count(problem.nodes) if self.decompose else 1
         if parts > 1:
             return self._pools(problem, parts, movable, start)
-        large = sum(q.running is None for q in problem.requests) > MONOLITHIC_REPLICAS
+        large = self.decompose and sum(q.running is None for q in problem.requests) > MONOLITHIC_REPLICAS
         seen = Rankings(problem, movable, rank=not large and is_large(problem, movable))
         greedy = Fgd().place(problem, on_kept=seen)
         assert seen.placer is not None
@@ -218,7 +219,7 @@ class CpSat:
         """The FGD plan improved by CP-SAT on neighbourhoods until the time limit."""
 
         def step(sub: PlacementProblem, movable: set[int]) -> SolveResult:
-            return CpSat(movable_running=movable).solve(sub)
+            return CpSat(movable_running=movable, decompose=False).solve(sub)
 
         improved, report = improve(problem, greedy, start + problem.time_limit_s, step)
         out = replace(
@@ -229,6 +230,7 @@ class CpSat:
                 "lns_steps": float(report.steps),
                 "lns_improving_steps": float(report.improved),
                 "lns_queue_gained": float(report.gained),
+                **({"deterministic_cut_by_wall": 1.0} if report.cut else {}),
             },
             model_size={"requests": len(problem.requests), "nodes": len(problem.nodes), "lns": 1},
             wall_s=time.perf_counter() - start,

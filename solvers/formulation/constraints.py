@@ -10,7 +10,7 @@ from functools import partial
 from gpuplan.models.policy import IsolationKind, Quota
 from gpuplan.solvers.formulation.builder import Expr, Var
 from gpuplan.solvers.formulation.variables import MILLI, Candidate, GpuKey, Variables, current_vars
-from gpuplan.solvers.problem import PlacementProblem, Request, ShapeSpec, may_preempt
+from gpuplan.solvers.problem import PlacementProblem, Request, Running, ShapeSpec, may_preempt
 
 log = logging.getLogger(__name__)
 
@@ -203,6 +203,22 @@ def quota_charged(problem: PlacementProblem, q: Quota, req: Request, n: int, p: 
     )
 
 
+def charged_units(problem: PlacementProblem, q: Quota, req: Request, n: int, where: Running) -> int:
+    """Quota units ``q`` counts for replica ``req`` placed at ``where`` (on node ``n``)."""
+    shape = req.shapes[where.alternative]
+    pos = {g.index: p for p, g in enumerate(problem.nodes[n].gpus)}
+    return sum(
+        quota_units(problem, shape, n, pos[g.index])
+        for g in where.gpus
+        if quota_charged(problem, q, req, n, pos[g.index])
+    )
+
+
+def quota_limit_units(q: Quota) -> int:
+    """A quota's GPU-equivalents in quota units (exactly, from its decimal form)."""
+    return int(Fraction(str(q.gpus)) * QUOTA_UNIT)
+
+
 def quotas(problem: PlacementProblem, v: Variables) -> None:
     """Team GPU-equivalents per GPU model or pool stay within quota; with borrowing, only
     non-preemptible work counts against it (borrowed capacity goes to preemptible work)."""
@@ -224,7 +240,7 @@ def quotas(problem: PlacementProblem, v: Variables) -> None:
                 for p, var in cand.gpu_vars()
                 if counts(req, cand.node, p)
             )
-        limit = int(Fraction(str(q.gpus)) * QUOTA_UNIT) - held
+        limit = quota_limit_units(q) - held
         if terms:
             v.model.add(v.model.sum(terms) <= max(0, limit))
 
