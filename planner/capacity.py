@@ -428,99 +428,94 @@ class _Purchase:
     status: str = ""
 
 
-def _repartition(
-    inp: PlanningInput,
-    plan: Plan,
-    demand: list[Key],
-    opts: GapOptions,
-    catalog: HardwareCatalog,
-    now: datetime | None,
-    seconds: float,
-    labels: _Labels,
-) -> tuple[list[Key], tuple[str, ...]]:
-    """Re-plan with the plan held and MIG re-partitions allowed: the demand still waiting and the MIG
-    actions of what the re-partitions serve."""
-    if seconds < MIN_PHASE_S:
-        labels.cut_short(REPARTITION, f"no time was left for the {REPARTITION}; its demand goes to purchases")
-        return demand, ()
-    held, back = _held(inp, plan, catalog)
-    again = _placement(held, opts, catalog, now, seconds)
-    labels.plan(REPARTITION, again, "a longer solve may serve more demand by re-partitioning")
-    left = {back[(u.workload, u.replica)] for u in gap_demand(again, held, now)}
-    actions = tuple(
-        f"{a.kind} {a.detail} on {a.node} GPU {a.gpu}" for a in again.actions if a.kind.endswith("-mig")
-    )
-    return [k for k in demand if k in left], actions
+@dataclass
+class _Run:
+    """The phases of one capacity-gap run after the fleet plan, each within its share of ``phases``."""
 
+    inp: PlanningInput
+    opts: GapOptions
+    catalog: HardwareCatalog
+    now: datetime | None
+    phases: Phases
+    labels: _Labels = field(default_factory=_Labels)
 
-def _buy(
-    inp: PlanningInput,
-    buyable: list[Request],
-    specs: list[TypeSpec],
-    types: NodeTypeCatalog,
-    ctx: tuple[GapOptions, HardwareCatalog, datetime | None],
-    phases: Phases,
-    labels: _Labels,
-) -> _Purchase:
-    """The purchase MILP, the placement check on the nodes it buys, and repair rounds (a second MILP
-    for what the check leaves waiting, then a check again) while replicas wait and time remains."""
-    opts, catalog, now = ctx
-    by_key = {r.key: r for r in buyable}
+    def repartition(self, plan: Plan, demand: list[Key]) -> tuple[list[Key], tuple[str, ...]]:
+        """Re-plan with the plan held and MIG re-partitions allowed: the demand still waiting and the
+        MIG actions of what the re-partitions serve."""
+        seconds = self.phases.share(REPARTITION)
+        if seconds < MIN_PHASE_S:
+            self.labels.cut_short(
+                REPARTITION, f"no time was left for the {REPARTITION}; its demand goes to purchases"
+            )
+            return demand, ()
+        held, back = _held(self.inp, plan, self.catalog)
+        again = _placement(held, self.opts, self.catalog, self.now, seconds)
+        self.labels.plan(REPARTITION, again, "a longer solve may serve more demand by re-partitioning")
+        left = {back[(u.workload, u.replica)] for u in gap_demand(again, held, self.now)}
+        actions = tuple(
+            f"{a.kind} {a.detail} on {a.node} GPU {a.gpu}" for a in again.actions if a.kind.endswith("-mig")
+        )
+        return [k for k in demand if k in left], actions
 
-    def milp(requests: list[Request], seconds: float) -> PurchaseSolution:
+    def _milp(self, requests: list[Request], specs: list[TypeSpec], seconds: float) -> PurchaseSolution:
         return solve_purchase(
             requests,
             specs,
-            policy=inp.policy,
-            time_limit_s=max(MIN_PHASE_S, min(opts.milp_time_limit_s, seconds)),
-            threads=opts.num_workers,
+            policy=self.inp.policy,
+            time_limit_s=max(MIN_PHASE_S, min(self.opts.milp_time_limit_s, seconds)),
+            threads=self.opts.num_workers,
         )
 
-    seconds = phases.share(PURCHASE)
-    solution = milp(buyable, seconds)
-    domains = {r.gang_domain: "purchase" for r in buyable if r.gang_domain}
-    out = _Purchase(_Fleet(types, catalog, domains), lower=solution.lower_bound, solver=solution.solver,
-                    status=solution.status)  # fmt: skip
-    keys = [r.key for r in buyable]
-    if solution.status == NO_SOLUTION:
-        labels.cut_short(PURCHASE, f"the {PURCHASE} found no purchase within its {seconds:.1f} s share; "
-                                   f"nothing is bought for {len(keys)} replica(s)")  # fmt: skip
-        out.waiting = keys
-        return out
-    if solution.status != "OPTIMAL":
-        labels.cut_short(PURCHASE, f"the {PURCHASE} stopped at its {seconds:.1f} s share with a feasible "
-                                   "purchase; the lower bound is the LP relaxation's")  # fmt: skip
-    for name, count in sorted(solution.counts.items()):
-        out.fleet.buy(name, count, solution.mig_gpus.get(name, 0))
-    out.check, out.sub, out.back = _verify(inp, out.fleet, keys, opts, now, phases.share(CHECK))
-    labels.plan(CHECK, out.check, "replicas it left waiting may fit the purchase with more time")
-    out.waiting = [out.back[(u.workload, u.replica)] for u in out.check.unplaced]
-    repair = phases.sub(REPAIR)
-    for attempt in range(opts.repair_rounds):
-        if not out.waiting:
-            break
-        round_ = repair.sub(1 / (opts.repair_rounds - attempt))
-        if round_.remaining() < 2 * MIN_PHASE_S:
-            labels.cut_short(REPAIR, f"no time was left to {REPAIR} the purchase; "
-                                     f"{len(out.waiting)} replica(s) stay unplaced")  # fmt: skip
-            break
-        share = PHASE_WEIGHTS[PURCHASE] / (PHASE_WEIGHTS[PURCHASE] + PHASE_WEIGHTS[CHECK])
-        extra = milp([by_key[k] for k in out.waiting], round_.share(share))
-        first = out.check.unplaced[0]
-        labels.notes.append(
-            f"the placement check left {len(out.waiting)} replica(s) waiting (first: '{first.workload}', "
-            f"{first.code}: {first.reason}); added "
-            + (", ".join(f"{n} x {name}" for name, n in sorted(extra.counts.items())) or "nothing")
-        )
-        if not extra.counts:
-            labels.cut_short(REPAIR, f"the second {PURCHASE} found no purchase in time")
-            break
-        for name, count in sorted(extra.counts.items()):
-            out.fleet.buy(name, count, extra.mig_gpus.get(name, 0))
-        out.check, out.sub, out.back = _verify(inp, out.fleet, keys, opts, now, round_.remaining())
-        labels.plan(REPAIR, out.check, "replicas it left waiting may fit the purchase with more time")
+    def _check(self, out: _Purchase, keys: list[Key], seconds: float, phase: str) -> None:
+        out.check, out.sub, out.back = _verify(self.inp, out.fleet, keys, self.opts, self.now, seconds)
+        self.labels.plan(phase, out.check, "replicas it left waiting may fit the purchase with more time")
         out.waiting = [out.back[(u.workload, u.replica)] for u in out.check.unplaced]
-    return out
+
+    def buy(self, buyable: list[Request], specs: list[TypeSpec], types: NodeTypeCatalog) -> _Purchase:
+        """The purchase MILP, the placement check on the nodes it buys, and repair rounds (a MILP for
+        what the check leaves waiting, then a check again) while replicas wait and time remains."""
+        seconds = self.phases.share(PURCHASE)
+        solution = self._milp(buyable, specs, seconds)
+        domains = {r.gang_domain: "purchase" for r in buyable if r.gang_domain}
+        out = _Purchase(_Fleet(types, self.catalog, domains), lower=solution.lower_bound,
+                        solver=solution.solver, status=solution.status)  # fmt: skip
+        keys = [r.key for r in buyable]
+        within = f"the {PURCHASE} stopped at its {seconds:.1f} s share"
+        if solution.status == NO_SOLUTION:
+            self.labels.cut_short(PURCHASE, f"{within} with no purchase; none for {len(keys)} replica(s)")
+            out.waiting = keys
+            return out
+        if solution.status != "OPTIMAL":
+            self.labels.cut_short(PURCHASE, f"{within}, feasible; the lower bound is the LP relaxation's")
+        for name, count in sorted(solution.counts.items()):
+            out.fleet.buy(name, count, solution.mig_gpus.get(name, 0))
+        self._check(out, keys, self.phases.share(CHECK), CHECK)
+        by_key = {r.key: r for r in buyable}
+        repair = self.phases.sub(REPAIR)
+        milp_part = PHASE_WEIGHTS[PURCHASE] / (PHASE_WEIGHTS[PURCHASE] + PHASE_WEIGHTS[CHECK])
+        for attempt in range(self.opts.repair_rounds):
+            if not out.waiting:
+                break
+            this_round = repair.sub(1 / (self.opts.repair_rounds - attempt))
+            if this_round.remaining() < 2 * MIN_PHASE_S:
+                self.labels.cut_short(REPAIR, f"no time was left to {REPAIR} the purchase; "
+                                              f"{len(out.waiting)} replica(s) stay unplaced")  # fmt: skip
+                break
+            extra = self._milp([by_key[k] for k in out.waiting], specs, this_round.share(milp_part))
+            first = out.check.unplaced[0] if out.check is not None else None
+            self.labels.notes.append(
+                f"the placement check left {len(out.waiting)} replica(s) waiting"
+                + (f" (first: '{first.workload}', {first.code}: {first.reason})" if first else "")
+                + "; added "
+                + (", ".join(f"{n} x {name}" for name, n in sorted(extra.counts.items())) or "nothing")
+            )
+            if extra.status == NO_SOLUTION:
+                self.labels.cut_short(REPAIR, f"the {PURCHASE} of a repair round found no purchase in time")
+                break
+            for name, count in sorted(extra.counts.items()):
+                out.fleet.buy(name, count, extra.mig_gpus.get(name, 0))
+            self._check(out, keys, this_round.remaining(), REPAIR)
+        return out
 
 
 def capacity_gap(
@@ -544,19 +539,18 @@ def capacity_gap(
     deadline = deadline or Deadline.after(opts.time_limit_s)
     t0 = time.perf_counter()
     plan = baseline or plan_fleet(inp, opts, deadline, catalog)
-    phases = _phases(inp, deadline, fleet=False)
-    labels = _Labels()
-    labels.plan(FLEET, plan, "the gap demand may count replicas a longer solve would place")
     now = _now(plan, opts.now)
+    run = _Run(inp, opts, catalog, now, _phases(inp, deadline, fleet=False))
+    run.labels.plan(FLEET, plan, "the gap demand may count replicas a longer solve would place")
     demand = [(u.workload, u.replica) for u in gap_demand(plan, inp, now)]
     outcome: dict[Key, str] = {}
     rest = list(demand)
     actions: tuple[str, ...] = ()
-    if demand and REPARTITION in phases.todo:
-        rest, actions = _repartition(inp, plan, demand, opts, catalog, now, phases.share(REPARTITION), labels)
+    if demand and REPARTITION in run.phases.todo:
+        rest, actions = run.repartition(plan, demand)
         outcome.update({k: "served_by_repartition" for k in demand if k not in set(rest)})
     elif demand and inp.policy.mig.allow_repartition:
-        labels.notes.append("the policy already allows MIG re-partitions; the fleet plan includes them")
+        run.labels.notes.append("the policy already allows MIG re-partitions; the fleet plan includes them")
 
     specs = type_specs(types, catalog)
     problem = compile_problem(inp, catalog, now or datetime.now().astimezone())
@@ -574,7 +568,7 @@ def capacity_gap(
     share: dict[Key, tuple[float, float, float, float]] = {}
     bought = _Purchase(_Fleet(types, catalog, {}))
     if buyable:
-        bought = _buy(inp, buyable, specs, types, (opts, catalog, now), phases, labels)
+        bought = run.buy(buyable, specs, types)
         if bought.check is not None and bought.sub is not None:
             share = _shares(bought.check, bought.sub, bought.back, bought.fleet)
             purchases = _purchases(bought.fleet, bought.check)
@@ -604,8 +598,8 @@ def capacity_gap(
         by_tier=_lines(((by_key[k].tier, k) for k in demand), counts, share),
         by_team=_lines(((by_key[k].team, k) for k in demand), counts, share),
         unservable=unservable,
-        cut_short=tuple(labels.cut),
-        notes=tuple(labels.notes),
+        cut_short=tuple(run.labels.cut),
+        notes=tuple(run.labels.notes),
     )
 
 
