@@ -12,6 +12,7 @@ import yaml
 from hypothesis import given, settings
 from hypothesis import strategies as st
 
+from gpuplan.api.worker import gap_outcome
 from gpuplan.models import Plan, PlanningInput, PlanStatus, SolverReport, Unplaced, default_catalog
 from gpuplan.models.capacity import (
     CapacityGap,
@@ -530,3 +531,12 @@ def test_the_held_input_counts_the_plan_as_running_work() -> None:
     assert [a.workload for a in plan.assignments] == ["infer"]
     assert len(held.workload_by_id["infer"].running_on) == 1 and held.workload_by_id["infer"].replicas == 2
     assert back == {("infer", 0): ("infer", 0), ("infer", 1): ("infer", 1)}
+
+
+def test_a_capacity_gap_job_outcome_names_what_the_time_limit_cut_short() -> None:
+    gap = CapacityGap(
+        demand_replicas=2, nodes_added=1, gpus_added=8, cost=70.0, cut_short=("placement check",)
+    )
+    assert (
+        gap_outcome(gap) == "1 nodes / 8 GPUs to add for 70 USD; cut short by the time limit: placement check"
+    )
