@@ -150,6 +150,8 @@ def gap_outcome(gap: CapacityGap) -> str:
     text = f"{gap.nodes_added} nodes / {gap.gpus_added} GPUs to add for {gap.cost:g} {gap.currency}"
     if gap.unservable:
         text += f"; {len(gap.unservable)} replica(s) no node type can serve"
+    if gap.cut_short:
+        text += f"; cut short by the time limit: {', '.join(gap.cut_short)}"
     return text
 
 

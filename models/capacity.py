@@ -170,7 +170,9 @@ class CapacityGap(Strict):
     ``lower_bound`` is the optimum (or proven bound) of the purchase MILP, a relaxation of exact
     per-node placement; ``gap`` is ``(cost - lower_bound) / cost``. ``verified`` says whether the real
     placement solver placed all purchased-for demand on the purchased nodes (the plan passes the
-    validator).
+    validator). ``cut_short`` names the phases the time limit stopped before they finished (the
+    fleet plan, the re-partition re-plan, the purchase MILP, the placement check, the repair rounds):
+    their best result so far is used and ``notes`` say what that means.
     """
 
     demand_replicas: int = Field(ge=0)
@@ -193,6 +195,7 @@ class CapacityGap(Strict):
     by_tier: tuple[GapLine, ...] = ()
     by_team: tuple[GapLine, ...] = ()
     unservable: tuple[Unservable, ...] = ()
+    cut_short: tuple[str, ...] = ()
     notes: tuple[str, ...] = ()
 
 

@@ -34,15 +34,16 @@ from gpuplan.models.capacity import CapacityGap, GapLine, NodeType, NodeTypeCata
 from gpuplan.models.catalog import data_dir, default_catalog
 from gpuplan.models.cluster import Cluster, MigConfig, Node
 from gpuplan.models.hardware import HardwareCatalog
-from gpuplan.models.plan import Plan, Unplaced
+from gpuplan.models.plan import Plan, PlanStatus, Unplaced
 from gpuplan.models.policy import DisruptionBudget, IsolationKind, Policy
 from gpuplan.models.problem import PlanningInput
 from gpuplan.models.workload import GpuRef, Placement, Workload
 from gpuplan.planner.compile import compile_node, compile_problem
+from gpuplan.planner.deadline import Deadline, Phases
 from gpuplan.planner.io import describe, read_structured
 from gpuplan.planner.metrics import gpu_equivalents
 from gpuplan.planner.planning import make_plan
-from gpuplan.planner.purchase import TypeSpec, shape_fits, solve_purchase
+from gpuplan.planner.purchase import NO_SOLUTION, PurchaseSolution, TypeSpec, shape_fits, solve_purchase
 from gpuplan.solvers.problem import Request
 
 log = logging.getLogger(__name__)
@@ -68,9 +69,27 @@ def load_node_types(path: Path | None, catalog: HardwareCatalog | None = None) -
         raise InputError(f"{path}: {describe(exc, raw)}") from None
 
 
+#: The phases of one capacity-gap run.
+FLEET, REPARTITION, PURCHASE, CHECK, REPAIR = (
+    "fleet plan", "re-partition re-plan", "purchase MILP", "placement check", "repair",
+)  # fmt: skip
+#: Their weights (see :class:`Phases`): placement solves weigh more than MILPs; the repair rounds (a
+#: MILP and a check each, only when the check leaves replicas waiting) share the last part.
+PHASE_WEIGHTS: dict[str, float] = {FLEET: 4.0, REPARTITION: 3.0, PURCHASE: 1.0, CHECK: 2.0, REPAIR: 1.5}
+#: With less time than this an optional phase (the re-partition re-plan, a repair round) is skipped and
+#: a required one (a placement solve, a MILP) gets this much: the deadline has as good as passed.
+MIN_PHASE_S = 0.1
+#: Back-ends that never stop at a time limit.
+HEURISTICS = frozenset({"first-fit", "best-fit", "greedy-fgd"})
+
+
 @dataclass(frozen=True)
 class GapOptions:
-    """Solver settings of one capacity-gap run."""
+    """Solver settings of one capacity-gap run.
+
+    ``time_limit_s`` bounds the whole run (without an explicit deadline): every phase takes a share of
+    it. ``milp_time_limit_s`` caps each purchase MILP within its share.
+    """
 
     solver: str = "cpsat"
     time_limit_s: float = 30.0
@@ -79,6 +98,40 @@ class GapOptions:
     num_workers: int = 2
     now: datetime | None = None
     repair_rounds: int = 3
+
+
+def stopped_early(plan: Plan) -> bool:
+    """Whether an exact solver stopped at its time limit (a plan it did not prove optimal)."""
+    return plan.status in (PlanStatus.FEASIBLE, PlanStatus.FALLBACK) and plan.solver.name not in HEURISTICS
+
+
+def _phases(inp: PlanningInput, deadline: Deadline, *, fleet: bool) -> Phases:
+    """The phases of a run on ``inp`` (the re-partition re-plan only when the policy forbids
+    re-partitions and the fleet has MIG GPUs)."""
+    weights = dict(PHASE_WEIGHTS)
+    if not fleet:
+        del weights[FLEET]
+    if inp.policy.mig.allow_repartition or not _has_mig_gpus(inp):
+        del weights[REPARTITION]
+    return Phases(deadline, weights)
+
+
+def _placement(
+    inp: PlanningInput, opts: GapOptions, catalog: HardwareCatalog, now: datetime | None, seconds: float
+) -> Plan:
+    return make_plan(
+        inp, solver=opts.solver, catalog=catalog, now=now, time_limit_s=max(MIN_PHASE_S, seconds),
+        seed=opts.seed, num_workers=opts.num_workers,
+    )  # fmt: skip
+
+
+def plan_fleet(
+    inp: PlanningInput, opts: GapOptions, deadline: Deadline, catalog: HardwareCatalog | None = None
+) -> Plan:
+    """The fleet plan that starts a capacity-gap run with ``deadline``, within that phase's share (a
+    caller that needs the plan itself passes it on as :func:`capacity_gap`'s ``baseline``)."""
+    seconds = _phases(inp, deadline, fleet=True).share(FLEET)
+    return _placement(inp, opts, catalog or default_catalog(), opts.now, seconds)
 
 
 def _now(plan: Plan, given: datetime | None) -> datetime | None:
@@ -103,7 +156,7 @@ def gap_demand(plan: Plan, inp: PlanningInput, now: datetime | None = None) -> l
     return out
 
 
-def _held(inp: PlanningInput, plan: Plan) -> tuple[PlanningInput, dict[Key, Key]]:
+def _held(inp: PlanningInput, plan: Plan, catalog: HardwareCatalog) -> tuple[PlanningInput, dict[Key, Key]]:
     """``inp`` with the plan's placements running and held (no moves), its MIG layouts in place and
     re-partitions allowed; replicas are renumbered placed-first, with the map back to the original keys.
     """
@@ -134,8 +187,10 @@ def _held(inp: PlanningInput, plan: Plan) -> tuple[PlanningInput, dict[Key, Key]
             "disruption": DisruptionBudget(),
         }
     )
-    held = inp.model_copy(
-        update={"cluster": Cluster(nodes=tuple(nodes)), "workloads": tuple(workloads), "policy": policy}
+    # A new input, not a model_copy: that would carry over the cached ``workload_by_id`` of ``inp``.
+    held = PlanningInput.model_validate(
+        {"cluster": Cluster(nodes=tuple(nodes)), "workloads": tuple(workloads), "policy": policy},
+        context={"catalog": catalog},
     )
     return held, back
 
@@ -255,8 +310,14 @@ class _Fleet:
 
 
 def _verify(
-    inp: PlanningInput, fleet: _Fleet, keys: list[Key], opts: GapOptions, now: datetime | None
+    inp: PlanningInput,
+    fleet: _Fleet,
+    keys: list[Key],
+    opts: GapOptions,
+    now: datetime | None,
+    seconds: float,
 ) -> tuple[Plan, PlanningInput, dict[Key, Key]]:
+    """Plan the replicas ``keys`` on the purchased nodes alone (the placement check)."""
     workloads, back = _sub_workloads(inp, keys)
     cluster = fleet.cluster()
     pools = {n.pool for n in cluster.nodes if n.pool}
@@ -264,16 +325,7 @@ def _verify(
         {"cluster": cluster, "workloads": workloads, "policy": _sub_policy(inp.policy, pools)},
         context={"catalog": fleet.catalog},
     )
-    plan = make_plan(
-        sub,
-        solver=opts.solver,
-        catalog=fleet.catalog,
-        now=now,
-        time_limit_s=opts.time_limit_s,
-        seed=opts.seed,
-        num_workers=opts.num_workers,
-    )
-    return plan, sub, back
+    return _placement(sub, opts, fleet.catalog, now, seconds), sub, back
 
 
 #: Summed fields of a gap line.
@@ -340,6 +392,132 @@ def _shares(
     return out
 
 
+@dataclass
+class _Labels:
+    """Notes of a run and the phases the time limit cut short."""
+
+    notes: list[str] = field(default_factory=list)
+    cut: list[str] = field(default_factory=list)
+
+    def cut_short(self, phase: str, note: str) -> None:
+        """Record that ``phase`` stopped at (or was skipped for) the time limit, and what that means."""
+        if phase not in self.cut:
+            self.cut.append(phase)
+        self.notes.append(f"time limit: {note}")
+
+    def plan(self, phase: str, plan: Plan, consequence: str) -> None:
+        """Label a placement solve that stopped at its time limit."""
+        if stopped_early(plan):
+            limit = plan.provenance.get("time_limit_s")
+            share = f"its {limit:.1f} s share" if isinstance(limit, float | int) else "its share"
+            self.cut_short(phase, f"the {phase} stopped at {share} ({plan.status}); {consequence}")
+
+
+@dataclass
+class _Purchase:
+    """What the purchase phases found: the nodes bought, the last placement check on them and the
+    MILP's bound and status."""
+
+    fleet: _Fleet
+    check: Plan | None = None
+    sub: PlanningInput | None = None
+    back: dict[Key, Key] = field(default_factory=dict)
+    waiting: list[Key] = field(default_factory=list)
+    lower: float = 0.0
+    solver: str = ""
+    status: str = ""
+
+
+@dataclass
+class _Run:
+    """The phases of one capacity-gap run after the fleet plan, each within its share of ``phases``."""
+
+    inp: PlanningInput
+    opts: GapOptions
+    catalog: HardwareCatalog
+    now: datetime | None
+    phases: Phases
+    labels: _Labels = field(default_factory=_Labels)
+
+    def repartition(self, plan: Plan, demand: list[Key]) -> tuple[list[Key], tuple[str, ...]]:
+        """Re-plan with the plan held and MIG re-partitions allowed: the demand still waiting and the
+        MIG actions of what the re-partitions serve."""
+        seconds = self.phases.share(REPARTITION)
+        if seconds < MIN_PHASE_S:
+            self.labels.cut_short(
+                REPARTITION, f"no time was left for the {REPARTITION}; its demand goes to purchases"
+            )
+            return demand, ()
+        held, back = _held(self.inp, plan, self.catalog)
+        again = _placement(held, self.opts, self.catalog, self.now, seconds)
+        self.labels.plan(REPARTITION, again, "a longer solve may serve more demand by re-partitioning")
+        left = {back[(u.workload, u.replica)] for u in gap_demand(again, held, self.now)}
+        actions = tuple(
+            f"{a.kind} {a.detail} on {a.node} GPU {a.gpu}" for a in again.actions if a.kind.endswith("-mig")
+        )
+        return [k for k in demand if k in left], actions
+
+    def _milp(self, requests: list[Request], specs: list[TypeSpec], seconds: float) -> PurchaseSolution:
+        return solve_purchase(
+            requests,
+            specs,
+            policy=self.inp.policy,
+            time_limit_s=max(MIN_PHASE_S, min(self.opts.milp_time_limit_s, seconds)),
+            threads=self.opts.num_workers,
+        )
+
+    def _check(self, out: _Purchase, keys: list[Key], seconds: float, phase: str) -> None:
+        out.check, out.sub, out.back = _verify(self.inp, out.fleet, keys, self.opts, self.now, seconds)
+        self.labels.plan(phase, out.check, "replicas it left waiting may fit the purchase with more time")
+        out.waiting = [out.back[(u.workload, u.replica)] for u in out.check.unplaced]
+
+    def buy(self, buyable: list[Request], specs: list[TypeSpec], types: NodeTypeCatalog) -> _Purchase:
+        """The purchase MILP, the placement check on the nodes it buys, and repair rounds (a MILP for
+        what the check leaves waiting, then a check again) while replicas wait and time remains."""
+        seconds = self.phases.share(PURCHASE)
+        solution = self._milp(buyable, specs, seconds)
+        domains = {r.gang_domain: "purchase" for r in buyable if r.gang_domain}
+        out = _Purchase(_Fleet(types, self.catalog, domains), lower=solution.lower_bound,
+                        solver=solution.solver, status=solution.status)  # fmt: skip
+        keys = [r.key for r in buyable]
+        within = f"the {PURCHASE} stopped at its {seconds:.1f} s share"
+        if solution.status == NO_SOLUTION:
+            self.labels.cut_short(PURCHASE, f"{within} with no purchase; none for {len(keys)} replica(s)")
+            out.waiting = keys
+            return out
+        if solution.status != "OPTIMAL":
+            self.labels.cut_short(PURCHASE, f"{within}, feasible; the lower bound is the LP relaxation's")
+        for name, count in sorted(solution.counts.items()):
+            out.fleet.buy(name, count, solution.mig_gpus.get(name, 0))
+        self._check(out, keys, self.phases.share(CHECK), CHECK)
+        by_key = {r.key: r for r in buyable}
+        repair = self.phases.sub(REPAIR)
+        milp_part = PHASE_WEIGHTS[PURCHASE] / (PHASE_WEIGHTS[PURCHASE] + PHASE_WEIGHTS[CHECK])
+        for attempt in range(self.opts.repair_rounds):
+            if not out.waiting:
+                break
+            this_round = repair.sub(1 / (self.opts.repair_rounds - attempt))
+            if this_round.remaining() < 2 * MIN_PHASE_S:
+                self.labels.cut_short(REPAIR, f"no time was left to {REPAIR} the purchase; "
+                                              f"{len(out.waiting)} replica(s) stay unplaced")  # fmt: skip
+                break
+            extra = self._milp([by_key[k] for k in out.waiting], specs, this_round.share(milp_part))
+            first = out.check.unplaced[0] if out.check is not None else None
+            self.labels.notes.append(
+                f"the placement check left {len(out.waiting)} replica(s) waiting"
+                + (f" (first: '{first.workload}', {first.code}: {first.reason})" if first else "")
+                + "; added "
+                + (", ".join(f"{n} x {name}" for name, n in sorted(extra.counts.items())) or "nothing")
+            )
+            if extra.status == NO_SOLUTION:
+                self.labels.cut_short(REPAIR, f"the {PURCHASE} of a repair round found no purchase in time")
+                break
+            for name, count in sorted(extra.counts.items()):
+                out.fleet.buy(name, count, extra.mig_gpus.get(name, 0))
+            self._check(out, keys, this_round.remaining(), REPAIR)
+        return out
+
+
 def capacity_gap(
     inp: PlanningInput,
     types: NodeTypeCatalog,
@@ -347,33 +525,32 @@ def capacity_gap(
     *,
     baseline: Plan | None = None,
     catalog: HardwareCatalog | None = None,
+    deadline: Deadline | None = None,
 ) -> CapacityGap:
-    """The re-partitions and the cheapest purchase that serve the demand the fleet leaves waiting."""
+    """The re-partitions and the cheapest purchase that serve the demand the fleet leaves waiting.
+
+    The whole run keeps within ``deadline`` (by default ``opts.time_limit_s`` from now): each phase
+    takes its share of the time left (:data:`PHASE_WEIGHTS`), and a phase the time limit stops keeps
+    its best result so far, named in ``cut_short`` and explained in ``notes``. ``baseline`` is the
+    fleet plan when the caller has made it already (:func:`plan_fleet`).
+    """
     opts = opts or GapOptions()
     catalog = catalog or default_catalog()
+    deadline = deadline or Deadline.after(opts.time_limit_s)
     t0 = time.perf_counter()
-    plan_args: dict[str, Any] = {
-        "solver": opts.solver, "catalog": catalog, "time_limit_s": opts.time_limit_s,
-        "seed": opts.seed, "num_workers": opts.num_workers,
-    }  # fmt: skip
-    plan = baseline or make_plan(inp, now=opts.now, **plan_args)
+    plan = baseline or plan_fleet(inp, opts, deadline, catalog)
     now = _now(plan, opts.now)
+    run = _Run(inp, opts, catalog, now, _phases(inp, deadline, fleet=False))
+    run.labels.plan(FLEET, plan, "the gap demand may count replicas a longer solve would place")
     demand = [(u.workload, u.replica) for u in gap_demand(plan, inp, now)]
-    notes: list[str] = []
     outcome: dict[Key, str] = {}
     rest = list(demand)
     actions: tuple[str, ...] = ()
-    if demand and not inp.policy.mig.allow_repartition and _has_mig_gpus(inp):
-        held, back = _held(inp, plan)
-        again = make_plan(held, now=now, **plan_args)
-        left = {back[(u.workload, u.replica)] for u in gap_demand(again, held, now)}
-        rest = [k for k in demand if k in left]
-        outcome.update({k: "served_by_repartition" for k in demand if k not in left})
-        actions = tuple(
-            f"{a.kind} {a.detail} on {a.node} GPU {a.gpu}" for a in again.actions if a.kind.endswith("-mig")
-        )
+    if demand and REPARTITION in run.phases.todo:
+        rest, actions = run.repartition(plan, demand)
+        outcome.update({k: "served_by_repartition" for k in demand if k not in set(rest)})
     elif demand and inp.policy.mig.allow_repartition:
-        notes.append("the policy already allows MIG re-partitions; the fleet plan includes them")
+        run.labels.notes.append("the policy already allows MIG re-partitions; the fleet plan includes them")
 
     specs = type_specs(types, catalog)
     problem = compile_problem(inp, catalog, now or datetime.now().astimezone())
@@ -389,42 +566,15 @@ def capacity_gap(
 
     purchases: tuple[Purchase, ...] = ()
     share: dict[Key, tuple[float, float, float, float]] = {}
-    lower, solver_name, solver_status, verified, still = 0.0, "", "", True, 0
+    bought = _Purchase(_Fleet(types, catalog, {}))
     if buyable:
-        solution = solve_purchase(
-            buyable, specs, policy=inp.policy, time_limit_s=opts.milp_time_limit_s, threads=opts.num_workers
-        )
-        lower, solver_name, solver_status = solution.lower_bound, solution.solver, solution.status
-        domains = {r.gang_domain: "purchase" for r in buyable if r.gang_domain}
-        fleet = _Fleet(types, catalog, domains)
-        for name, count in sorted(solution.counts.items()):
-            fleet.buy(name, count, solution.mig_gpus.get(name, 0))
+        bought = run.buy(buyable, specs, types)
+        if bought.check is not None and bought.sub is not None:
+            share = _shares(bought.check, bought.sub, bought.back, bought.fleet)
+            purchases = _purchases(bought.fleet, bought.check)
         keys = [r.key for r in buyable]
-        for attempt in range(opts.repair_rounds + 1):
-            sub_plan, sub, back = _verify(inp, fleet, keys, opts, now)
-            waiting = [back[(u.workload, u.replica)] for u in sub_plan.unplaced]
-            if not waiting or attempt == opts.repair_rounds:
-                break
-            extra = solve_purchase(
-                [by_key[k] for k in waiting],
-                specs,
-                policy=inp.policy,
-                time_limit_s=opts.milp_time_limit_s,
-                threads=opts.num_workers,
-            )
-            first = sub_plan.unplaced[0]
-            notes.append(
-                f"the placement check left {len(waiting)} replica(s) waiting (first: '{first.workload}', "
-                f"{first.code}: {first.reason}); added "
-                + ", ".join(f"{n} x {name}" for name, n in sorted(extra.counts.items()))
-            )
-            for name, count in sorted(extra.counts.items()):
-                fleet.buy(name, count, extra.mig_gpus.get(name, 0))
-        verified, still = not waiting, len(waiting)
-        share = _shares(sub_plan, sub, back, fleet)
         outcome.update({k: "served_by_purchase" for k in keys if k in share})
         outcome.update({k: "still_unplaced" for k in keys if k not in share})
-        purchases = _purchases(fleet, sub_plan)
     counts = {k: outcome.get(k, "unservable") for k in demand}
     cost = sum(p.cost for p in purchases)
     return CapacityGap(
@@ -437,18 +587,19 @@ def capacity_gap(
         gpus_added=sum(p.gpus for p in purchases),
         cost=round(cost, 2),
         currency=types.currency,
-        lower_bound=round(lower, 2),
-        gap=round(max(0.0, cost - lower) / cost, 6) if cost > 0 else 0.0,
+        lower_bound=round(bought.lower, 2),
+        gap=round(max(0.0, cost - bought.lower) / cost, 6) if cost > 0 else 0.0,
         max_lead_time_days=max((p.lead_time_days for p in purchases), default=0),
-        verified=verified,
-        still_unplaced=still,
-        solver=solver_name,
-        solver_status=solver_status,
+        verified=not bought.waiting,
+        still_unplaced=len(bought.waiting),
+        solver=bought.solver,
+        solver_status=bought.status,
         wall_s=round(time.perf_counter() - t0, 3),
         by_tier=_lines(((by_key[k].tier, k) for k in demand), counts, share),
         by_team=_lines(((by_key[k].team, k) for k in demand), counts, share),
         unservable=unservable,
-        notes=tuple(notes),
+        cut_short=tuple(run.labels.cut),
+        notes=tuple(run.labels.notes),
     )
 
 

@@ -14,7 +14,8 @@ from gpuplan.models.catalog import default_catalog
 from gpuplan.models.hardware import HardwareCatalog
 from gpuplan.models.plan import Plan
 from gpuplan.models.problem import PlanningInput
-from gpuplan.planner.capacity import GapOptions, capacity_gap, load_node_types
+from gpuplan.planner.capacity import GapOptions, capacity_gap, load_node_types, plan_fleet
+from gpuplan.planner.deadline import Deadline
 from gpuplan.planner.export import build_tables, write_csv, write_xlsx
 from gpuplan.planner.io import (
     describe,
@@ -26,9 +27,13 @@ from gpuplan.planner.io import (
     read_structured,
     write_json,
 )
-from gpuplan.planner.planning import make_plan
-from gpuplan.planner.scenarios import load_scenarios, render_table, run_scenarios
+from gpuplan.planner.scenarios import load_scenarios, prepare_scenarios, render_table, run_prepared
 from gpuplan.solvers.base import solver_names
+
+#: Of ``--time-limit``, the part kept for writing the report and the workbook after the solves (at most
+#: ``OUTPUT_MAX_S`` seconds).
+OUTPUT_SHARE = 0.05
+OUTPUT_MAX_S = 5.0
 
 
 def _input(args: argparse.Namespace, catalog: HardwareCatalog) -> PlanningInput:
@@ -69,6 +74,10 @@ def render_gap(gap: CapacityGap) -> str:
         f"(lower bound {gap.lower_bound:,.0f}, gap {100 * gap.gap:.2f}%, {gap.solver} {gap.solver_status}, "
         f"{verdict})"
     )
+    if gap.cut_short:
+        lines.append(
+            f"cut short by the time limit: {', '.join(gap.cut_short)} (best results so far; see the notes)"
+        )
     for title, rows in (("tier", gap.by_tier), ("team", gap.by_team)):
         if not rows:
             continue
@@ -86,7 +95,9 @@ def render_gap(gap: CapacityGap) -> str:
 
 
 def cmd_capacity_gap(args: argparse.Namespace) -> int:
-    """Plan, re-partition, then buy: the capacity gap of the demand (and of every scenario)."""
+    """Plan, re-partition, then buy: the capacity gap of the demand (and of every scenario), all within
+    ``--time-limit`` from the start of the command."""
+    deadline = Deadline(args.started + args.time_limit)
     catalog = default_catalog()
     inp = _input(args, catalog)
     types = load_node_types(Path(args.catalog) if args.catalog else None, catalog)
@@ -98,16 +109,24 @@ def cmd_capacity_gap(args: argparse.Namespace) -> int:
         num_workers=args.workers,
         now=_now(args.now),
     )
-    plan = make_plan(
-        inp, solver=args.solver, catalog=catalog, now=opts.now, time_limit_s=args.time_limit,
-        seed=args.seed, num_workers=args.workers,
-    )  # fmt: skip
-    gap = capacity_gap(inp, types, opts, baseline=plan, catalog=catalog)
+    what_ifs = (
+        prepare_scenarios(
+            inp, types, load_scenarios(Path(args.scenarios)), Path(args.scenarios).parent, catalog
+        )
+        if args.scenarios
+        else []
+    )
+    # The report and workbook are written after the solves: keep their time out of the solves' shares.
+    work = deadline.reserve(min(OUTPUT_MAX_S, OUTPUT_SHARE * args.time_limit))
+    # The gap and each scenario that changes something run the same pipeline: equal parts of the time
+    # left when each starts.
+    first = work.sub(1 / (1 + sum(1 for p in what_ifs if not p.same_gap)))
+    plan = plan_fleet(inp, opts, first, catalog)
+    gap = capacity_gap(inp, types, opts, baseline=plan, catalog=catalog, deadline=first)
     print(render_gap(gap))
     scenarios: tuple[ScenarioResult, ...] = ()
-    if args.scenarios:
-        path = Path(args.scenarios)
-        scenarios = run_scenarios(inp, types, load_scenarios(path), path.parent, opts, catalog)
+    if what_ifs:
+        scenarios = run_prepared(what_ifs, opts, catalog, deadline=work, base=(plan, gap))
         print()
         print(render_table(scenarios))
     report = CapacityReport(gap=gap, scenarios=scenarios)
@@ -170,8 +189,15 @@ def add_capacity_parsers(sub: argparse._SubParsersAction[argparse.ArgumentParser
     p.add_argument("--out", help="write the capacity gap (and scenarios) as JSON here")
     p.add_argument("--xlsx", help="also write a workbook with the plan and the gap")
     p.add_argument("--solver", default="cpsat", choices=solver_names(), help="placement back-end")
-    p.add_argument("--time-limit", type=float, default=30.0, help="seconds per placement solve (default 30)")
-    p.add_argument("--milp-time-limit", type=float, default=30.0, help="seconds for the purchase MILP")
+    p.add_argument(
+        "--time-limit",
+        type=float,
+        default=30.0,
+        help="seconds for the whole command, every solve and scenario included (default 30)",
+    )
+    p.add_argument(
+        "--milp-time-limit", type=float, default=30.0, help="at most this many seconds per purchase MILP"
+    )
     p.add_argument("--seed", type=int, default=0)
     p.add_argument("--workers", type=int, default=2)
     p.add_argument("--now", help="planning time, ISO-8601 (default: the current time)")

@@ -21,6 +21,7 @@ from gpuplan.models.problem import PlanningInput
 from gpuplan.models.workload import Workload, Workloads
 from gpuplan.planner import summary
 from gpuplan.planner.capacity_cli import add_capacity_parsers, write_plan_workbook
+from gpuplan.planner.deadline import command_start
 from gpuplan.planner.explain_cli import add_explain_parser
 from gpuplan.planner.import_cli import add_import_parser
 from gpuplan.planner.io import (
@@ -219,6 +220,8 @@ def build_parser() -> argparse.ArgumentParser:
 def main(argv: Sequence[str] | None = None) -> int:
     """Entry point of the ``gpuplan`` console script."""
     args = build_parser().parse_args(argv)
+    # A --time-limit counts from the process start when the process runs just this command.
+    args.started = command_start(whole_process=argv is None)
     logging.basicConfig(
         level=logging.INFO if args.verbose else logging.WARNING,
         format="gpuplan: %(levelname)s: %(message)s",

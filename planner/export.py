@@ -64,7 +64,8 @@ _COLUMNS: dict[str, tuple[str, ...]] = {
     ),
     "Scenarios": (
         "scenario", "demand_replicas", "served_by_repartition", "served_by_purchase", "unservable",
-        "nodes_added", "gpus_added", "cost", "lower_bound", "gap", "max_lead_time_days", "verified", "wall_s",
+        "nodes_added", "gpus_added", "cost", "lower_bound", "gap", "max_lead_time_days", "verified",
+        "cut_short", "wall_s",
     ),
 }  # fmt: skip
 
@@ -298,7 +299,8 @@ def _gap(ctx: _Context) -> list[dict[str, Any]]:
             "gpus_added": gap.gpus_added,
             "cost": gap.cost, "lead_time_days": gap.max_lead_time_days,
             "detail": f"lower bound {gap.lower_bound:.2f} {gap.currency}, gap {gap.gap:.4f}, "
-            f"{'verified' if gap.verified else 'NOT verified'} by placement",
+            f"{'verified' if gap.verified else 'NOT verified'} by placement"
+            + (f"; cut short by the time limit: {', '.join(gap.cut_short)}" if gap.cut_short else ""),
         }
     ]  # fmt: skip
     for p in gap.purchases:

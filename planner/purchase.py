@@ -225,6 +225,13 @@ class _Model:
         return int(self.prob.sol_status)
 
 
+#: Of a purchase solve's time limit, the share of the integer model; the LP relaxation that gives the
+#: lower bound when the MILP stops early gets the rest.
+MILP_SHARE = 0.8
+#: Solver status of a MILP that found no purchase within its time limit.
+NO_SOLUTION = "NO_SOLUTION"
+
+
 def solve_purchase(
     requests: list[Request],
     types: list[TypeSpec],
@@ -237,7 +244,8 @@ def solve_purchase(
     """The cheapest node counts per type that the relaxation says can host ``requests``.
 
     Every request must fit at least one type (the caller removes those that cannot). The lower bound
-    is the MILP optimum when proven, else the LP relaxation's optimum.
+    is the MILP optimum when proven, else the LP relaxation's optimum. The whole solve keeps within
+    ``time_limit_s``; a MILP that finds no purchase in time returns none, with status ``NO_SOLUTION``.
     """
     t0 = time.perf_counter()
     classes = _classes(requests, policy)
@@ -246,25 +254,27 @@ def solve_purchase(
         "purchase MILP: %d classes, %d types, %d variables",
         len(classes), len(types), len(model.prob.variables()),
     )  # fmt: skip
-    status = model.solve(backend, time_limit_s, threads)
-    if status not in (pulp.LpSolutionOptimal, pulp.LpSolutionIntegerFeasible):
+    status = model.solve(backend, MILP_SHARE * time_limit_s, threads)
+    if status not in (pulp.LpSolutionOptimal, pulp.LpSolutionIntegerFeasible, pulp.LpSolutionNoSolutionFound):
         raise RuntimeError(f"purchase MILP ended {pulp.LpStatus.get(model.prob.status, status)}")
-    counts = {t.name: round(model.buy[t.name].varValue or 0) for t in types}
-    mig = {t.name: round(model.mig[t.name].varValue or 0) for t in types}
+    found = status != pulp.LpSolutionNoSolutionFound
+    counts = {t.name: round(model.buy[t.name].varValue or 0) if found else 0 for t in types}
+    mig = {t.name: round(model.mig[t.name].varValue or 0) if found else 0 for t in types}
     objective = sum(t.cost * counts[t.name] for t in types)
     if status == pulp.LpSolutionOptimal:
         bound, label = objective, "OPTIMAL"
     else:
         lp = _Model(classes, types, relax=True)
-        lp.solve(backend, time_limit_s, threads)
-        bound = sum(t.cost * (lp.buy[t.name].varValue or 0.0) for t in types)
-        label = "FEASIBLE"
+        lp_status = lp.solve(backend, max(0.01, t0 + time_limit_s - time.perf_counter()), threads)
+        solved = lp_status == pulp.LpSolutionOptimal
+        bound = sum(t.cost * (lp.buy[t.name].varValue or 0.0) for t in types) if solved else 0.0
+        label = "FEASIBLE" if found else NO_SOLUTION
     name = "highs" if backend == "highs" and pulp.HiGHS().available() else "cbc"
     return PurchaseSolution(
         counts={k: v for k, v in counts.items() if v},
         mig_gpus={k: v for k, v in mig.items() if v and counts[k]},
         objective=objective,
-        lower_bound=min(bound, objective),
+        lower_bound=min(bound, objective) if found else bound,
         status=label,
         solver=f"milp-{name}",
         wall_s=time.perf_counter() - t0,

@@ -8,6 +8,7 @@ import logging
 import os
 import re
 import sys
+import time
 from collections.abc import Iterator
 from contextlib import contextmanager, nullcontext
 from datetime import UTC, datetime
@@ -19,12 +20,24 @@ from gpuplan.models.policy import DisruptionBudget
 from gpuplan.models.problem import PlanningInput
 from gpuplan.planner import summary
 from gpuplan.planner.actions import plan_actions
+from gpuplan.planner.deadline import Deadline
 from gpuplan.planner.executor import kubernetes, migparted
 from gpuplan.planner.history import PlanHistory, plan_diff
 from gpuplan.planner.io import load_cluster, load_policy, load_workloads, planning_input, write_json
 from gpuplan.planner.planning import make_plan
 from gpuplan.planner.simulate import SimConfig, simulate
 from gpuplan.solvers.base import solver_names
+
+log = logging.getLogger(__name__)
+
+#: Of replan's ``--time-limit``, the part that is not the solve's (start-up, storing, diff, exports),
+#: at most ``REPLAN_RESERVE_MAX_S`` seconds; of that, ``REPLAN_OUTPUT_S`` seconds are kept after the
+#: solve whatever the start-up took.
+REPLAN_RESERVE_SHARE = 0.15
+REPLAN_RESERVE_MAX_S = 10.0
+REPLAN_OUTPUT_S = 0.5
+#: The shortest solve a replan asks for.
+MIN_SOLVE_S = 0.1
 
 #: A CP-SAT search-log line: ``#<event> <seconds>s best:<incumbent> next:[<bound>,<hi>]``.
 _PROGRESS = re.compile(r"^#(\w+)\s+([\d.]+)s\s+best:(\S+)\s+next:\[([^,\]]+)")
@@ -109,10 +122,24 @@ def _now(text: str | None) -> datetime:
         raise InputError(f"--now: '{text}' is not an ISO-8601 time") from None
 
 
+def solve_share(time_limit_s: float, deadline: Deadline) -> float:
+    """The seconds the replan's solve may take: the time limit less a part kept for the start-up, storing,
+    the diff and the exports. The share depends on the limit alone, so the deterministic solve gets
+    the same share (and gives the same plan) every run; only when the start-up has eaten into that part
+    is it cut to what the deadline leaves."""
+    reserve = min(REPLAN_RESERVE_MAX_S, REPLAN_RESERVE_SHARE * time_limit_s)
+    fixed = time_limit_s - reserve
+    left = deadline.reserve(REPLAN_OUTPUT_S).remaining()
+    if left < fixed:
+        log.warning("the start-up took the solve's time: its share is cut from %.1f s to %.1f s", fixed, left)
+    return max(MIN_SOLVE_S, min(fixed, left))
+
+
 def cmd_replan(args: argparse.Namespace) -> int:
     """Replan the current state with a long time limit, store the plan and print what changed."""
     if args.rounds < 1:
         raise InputError("--rounds: must be at least 1")
+    deadline = Deadline(args.started + args.time_limit)
     history = PlanHistory(args.db)
     inp = _state(args, history)
     previous = history.latest()
@@ -124,13 +151,15 @@ def cmd_replan(args: argparse.Namespace) -> int:
         cpsat_log.addHandler(progress)
         cpsat_log.setLevel(logging.DEBUG)
         cpsat_log.propagate = False  # only the progress lines, not the whole search log
+    solve_s = solve_share(args.time_limit, deadline)
+    solve_started = time.perf_counter()
     try:
         with _stdout_silenced() if not args.quiet else nullcontext():
             plan = make_plan(
                 _with_rounds(inp, args.rounds),
                 solver=args.solver,
                 now=now,
-                time_limit_s=args.time_limit,
+                time_limit_s=solve_s,
                 seed=args.seed,
                 num_workers=args.workers,
                 deterministic=True,
@@ -140,11 +169,20 @@ def cmd_replan(args: argparse.Namespace) -> int:
         cpsat_log.removeHandler(progress)
         cpsat_log.setLevel(level)
         cpsat_log.propagate = propagate
+    if deadline.expired():
+        log.warning(
+            "the solve took %.1f s, past its %.1f s share: the command ends after --time-limit %g s",
+            time.perf_counter() - solve_started, solve_s, args.time_limit,
+        )  # fmt: skip
     catalog = default_catalog()
     plan = plan.model_copy(
         update={
             "actions": plan_actions(inp, plan.assignments, plan.mig_layouts, catalog, now),
-            "provenance": {**plan.provenance, "replan_rounds": args.rounds},
+            "provenance": {
+                **plan.provenance,
+                "replan_rounds": args.rounds,
+                "replan_time_limit_s": args.time_limit,
+            },
         }
     )
     plan_id = history.save(plan, inp)
@@ -215,7 +253,9 @@ def add_rounds_parser(sub: argparse._SubParsersAction[argparse.ArgumentParser]) 
     p.add_argument("--policy")
     p.add_argument("--db", help="plan history: a SQLite file or a PostgreSQL URL (default gpuplan.db)")
     p.add_argument("--solver", default="cpsat", choices=solver_names())
-    p.add_argument("--time-limit", type=float, default=300.0, help="seconds (default 300)")
+    p.add_argument(
+        "--time-limit", type=float, default=300.0, help="seconds for the whole command (default 300)"
+    )
     p.add_argument("--seed", type=int, default=0)
     p.add_argument("--workers", type=int, default=2)
     p.add_argument("--now", help="planning time, ISO-8601 (default: the current time)")

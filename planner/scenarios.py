@@ -8,6 +8,7 @@ from __future__ import annotations
 
 import logging
 import math
+from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
@@ -23,11 +24,14 @@ from gpuplan.models.capacity import (
     ScenarioResult,
 )
 from gpuplan.models.hardware import HardwareCatalog
+from gpuplan.models.plan import Plan
 from gpuplan.models.policy import Policy
 from gpuplan.models.problem import PlanningInput
 from gpuplan.models.workload import Workload
 from gpuplan.planner.capacity import GapOptions, capacity_gap, load_node_types
+from gpuplan.planner.deadline import Deadline
 from gpuplan.planner.io import describe, read_structured
+from gpuplan.planner.planning import inputs_digest
 
 log = logging.getLogger(__name__)
 
@@ -145,6 +149,38 @@ def scenario_input(inp: PlanningInput, scenario: Scenario, catalog: HardwareCata
         raise InputError(f"scenario '{scenario.name}': {msg}") from None
 
 
+@dataclass(frozen=True)
+class Prepared:
+    """One scenario's inputs, and whether its planning input and node types equal the base run's."""
+
+    scenario: Scenario
+    inp: PlanningInput
+    types: NodeTypeCatalog
+    same_input: bool
+    same_types: bool
+
+    @property
+    def same_gap(self) -> bool:
+        """Whether the scenario changes nothing: the base run's gap is its answer."""
+        return self.same_input and self.same_types
+
+
+def prepare_scenarios(
+    inp: PlanningInput,
+    types: NodeTypeCatalog,
+    scenarios: ScenarioFile,
+    base_dir: Path,
+    catalog: HardwareCatalog,
+) -> list[Prepared]:
+    """Every scenario's inputs, checked before any solve starts."""
+    digest = inputs_digest(inp)
+    out = []
+    for s in scenarios.scenarios:
+        s_inp, s_types = scenario_input(inp, s, catalog), scenario_types(types, s, base_dir, catalog)
+        out.append(Prepared(s, s_inp, s_types, inputs_digest(s_inp) == digest, s_types == types))
+    return out
+
+
 def run_scenarios(
     inp: PlanningInput,
     types: NodeTypeCatalog,
@@ -152,17 +188,43 @@ def run_scenarios(
     base_dir: Path,
     opts: GapOptions,
     catalog: HardwareCatalog,
+    *,
+    deadline: Deadline | None = None,
 ) -> tuple[ScenarioResult, ...]:
-    """The capacity gap of every scenario, in file order."""
-    prepared = [
-        (s, scenario_input(inp, s, catalog), scenario_types(types, s, base_dir, catalog))
-        for s in scenarios.scenarios
-    ]
+    """The capacity gap of every scenario, in file order, all within ``deadline`` (by default
+    ``opts.time_limit_s`` from now)."""
+    prepared = prepare_scenarios(inp, types, scenarios, base_dir, catalog)
+    return run_prepared(prepared, opts, catalog, deadline=deadline or Deadline.after(opts.time_limit_s))
+
+
+def run_prepared(
+    prepared: list[Prepared],
+    opts: GapOptions,
+    catalog: HardwareCatalog,
+    *,
+    deadline: Deadline,
+    base: tuple[Plan, CapacityGap] | None = None,
+) -> tuple[ScenarioResult, ...]:
+    """The capacity gap of every prepared scenario, in order, within ``deadline``.
+
+    ``base`` is the fleet plan and gap of the inputs the scenarios were prepared from: a scenario that
+    changes nothing reuses that gap, and one that changes only node types or prices reuses that fleet
+    plan. Every other scenario gets an equal part of the time left when it starts, so the time one
+    leaves unused goes to those after it.
+    """
+    todo = sum(1 for p in prepared if base is None or not p.same_gap)
     out = []
-    for s, s_inp, s_types in prepared:
-        log.info("scenario %s", s.name)
-        gap = capacity_gap(s_inp, s_types, opts, catalog=catalog)
-        out.append(ScenarioResult(name=s.name, description=s.description, gap=gap))
+    for p in prepared:
+        if base is not None and p.same_gap:
+            log.info("scenario %s: the base gap", p.scenario.name)
+            gap = base[1]
+        else:
+            mine = deadline.sub(1 / todo)
+            todo -= 1
+            log.info("scenario %s: %.1f s", p.scenario.name, mine.remaining())
+            baseline = base[0] if base is not None and p.same_input else None
+            gap = capacity_gap(p.inp, p.types, opts, baseline=baseline, catalog=catalog, deadline=mine)
+        out.append(ScenarioResult(name=p.scenario.name, description=p.scenario.description, gap=gap))
     return tuple(out)
 
 
@@ -181,6 +243,7 @@ def scenario_row(name: str, gap: CapacityGap) -> dict[str, Any]:
         "gap": gap.gap,
         "max_lead_time_days": gap.max_lead_time_days,
         "verified": gap.verified,
+        "cut_short": len(gap.cut_short),
         "wall_s": gap.wall_s,
     }
 

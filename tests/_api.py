@@ -154,6 +154,40 @@ def wait_status(
         time.sleep(0.05)
 
 
+def _process(pid: int) -> tuple[int, str, str] | None:
+    """Parent pid, state letter and command line of a process; ``None`` once it is gone."""
+    try:
+        stat = Path(f"/proc/{pid}/stat").read_text()
+        cmdline = Path(f"/proc/{pid}/cmdline").read_bytes().replace(b"\0", b" ").decode()
+    except OSError:
+        return None
+    fields = stat[stat.rindex(")") + 2 :].split()
+    return int(fields[1]), fields[0], cmdline
+
+
+def solver_processes(server: Server) -> set[int]:
+    """The live solver processes of ``server``: children of its multiprocessing fork server (which the
+    server itself started), zombies excluded."""
+    table = {}
+    for entry in Path("/proc").iterdir():
+        if entry.name.isdigit() and (info := _process(int(entry.name))) is not None:
+            table[int(entry.name)] = info
+    forkservers = {
+        pid for pid, (parent, _, cmd) in table.items() if parent == server.proc.pid and "forkserver" in cmd
+    }
+    return {pid for pid, (parent, state, _) in table.items() if parent in forkservers and state not in "ZX"}
+
+
+def wait_gone(pid: int, timeout_s: float = 30.0) -> bool:
+    """Poll until process ``pid`` has ended (gone, or a zombie its parent has not reaped yet)."""
+    deadline = time.monotonic() + timeout_s
+    while (info := _process(pid)) is not None and info[1] not in "ZX":
+        if time.monotonic() > deadline:
+            return False
+        time.sleep(0.02)
+    return True
+
+
 _shared: list[Server] = []
 
 

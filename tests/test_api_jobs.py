@@ -14,7 +14,18 @@ from gpuplan.models.catalog import default_catalog
 from gpuplan.models.plan import Plan
 from gpuplan.models.problem import PlanningInput
 from gpuplan.planner.validate import validate_plan
-from tests._api import ADMIN, PLANNER, VIEWER_ML, Server, example_body, live, tiny_body, wait_status
+from tests._api import (
+    ADMIN,
+    PLANNER,
+    VIEWER_ML,
+    Server,
+    example_body,
+    live,
+    solver_processes,
+    tiny_body,
+    wait_gone,
+    wait_status,
+)
 
 __all__ = ["live"]
 
@@ -69,25 +80,30 @@ def test_wait_too_short_answers_202_with_progress(live: Server) -> None:
         assert done["plan_status"] in ("OPTIMAL", "FEASIBLE", "FALLBACK")
         if done["plan_status"] != "OPTIMAL":
             assert "time limit" in done["outcome"]
+        # The job's limit reached the solver, and the solve ended within it: a solve running past it
+        # (plus the server's grace) is killed and the job fails, which the "done" above rules out.
         plan = c.get(f"/v1/plans/{job_id}/result").json()["plan"]
-        assert plan["solver"]["wall_s"] <= 2.0 + 5.0
+        assert plan["provenance"]["time_limit_s"] == 2.0
 
 
 def test_cancel_running_job_at_once(live: Server) -> None:
+    """Cancelling a running job kills its solver process instead of waiting for the solve: the job is
+    cancelled while its solve is under way (it never ends ``done``) and that process is gone."""
     with live.client(PLANNER) as c:
         job_id = c.post("/v1/plans", json=example_body(time_limit_s=2.0)).json()["id"]
         assert wait_status(c, job_id, {"running"})["status"] == "running"
-        t0 = time.monotonic()
+        (solver,) = solver_processes(live)
         r = c.delete(f"/v1/plans/{job_id}")
         assert r.status_code == 200
         assert r.json()["status"] == "cancelled"
-        assert time.monotonic() - t0 < 1.0
+        assert wait_gone(solver)
         assert c.get(f"/v1/plans/{job_id}").json()["status"] == "cancelled"
         assert c.delete(f"/v1/plans/{job_id}").status_code == 409
         assert c.get(f"/v1/plans/{job_id}/result").status_code == 409
-        # The killed solver process is replaced: the next job still runs.
+        # The killed solver process is replaced by a new one: the next job still runs.
         r = c.post("/v1/plans", params={"wait": 60}, json=tiny_body(solver="first-fit"))
         assert r.status_code == 200 and r.json()["job"]["status"] == "done"
+        assert solver not in solver_processes(live)
         # A cancelled job can be resubmitted with its stored input.
         r = c.post(f"/v1/plans/{job_id}/resubmit")
         assert r.status_code == 202 and r.json()["attempts"] == 2
@@ -97,14 +113,19 @@ def test_cancel_running_job_at_once(live: Server) -> None:
 
 
 def test_cancel_queued_job(live: Server) -> None:
+    """A job cancelled while queued never runs: the runner, which takes jobs in order, skips it."""
     with live.client(PLANNER) as c:
         first = c.post("/v1/plans", json=example_body(time_limit_s=2.0)).json()["id"]
         second = c.post("/v1/plans", json=tiny_body()).json()["id"]
         assert c.get(f"/v1/plans/{second}").json()["status"] == "queued"
         assert c.delete(f"/v1/plans/{second}").json()["status"] == "cancelled"
         assert c.delete(f"/v1/plans/{first}").json()["status"] == "cancelled"
-        time.sleep(0.3)
+        # A job queued after it has run: the runner has passed the cancelled one by now.
+        third = c.post("/v1/plans", params={"wait": 60}, json=tiny_body(solver="first-fit"))
+        assert third.json()["job"]["status"] == "done"
         assert c.get(f"/v1/plans/{second}").json()["status"] == "cancelled"
+        assert c.get(f"/v1/plans/{second}/result").status_code == 409
+        assert [a["action"] for a in c.get(f"/v1/plans/{second}/audit").json()] == ["submit", "cancel"]
 
 
 def test_history_filters_and_pages(live: Server) -> None:

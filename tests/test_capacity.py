@@ -6,11 +6,13 @@ from datetime import UTC, datetime
 from pathlib import Path
 from typing import Any
 
+import pulp
 import pytest
 import yaml
 from hypothesis import given, settings
 from hypothesis import strategies as st
 
+from gpuplan.api.worker import gap_outcome
 from gpuplan.models import Plan, PlanningInput, PlanStatus, SolverReport, Unplaced, default_catalog
 from gpuplan.models.capacity import (
     CapacityGap,
@@ -21,12 +23,18 @@ from gpuplan.models.capacity import (
     ScenarioFile,
 )
 from gpuplan.models.workload import Workload
+from gpuplan.planner import capacity as capacity_module
+from gpuplan.planner import capacity_cli
+from gpuplan.planner import purchase as purchase_module
+from gpuplan.planner import scenarios as scenarios_module
 from gpuplan.planner.capacity import GapOptions, capacity_gap, gap_demand, load_node_types, type_specs
 from gpuplan.planner.cli import main
 from gpuplan.planner.compile import compile_problem
+from gpuplan.planner.deadline import Deadline
 from gpuplan.planner.planning import make_plan
-from gpuplan.planner.purchase import solve_purchase
+from gpuplan.planner.purchase import NO_SOLUTION, PurchaseSolution, solve_purchase
 from gpuplan.planner.scenarios import grow, run_scenarios, scenario_input, scenario_types
+from tests._clock import FakeClock
 
 NOW = datetime(2026, 11, 29, 12, 0, tzinfo=UTC)
 OPTS = GapOptions(time_limit_s=3.0, milp_time_limit_s=10.0, now=NOW)
@@ -76,8 +84,8 @@ def planning(
     )
 
 
-def run(inp: PlanningInput, catalog: NodeTypeCatalog) -> CapacityGap:
-    gap = capacity_gap(inp, catalog, OPTS)
+def run(inp: PlanningInput, catalog: NodeTypeCatalog, deadline: Deadline | None = None) -> CapacityGap:
+    gap = capacity_gap(inp, catalog, OPTS, deadline=deadline)
     served = gap.served_by_repartition + gap.served_by_purchase + len(gap.unservable) + gap.still_unplaced
     assert served == gap.demand_replicas
     assert sum(line.replicas for line in gap.by_tier) == gap.demand_replicas
@@ -329,3 +337,206 @@ def test_purchase_milp_matches_brute_force_on_divisible_sizes(
     )
     assert solution.objective == best
     assert solution.lower_bound == best and solution.status == "OPTIMAL"
+
+
+# --- the time limit: shares of one deadline, checked on a fake clock ------------------------------
+
+
+class Recorder:
+    """Stands in for the placement solver and the purchase MILP of ``planner.capacity``: each call runs
+    the real one (tiny instances finish at once) and then lets ``spend`` x its time limit pass on the
+    fake clock, so the shares the phases get depend on the fake clock alone."""
+
+    def __init__(self, monkeypatch: pytest.MonkeyPatch, clock: FakeClock, spend: float = 1.0) -> None:
+        self.clock = clock
+        self.spend = spend
+        self.calls: list[tuple[str, float, PlanningInput | None]] = []
+        real_plan, real_milp = make_plan, solve_purchase
+
+        def plan(inp: PlanningInput, **kw: Any) -> Plan:
+            self.calls.append(("plan", kw["time_limit_s"], inp))
+            out = real_plan(inp, **{**kw, "time_limit_s": min(kw["time_limit_s"], 3.0)})
+            clock.advance(self.spend * kw["time_limit_s"])
+            return out
+
+        def milp(*args: Any, **kw: Any) -> PurchaseSolution:
+            self.calls.append(("milp", kw["time_limit_s"], None))
+            out = real_milp(*args, **{**kw, "time_limit_s": min(kw["time_limit_s"], 10.0)})
+            clock.advance(self.spend * kw["time_limit_s"])
+            return out
+
+        monkeypatch.setattr(capacity_module, "make_plan", plan)
+        monkeypatch.setattr(capacity_module, "solve_purchase", milp)
+
+    @property
+    def total(self) -> float:
+        return sum(s for _, s, _ in self.calls)
+
+
+def _mig_demand() -> PlanningInput:
+    """Two 4g.40gb replicas and one idle A100 in MIG mode: one fits after a re-partition, one is bought."""
+    fleet = small_fleet([{"index": 0, "model": "A100-SXM4-80GB", "mig": {"instances": []}}])
+    work = [{"id": "infer", "replicas": 2, "mig_profile": "4g.40gb", "cpu_milli": 4000, "memory_mib": 16384}]
+    return planning(work, fleet)
+
+
+def test_every_phase_gets_a_share_and_the_shares_fit_the_whole(monkeypatch: pytest.MonkeyPatch) -> None:
+    clock = FakeClock()
+    rec = Recorder(monkeypatch, clock)
+    gap = capacity_gap(_mig_demand(), types("a100-8", "l40s-4"), OPTS, deadline=Deadline.after(100.0, clock))
+    assert [kind for kind, _, _ in rec.calls] == [
+        "plan",
+        "plan",
+        "milp",
+        "plan",
+    ]  # fleet, re-plan, MILP, check
+    fleet, replan, milp, check = (s for _, s, _ in rec.calls)
+    assert rec.total <= 100.0 and min(fleet, replan, milp, check) > 0
+    assert fleet > replan > milp and check > milp  # placement solves weigh more than the MILP
+    assert gap.verified and bought(gap) == {"a100-8": 1} and gap.cut_short == ()
+
+
+def test_a_phase_that_ends_early_hands_its_time_on(monkeypatch: pytest.MonkeyPatch) -> None:
+    shares = []
+    for spend in (1.0, 0.0):
+        clock = FakeClock()
+        rec = Recorder(monkeypatch, clock, spend)
+        capacity_gap(_mig_demand(), types("a100-8"), OPTS, deadline=Deadline.after(100.0, clock))
+        shares.append([s for _, s, _ in rec.calls])
+    used_all, used_none = shares
+    assert used_none[0] == used_all[0]
+    assert all(late > early for late, early in zip(used_none[1:], used_all[1:], strict=True))
+
+
+def test_scenarios_split_the_budget(monkeypatch: pytest.MonkeyPatch) -> None:
+    clock = FakeClock()
+    rec = Recorder(monkeypatch, clock)
+    seen: list[tuple[str, float, float]] = []
+    real_gap = capacity_gap
+
+    def gap(inp: PlanningInput, *args: Any, deadline: Deadline, **kw: Any) -> CapacityGap:
+        start, before = deadline.remaining(), rec.total
+        out = real_gap(inp, *args, deadline=deadline, **kw)
+        seen.append((inp.workloads[0].id, start, rec.total - before))
+        return out
+
+    monkeypatch.setattr(scenarios_module, "capacity_gap", gap)
+    scenarios = ScenarioFile(
+        scenarios=(
+            Scenario(name="now"),
+            Scenario(name="double", growth=Growth(teams={"default": 2.0})),
+            Scenario(name="triple", growth=Growth(teams={"default": 3.0})),
+        )
+    )
+    run_scenarios(_mig_demand(), types("a100-8"), scenarios, Path(), OPTS, default_catalog(),
+                  deadline=Deadline.after(90.0, clock))  # fmt: skip
+    assert len(seen) == 3 and rec.total <= 90.0
+    left = 90.0
+    for i, (_, part, used) in enumerate(seen):
+        assert part == pytest.approx(left / (3 - i))  # an equal part of what is left
+        assert used <= part
+        left -= used
+
+
+def test_cli_shares_the_time_limit_and_reuses_unchanged_scenarios(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch, capsys: pytest.CaptureFixture[str]
+) -> None:
+    clock = FakeClock()
+    rec = Recorder(monkeypatch, clock)
+    monkeypatch.setattr(capacity_cli, "Deadline", lambda end: Deadline.after(10.0, clock))
+    cluster, work, cat, scen = (tmp_path / f for f in ("c.yaml", "w.yaml", "types.yaml", "s.yaml"))
+    cluster.write_text(yaml.safe_dump(small_fleet()))
+    work.write_text(yaml.safe_dump({"workloads": [
+        {"id": "emb", "team": "search", "replicas": 2, "gpus": 2, "gpu_models": ["L40S-48GB"]},
+    ]}))  # fmt: skip
+    cat.write_text(yaml.safe_dump(TYPES))
+    scen.write_text(yaml.safe_dump({"scenarios": [
+        {"name": "today"}, {"name": "search-x2", "growth": {"teams": {"search": 2.0}}},
+        {"name": "cheap-l40s-4", "prices": {"l40s-4": 10}},
+    ]}))  # fmt: skip
+    assert main(["capacity-gap", "--cluster", str(cluster), "--workloads", str(work), "--catalog", str(cat),
+                 "--time-limit", "10", "--now", NOW.isoformat(), "--scenarios", str(scen)]) == 0  # fmt: skip
+    assert rec.total <= 10.0 - capacity_cli.OUTPUT_SHARE * 10.0
+    fleet_plans = [
+        inp for kind, _, inp in rec.calls if kind == "plan" and inp and inp.cluster.nodes[0].name == "n1"
+    ]
+    # The gap and "search-x2" plan the fleet; "today" reuses the gap, "cheap-l40s-4" the fleet plan.
+    assert [sum(w.replicas for w in inp.workloads) for inp in fleet_plans] == [2, 4]
+    text = capsys.readouterr().out
+    assert "today" in text and "cheap-l40s-4" in text
+
+
+def test_an_exhausted_deadline_skips_the_re_partition_re_plan_with_a_label() -> None:
+    sevens = [{"profile": "1g.10gb", "start": s} for s in range(7)]
+    fleet = small_fleet([{"index": 0, "model": "A100-SXM4-80GB", "mig": {"instances": sevens}}])
+    work = [{"id": "infer", "team": "nlp", "mig_profile": "3g.40gb", "cpu_milli": 4000, "memory_mib": 16384}]
+    clock = FakeClock()
+    over = Deadline(clock() - 1.0, clock)
+    gap = run(planning(work, fleet, mig={"allow_repartition": False}), types("a100-8"), deadline=over)
+    assert gap.cut_short == ("re-partition re-plan",)
+    assert gap.served_by_repartition == 0 and gap.served_by_purchase == 1 and bought(gap) == {"a100-8": 1}
+    assert any("no time was left for the re-partition re-plan" in n for n in gap.notes)
+
+
+def test_a_purchase_check_out_of_time_is_not_repaired_and_says_so(monkeypatch: pytest.MonkeyPatch) -> None:
+    """The MILP buys one 4-GPU node for three 2-GPU replicas; the check leaves one waiting and the time
+    is gone, so no repair round runs: the gap is labelled, not verified, with the replica counted."""
+    clock = FakeClock()
+    Recorder(monkeypatch, clock, spend=1000.0)  # every solve uses up the deadline
+    short = PurchaseSolution({"l40s-4": 1}, {}, 40.0, 40.0, "OPTIMAL", "milp-highs", 0.0)
+    monkeypatch.setattr(capacity_module, "solve_purchase", lambda *a, **kw: short)
+    six = [{"id": "emb", "team": "search", "replicas": 3, "gpus": 2, "gpu_models": "L40S-48GB"}]
+    gap = run(planning(six), types("l40s-4"), deadline=Deadline.after(60.0, clock))
+    assert "repair" in gap.cut_short and not gap.verified
+    assert (gap.served_by_purchase, gap.still_unplaced) == (2, 1)
+    assert any("no time was left to repair" in n for n in gap.notes)
+
+
+def test_a_milp_without_a_solution_in_time_buys_nothing_and_says_so(monkeypatch: pytest.MonkeyPatch) -> None:
+    none = PurchaseSolution({}, {}, 0.0, 35.0, NO_SOLUTION, "milp-highs", 0.0)
+    monkeypatch.setattr(capacity_module, "solve_purchase", lambda *a, **kw: none)
+    six = [{"id": "emb", "team": "search", "replicas": 3, "gpus": 2, "gpu_models": "L40S-48GB"}]
+    gap = run(planning(six), types("l40s-4", "l40s-8"))
+    assert gap.cut_short == ("purchase MILP",) and gap.purchases == () and not gap.verified
+    assert gap.still_unplaced == 3 and gap.lower_bound == 35.0
+    assert any("purchase MILP stopped at its" in n and "with no purchase" in n for n in gap.notes)
+
+
+def test_solve_purchase_reports_no_solution_with_the_lp_bound(monkeypatch: pytest.MonkeyPatch) -> None:
+    """A MILP stopped by its time limit before any purchase: nothing bought, the LP relaxation's bound."""
+    real = purchase_module._Model.solve
+
+    def stopped(self: Any, backend: str, time_limit_s: float, threads: int) -> int:
+        return (
+            pulp.LpSolutionNoSolutionFound
+            if self.cat == pulp.LpInteger
+            else real(self, backend, time_limit_s, threads)
+        )
+
+    monkeypatch.setattr(purchase_module._Model, "solve", stopped)
+    work = [{"id": "w", "replicas": 3, "gpus": 2, "gpu_models": "L40S-48GB"}]
+    problem = compile_problem(planning(work), default_catalog(), NOW)
+    solution = solve_purchase(list(problem.requests), type_specs(types("l40s-8"), default_catalog()))
+    assert solution.status == NO_SOLUTION and solution.counts == {}
+    assert solution.lower_bound == pytest.approx(70 * 6 / 8)  # six of the eight GPUs of one node
+
+
+def test_the_held_input_counts_the_plan_as_running_work() -> None:
+    """The re-partition re-plan's input has the plan's placements as running work, in its lookups too
+    (a model_copy of the input would keep its cached ``workload_by_id``)."""
+    inp = _mig_demand()
+    plan = make_plan(inp, now=NOW, time_limit_s=3.0)
+    assert inp.workload_by_id["infer"].running_on == ()  # fills the input's cache
+    held, back = capacity_module._held(inp, plan, default_catalog())
+    assert [a.workload for a in plan.assignments] == ["infer"]
+    assert len(held.workload_by_id["infer"].running_on) == 1 and held.workload_by_id["infer"].replicas == 2
+    assert back == {("infer", 0): ("infer", 0), ("infer", 1): ("infer", 1)}
+
+
+def test_a_capacity_gap_job_outcome_names_what_the_time_limit_cut_short() -> None:
+    gap = CapacityGap(
+        demand_replicas=2, nodes_added=1, gpus_added=8, cost=70.0, cut_short=("placement check",)
+    )
+    assert (
+        gap_outcome(gap) == "1 nodes / 8 GPUs to add for 70 USD; cut short by the time limit: placement check"
+    )

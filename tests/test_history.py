@@ -3,6 +3,7 @@ a run killed mid-solve that leaves the previous plan intact."""
 
 from __future__ import annotations
 
+import logging
 import os
 import signal
 import subprocess
@@ -13,8 +14,20 @@ from typing import Any
 import pytest
 import yaml
 
+from gpuplan.models import Plan, PlanningInput
+from gpuplan.planner import rounds_cli
 from gpuplan.planner.cli import main
+from gpuplan.planner.deadline import Deadline
 from gpuplan.planner.history import PlanHistory, plan_diff
+from gpuplan.planner.planning import make_plan
+from gpuplan.planner.rounds_cli import (
+    MIN_SOLVE_S,
+    REPLAN_OUTPUT_S,
+    REPLAN_RESERVE_MAX_S,
+    REPLAN_RESERVE_SHARE,
+    solve_share,
+)
+from tests._clock import FakeClock
 
 ROOT = Path(__file__).resolve().parent.parent
 NOW = "2026-11-29T12:00:00+00:00"
@@ -145,3 +158,41 @@ def test_a_replan_killed_mid_solve_leaves_the_previous_plan_and_the_next_run_com
     assert main(fast) == 0
     latest = history.latest()
     assert history.count() == 2 and latest is not None and latest.id > before.id
+
+
+# --- the time limit bounds the whole command (fake clock: nothing waits) --------------------------
+
+
+def test_the_solve_share_depends_on_the_limit_alone_until_the_start_up_eats_into_it() -> None:
+    clock = FakeClock()
+    fresh = Deadline.after(20.0, clock)
+    assert solve_share(20.0, fresh) == 20.0 - REPLAN_RESERVE_SHARE * 20.0
+    clock.advance(1.0)  # a start-up within the reserve leaves the (deterministic) share as it is
+    assert solve_share(20.0, fresh) == 20.0 - REPLAN_RESERVE_SHARE * 20.0
+    assert solve_share(600.0, Deadline.after(600.0, clock)) == 600.0 - REPLAN_RESERVE_MAX_S
+    clock.advance(5.0)  # a slow start-up: the solve gets what is left, less the time to store and print
+    assert solve_share(20.0, fresh) == pytest.approx(20.0 - 6.0 - REPLAN_OUTPUT_S)
+    clock.advance(60.0)
+    assert solve_share(20.0, fresh) == MIN_SOLVE_S
+
+
+def test_replan_gives_the_solve_its_share_and_says_when_it_overran(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch, caplog: pytest.LogCaptureFixture
+) -> None:
+    clock = FakeClock()
+    limits: list[float] = []
+
+    def solve(inp: PlanningInput, **kw: Any) -> Plan:
+        limits.append(kw["time_limit_s"])
+        clock.advance(2 * kw["time_limit_s"])  # a solve that takes twice its share
+        return make_plan(inp, **{**kw, "solver": "greedy-fgd"})
+
+    monkeypatch.setattr(rounds_cli, "make_plan", solve)
+    monkeypatch.setattr(rounds_cli, "Deadline", lambda end: Deadline.after(20.0, clock))
+    args = ["replan", "--db", str(tmp_path / "h.db"), "--time-limit", "20", "-q", "--now", NOW]
+    with caplog.at_level(logging.WARNING, logger="gpuplan.planner.rounds_cli"):
+        assert main([*args, *_files(tmp_path)]) == 0
+    assert limits == [solve_share(20.0, Deadline.after(20.0, FakeClock()))]
+    assert any("past its 17.0 s share" in r.getMessage() for r in caplog.records)
+    stored = PlanHistory(str(tmp_path / "h.db")).latest()
+    assert stored is not None and stored.plan.provenance["replan_time_limit_s"] == 20.0

@@ -1,0 +1,109 @@
+"""A wall-clock budget shared by the phases of one command or job.
+
+A command creates one :class:`Deadline` when it starts (``--time-limit S`` after :func:`command_start`,
+the process start for the console script) and hands it down; each phase takes a share of what remains
+when it begins, so a phase that finishes early leaves its time to the phases after it, and the shares
+never add up to more than the whole. The clock is injectable so that tests can check the shares
+without waiting.
+"""
+
+from __future__ import annotations
+
+import logging
+import os
+import time
+from collections.abc import Callable, Mapping
+from dataclasses import dataclass
+from pathlib import Path
+
+log = logging.getLogger(__name__)
+
+Clock = Callable[[], float]
+
+
+def process_age_s() -> float:
+    """Seconds since this process started (0 where ``/proc`` does not say): the interpreter and the
+    imports before the command runs count against its time limit too."""
+    try:
+        stat = Path("/proc/self/stat").read_text(encoding="ascii")
+        start_ticks = int(stat[stat.rindex(")") + 2 :].split()[19])
+        age = time.clock_gettime(time.CLOCK_BOOTTIME) - start_ticks / os.sysconf("SC_CLK_TCK")
+    except (OSError, ValueError, IndexError, AttributeError):
+        return 0.0
+    return max(0.0, age)
+
+
+def command_start(*, whole_process: bool) -> float:
+    """When a command started, on the monotonic clock: the process start when the process runs just
+    this command (the console script), else now (a call from Python or a test)."""
+    return time.monotonic() - (process_age_s() if whole_process else 0.0)
+
+
+@dataclass(frozen=True)
+class Deadline:
+    """The point in time (on ``clock``) by which the work must be done.
+
+    Parameters
+    ----------
+    end
+        The deadline, in ``clock`` seconds.
+    clock
+        A monotonic clock; ``time.monotonic`` unless a test injects a fake one.
+    """
+
+    end: float
+    clock: Clock = time.monotonic
+
+    @classmethod
+    def after(cls, seconds: float, clock: Clock = time.monotonic) -> Deadline:
+        """A deadline ``seconds`` from now."""
+        return cls(clock() + max(0.0, seconds), clock)
+
+    def remaining(self) -> float:
+        """Seconds left (0 once the deadline has passed)."""
+        return max(0.0, self.end - self.clock())
+
+    def expired(self) -> bool:
+        """Whether no time is left."""
+        return self.remaining() <= 0.0
+
+    def share(self, fraction: float) -> float:
+        """Seconds for a phase that may use ``fraction`` (0 to 1) of the time that remains."""
+        return min(1.0, max(0.0, fraction)) * self.remaining()
+
+    def sub(self, fraction: float) -> Deadline:
+        """The deadline of a phase that gets ``fraction`` of the time that remains (it ends no later
+        than this one)."""
+        return Deadline(self.clock() + self.share(fraction), self.clock)
+
+    def reserve(self, seconds: float) -> Deadline:
+        """This deadline moved ``seconds`` earlier: time kept for the phases that must run after."""
+        return Deadline(self.end - max(0.0, seconds), self.clock)
+
+
+class Phases:
+    """Phases that run one after another within a deadline, each with a weight.
+
+    A phase takes, of the time left when it starts, its weight over the weights of itself and of the
+    phases still to come: time a phase leaves unused goes to the phases after it, and the shares never
+    add up to more than the deadline allows.
+    """
+
+    def __init__(self, deadline: Deadline, weights: Mapping[str, float]) -> None:
+        self.deadline = deadline
+        self.todo = dict(weights)
+
+    def share(self, phase: str) -> float:
+        """Seconds for ``phase``; it leaves the schedule, and so do the phases before it (skipped)."""
+        names = list(self.todo)
+        i = names.index(phase)
+        total = sum(self.todo[n] for n in names[i:])
+        seconds = self.deadline.share(self.todo[phase] / total) if total > 0 else 0.0
+        for name in names[: i + 1]:
+            del self.todo[name]
+        log.debug("phase %s: %.2f s of %.2f s left", phase, seconds, self.deadline.remaining())
+        return seconds
+
+    def sub(self, phase: str) -> Deadline:
+        """The deadline of ``phase`` (see :meth:`share`)."""
+        return Deadline(self.deadline.clock() + self.share(phase), self.deadline.clock)
