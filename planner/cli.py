@@ -21,7 +21,7 @@ from gpuplan.models.problem import PlanningInput
 from gpuplan.models.workload import Workload, Workloads
 from gpuplan.planner import summary
 from gpuplan.planner.capacity_cli import add_capacity_parsers, write_plan_workbook
-from gpuplan.planner.deadline import command_start
+from gpuplan.planner.deadline import Deadline, command_start, solve_share
 from gpuplan.planner.explain_cli import add_explain_parser
 from gpuplan.planner.import_cli import add_import_parser
 from gpuplan.planner.io import (
@@ -68,7 +68,7 @@ def _run_plan(inp: PlanningInput, args: argparse.Namespace) -> Plan:
         inp,
         solver=args.solver,
         now=_now(args.now),
-        time_limit_s=args.time_limit,
+        time_limit_s=solve_share(args.time_limit, Deadline(args.started + args.time_limit)),
         seed=args.seed,
         num_workers=args.workers,
         deterministic=args.deterministic,

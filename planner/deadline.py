@@ -20,6 +20,15 @@ log = logging.getLogger(__name__)
 
 Clock = Callable[[], float]
 
+#: Of a planning command's ``--time-limit``, the part that is not the solve's (start-up, storing, the
+#: diff, exports), at most ``RESERVE_MAX_S`` seconds; of that, ``OUTPUT_S`` seconds are kept after the
+#: solve whatever the start-up took.
+RESERVE_SHARE = 0.15
+RESERVE_MAX_S = 10.0
+OUTPUT_S = 0.5
+#: The shortest solve a command asks for.
+MIN_SOLVE_S = 0.1
+
 
 def process_age_s() -> float:
     """Seconds since this process started (0 where ``/proc`` does not say): the interpreter and the
@@ -107,3 +116,16 @@ class Phases:
     def sub(self, phase: str) -> Deadline:
         """The deadline of ``phase`` (see :meth:`share`)."""
         return Deadline(self.deadline.clock() + self.share(phase), self.deadline.clock)
+
+
+def solve_share(time_limit_s: float, deadline: Deadline) -> float:
+    """The seconds a command's solve (``make_plan``) may take: the time limit less a part kept for the
+    start-up and the output. The share depends on the limit alone, so a deterministic solve gets the
+    same share (and gives the same plan) every run; only when the start-up has eaten into that part is
+    it cut to what the deadline leaves."""
+    reserve = min(RESERVE_MAX_S, RESERVE_SHARE * time_limit_s)
+    fixed = time_limit_s - reserve
+    left = deadline.reserve(OUTPUT_S).remaining()
+    if left < fixed:
+        log.warning("the start-up took the solve's time: its share is cut from %.1f s to %.1f s", fixed, left)
+    return max(MIN_SOLVE_S, min(fixed, left))

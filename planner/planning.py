@@ -15,6 +15,7 @@ from gpuplan.models.plan import Plan, SolverReport
 from gpuplan.models.problem import PlanningInput
 from gpuplan.planner.actions import plan_actions
 from gpuplan.planner.compile import compile_problem
+from gpuplan.planner.deadline import MIN_SOLVE_S, Deadline
 from gpuplan.planner.metrics import fragmentation, plan_metrics
 from gpuplan.planner.repair import without_idle_moves
 from gpuplan.planner.timeline import previous_reservations, with_reservations
@@ -24,6 +25,12 @@ from gpuplan.solvers.evaluate import reported
 from gpuplan.solvers.problem import PlacementProblem
 
 log = logging.getLogger(__name__)
+
+#: Share of ``make_plan``'s time limit kept for the passes after the solve (predicted starts, repair,
+#: actions, metrics, validation).
+POST_SOLVE_SHARE = 0.1
+#: Largest share of the time limit the explanations of waiting replicas may take.
+EXPLAIN_SHARE = 0.25
 
 
 class InvalidPlanError(RuntimeError):
@@ -105,17 +112,22 @@ def make_plan(
 ) -> Plan:
     """Plan ``inp`` with the named solver; the result is validated before it is returned.
 
+    ``time_limit_s`` bounds the whole call: the solve gets it less a share kept for the passes after it
+    and for the explanations (a share fixed by the limit alone, so deterministic solves repeat).
     ``explain`` replaces each waiting replica's reason by a why-not explanation and adds those of
     replicas on worse alternatives; counterfactuals (verified by greedy re-solves) stop after
-    ``explain_budget_s`` seconds.
+    ``explain_budget_s`` seconds (at most a quarter of the time limit).
     """
+    deadline = Deadline.after(time_limit_s)
+    explain_s = min(explain_budget_s, EXPLAIN_SHARE * time_limit_s) if explain else 0.0
+    solve_s = max(MIN_SOLVE_S, time_limit_s * (1 - POST_SOLVE_SHARE) - explain_s)
     catalog = catalog or default_catalog()
     now = now or datetime.now(UTC)
     problem = compile_problem(
         inp,
         catalog,
         now,
-        time_limit_s=time_limit_s,
+        time_limit_s=solve_s,
         seed=seed,
         num_workers=num_workers,
         deterministic=deterministic,
@@ -146,7 +158,12 @@ def make_plan(
         from gpuplan.planner.explain import explain_all, with_explanations
 
         found = explain_all(
-            inp, plan, catalog=catalog, now=now, solver="greedy-fgd", budget_s=explain_budget_s
+            inp,
+            plan,
+            catalog=catalog,
+            now=now,
+            solver="greedy-fgd",
+            budget_s=min(explain_s, deadline.remaining()),
         )
         plan = with_explanations(plan, found)
     return plan

@@ -20,7 +20,7 @@ from gpuplan.models.policy import DisruptionBudget
 from gpuplan.models.problem import PlanningInput
 from gpuplan.planner import summary
 from gpuplan.planner.actions import plan_actions
-from gpuplan.planner.deadline import Deadline
+from gpuplan.planner.deadline import Deadline, solve_share
 from gpuplan.planner.executor import kubernetes, migparted
 from gpuplan.planner.history import PlanHistory, plan_diff
 from gpuplan.planner.io import load_cluster, load_policy, load_workloads, planning_input, write_json
@@ -29,15 +29,6 @@ from gpuplan.planner.simulate import SimConfig, simulate
 from gpuplan.solvers.base import solver_names
 
 log = logging.getLogger(__name__)
-
-#: Of replan's ``--time-limit``, the part that is not the solve's (start-up, storing, diff, exports),
-#: at most ``REPLAN_RESERVE_MAX_S`` seconds; of that, ``REPLAN_OUTPUT_S`` seconds are kept after the
-#: solve whatever the start-up took.
-REPLAN_RESERVE_SHARE = 0.15
-REPLAN_RESERVE_MAX_S = 10.0
-REPLAN_OUTPUT_S = 0.5
-#: The shortest solve a replan asks for.
-MIN_SOLVE_S = 0.1
 
 #: A CP-SAT search-log line: ``#<event> <seconds>s best:<incumbent> next:[<bound>,<hi>]``.
 _PROGRESS = re.compile(r"^#(\w+)\s+([\d.]+)s\s+best:(\S+)\s+next:\[([^,\]]+)")
@@ -120,19 +111,6 @@ def _now(text: str | None) -> datetime:
         return datetime.fromisoformat(text)
     except ValueError:
         raise InputError(f"--now: '{text}' is not an ISO-8601 time") from None
-
-
-def solve_share(time_limit_s: float, deadline: Deadline) -> float:
-    """The seconds the replan's solve may take: the time limit less a part kept for the start-up, storing,
-    the diff and the exports. The share depends on the limit alone, so the deterministic solve gets
-    the same share (and gives the same plan) every run; only when the start-up has eaten into that part
-    is it cut to what the deadline leaves."""
-    reserve = min(REPLAN_RESERVE_MAX_S, REPLAN_RESERVE_SHARE * time_limit_s)
-    fixed = time_limit_s - reserve
-    left = deadline.reserve(REPLAN_OUTPUT_S).remaining()
-    if left < fixed:
-        log.warning("the start-up took the solve's time: its share is cut from %.1f s to %.1f s", fixed, left)
-    return max(MIN_SOLVE_S, min(fixed, left))
 
 
 def cmd_replan(args: argparse.Namespace) -> int:

@@ -17,16 +17,16 @@ import yaml
 from gpuplan.models import Plan, PlanningInput
 from gpuplan.planner import rounds_cli
 from gpuplan.planner.cli import main
-from gpuplan.planner.deadline import Deadline
-from gpuplan.planner.history import PlanHistory, plan_diff
-from gpuplan.planner.planning import make_plan
-from gpuplan.planner.rounds_cli import (
+from gpuplan.planner.deadline import (
     MIN_SOLVE_S,
-    REPLAN_OUTPUT_S,
-    REPLAN_RESERVE_MAX_S,
-    REPLAN_RESERVE_SHARE,
+    OUTPUT_S,
+    RESERVE_MAX_S,
+    RESERVE_SHARE,
+    Deadline,
     solve_share,
 )
+from gpuplan.planner.history import PlanHistory, plan_diff
+from gpuplan.planner.planning import make_plan
 from tests._clock import FakeClock
 
 ROOT = Path(__file__).resolve().parent.parent
@@ -166,12 +166,12 @@ def test_a_replan_killed_mid_solve_leaves_the_previous_plan_and_the_next_run_com
 def test_the_solve_share_depends_on_the_limit_alone_until_the_start_up_eats_into_it() -> None:
     clock = FakeClock()
     fresh = Deadline.after(20.0, clock)
-    assert solve_share(20.0, fresh) == 20.0 - REPLAN_RESERVE_SHARE * 20.0
+    assert solve_share(20.0, fresh) == 20.0 - RESERVE_SHARE * 20.0
     clock.advance(1.0)  # a start-up within the reserve leaves the (deterministic) share as it is
-    assert solve_share(20.0, fresh) == 20.0 - REPLAN_RESERVE_SHARE * 20.0
-    assert solve_share(600.0, Deadline.after(600.0, clock)) == 600.0 - REPLAN_RESERVE_MAX_S
+    assert solve_share(20.0, fresh) == 20.0 - RESERVE_SHARE * 20.0
+    assert solve_share(600.0, Deadline.after(600.0, clock)) == 600.0 - RESERVE_MAX_S
     clock.advance(5.0)  # a slow start-up: the solve gets what is left, less the time to store and print
-    assert solve_share(20.0, fresh) == pytest.approx(20.0 - 6.0 - REPLAN_OUTPUT_S)
+    assert solve_share(20.0, fresh) == pytest.approx(20.0 - 6.0 - OUTPUT_S)
     clock.advance(60.0)
     assert solve_share(20.0, fresh) == MIN_SOLVE_S
 

@@ -41,6 +41,8 @@ log = logging.getLogger(__name__)
 MONOLITHIC_REPLICAS = 1500
 #: Above this many variables, skip symmetry detection and probing in presolve (seconds for little gain).
 FAST_PRESOLVE_VARIABLES = 4000
+#: Term set when the wall clock stopped a deterministic solve (its plan may then differ between runs).
+CUT = "deterministic_cut_by_wall"
 #: Deterministic seconds a deterministic solve gets per second of its wall-clock share: CP-SAT's
 #: deterministic time ran 0.3-0.5x the wall time on a busy 2-core machine, so a quarter leaves room for
 #: slower machines to finish on deterministic time (and so give the same plan) within the time limit.
@@ -205,7 +207,7 @@ class CpSat:
             if linearised and problem.policy.objective is ObjectiveMode.LEXICOGRAPHIC:
                 out = _better_of(problem, seen, out, greedy)
         if stages.cut_by_wall:
-            out = replace(out, terms={**out.terms, "deterministic_cut_by_wall": 1.0})
+            out = replace(out, terms={**out.terms, CUT: 1.0})
         out = _with_fleet_bound(problem, _recoded(out, never), never)
         return reported(problem, replace(out, wall_s=time.perf_counter() - start))
 
@@ -230,7 +232,7 @@ class CpSat:
                 "lns_steps": float(report.steps),
                 "lns_improving_steps": float(report.improved),
                 "lns_queue_gained": float(report.gained),
-                **({"deterministic_cut_by_wall": 1.0} if report.cut else {}),
+                **({CUT: 1.0} if report.cut else {}),
             },
             model_size={"requests": len(problem.requests), "nodes": len(problem.nodes), "lns": 1},
             wall_s=time.perf_counter() - start,
@@ -266,6 +268,7 @@ class CpSat:
                 "parts": float(parts),
                 "parts_optimal": float(statuses.count(PlanStatus.OPTIMAL)),
                 "parts_fallback": float(statuses.count(PlanStatus.FALLBACK)),
+                **({CUT: 1.0} if any(CUT in r.terms for r in results) else {}),
             },
             model_size=size,
             wall_s=time.perf_counter() - start,
