@@ -29,7 +29,8 @@ import pandas as pd
 
 from benchmarks._openb import TRACE_DIR, load_nodes, load_pods
 from gpuplan.models import default_catalog
-from gpuplan.solvers.greedy import BestFitScorer, FgdScorer, FirstFitScorer, Placer, Scorer, target_mix
+from gpuplan.solvers.greedy import BestFitScorer, FgdScorer, FirstFitScorer
+from gpuplan.solvers.placement import Placer, Scorer, target_mix
 from gpuplan.solvers.problem import NodeSpec, Request
 
 #: Arrived GPU request the protocol inflates the trace to, as a share of GPU capacity.

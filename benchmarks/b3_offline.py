@@ -24,7 +24,7 @@ from benchmarks.b1_online import _seeds, _trace, scorer_for, total_milli
 from benchmarks.b2_rounds import bench_policy
 from gpuplan.models import Assignment, default_catalog
 from gpuplan.solvers.cpsat import CpSat
-from gpuplan.solvers.greedy import Placer
+from gpuplan.solvers.placement import Placer
 from gpuplan.solvers.problem import PlacementProblem
 
 log = logging.getLogger("benchmarks.b3")

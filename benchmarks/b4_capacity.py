@@ -33,7 +33,7 @@ from gpuplan.planner.capacity import node_for, type_specs
 from gpuplan.planner.compile import compile_node
 from gpuplan.planner.purchase import TypeSpec, shape_fits, solve_purchase
 from gpuplan.solvers.cpsat import CpSat
-from gpuplan.solvers.greedy import Placer
+from gpuplan.solvers.placement import Placer
 from gpuplan.solvers.problem import PlacementProblem, Request
 
 log = logging.getLogger("benchmarks.b4")

@@ -36,7 +36,8 @@ from gpuplan.models.hardware import GpuModelSpec, HardwareCatalog
 from gpuplan.models.policy import DisruptionBudget, MigPolicy, Tier
 from gpuplan.planner.compile import compile_node, compile_problem
 from gpuplan.solvers.cpsat import CpSat
-from gpuplan.solvers.greedy import FgdScorer, FirstFitScorer, Placer, Scorer, target_mix
+from gpuplan.solvers.greedy import FgdScorer, FirstFitScorer
+from gpuplan.solvers.placement import Placer, Scorer, target_mix
 from gpuplan.solvers.problem import NodeSpec, PlacementProblem, Request, Running
 
 log = logging.getLogger("benchmarks.b6")

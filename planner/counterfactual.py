@@ -30,7 +30,7 @@ from gpuplan.planner.explain_state import Key, PlanState, cluster_after
 from gpuplan.planner.planning import InvalidPlanError
 from gpuplan.planner.validate import validate_plan
 from gpuplan.solvers.base import get_solver
-from gpuplan.solvers.greedy.options import options
+from gpuplan.solvers.placement.options import options
 from gpuplan.solvers.problem import Request, ShapeSpec
 
 #: Nodes tried per alternative when searching which replicas to move.

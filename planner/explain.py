@@ -26,7 +26,7 @@ from gpuplan.models.workload import TopologyNeed
 from gpuplan.planner import counterfactual as cfs
 from gpuplan.planner.counterfactual import Candidate, Target
 from gpuplan.planner.explain_state import Key, PlanState
-from gpuplan.solvers.greedy.options import describe, whole_groups
+from gpuplan.solvers.placement.options import describe, whole_groups
 from gpuplan.solvers.problem import Request
 
 log = logging.getLogger(__name__)

@@ -18,11 +18,12 @@ from gpuplan.models.hardware import HardwareCatalog
 from gpuplan.models.plan import Assignment, Plan
 from gpuplan.models.problem import PlanningInput
 from gpuplan.planner.compile import compile_problem
-from gpuplan.solvers.greedy import Fgd, Placer
-from gpuplan.solvers.greedy.options import Option, options
-from gpuplan.solvers.greedy.options import keep as keep_on
-from gpuplan.solvers.greedy.rules import Demand
-from gpuplan.solvers.greedy.state import NodeInfo, NodeState, initial_state
+from gpuplan.solvers.greedy import Fgd
+from gpuplan.solvers.placement import Placer
+from gpuplan.solvers.placement.options import Option, options
+from gpuplan.solvers.placement.options import keep as keep_on
+from gpuplan.solvers.placement.rules import Demand
+from gpuplan.solvers.placement.state import NodeInfo, NodeState, initial_state
 from gpuplan.solvers.problem import PlacementProblem, Request, Running, ShapeSpec
 
 Key = tuple[str, int]

@@ -36,7 +36,8 @@ from gpuplan.planner.compile import compile_node
 from gpuplan.planner.occupancy import Holding, Key, Occupancy, holding
 from gpuplan.planner.validate import validate_plan
 from gpuplan.solvers.base import SolveResult
-from gpuplan.solvers.greedy import BestFitScorer, Placer
+from gpuplan.solvers.greedy import BestFitScorer
+from gpuplan.solvers.placement import Placer
 from gpuplan.solvers.problem import NodeSpec, PlacementProblem, Request, Running
 
 log = logging.getLogger(__name__)
@@ -218,7 +219,7 @@ def _keep(placer: Placer, requests: Mapping[Key, Request], iv: _Interval) -> Non
 def _quiet_overcommit() -> Iterator[None]:
     """Silence the placer's over-commit warning: the union of intervals at different times may
     over-commit a GPU on purpose (the placer only needs it as taken)."""
-    quiet = logging.getLogger("gpuplan.solvers.greedy.options")
+    quiet = logging.getLogger("gpuplan.solvers.placement.options")
     level = quiet.level
     quiet.setLevel(logging.ERROR)
     try:

@@ -40,7 +40,8 @@ from gpuplan.planner.actions import (
 )
 from gpuplan.planner.compile import compile_node, compile_problem
 from gpuplan.planner.occupancy import Occupancy, OverCommitError
-from gpuplan.solvers.greedy import FirstFitScorer, Placer
+from gpuplan.solvers.greedy import FirstFitScorer
+from gpuplan.solvers.placement import Placer
 
 NOW = datetime(2026, 11, 29, 12, tzinfo=UTC)
 SHAPES: list[dict[str, Any]] = [

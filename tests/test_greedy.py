@@ -25,18 +25,8 @@ from gpuplan.models import (
 )
 from gpuplan.planner.compile import compile_problem
 from gpuplan.solvers.base import SolveResult, get_solver
-from gpuplan.solvers.greedy import (
-    GANG,
-    NEVER_FITS,
-    NO_CAPACITY,
-    BestFit,
-    Fgd,
-    FirstFit,
-    FirstFitScorer,
-    Placer,
-    fgd_score,
-    target_mix,
-)
+from gpuplan.solvers.greedy import BestFit, Fgd, FirstFit, FirstFitScorer, fgd_score
+from gpuplan.solvers.placement import GANG, NEVER_FITS, NO_CAPACITY, Placer, target_mix
 from gpuplan.solvers.problem import NodeSpec, PlacementProblem, ShapeSpec
 
 NOW = datetime(2026, 1, 1, tzinfo=UTC)

@@ -7,7 +7,7 @@ from __future__ import annotations
 from dataclasses import dataclass, field
 
 from gpuplan.solvers.base import SolveResult
-from gpuplan.solvers.greedy import NodeInfo, NodeState, Placer
+from gpuplan.solvers.placement import NodeInfo, NodeState, Placer
 from gpuplan.solvers.problem import PlacementProblem
 
 #: Above this many (waiting replica, node) pairs the model restricts candidates.

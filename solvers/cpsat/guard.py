@@ -13,8 +13,8 @@ from collections.abc import Sequence
 
 from gpuplan.solvers.base import SolveResult
 from gpuplan.solvers.formulation.objective import queue_penalty
-from gpuplan.solvers.greedy import Fragmentation, NodeInfo, NodeState, target_mix
-from gpuplan.solvers.greedy.options import keep
+from gpuplan.solvers.placement import Fragmentation, NodeInfo, NodeState, target_mix
+from gpuplan.solvers.placement.options import keep
 from gpuplan.solvers.problem import PlacementProblem
 
 

@@ -3,7 +3,8 @@ choice), so that a small migration budget goes where repacking frees the most us
 
 from __future__ import annotations
 
-from gpuplan.solvers.greedy import Fgd, Fragmentation, target_mix
+from gpuplan.solvers.greedy import Fgd
+from gpuplan.solvers.placement import Fragmentation, target_mix
 from gpuplan.solvers.problem import PlacementProblem
 
 

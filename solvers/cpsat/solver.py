@@ -32,7 +32,8 @@ from gpuplan.solvers.formulation.linear_frag import linear_fragmentation
 from gpuplan.solvers.formulation.objective import build_terms
 from gpuplan.solvers.formulation.staged import StageResult, Values, fallback, result, run_stages
 from gpuplan.solvers.formulation.variables import Variables, build_variables
-from gpuplan.solvers.greedy import NEVER_FITS, NO_CAPACITY, Fgd
+from gpuplan.solvers.greedy import Fgd
+from gpuplan.solvers.placement import NEVER_FITS, NO_CAPACITY
 from gpuplan.solvers.problem import PlacementProblem, disturbable
 
 log = logging.getLogger(__name__)

@@ -13,7 +13,7 @@ from dataclasses import dataclass
 from gpuplan.solvers.formulation.builder import Expr
 from gpuplan.solvers.formulation.linear_frag import linear_fragmentation, start_states
 from gpuplan.solvers.formulation.variables import MILLI, GpuKey, Variables
-from gpuplan.solvers.greedy.fragmentation import target_mix
+from gpuplan.solvers.placement.fragmentation import target_mix
 from gpuplan.solvers.problem import PlacementProblem, Request, ShapeSpec
 
 #: Waiting time counts in hours on top of a base of 8 h, capped at a week, so that tier weight

@@ -19,7 +19,7 @@ from gpuplan.solvers.base import SolveResult
 from gpuplan.solvers.formulation.builder import Expr, Var
 from gpuplan.solvers.formulation.objective import Terms
 from gpuplan.solvers.formulation.variables import Candidate, Variables
-from gpuplan.solvers.greedy.options import describe
+from gpuplan.solvers.placement.options import describe
 from gpuplan.solvers.problem import PlacementProblem
 
 #: Share of the time limit given to each lexicographic stage (unused time rolls over).

@@ -10,9 +10,10 @@ from __future__ import annotations
 
 from collections.abc import Sequence
 
-from gpuplan.solvers.greedy.engine import GreedySolver, Scorer
-from gpuplan.solvers.greedy.options import Option, demand_milli
-from gpuplan.solvers.greedy.state import MILLI, NodeInfo, NodeState
+from gpuplan.solvers.greedy.engine import GreedySolver
+from gpuplan.solvers.placement import Scorer
+from gpuplan.solvers.placement.options import Option, demand_milli
+from gpuplan.solvers.placement.state import MILLI, NodeInfo, NodeState
 from gpuplan.solvers.problem import NodeSpec, PlacementProblem, ShapeSpec
 
 #: Weights of the CPU and GPU leftovers.

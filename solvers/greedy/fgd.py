@@ -12,10 +12,11 @@ from __future__ import annotations
 import math
 from collections.abc import Sequence
 
-from gpuplan.solvers.greedy.engine import GreedySolver, Scorer
-from gpuplan.solvers.greedy.fragmentation import Fragmentation, Target, target_mix
-from gpuplan.solvers.greedy.options import Option, apply
-from gpuplan.solvers.greedy.state import NodeInfo, NodeState
+from gpuplan.solvers.greedy.engine import GreedySolver
+from gpuplan.solvers.placement import Scorer
+from gpuplan.solvers.placement.fragmentation import Fragmentation, Target, target_mix
+from gpuplan.solvers.placement.options import Option, apply
+from gpuplan.solvers.placement.state import NodeInfo, NodeState
 from gpuplan.solvers.problem import PlacementProblem, ShapeSpec
 
 #: The scheduler framework's maximum node score.

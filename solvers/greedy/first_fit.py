@@ -4,9 +4,10 @@ from __future__ import annotations
 
 from collections.abc import Sequence
 
-from gpuplan.solvers.greedy.engine import GreedySolver, Scorer
-from gpuplan.solvers.greedy.options import Option
-from gpuplan.solvers.greedy.state import NodeInfo, NodeState
+from gpuplan.solvers.greedy.engine import GreedySolver
+from gpuplan.solvers.placement import Scorer
+from gpuplan.solvers.placement.options import Option
+from gpuplan.solvers.placement.state import NodeInfo, NodeState
 from gpuplan.solvers.problem import PlacementProblem, ShapeSpec
 
 

@@ -12,8 +12,8 @@ from fractions import Fraction
 
 from gpuplan.models.hardware import HardwareCatalog
 from gpuplan.models.policy import IsolationKind, Policy
-from gpuplan.solvers.greedy.options import Option
-from gpuplan.solvers.greedy.state import MILLI, NodeInfo
+from gpuplan.solvers.placement.options import Option
+from gpuplan.solvers.placement.state import MILLI, NodeInfo
 from gpuplan.solvers.problem import NodeSpec, Request, ShapeSpec
 
 

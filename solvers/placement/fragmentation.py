@@ -20,8 +20,8 @@ from dataclasses import dataclass, replace
 from fractions import Fraction
 
 from gpuplan.models.workload import TopologyNeed
-from gpuplan.solvers.greedy.options import mig_placements, options, whole_groups
-from gpuplan.solvers.greedy.state import MILLI, NodeInfo, NodeState, frag_key, slice_milli
+from gpuplan.solvers.placement.options import mig_placements, options, whole_groups
+from gpuplan.solvers.placement.state import MILLI, NodeInfo, NodeState, frag_key, slice_milli
 from gpuplan.solvers.problem import Request, ShapeSpec
 
 #: Share of the demand the target mix covers (the simulator's ``podPopularityThreshold`` of 95%).

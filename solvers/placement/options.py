@@ -9,7 +9,7 @@ from dataclasses import dataclass
 from gpuplan.models.cluster import MigInstance, check_mig_layout
 from gpuplan.models.plan import GpuUse
 from gpuplan.models.workload import TopologyNeed
-from gpuplan.solvers.greedy.state import (
+from gpuplan.solvers.placement.state import (
     MILLI,
     MigSlot,
     NodeInfo,

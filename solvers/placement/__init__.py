@@ -1,0 +1,22 @@
+"""The placement kernel shared by every back-end: node states, options, rules and FGD's measure."""
+
+from gpuplan.solvers.placement.fragmentation import COVERAGE, Fragmentation, Target, target_mix
+from gpuplan.solvers.placement.options import Option
+from gpuplan.solvers.placement.placer import GANG, NEVER_FITS, NO_CAPACITY, NodeFilter, Placer, Scorer
+from gpuplan.solvers.placement.state import NodeInfo, NodeState
+
+__all__ = [
+    "COVERAGE",
+    "GANG",
+    "NEVER_FITS",
+    "NO_CAPACITY",
+    "Fragmentation",
+    "NodeFilter",
+    "NodeInfo",
+    "NodeState",
+    "Option",
+    "Placer",
+    "Scorer",
+    "Target",
+    "target_mix",
+]
