@@ -37,6 +37,19 @@ class NodeSpec:
     nvlink_cliques: tuple[frozenset[int], ...] = ()
     pair_cost: Mapping[tuple[int, int], int] = field(default_factory=dict)
 
+    def topology_groups(self, shape: ShapeSpec, positions: list[int]) -> list[list[int]]:
+        """The groups of GPU ``positions`` that may hold a multi-GPU replica of ``shape`` together: one
+        NVLink clique or one NUMA node when the shape needs it, else all of them (groups may be too
+        small; callers keep those with enough GPUs)."""
+        if shape.gpus < 2 or shape.topology in (TopologyNeed.ANY, TopologyNeed.SAME_NODE):
+            return [positions]
+        if shape.topology is TopologyNeed.NVLINK:
+            return [[p for p in positions if self.gpus[p].index in clique] for clique in self.nvlink_cliques]
+        by_numa: dict[int, list[int]] = {}
+        for p in positions:
+            by_numa.setdefault(self.gpus[p].numa, []).append(p)
+        return list(by_numa.values())
+
     def cost(self, gpus: tuple[int, ...] | list[int]) -> int:
         """Link cost of a GPU set (sum over its pairs)."""
         s = sorted(gpus)

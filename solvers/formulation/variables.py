@@ -13,7 +13,6 @@ from dataclasses import dataclass, field
 from gpuplan.models.hardware import GpuModelSpec
 from gpuplan.models.plan import GpuUse
 from gpuplan.models.policy import IsolationKind
-from gpuplan.models.workload import TopologyNeed
 from gpuplan.solvers.formulation.builder import LinearBuilder, Var
 from gpuplan.solvers.problem import NodeSpec, PlacementProblem, Request, Running, ShapeSpec, disturbable
 
@@ -146,19 +145,12 @@ def eligible_gpus(problem: PlacementProblem, node: NodeSpec, shape: ShapeSpec) -
 
 def whole_groups(node: NodeSpec, shape: ShapeSpec, gpus: list[int]) -> list[frozenset[int]] | None:
     """GPU groups that must hold all of a multi-GPU replica (None: no grouping needed)."""
-    if shape.gpus < 2 or shape.topology in (TopologyNeed.ANY, TopologyNeed.SAME_NODE):
+    if shape.gpus < 2:
         return None
-    index_to_pos = {g.index: p for p, g in enumerate(node.gpus)}
-    allowed = set(gpus)
-    if shape.topology is TopologyNeed.NVLINK:
-        groups = [frozenset(index_to_pos[i] for i in c) & allowed for c in node.nvlink_cliques]
-    else:
-        by_numa: dict[int, set[int]] = {}
-        for p in gpus:
-            by_numa.setdefault(node.gpus[p].numa, set()).add(p)
-        groups = [frozenset(v) for v in by_numa.values()]
-    groups = sorted({g for g in groups if len(g) >= shape.gpus}, key=sorted)
-    if len(groups) == 1 and groups[0] == allowed:
+    groups = sorted(
+        {frozenset(g) for g in node.topology_groups(shape, gpus) if len(g) >= shape.gpus}, key=sorted
+    )
+    if len(groups) == 1 and groups[0] == set(gpus):
         return None
     return groups
 

@@ -88,17 +88,7 @@ def whole_groups(info: NodeInfo, state: NodeState, shape: ShapeSpec) -> list[lis
     ]
     if len(cand) < k:
         return []
-    spec = info.spec
-    if shape.topology is TopologyNeed.NVLINK and k > 1:
-        groups = [[p for p in cand if spec.gpus[p].index in clique] for clique in spec.nvlink_cliques]
-    elif shape.topology is TopologyNeed.NUMA:
-        by_numa: dict[int, list[int]] = {}
-        for p in cand:
-            by_numa.setdefault(spec.gpus[p].numa, []).append(p)
-        groups = list(by_numa.values())
-    else:
-        groups = [cand]
-    return [g for g in groups if len(g) >= k]
+    return [g for g in info.spec.topology_groups(shape, cand) if len(g) >= k]
 
 
 def _whole_sets(info: NodeInfo, state: NodeState, shape: ShapeSpec) -> list[Option]:
