@@ -76,9 +76,7 @@ def _topology(raw: dict[str, Any], model: str) -> ReferenceTopology:
     for link in raw.get("pcie_links", []) + raw["links"]:
         a, b = sorted((int(link["a"]), int(link["b"])))
         # NVLink entries come last and override the PCIe class of the same pair.
-        best[(a, b)] = TopologyLink(
-            a=a, b=b, kind=link["type"], uncertain=bool(link.get("uncertain", False))
-        )
+        best[(a, b)] = TopologyLink(a=a, b=b, kind=link["type"], uncertain=bool(link.get("uncertain", False)))
     return ReferenceTopology(
         name=raw["name"],
         gpu_model=model,
@@ -97,9 +95,7 @@ def load_catalog(directory: Path) -> HardwareCatalog:
     models = [_mig_model(m) for m in mig["models"]] + [_plain_model(m) for m in extra["models"]]
     topology_models: dict[str, str] = extra["topology_models"]
     topologies = [
-        _topology(t, topology_models[t["name"]])
-        for t in topo["topologies"]
-        if t["name"] in topology_models
+        _topology(t, topology_models[t["name"]]) for t in topo["topologies"] if t["name"] in topology_models
     ]
     return HardwareCatalog(models=tuple(models), topologies=tuple(topologies))
 
