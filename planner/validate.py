@@ -475,8 +475,8 @@ class _Checker:
             self._add(rule, subject, f"The MIG layout is invalid: {message}")
 
     def _mig_policy(self) -> None:
-        """MIG changes the policy allows: an instance the cluster lacks only with ``mig.allow_create``,
-        an existing instance removed only with ``mig.allow_repartition``."""
+        """Rule 12: MIG changes the policy allows: an instance the cluster lacks only with
+        ``mig.allow_create``, an existing instance removed only with ``mig.allow_repartition``."""
         mig = self.inp.policy.mig
         if mig.allow_create and mig.allow_repartition:
             return
@@ -857,8 +857,8 @@ class _Checker:
         return stopped
 
     def _disruption(self, stopped: Sequence[_Stopped]) -> None:
-        """Rule 12: only preemptible work in a tier that may be preempted is stopped, and every move and
-        preemption that the assignments imply has its action."""
+        """Rule 13: only preemptible work in a tier that may be preempted is stopped, and every move and
+        preemption that the assignments imply has its action (a drain is known by its action)."""
         policy = self.inp.policy
         every_tier = policy.disruption.preempt_latency_sensitive  # the policy opens every tier
         for s in stopped:
@@ -879,7 +879,7 @@ class _Checker:
                         f"The plan stops {s.what}, which runs on {running}, but its tier '{w.tier}' may not "
                         "be preempted (and disruption.preempt_latency_sensitive is false).",
                     )
-            if s.scheduled or s.how == DRAIN:
+            if s.scheduled:
                 continue
             if s.target is None:
                 message = (
@@ -893,7 +893,7 @@ class _Checker:
             self._add("disruption-unscheduled", s.subject, message)
 
     def _disruption_budget(self) -> None:
-        """Rule 12: each round's ``migrate`` actions (drains included) and ``preempt`` actions stay
+        """Rule 13: each round's ``migrate`` actions (drains included) and ``preempt`` actions stay
         within the disruption budget, in all and per team."""
         budget = self.inp.policy.disruption
         workloads = self.inp.workload_by_id
@@ -937,7 +937,7 @@ class _Checker:
                     )
 
     def _min_runtime(self, stopped: Sequence[_Stopped]) -> None:
-        """Rule 12: a replica is moved, preempted or drained only after running ``min_runtime_s`` at the
+        """Rule 13: a replica is moved, preempted or drained only after running ``min_runtime_s`` at the
         plan's time (``provenance['now']``); not checkable, and recorded as skipped, for replicas
         without ``started_at`` or a plan without a time."""
         least = self.inp.policy.disruption.min_runtime_s
@@ -959,8 +959,8 @@ class _Checker:
                     "min-runtime",
                     s.subject,
                     f"The plan {s.verb} {s.what}, which started at {started.isoformat()} and has run "
-                    f"{ran:g} s at the plan's time {now.isoformat()}; disruption.min_runtime_s asks for "
-                    f"at least {least:g} s.",
+                    f"{ran:.10g} s at the plan's time {now.isoformat()}; disruption.min_runtime_s asks "
+                    f"for at least {least:.10g} s.",
                 )
         if unknown:
             self.skipped.append(
