@@ -164,6 +164,14 @@ def test_demo_plans_the_example(tmp_path: Path, capsys: pytest.CaptureFixture[st
         capsys,
     )  # fmt: skip
     assert code == 0, out
+    # Without the demand: alternatives, shapes and running work are not checked, and said so.
+    code, out, _ = run(
+        ["validate", "--cluster", str(EXAMPLES / "cluster.yaml"), "--plan", str(out_plan)], capsys
+    )
+    assert code == 0, out
+    assert out.rstrip().endswith(
+        "; not checked without the workloads: shapes, gpu-models, gangs, topology, disruption, min-runtime"
+    )
 
 
 def _bad_cluster(tmp: Path, gpu: dict[str, object], **node: object) -> Path:

@@ -775,6 +775,14 @@ def test_implied_workloads_skip_what_only_the_demand_says() -> None:
     ]
     assert {k.reason for k in report.skipped} == {"without the workloads"}
     # What the cluster and the plan say is still checked.
+    # The plan's alternative numbers say nothing about how many alternatives the demand has.
+    second = (assign("alt", 0, "l40s-01", frac(1, 250), alt=1),)
+    with_alt = p.model_copy(update={"assignments": (*p.assignments, *second)})
+    rebuilt = inp.model_copy(update={"workloads": implied_workloads(with_alt, inp.policy)})
+    assert check_plan(with_alt, rebuilt, CATALOG, workloads_implied=True).valid
+    assert ("unknown-ref", "workload alt replica 0") in {
+        (v.rule, v.subject) for v in check_plan(with_alt, rebuilt, CATALOG).violations
+    }
     extra = (assign("lost", 0, "nowhere"), assign("hog", 0, "l40s-01", whole(0)))
     broken = p.model_copy(update={"assignments": (*p.assignments, *extra)})
     rebuilt = inp.model_copy(update={"workloads": implied_workloads(broken, inp.policy)})
