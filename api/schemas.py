@@ -80,11 +80,21 @@ class ViolationOut(BaseModel):
     message: str
 
 
+class SkippedOut(BaseModel):
+    """A rule family the validator could not check."""
+
+    family: str = Field(description="shapes, gpu-models, gangs, topology, isolation, quotas, disruption, …")
+    reason: str = Field(description="why, e.g. 'without the workloads'")
+
+
 class ValidateResponse(BaseModel):
     """The validator's verdict."""
 
     valid: bool
     violations: list[ViolationOut]
+    skipped: list[SkippedOut] | None = Field(
+        default=None, description="rule families that could not be checked (absent when all were)"
+    )
 
 
 class JobLinks(BaseModel):

@@ -139,8 +139,15 @@ class MigLayout(Strict):
     instances: tuple[MigInstance, ...]
 
 
+#: Action kinds: stop a replica, move it (stop here, start there), destroy or create a MIG instance,
+#: start a replica that does not run yet.
+PREEMPT, MIGRATE, DESTROY, CREATE, START = "preempt", "migrate", "destroy-mig", "create-mig", "start"
+#: ``detail`` of a migration that only restarts a replica in place while its GPU is re-partitioned.
+DRAIN = "drain for MIG re-partition"
+
+
 class Action(Strict):
-    """A step from the current state towards the plan."""
+    """A step from the current state towards the plan (``kind``: one of the action kinds above)."""
 
     round: int = Field(default=1, ge=1)
     kind: str

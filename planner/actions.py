@@ -2,10 +2,11 @@
 
 Kinds: ``preempt`` (stop), ``migrate`` (stop here, start there; ``from`` equal to ``to`` is a restart
 that drains a GPU for a MIG re-partition), ``destroy-mig`` (the GPU must be drained), ``create-mig``
-and ``start``. Inside a round the phases run in that order: stops, MIG destroys, MIG creates, starts
-(including the second half of each migration). :func:`schedule_rounds` replays every round on an
-:class:`~planner.occupancy.Occupancy`, so no intermediate state over-commits a GPU, a MIG instance or a
-node, and each round stays within the moves and preemptions the policy allows.
+and ``start`` (the kind constants live beside ``Action`` in ``models.plan`` and are re-exported here,
+where the executor imports them). Inside a round the phases run in that order: stops, MIG destroys,
+MIG creates, starts (including the second half of each migration). :func:`schedule_rounds` replays
+every round on an :class:`~planner.occupancy.Occupancy`, so no intermediate state over-commits a GPU,
+a MIG instance or a node, and each round stays within the moves and preemptions the policy allows.
 """
 
 from __future__ import annotations
@@ -19,6 +20,12 @@ from math import inf
 
 from gpuplan.models.cluster import Cluster
 from gpuplan.models.hardware import HardwareCatalog
+from gpuplan.models.plan import CREATE as CREATE
+from gpuplan.models.plan import DESTROY as DESTROY
+from gpuplan.models.plan import DRAIN as DRAIN
+from gpuplan.models.plan import MIGRATE as MIGRATE
+from gpuplan.models.plan import PREEMPT as PREEMPT
+from gpuplan.models.plan import START as START
 from gpuplan.models.plan import Action, Assignment, GpuUse, MigLayout
 from gpuplan.models.policy import Policy
 from gpuplan.models.problem import PlanningInput
@@ -27,9 +34,6 @@ from gpuplan.planner.occupancy import Key, Occupancy, OverCommitError, holding
 
 log = logging.getLogger(__name__)
 
-PREEMPT, MIGRATE, DESTROY, CREATE, START = "preempt", "migrate", "destroy-mig", "create-mig", "start"
-#: ``detail`` of a migration that only restarts a replica in place while its GPU is re-partitioned.
-DRAIN = "drain for MIG re-partition"
 #: Phase of each kind inside a round (a migration also starts in the last phase).
 PHASE = {PREEMPT: 0, MIGRATE: 0, DESTROY: 1, CREATE: 2, START: 3}
 

@@ -18,7 +18,7 @@ from gpuplan.models.cluster import Cluster
 from gpuplan.models.plan import Plan
 from gpuplan.models.policy import Policy
 from gpuplan.models.problem import PlanningInput
-from gpuplan.models.workload import Workload, Workloads
+from gpuplan.models.workload import Workloads
 from gpuplan.planner import summary
 from gpuplan.planner.capacity_cli import add_capacity_parsers, write_plan_workbook
 from gpuplan.planner.deadline import Deadline, command_start, solve_share
@@ -35,7 +35,7 @@ from gpuplan.planner.io import (
 from gpuplan.planner.planning import make_plan
 from gpuplan.planner.rounds_cli import add_rounds_parser
 from gpuplan.planner.serve_cli import add_serve_parser
-from gpuplan.planner.validate import validate_plan
+from gpuplan.planner.validate import Report, check_plan, implied_workloads
 from gpuplan.solvers.base import solver_names
 
 log = logging.getLogger("gpuplan")
@@ -111,26 +111,12 @@ def cmd_demo(args: argparse.Namespace) -> int:
     return EXIT_OK
 
 
-def implied_workloads(plan: Plan) -> tuple[Workload, ...]:
-    """Workloads as the plan itself describes them (when the demand file is not given)."""
-    replicas: dict[str, int] = {}
-    shapes: dict[str, dict[str, object]] = {}
-    for a in plan.assignments:
-        replicas[a.workload] = max(replicas.get(a.workload, 0), a.replica + 1)
-        shape: dict[str, object] = {"cpu_milli": a.cpu_milli, "memory_mib": a.memory_mib}
-        if a.gpus and a.gpus[0].mig_profile is not None:
-            shape["mig_profile"] = a.gpus[0].mig_profile
-        elif a.gpus and a.gpus[0].milli is not None:
-            shape["gpu_milli"] = a.gpus[0].milli
-        elif a.gpus:
-            shape["gpus"] = len(a.gpus)
-        shapes.setdefault(a.workload, shape)
-    for u in plan.unplaced:
-        replicas[u.workload] = max(replicas.get(u.workload, 0), u.replica + 1)
-        shapes.setdefault(u.workload, {})
-    return tuple(
-        Workload.model_validate({"id": w, "replicas": n, **shapes[w]}) for w, n in sorted(replicas.items())
-    )
+def not_checked(report: Report) -> str:
+    """``; not checked without the workloads: shapes, gpu-models`` (empty when every rule was checked)."""
+    by_reason: dict[str, list[str]] = {}
+    for s in report.skipped:
+        by_reason.setdefault(s.reason, []).append(s.family)
+    return "".join(f"; not checked {reason}: {', '.join(families)}" for reason, families in by_reason.items())
 
 
 def cmd_validate(args: argparse.Namespace) -> int:
@@ -139,14 +125,17 @@ def cmd_validate(args: argparse.Namespace) -> int:
     cluster = load_cluster(Path(args.cluster), catalog)
     plan = load_plan(Path(args.plan))
     policy = load_policy(Path(args.policy) if args.policy else None)
-    workloads = load_workloads(Path(args.workloads)) if args.workloads else implied_workloads(plan)
+    workloads = load_workloads(Path(args.workloads)) if args.workloads else implied_workloads(plan, policy)
     inp = planning_input(cluster, workloads, policy, catalog, source=str(args.plan))
-    violations = validate_plan(plan, inp, catalog)
-    if not violations:
-        print(f"{args.plan}: valid ({len(plan.assignments)} assignments, {len(plan.unplaced)} waiting)")
+    report = check_plan(plan, inp, catalog, workloads_implied=not args.workloads)
+    if report.valid:
+        print(
+            f"{args.plan}: valid ({len(plan.assignments)} assignments, {len(plan.unplaced)} waiting)"
+            f"{not_checked(report)}"
+        )
         return EXIT_OK
-    print(f"{args.plan}: {len(violations)} violation(s)")
-    for v in violations:
+    print(f"{args.plan}: {len(report.violations)} violation(s){not_checked(report)}")
+    for v in report.violations:
         print(f"  [{v.rule}] {v.subject}: {v.message}")
     return EXIT_FAIL
 

@@ -1,7 +1,9 @@
 """Independent plan validation: every rule a plan must obey, checked without any solver code.
 
-This module deliberately imports nothing from ``solvers/`` or ``planner.compile``: it re-derives
-every rule from the schema objects in ``models/``, so that it can check any solver's output.
+This module deliberately imports nothing from ``solvers/``, ``planner.compile`` or ``planner.actions``:
+it re-derives every rule from the schema objects in ``models/``, so that it can check any solver's
+output. :func:`check_plan` also says which rule families it could not check (for instance when the
+workloads are rebuilt from the plan itself by :func:`implied_workloads`).
 """
 
 from __future__ import annotations
@@ -12,23 +14,36 @@ import math
 from collections import Counter, defaultdict
 from collections.abc import Iterable, Sequence
 from dataclasses import dataclass, field
+from datetime import UTC, datetime
 from fractions import Fraction
 
 import networkx as nx
+from pydantic import ValidationError
 
+from gpuplan.models.base import InputError
 from gpuplan.models.catalog import default_catalog
 from gpuplan.models.cluster import Gpu, MigInstance, Node, mig_layout_problems
 from gpuplan.models.hardware import GpuModelSpec, HardwareCatalog
-from gpuplan.models.plan import Assignment, GpuUse, Plan
-from gpuplan.models.policy import IsolationKind, IsolationRule, Quota
+from gpuplan.models.plan import DRAIN, MIGRATE, PREEMPT, Assignment, GpuUse, Plan
+from gpuplan.models.policy import IsolationKind, IsolationRule, Policy, Quota
 from gpuplan.models.problem import PlanningInput
-from gpuplan.models.workload import Shape, TopologyNeed, Workload
+from gpuplan.models.workload import STANDARD, GpuRef, Placement, Shape, TopologyNeed, Workload
 from gpuplan.planner.topology import link_graph
 
 log = logging.getLogger(__name__)
 
 #: Milli-GPU of one whole GPU.
 FULL_MILLI = 1000
+
+#: Missing replicas of one workload named one by one; more are counted in one violation, so that a
+#: demand or plan claiming millions of replicas costs no more than the replicas it lists.
+MISSING_NAMED = 10
+
+#: Rule families that only the workloads file feeds (shapes, allowed GPU models, topology, gangs and
+#: running work): with workloads rebuilt from the plan they would pass vacuously.
+WORKLOAD_FAMILIES = ("shapes", "gpu-models", "gangs", "topology", "disruption", "min-runtime")
+#: Why those families are skipped (a phrase that follows "not checked").
+WITHOUT_WORKLOADS = "without the workloads"
 
 GpuKey = tuple[str, int]
 
@@ -52,6 +67,36 @@ class Violation:
     message: str
 
 
+@dataclass(frozen=True)
+class Skipped:
+    """A rule family the validator could not check.
+
+    Attributes
+    ----------
+    family
+        A short stable code: ``shapes``, ``gpu-models``, ``gangs``, ``topology``, ``isolation``,
+        ``quotas``, ``disruption`` or ``min-runtime``.
+    reason
+        Why, as a phrase that follows "not checked", e.g. ``without the workloads``.
+    """
+
+    family: str
+    reason: str
+
+
+@dataclass(frozen=True)
+class Report:
+    """The validator's verdict: every broken rule, and the rule families it could not check."""
+
+    violations: tuple[Violation, ...]
+    skipped: tuple[Skipped, ...] = ()
+
+    @property
+    def valid(self) -> bool:
+        """Whether no checked rule is broken."""
+        return not self.violations
+
+
 def replica_subject(workload: str, replica: int) -> str:
     """Subject naming one replica."""
     return f"workload {workload} replica {replica}"
@@ -62,7 +107,7 @@ def gpu_subject(node: str, gpu: int) -> str:
     return f"node {node} gpu {gpu}"
 
 
-def describe_use(use: GpuUse) -> str:
+def describe_use(use: GpuUse | GpuRef) -> str:
     """A GPU entry in words: ``whole GPU 0``, ``470 milli of GPU 1`` or ``MIG 3g.40gb@0 on GPU 2``."""
     if use.mig_profile is not None:
         return f"MIG {use.mig_profile}@{use.mig_start} on GPU {use.index}"
@@ -71,8 +116,36 @@ def describe_use(use: GpuUse) -> str:
     return f"whole GPU {use.index}"
 
 
-def _describe_uses(uses: Sequence[GpuUse]) -> str:
+def _describe_uses(uses: Sequence[GpuUse | GpuRef]) -> str:
     return ", ".join(describe_use(u) for u in uses) if uses else "no GPU"
+
+
+def _where(node: str, uses: Sequence[GpuUse | GpuRef]) -> str:
+    """``node 'dgx-01' (whole GPU 0, whole GPU 1)``."""
+    return f"node '{node}' ({_describe_uses(uses)})"
+
+
+def _entries(uses: Iterable[GpuUse | GpuRef]) -> frozenset[tuple[int, int | None, str | None, int | None]]:
+    """GPU entries as plain values in any order: a running replica stays when these are equal."""
+    return frozenset((u.index, u.milli, u.mig_profile, u.mig_start) for u in uses)
+
+
+def _instances(pairs: Iterable[tuple[str, int]]) -> str:
+    """``1g.10gb@0, 1g.10gb@2``, by start."""
+    return ", ".join(f"{p}@{s}" for p, s in sorted(pairs, key=lambda x: (x[1], x[0])))
+
+
+def _plan_time(plan: Plan) -> datetime | None:
+    """The plan's time, ``provenance['now']`` (ISO-8601; UTC when it names no zone), or ``None``."""
+    stamp = plan.provenance.get("now")
+    if isinstance(stamp, str):
+        try:
+            stamp = datetime.fromisoformat(stamp)
+        except ValueError:
+            return None
+    if not isinstance(stamp, datetime):
+        return None
+    return stamp if stamp.tzinfo is not None else stamp.replace(tzinfo=UTC)
 
 
 def _describe_shape(shape: Shape) -> str:
@@ -125,6 +198,33 @@ class _Placed:
         return replica_subject(self.workload.id, self.assignment.replica)
 
 
+@dataclass(frozen=True)
+class _Stopped:
+    """A running replica that the plan stops: moved, preempted, or drained in place (``how``: the
+    kind of action it needs, ``MIGRATE``, ``PREEMPT`` or ``DRAIN``)."""
+
+    workload: Workload
+    replica: int
+    place: Placement
+    target: Assignment | None
+    how: str
+    scheduled: bool
+
+    @property
+    def subject(self) -> str:
+        return replica_subject(self.workload.id, self.replica)
+
+    @property
+    def what(self) -> str:
+        """``replica 0 of workload 'llm-a'``."""
+        return f"replica {self.replica} of workload '{self.workload.id}'"
+
+    @property
+    def verb(self) -> str:
+        """What the plan does to it: ``moves``, ``preempts`` or ``drains``."""
+        return {MIGRATE: "moves", PREEMPT: "preempts"}.get(self.how, "drains")
+
+
 @dataclass
 class _Checker:
     """Runs every rule family once over indexes built in a single pass."""
@@ -132,7 +232,9 @@ class _Checker:
     plan: Plan
     inp: PlanningInput
     catalog: HardwareCatalog
+    skip: dict[str, str] = field(default_factory=dict)
     out: list[Violation] = field(default_factory=list)
+    skipped: list[Skipped] = field(default_factory=list)
     placed: list[_Placed] = field(default_factory=list)
     loads: dict[GpuKey, list[tuple[_Placed, GpuUse]]] = field(default_factory=dict)
     layouts: dict[GpuKey, tuple[MigInstance, ...]] = field(default_factory=dict)
@@ -142,19 +244,42 @@ class _Checker:
     unknown_models: set[str] = field(default_factory=set)
 
     def run(self) -> list[Violation]:
-        """All violations, grouped by rule family in a fixed order."""
+        """All violations, grouped by rule family in a fixed order (families in ``skip`` are recorded
+        in ``skipped`` instead of being checked)."""
         self._references()
         self._replicas()
-        self._shapes()
+        if self._checks("shapes"):
+            self._shapes()
         self._layouts()
+        self._mig_policy()
         self._gpus()
-        self._gpu_models()
+        if self._checks("gpu-models"):
+            self._gpu_models()
         self._node_capacity()
-        self._gangs()
-        self._topology()
-        self._isolation()
-        self._quotas()
+        if self._checks("gangs"):
+            self._gangs()
+        if self._checks("topology"):
+            self._topology()
+        if self._checks("isolation"):
+            self._isolation()
+        if self._checks("quotas"):
+            self._quotas()
+        disruption, min_runtime = self._checks("disruption"), self._checks("min-runtime")
+        if disruption or min_runtime:
+            stopped = self._stopped()
+            if disruption:
+                self._disruption(stopped)
+                self._disruption_budget()
+            if min_runtime:
+                self._min_runtime(stopped)
         return self.out
+
+    def _checks(self, family: str) -> bool:
+        """Whether ``family`` is checked; if not, it is recorded as skipped."""
+        if family in self.skip:
+            self.skipped.append(Skipped(family, self.skip[family]))
+            return False
+        return True
 
     def _add(self, rule: str, subject: str, message: str) -> None:
         self.out.append(Violation(rule, subject, message))
@@ -207,7 +332,7 @@ class _Checker:
             shape: Shape | None = None
             if a.alternative < len(w.shapes):
                 shape = w.shapes[a.alternative]
-            else:
+            elif "shapes" not in self.skip:  # only the demand knows how many alternatives there are
                 self._add(
                     "unknown-ref",
                     subject,
@@ -251,25 +376,43 @@ class _Checker:
                 )
 
     def _replicas(self) -> None:
-        """Rule 2: every replica is placed or waits, exactly once."""
+        """Rule 2: every replica is placed or waits, exactly once (in steps proportional to the
+        replicas the plan lists, however many the workload claims)."""
         placed = Counter((a.workload, a.replica) for a in self.plan.assignments)
         waiting = Counter((u.workload, u.replica) for u in self.plan.unplaced)
+        listed: defaultdict[str, set[int]] = defaultdict(set)
+        for wid, r in itertools.chain(placed, waiting):
+            listed[wid].add(r)
         for w in self.inp.workloads:
-            for r in range(w.replicas):
+            seen = {r for r in listed[w.id] if r < w.replicas}
+            for r in sorted(seen):
                 n_placed, n_waiting = placed[(w.id, r)], waiting[(w.id, r)]
-                if n_placed + n_waiting == 0:
-                    self._add(
-                        "replica-missing",
-                        replica_subject(w.id, r),
-                        f"Replica {r} of workload '{w.id}' is neither placed nor listed as unplaced.",
-                    )
-                elif n_placed + n_waiting > 1:
+                if n_placed + n_waiting > 1:
                     self._add(
                         "replica-duplicate",
                         replica_subject(w.id, r),
                         f"Replica {r} of workload '{w.id}' appears {n_placed} time(s) in assignments and "
                         f"{n_waiting} time(s) in unplaced; it must appear exactly once.",
                     )
+            missing = w.replicas - len(seen)
+            named = 0
+            r = 0
+            while named < min(missing, MISSING_NAMED):
+                if r not in seen:
+                    self._add(
+                        "replica-missing",
+                        replica_subject(w.id, r),
+                        f"Replica {r} of workload '{w.id}' is neither placed nor listed as unplaced.",
+                    )
+                    named += 1
+                r += 1
+            if missing > named:
+                self._add(
+                    "replica-missing",
+                    f"workload {w.id}",
+                    f"{missing - named} more of the {w.replicas} replicas of workload '{w.id}' are "
+                    "neither placed nor listed as unplaced.",
+                )
 
     def _shapes(self) -> None:
         """Rule 3: GPU entries, CPU and memory of an assignment match its chosen shape."""
@@ -330,6 +473,35 @@ class _Checker:
         """Valid starts, inside the GPU, no shared memory slice, compute and instance limits."""
         for rule, message in mig_layout_problems(spec, instances):
             self._add(rule, subject, f"The MIG layout is invalid: {message}")
+
+    def _mig_policy(self) -> None:
+        """Rule 12: MIG changes the policy allows: an instance the cluster lacks only with
+        ``mig.allow_create``, an existing instance removed only with ``mig.allow_repartition``."""
+        mig = self.inp.policy.mig
+        if mig.allow_create and mig.allow_repartition:
+            return
+        nodes = self.inp.cluster.node_by_name
+        for (node, index), layout in self.layouts.items():
+            gpu = nodes[node].gpu_by_index[index]
+            current = {(i.profile, i.start) for i in (gpu.mig.instances if gpu.mig else ())}
+            target = {(i.profile, i.start) for i in layout}
+            created, destroyed = target - current, current - target
+            where = f"GPU {index} of node '{node}'"
+            if created and not mig.allow_create:
+                self._add(
+                    "mig-create-forbidden",
+                    gpu_subject(node, index),
+                    f"The plan creates MIG instance(s) {_instances(created)} on {where}, but the policy "
+                    "does not allow creating instances (mig.allow_create is false).",
+                )
+            if destroyed and not mig.allow_repartition:
+                instead = f" to make {_instances(created)}" if created else ""
+                self._add(
+                    "mig-repartition-forbidden",
+                    gpu_subject(node, index),
+                    f"The plan destroys MIG instance(s) {_instances(destroyed)} of {where}{instead}, but "
+                    "the policy does not allow re-partitioning (mig.allow_repartition is false).",
+                )
 
     def _gpus(self) -> None:
         """Rules 4 and 5: per-GPU exclusivity, milli capacity, MIG/non-MIG mixing, MIG instance use."""
@@ -657,9 +829,154 @@ class _Checker:
                 if model is None or self._canonical(gpu.model) == model:
                     yield p, use, gpu
 
+    def _stopped(self) -> list[_Stopped]:
+        """Running replicas (``running_on``) that the plan stops, in input order: moved (assigned to
+        another node or other GPU entries), preempted (not assigned) or drained in place for a MIG
+        re-partition (a ``migrate`` action marked ``DRAIN``); each with whether its action exists."""
+        target: dict[tuple[str, int], Assignment] = {}
+        for assignment in self.plan.assignments:
+            target.setdefault((assignment.workload, assignment.replica), assignment)
+        actions: set[tuple[str, str, int]] = set()
+        for act in self.plan.actions:
+            if act.workload is not None and act.replica is not None:
+                kind = DRAIN if act.kind == MIGRATE and act.detail == DRAIN else act.kind
+                actions.add((kind, act.workload, act.replica))
+        stopped: list[_Stopped] = []
+        for w in self.inp.workloads:
+            for r, place in enumerate(w.running_on):
+                a = target.get((w.id, r))
+                if a is None:
+                    how = PREEMPT
+                elif a.node != place.node or _entries(a.gpus) != _entries(place.gpus):
+                    how = MIGRATE
+                elif (DRAIN, w.id, r) in actions:
+                    how = DRAIN
+                else:
+                    continue
+                stopped.append(_Stopped(w, r, place, a, how, (how, w.id, r) in actions))
+        return stopped
 
-def validate_plan(plan: Plan, inp: PlanningInput, catalog: HardwareCatalog | None = None) -> list[Violation]:
-    """Every rule ``plan`` breaks for ``inp``, in a deterministic order (empty when the plan is valid).
+    def _disruption(self, stopped: Sequence[_Stopped]) -> None:
+        """Rule 13: only preemptible work in a tier that may be preempted is stopped, and every move and
+        preemption that the assignments imply has its action (a drain is known by its action)."""
+        policy = self.inp.policy
+        every_tier = policy.disruption.preempt_latency_sensitive  # the policy opens every tier
+        for s in stopped:
+            w = s.workload
+            running = _where(s.place.node, s.place.gpus)
+            if s.how == PREEMPT:
+                if not w.preemptible:
+                    self._add(
+                        "preempt-forbidden",
+                        s.subject,
+                        f"The plan stops {s.what}, which runs on {running}, but the workload is not "
+                        "preemptible.",
+                    )
+                elif not (policy.tier(w.tier).may_be_preempted or every_tier):
+                    self._add(
+                        "preempt-forbidden",
+                        s.subject,
+                        f"The plan stops {s.what}, which runs on {running}, but its tier '{w.tier}' may not "
+                        "be preempted (and disruption.preempt_latency_sensitive is false).",
+                    )
+            if s.scheduled:
+                continue
+            if s.target is None:
+                message = (
+                    f"The plan stops {s.what}, which runs on {running}, but has no preempt action for it."
+                )
+            else:
+                message = (
+                    f"The plan moves {s.what} from {running} to {_where(s.target.node, s.target.gpus)} "
+                    "but has no migrate action for it."
+                )
+            self._add("disruption-unscheduled", s.subject, message)
+
+    def _disruption_budget(self) -> None:
+        """Rule 13: each round's ``migrate`` actions (drains included) and ``preempt`` actions stay
+        within the disruption budget, in all and per team."""
+        budget = self.inp.policy.disruption
+        workloads = self.inp.workload_by_id
+        moves: defaultdict[int, list[str]] = defaultdict(list)
+        preempts: defaultdict[int, list[str]] = defaultdict(list)
+        team_moves: defaultdict[int, defaultdict[str, list[str]]] = defaultdict(lambda: defaultdict(list))
+        for act in self.plan.actions:
+            name = f"{act.workload}#{act.replica}"
+            if act.kind == MIGRATE:
+                moves[act.round].append(name)
+                w = workloads.get(act.workload or "")
+                if w is not None:
+                    team_moves[act.round][w.team].append(name)
+            elif act.kind == PREEMPT:
+                preempts[act.round].append(name)
+        for rnd in sorted(moves.keys() | preempts.keys()):
+            if len(moves[rnd]) > budget.max_moves_per_round:
+                self._add(
+                    "disruption-budget",
+                    f"round {rnd}",
+                    f"Round {rnd} moves or drains {len(moves[rnd])} running replica(s) "
+                    f"({', '.join(moves[rnd])}), more than disruption.max_moves_per_round "
+                    f"({budget.max_moves_per_round}).",
+                )
+            if len(preempts[rnd]) > budget.max_preemptions_per_round:
+                self._add(
+                    "disruption-budget",
+                    f"round {rnd}",
+                    f"Round {rnd} preempts {len(preempts[rnd])} running replica(s) "
+                    f"({', '.join(preempts[rnd])}), more than disruption.max_preemptions_per_round "
+                    f"({budget.max_preemptions_per_round}).",
+                )
+            limit = budget.max_moves_per_team
+            for team, names in sorted(team_moves[rnd].items()):
+                if limit is not None and len(names) > limit:
+                    self._add(
+                        "disruption-budget",
+                        f"round {rnd} team {team}",
+                        f"Round {rnd} moves {len(names)} running replica(s) of team '{team}' "
+                        f"({', '.join(names)}), more than disruption.max_moves_per_team ({limit}).",
+                    )
+
+    def _min_runtime(self, stopped: Sequence[_Stopped]) -> None:
+        """Rule 13: a replica is moved, preempted or drained only after running ``min_runtime_s`` at the
+        plan's time (``provenance['now']``); not checkable, and recorded as skipped, for replicas
+        without ``started_at`` or a plan without a time."""
+        least = self.inp.policy.disruption.min_runtime_s
+        if least <= 0 or not stopped:
+            return
+        now = _plan_time(self.plan)
+        if now is None:
+            self.skipped.append(Skipped("min-runtime", "without the plan's time (provenance 'now')"))
+            return
+        unknown = 0
+        for s in stopped:
+            started = s.workload.started_at
+            if started is None:
+                unknown += 1
+                continue
+            ran = max(0.0, (now - started).total_seconds())
+            if ran < least:
+                self._add(
+                    "min-runtime",
+                    s.subject,
+                    f"The plan {s.verb} {s.what}, which started at {started.isoformat()} and has run "
+                    f"{ran:.10g} s at the plan's time {now.isoformat()}; disruption.min_runtime_s asks "
+                    f"for at least {least:.10g} s.",
+                )
+        if unknown:
+            self.skipped.append(
+                Skipped("min-runtime", f"for {unknown} stopped replica(s) without started_at")
+            )
+
+
+def check_plan(
+    plan: Plan,
+    inp: PlanningInput,
+    catalog: HardwareCatalog | None = None,
+    *,
+    workloads_implied: bool = False,
+) -> Report:
+    """Every rule ``plan`` breaks for ``inp`` (in a deterministic order) and the rule families that
+    could not be checked.
 
     Parameters
     ----------
@@ -669,8 +986,83 @@ def validate_plan(plan: Plan, inp: PlanningInput, catalog: HardwareCatalog | Non
         The cluster, workloads and policy the plan is for.
     catalog
         The hardware catalog (MIG profiles and placements); the bundled one by default.
+    workloads_implied
+        ``inp``'s workloads were rebuilt from the plan by :func:`implied_workloads`: the families only
+        the demand feeds (:data:`WORKLOAD_FAMILIES`, and isolation and quotas when the policy has such
+        rules, as they read teams and tiers) are reported as skipped instead of passing vacuously.
     """
-    checker = _Checker(plan=plan, inp=inp, catalog=catalog or default_catalog())
+    skip: dict[str, str] = {}
+    if workloads_implied:
+        families = [*WORKLOAD_FAMILIES]
+        families += ["isolation"] if inp.policy.isolation else []
+        families += ["quotas"] if inp.policy.quotas else []
+        skip = dict.fromkeys(families, WITHOUT_WORKLOADS)
+    checker = _Checker(plan=plan, inp=inp, catalog=catalog or default_catalog(), skip=skip)
     violations = checker.run()
-    log.debug("validated %d assignments: %d violation(s)", len(plan.assignments), len(violations))
-    return violations
+    log.debug(
+        "validated %d assignments: %d violation(s), %d rule family(ies) skipped",
+        len(plan.assignments),
+        len(violations),
+        len(checker.skipped),
+    )
+    return Report(tuple(violations), tuple(checker.skipped))
+
+
+def validate_plan(plan: Plan, inp: PlanningInput, catalog: HardwareCatalog | None = None) -> list[Violation]:
+    """Every rule ``plan`` breaks for ``inp``, in a deterministic order (empty when the plan is valid);
+    :func:`check_plan` also says which rule families could not be checked."""
+    return list(check_plan(plan, inp, catalog).violations)
+
+
+class ImpliedWorkloadError(InputError):
+    """A plan entry from which no workload can be rebuilt; ``loc`` is its path inside the plan."""
+
+    def __init__(self, loc: tuple[str | int, ...], reason: str) -> None:
+        self.loc = loc
+        self.reason = reason
+        path = "".join(f"[{p}]" if isinstance(p, int) else f".{p}" for p in loc).lstrip(".")
+        super().__init__(f"plan {path}: {reason}")
+
+
+def implied_workloads(plan: Plan, policy: Policy | None = None) -> tuple[Workload, ...]:
+    """Workloads as the plan itself describes them, to validate a plan without its demand.
+
+    Each workload gets the replicas the plan names and the shape of its first assignment. Its team and
+    tier are placeholders that ``policy`` knows (its first team, else ``default``; the ``standard`` tier,
+    else its first): the rule families that read them are skipped by
+    ``check_plan(..., workloads_implied=True)``. Raises :class:`ImpliedWorkloadError` naming the plan
+    field when an entry makes no valid workload (an empty workload id).
+    """
+    policy = policy or Policy()
+    tiers = [t.name for t in policy.tiers]
+    placeholders = {
+        "team": policy.teams[0] if policy.teams else "default",
+        "tier": STANDARD if STANDARD in tiers or not tiers else tiers[0],
+    }
+    replicas: dict[str, int] = {}
+    shapes: dict[str, dict[str, object]] = {}
+    first: dict[str, tuple[str | int, ...]] = {}
+    for i, a in enumerate(plan.assignments):
+        replicas[a.workload] = max(replicas.get(a.workload, 0), a.replica + 1)
+        first.setdefault(a.workload, ("assignments", i))
+        shape: dict[str, object] = {"cpu_milli": a.cpu_milli, "memory_mib": a.memory_mib}
+        if a.gpus and a.gpus[0].mig_profile is not None:
+            shape["mig_profile"] = a.gpus[0].mig_profile
+        elif a.gpus and a.gpus[0].milli is not None:
+            shape["gpu_milli"] = a.gpus[0].milli
+        elif a.gpus:
+            shape["gpus"] = len(a.gpus)
+        shapes.setdefault(a.workload, shape)
+    for i, u in enumerate(plan.unplaced):
+        replicas[u.workload] = max(replicas.get(u.workload, 0), u.replica + 1)
+        first.setdefault(u.workload, ("unplaced", i))
+        shapes.setdefault(u.workload, {})
+    workloads: list[Workload] = []
+    for w, n in sorted(replicas.items()):
+        try:
+            workloads.append(Workload.model_validate({"id": w, "replicas": n, **placeholders, **shapes[w]}))
+        except ValidationError as exc:
+            error = exc.errors(include_url=False)[0]
+            field_path = tuple("workload" if p == "id" else p for p in error["loc"])
+            raise ImpliedWorkloadError((*first[w], *field_path), str(error["msg"])) from None
+    return tuple(workloads)

@@ -16,9 +16,14 @@ from gpuplan.models import (
     Cluster,
     DisruptionBudget,
     MigLayout,
+    MigPolicy,
     Node,
+    Plan,
     PlanningInput,
+    PlanStatus,
     Policy,
+    SolverReport,
+    Unplaced,
     Workload,
 )
 from gpuplan.models import default_catalog as catalog_of
@@ -40,6 +45,7 @@ from gpuplan.planner.actions import (
 )
 from gpuplan.planner.compile import compile_node, compile_problem
 from gpuplan.planner.occupancy import Occupancy, OverCommitError
+from gpuplan.planner.validate import validate_plan
 from gpuplan.solvers.greedy import FirstFitScorer
 from gpuplan.solvers.placement import Placer
 
@@ -168,6 +174,57 @@ def test_rounds_never_over_commit_and_keep_the_budget(
         assert occ.assignments() == targets
         for lay in layouts:
             assert occ.gpus[(lay.node, lay.gpu)].mig == {(i.profile, i.start) for i in lay.instances}
+
+
+@settings(max_examples=60, deadline=None, suppress_health_check=[HealthCheck.too_slow])
+@given(
+    shapes=st.lists(st.integers(0, len(SHAPES) - 1), min_size=2, max_size=14),
+    keep=st.lists(st.booleans(), min_size=14, max_size=14),
+    seeds=st.tuples(st.integers(0, 99), st.integers(0, 99)),
+    moves=st.integers(1, 8),
+    preempts=st.integers(1, 3),
+    per_team=st.one_of(st.none(), st.integers(1, 3)),
+)
+def test_the_validator_accepts_every_complete_schedule(
+    shapes: list[int],
+    keep: list[bool],
+    seeds: tuple[int, int],
+    moves: int,
+    preempts: int,
+    per_team: int | None,
+) -> None:
+    # The independent validator re-derives the budget rules: every schedule that takes all the actions
+    # (nothing deferred) must pass it, drains counted as moves.
+    budget = DisruptionBudget(
+        max_moves_per_round=moves, max_preemptions_per_round=preempts, max_moves_per_team=per_team
+    )
+    inp, target, layouts = _scenario(shapes, keep, seeds, budget)
+    policy = inp.policy.model_copy(update={"mig": MigPolicy(allow_repartition=True)})
+    inp = inp.model_copy(update={"policy": policy})
+    catalog = catalog_of()
+    sched = schedule_rounds(
+        Occupancy.of(inp.cluster, inp.workloads, catalog),
+        ordered_actions(inp, tuple(target), tuple(layouts)),
+        {(a.workload, a.replica): a for a in target},
+        inp.workload_by_id,
+        inp.policy,
+    )
+    if sched.deferred:
+        return
+    placed = {a.workload for a in target}
+    plan = Plan(
+        status=PlanStatus.FEASIBLE,
+        solver=SolverReport(name="first-fit"),
+        assignments=tuple(target),
+        unplaced=tuple(
+            Unplaced(workload=w.id, replica=0, code="PREEMPTED", reason="Not kept.")
+            for w in inp.workloads
+            if w.id not in placed
+        ),
+        mig_layouts=tuple(layouts),
+        actions=sched.actions,
+    )
+    assert validate_plan(plan, inp, catalog) == []
 
 
 def test_unlimited_budget_reaches_any_target_in_one_round() -> None:

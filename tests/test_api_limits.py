@@ -141,3 +141,63 @@ def test_out_of_range_numbers_are_422(client: TestClient) -> None:
     r = client.post("/v1/plans", json=body)
     assert r.status_code == 422 and "not a valid Unix time" in r.text
     assert r.json()["detail"][0]["loc"] == ["body", "workloads", 0, "queued_since"]
+
+
+def _absurd_plan(**assignment: Any) -> dict[str, Any]:
+    """A plan of one assignment with the given fields (schemathesis found such plans)."""
+    return {
+        "status": "FEASIBLE",
+        "solver": {"name": "fuzz"},
+        "assignments": [{"workload": "a", "replica": 0, "node": "n1", **assignment}],
+    }
+
+
+def test_absurd_plans_for_validation_are_answered_never_500(client: TestClient) -> None:
+    cluster = tiny_body()["cluster"]
+
+    def validate(plan: dict[str, Any]) -> httpx.Response:
+        r: httpx.Response = client.post("/v1/validate", json={"cluster": cluster, "plan": plan})
+        return r
+
+    # A workload the validator must rebuild from the plan, with no id: 422 at that field (was a 500).
+    r = validate(_absurd_plan(workload=""))
+    assert _loc(r) == ["body", "plan", "assignments", 0, "workload"]
+    # A replica number of 1.6e14 implies as many replicas: the answer names a few, promptly (was a hang).
+    r = validate(_absurd_plan(replica=167283185763202.0, gpus=[{"index": 979671.0}]))
+    assert r.status_code == 200, r.text
+    body = r.json()
+    assert not body["valid"] and len(body["violations"]) <= 20
+    assert {"rule": "replica-missing", "subject": "workload a"} in [
+        {k: v[k] for k in ("rule", "subject")} for v in body["violations"]
+    ]
+    r = validate(_absurd_plan(gpus=[{"index": 36893488147419103232}]))
+    assert r.status_code == 200 and r.json()["violations"][0]["rule"] == "unknown-ref"
+    assert _loc(validate(_absurd_plan(replica=-1))) == ["body", "plan", "assignments", 0, "replica"]
+    assert _loc(validate(_absurd_plan(gpus=[{"index": -5}])))[:6] == [
+        "body",
+        "plan",
+        "assignments",
+        0,
+        "gpus",
+        0,
+    ]
+
+
+def test_validation_without_workloads_lists_what_it_skipped(client: TestClient) -> None:
+    cluster = tiny_body()["cluster"]
+    plan = _absurd_plan(gpus=[{"index": 0}])
+    r = client.post("/v1/validate", json={"cluster": cluster, "plan": plan})
+    assert r.status_code == 200 and r.json()["valid"] is True
+    skipped = r.json()["skipped"]
+    assert [s["family"] for s in skipped] == [
+        "shapes",
+        "gpu-models",
+        "gangs",
+        "topology",
+        "disruption",
+        "min-runtime",
+    ]
+    assert all(s["reason"] == "without the workloads" for s in skipped)
+    workloads = [{"id": "a", "gpus": 1}]
+    r = client.post("/v1/validate", json={"cluster": cluster, "plan": plan, "workloads": workloads})
+    assert r.json() == {"valid": True, "violations": []}

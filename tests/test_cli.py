@@ -75,9 +75,40 @@ def test_plan_then_validate(
         "w3"
     }  # one whole GPU left, standard beats background
     assert plan["provenance"]["inputs_sha256"]
-    for extra in ([], ["--workloads", str(workloads)]):
-        code, out, _ = run(["validate", "--cluster", str(cluster), "--plan", str(out_plan), *extra], capsys)
-        assert code == 0, out
+    code, out, _ = run(["validate", "--cluster", str(cluster), "--plan", str(out_plan)], capsys)
+    assert code == 0
+    assert out == (
+        f"{out_plan}: valid (2 assignments, 1 waiting); not checked without the workloads: "
+        "shapes, gpu-models, gangs, topology, disruption, min-runtime\n"
+    )
+    args = ["validate", "--cluster", str(cluster), "--plan", str(out_plan), "--workloads", str(workloads)]
+    code, out, _ = run(args, capsys)
+    assert code == 0
+    assert out == f"{out_plan}: valid (2 assignments, 1 waiting)\n"
+
+
+def test_validate_checks_running_work(
+    files: tuple[Path, Path], tmp_path: Path, capsys: pytest.CaptureFixture[str]
+) -> None:
+    cluster, _ = files
+    demand = {"workloads": [{"id": "svc", "gpus": 1, "running_on": "dgx-01:0", "started_at": 0}]}
+    workloads = write(tmp_path, "w.yaml", yaml.safe_dump(demand))
+    stopped = {
+        "status": "FEASIBLE",
+        "solver": {"name": "hand"},
+        "unplaced": [{"workload": "svc", "replica": 0, "code": "X", "reason": "Stopped."}],
+    }
+    plan = write(tmp_path, "stop.json", json.dumps(stopped))
+    args = ["validate", "--cluster", str(cluster), "--plan", str(plan), "--workloads", str(workloads)]
+    code, out, _ = run(args, capsys)
+    assert code == 1
+    assert out.splitlines()[0] == f"{plan}: 2 violation(s)"
+    assert "[preempt-forbidden] workload svc replica 0: " in out
+    assert "[disruption-unscheduled] workload svc replica 0: " in out
+    stays = {"workload": "svc", "replica": 0, "node": "dgx-01", "gpus": [{"index": 0}]}
+    plan.write_text(json.dumps({"status": "FEASIBLE", "solver": {"name": "hand"}, "assignments": [stays]}))
+    code, out, _ = run(args, capsys)
+    assert code == 0 and out == f"{plan}: valid (1 assignments, 0 waiting)\n"
 
 
 def test_validate_lists_violations(
@@ -133,6 +164,14 @@ def test_demo_plans_the_example(tmp_path: Path, capsys: pytest.CaptureFixture[st
         capsys,
     )  # fmt: skip
     assert code == 0, out
+    # Without the demand: alternatives, shapes and running work are not checked, and said so.
+    code, out, _ = run(
+        ["validate", "--cluster", str(EXAMPLES / "cluster.yaml"), "--plan", str(out_plan)], capsys
+    )
+    assert code == 0, out
+    assert out.rstrip().endswith(
+        "; not checked without the workloads: shapes, gpu-models, gangs, topology, disruption, min-runtime"
+    )
 
 
 def _bad_cluster(tmp: Path, gpu: dict[str, object], **node: object) -> Path:

@@ -1,11 +1,16 @@
 """Hypothesis: every plan from every solver passes the independent validator, on random small
-clusters, demands and policies (``make_plan`` raises ``InvalidPlanError`` otherwise)."""
+clusters, demands and policies (``make_plan`` raises ``InvalidPlanError`` otherwise), with and without
+work already running under a disruption budget."""
 
 from __future__ import annotations
 
-from datetime import UTC, datetime
+import itertools
+from collections import defaultdict
+from dataclasses import dataclass, field
+from datetime import UTC, datetime, timedelta
 from typing import Any
 
+import pytest
 from hypothesis import HealthCheck, given, settings
 from hypothesis import strategies as st
 
@@ -121,6 +126,28 @@ def policies(draw: st.DrawFn) -> dict[str, Any]:
     return policy
 
 
+@st.composite
+def budgets(draw: st.DrawFn) -> dict[str, Any]:
+    """A disruption budget: moves and preemptions per round, per team, minimum runtime."""
+    return {
+        "max_moves_per_round": draw(st.integers(0, 3)),
+        "max_preemptions_per_round": draw(st.integers(0, 2)),
+        "max_moves_per_team": draw(st.sampled_from([None, 1])),
+        "min_runtime_s": draw(st.sampled_from([0, 600, 1800])),
+        "preempt_latency_sensitive": draw(st.booleans()),
+    }
+
+
+def _plan_and_check(
+    cluster: list[dict[str, Any]], demand: list[dict[str, Any]], policy: dict[str, Any], solver: str
+) -> None:
+    """Plan with ``solver`` (``make_plan`` validates the plan) and count the replicas."""
+    inp = PlanningInput.model_validate({"cluster": {"nodes": cluster}, "workloads": demand, "policy": policy})
+    plan = make_plan(inp, solver=solver, now=NOW, time_limit_s=5)
+    replicas = sum(w.replicas for w in inp.workloads)
+    assert len(plan.assignments) + len(plan.unplaced) == replicas
+
+
 @settings(max_examples=25, deadline=None, suppress_health_check=[HealthCheck.too_slow])
 @given(nodes(), workloads(), policies(), st.sampled_from(SOLVERS))
 def test_every_solver_plan_is_valid(
@@ -128,7 +155,214 @@ def test_every_solver_plan_is_valid(
 ) -> None:
     pools = {n["pool"] for n in cluster}
     policy["isolation"] = [r for r in policy["isolation"] if r.get("pool") in (None, *pools)]
-    inp = PlanningInput.model_validate({"cluster": {"nodes": cluster}, "workloads": demand, "policy": policy})
+    _plan_and_check(cluster, demand, policy, solver)
+
+
+# ---------------------------------------------------------------------------------------------
+# Running work: a current state that keeps every rule, which the plan may keep, move or preempt.
+
+H100 = "H100-80GB"
+#: Compute slices (of 7) of the MIG profiles ``workloads`` draws.
+MIG_SLICES = {"1g.10gb": 1, "2g.20gb": 2, "3g.40gb": 3, "7g.80gb": 7}
+
+
+@dataclass
+class _Gpu:
+    """What runs on one GPU of the drawn cluster."""
+
+    model: str
+    numa: int
+    instances: list[tuple[str, int]] | None = None  # MIG layout, None when MIG is off
+    whole: bool = False
+    milli: int = 0
+    used: set[tuple[str, int]] = field(default_factory=set)
+    groups: set[tuple[str, str]] = field(default_factory=set)  # (team, tier) of its users
+
+
+@dataclass
+class _Node:
+    """Free capacity of one drawn node."""
+
+    name: str
+    pool: str
+    cpu: int
+    memory: int
+    gpus: dict[int, _Gpu]
+    nvlink: list[set[int]]  # NVLink cliques
+
+
+def _inventory(node: dict[str, Any]) -> _Node:
+    """The GPUs of a node as ``nodes`` draws them (reference topologies spelled out)."""
+    gpus: dict[int, _Gpu] = {}
+    nvlink: list[set[int]] = []
+    if node.get("topology") == "dgx-h100":
+        gpus = {i: _Gpu(H100, i // 4) for i in range(6)}
+        for g in node["gpus"]:
+            gpus[g["index"]] = _Gpu(H100, 1, [(i["profile"], i["start"]) for i in g["mig"]["instances"]])
+        nvlink = [set(range(8))]
+    elif node.get("topology") == "pcie-4x-h100-nvl-bridged":
+        gpus = {i: _Gpu(H100, i // 2) for i in range(4)}
+        nvlink = [{0, 1}, {2, 3}]
+    else:
+        gpus = {g["index"]: _Gpu(g["model"], g["numa"]) for g in node.get("gpus", [])}
+    return _Node(node["name"], node["pool"], node["cpu_milli"], node["memory_mib"], gpus, nvlink)
+
+
+def _fits_topology(node: _Node, group: tuple[int, ...], need: str) -> bool:
+    if len(group) < 2 or need in ("any", "same-node"):
+        return True
+    if need == "numa":
+        return len({node.gpus[i].numa for i in group}) == 1
+    return any(set(group) <= clique for clique in node.nvlink)
+
+
+@dataclass
+class _State:
+    """The running state built so far, checked against the policy's isolation rules and quotas."""
+
+    nodes: list[_Node]
+    policy: dict[str, Any]
+    quota_used: defaultdict[str, float] = field(default_factory=lambda: defaultdict(float))
+
+    def may_share(self, gpu: _Gpu, team: str, tier: str) -> bool:
+        """Whether a new user keeps the GPU's isolation rules."""
+        for rule in self.policy["isolation"]:
+            if rule["kind"] == "no-shared-gpu-across-teams" and {t for t, _ in gpu.groups} - {team}:
+                return False
+            if rule["kind"] == "tiers-no-share":
+                tiers = {t for _, t in gpu.groups} | {tier}
+                if len(tiers & set(rule["tiers"])) > 1:
+                    return False
+        return True
+
+    def may_host(self, node: _Node, team: str) -> bool:
+        """Whether a team may run on the node (team-exclusive pools)."""
+        return all(
+            not (rule["kind"] == "team-exclusive" and rule["pool"] == node.pool and team != rule["team"])
+            for rule in self.policy["isolation"]
+        )
+
+    def within_quota(self, team: str, model: str, equivalents: float) -> bool:
+        """Whether the team stays within every quota that counts this use."""
+        for q in self.policy.get("quotas", ()):
+            if q["team"] != team or q.get("gpu_model", model) != model:
+                continue
+            if self.quota_used[f"{team}/{q.get('gpu_model')}"] + equivalents > q["gpus"]:
+                return False
+        return True
+
+    def count(self, team: str, model: str, equivalents: float) -> None:
+        for q in self.policy.get("quotas", ()):
+            if q["team"] == team and q.get("gpu_model", model) == model:
+                self.quota_used[f"{team}/{q.get('gpu_model')}"] += equivalents
+
+
+def _spots(state: _State, w: dict[str, Any]) -> list[tuple[_Node, str, list[tuple[int, Any]], float]]:
+    """Where replica 0 of ``w`` could run now: (node, ``running_on`` text, GPUs taken, equivalents)."""
+    team, tier = w["team"], w["tier"]
+    out: list[tuple[_Node, str, list[tuple[int, Any]], float]] = []
+    if "alternatives" in w or "gang" in w:
+        return out  # a running alternative or part of a gang is left to other tests
+    for node in state.nodes:
+        if w["cpu_milli"] > node.cpu or w["memory_mib"] > node.memory or not state.may_host(node, team):
+            continue
+        if "gpus" in w:
+            free = [i for i, g in node.gpus.items() if g.instances is None and not g.whole and not g.milli]
+            for group in itertools.combinations(sorted(free), w["gpus"]):
+                model = node.gpus[group[0]].model
+                if _fits_topology(node, group, w["topology"]) and state.within_quota(team, model, len(group)):
+                    text = f"{node.name}:{','.join(map(str, group))}"
+                    out.append((node, text, [(i, "whole") for i in group], len(group)))
+        elif "gpu_milli" in w:
+            m = w["gpu_milli"]
+            for i, g in node.gpus.items():
+                fits = g.instances is None and not g.whole and g.milli + m <= 1000
+                if fits and state.may_share(g, team, tier) and state.within_quota(team, g.model, m / 1000):
+                    out.append((node, f"{node.name}:{i}={m}", [(i, m)], m / 1000))
+        elif "mig_profile" in w:
+            prof = w["mig_profile"]
+            for i, g in node.gpus.items():
+                for inst in g.instances or ():
+                    if inst[0] != prof or inst in g.used or not state.may_share(g, team, tier):
+                        continue
+                    if state.within_quota(team, g.model, MIG_SLICES[prof] / 7):
+                        out.append(
+                            (node, f"{node.name}:{i}/{prof}@{inst[1]}", [(i, inst)], MIG_SLICES[prof] / 7)
+                        )
+        else:
+            out.append((node, node.name, [], 0.0))
+    return out
+
+
+def _run(state: _State, w: dict[str, Any], spot: tuple[_Node, str, list[tuple[int, Any]], float]) -> None:
+    """Record replica 0 of ``w`` as running at ``spot``."""
+    node, text, taken, equivalents = spot
+    w["running_on"] = text
+    node.cpu -= w["cpu_milli"]
+    node.memory -= w["memory_mib"]
+    for i, what in taken:
+        g = node.gpus[i]
+        g.groups.add((w["team"], w["tier"]))
+        if what == "whole":
+            g.whole = True
+        elif isinstance(what, int):
+            g.milli += what
+        else:
+            g.used.add(what)
+        state.count(w["team"], g.model, equivalents / len(taken))
+
+
+@st.composite
+def running_states(draw: st.DrawFn) -> tuple[list[dict[str, Any]], list[dict[str, Any]], dict[str, Any]]:
+    """A cluster, a demand of which some replicas already run (where their shape, the isolation rules
+    and the quotas allow; some preemptible, some latency-sensitive, some with a start time), and a policy
+    with a disruption budget and a MIG policy."""
+    cluster = draw(nodes())
+    demand = draw(workloads())
+    policy = draw(policies())
+    pools = {n["pool"] for n in cluster}
+    policy["isolation"] = [r for r in policy["isolation"] if r.get("pool") in (None, *pools)]
+    policy["disruption"] = draw(budgets())
+    state = _State([_inventory(n) for n in cluster], policy)
+    for w in demand:
+        w.setdefault("topology", "any")
+        spots = _spots(state, w)
+        if not spots or draw(st.integers(0, 3)) == 0:
+            continue
+        _run(state, w, draw(st.sampled_from(spots)))
+        minutes = draw(st.sampled_from([None, 1, 5, 15, 60, 120]))
+        if minutes is not None:
+            w["started_at"] = (NOW - timedelta(minutes=minutes)).isoformat()
+    return cluster, demand, policy
+
+
+@settings(max_examples=25, deadline=None, suppress_health_check=[HealthCheck.too_slow])
+@given(running_states(), st.sampled_from(SOLVERS))
+def test_every_solver_plan_with_running_work_is_valid(
+    drawn: tuple[list[dict[str, Any]], list[dict[str, Any]], dict[str, Any]], solver: str
+) -> None:
+    cluster, demand, policy = drawn
+    _plan_and_check(cluster, demand, policy, solver)
+
+
+@pytest.mark.parametrize("solver", SOLVERS)
+def test_young_replicas_stay_put(solver: str) -> None:
+    # Two shared L40S, each with a 300-milli replica started 5 minutes ago; a latency-sensitive job wants
+    # a whole GPU. Moving one replica would free a GPU, but both ran less than min_runtime_s: all stay.
+    started = (NOW - timedelta(minutes=5)).isoformat()
+    gpus = [{"index": i, "model": "L40S-48GB"} for i in range(2)]
+    inp = PlanningInput.model_validate(
+        {
+            "cluster": {"nodes": [{"name": "n0", "cpu_milli": 64000, "memory_mib": 262144, "gpus": gpus}]},
+            "workloads": [
+                {"id": "a", "gpu_milli": 300, "running_on": "n0:0=300", "started_at": started},
+                {"id": "b", "gpu_milli": 300, "running_on": "n0:1=300", "started_at": started},
+                {"id": "big", "tier": "latency-sensitive", "gpus": 1},
+            ],
+            "policy": {"disruption": {"max_moves_per_round": 1, "min_runtime_s": 600}},
+        }
+    )
     plan = make_plan(inp, solver=solver, now=NOW, time_limit_s=5)
-    replicas = sum(w.replicas for w in inp.workloads)
-    assert len(plan.assignments) + len(plan.unplaced) == replicas
+    placed = {a.workload: (a.node, [g.index for g in a.gpus]) for a in plan.assignments}
+    assert placed == {"a": ("n0", [0]), "b": ("n0", [1])}
+    assert [u.workload for u in plan.unplaced] == ["big"]

@@ -3,21 +3,28 @@
 from __future__ import annotations
 
 import itertools
+import json
 import random
-from collections.abc import Callable
+from collections import Counter
+from collections.abc import Callable, Sequence
 from dataclasses import dataclass, field
+from datetime import UTC, datetime, timedelta
+from typing import Any
 
 import pytest
 from hypothesis import HealthCheck, assume, given, settings
 from hypothesis import strategies as st
 
 from gpuplan.models import (
+    Action,
     Assignment,
+    DisruptionBudget,
     GpuModelSpec,
     GpuUse,
     IsolationRule,
     MigInstance,
     MigLayout,
+    MigPolicy,
     Node,
     Plan,
     PlanningInput,
@@ -25,11 +32,21 @@ from gpuplan.models import (
     Quota,
     Shape,
     Workload,
-    check_mig_layout,
+    data_dir,
     default_catalog,
 )
+from gpuplan.models.plan import DRAIN, MIGRATE, PREEMPT
 from gpuplan.planner.topology import is_nvlink_clique
-from gpuplan.planner.validate import Violation, validate_plan
+from gpuplan.planner.validate import (
+    MISSING_NAMED,
+    ImpliedWorkloadError,
+    Report,
+    Skipped,
+    Violation,
+    check_plan,
+    implied_workloads,
+    validate_plan,
+)
 from tests._factories import (
     assign,
     frac,
@@ -45,6 +62,9 @@ from tests._factories import (
 )
 
 CATALOG = default_catalog()
+#: The plans' time; running work started an hour before it.
+NOW = datetime(2026, 11, 29, 12, tzinfo=UTC)
+HOUR_AGO = NOW - timedelta(hours=1)
 
 
 def base_nodes() -> list[Node]:
@@ -70,7 +90,9 @@ def base_nodes() -> list[Node]:
 
 
 def base_workloads() -> list[Workload]:
-    """Whole NVLink training, a notebook fraction, MIG inference, a CPU job and a waiting job."""
+    """Whole NVLink training, a notebook fraction, MIG inference (replica 0 running), a CPU job, a waiting
+    job, and running work that stays: a non-preemptible latency-sensitive service and two preemptible
+    jobs of team ops."""
     return [
         Workload(
             id="train",
@@ -83,10 +105,32 @@ def base_workloads() -> list[Workload]:
         ),
         Workload(id="nb", team="ds", tier="background", gpu_milli=400, cpu_milli=1000, memory_mib=4096),
         Workload(
-            id="infer", team="ml", tier="latency-sensitive", mig_profile="3g.40gb", replicas=2, cpu_milli=2000
+            id="infer",
+            team="ml",
+            tier="latency-sensitive",
+            mig_profile="3g.40gb",
+            replicas=2,
+            cpu_milli=2000,
+            running_on="dgx-02:7/3g.40gb@4",
+            started_at=HOUR_AGO,
         ),
         Workload(id="etl", team="ds", cpu_milli=4000),
         Workload(id="pending", team="ml", gpus=8),
+        Workload(
+            id="svc", team="web", tier="latency-sensitive", gpus=1, running_on="dgx-02:3", started_at=HOUR_AGO
+        ),
+        Workload(
+            id="batch", team="ops", gpus=1, preemptible=True, running_on="pcie-01:1", started_at=HOUR_AGO
+        ),
+        Workload(
+            id="scav",
+            team="ops",
+            tier="background",
+            gpu_milli=300,
+            preemptible=True,
+            running_on="l40s-01:0=300",
+            started_at=HOUR_AGO,
+        ),
     ]
 
 
@@ -98,7 +142,15 @@ def base_assignments() -> list[Assignment]:
         assign("infer", 0, "dgx-02", mig(7, "3g.40gb", 4), cpu=2000),
         assign("infer", 1, "dgx-01", mig(7, "3g.40gb", 0), cpu=2000),
         assign("etl", 0, "l40s-01", cpu=4000),
+        assign("svc", 0, "dgx-02", whole(3)),
+        assign("batch", 0, "pcie-01", whole(1)),
+        assign("scav", 0, "l40s-01", frac(0, 300)),
     ]
+
+
+def act(kind: str, workload: str, replica: int = 0, rnd: int = 1, detail: str | None = None) -> Action:
+    """An action of the plan (``from``/``to`` are informative and left out)."""
+    return Action(kind=kind, workload=workload, replica=replica, round=rnd, detail=detail)
 
 
 @dataclass
@@ -112,6 +164,9 @@ class Scenario:
         default_factory=lambda: [layout("dgx-01", 7, ("3g.40gb", 0), ("3g.40gb", 4))]
     )
     policy: Policy = field(default_factory=Policy)
+    actions: list[Action] = field(default_factory=list)
+    provenance: dict[str, Any] = field(default_factory=lambda: {"now": NOW.isoformat()})
+    nodes: list[Node] = field(default_factory=base_nodes)
 
     def replace(self, new: Assignment) -> None:
         """Put ``new`` in place of the assignment of the same replica."""
@@ -127,16 +182,43 @@ class Scenario:
         self.workloads.append(workload)
         self.assignments.extend(assignments)
 
+    def update(self, workload: str, **fields: Any) -> None:
+        """Change fields of a workload."""
+        self.workloads = [
+            Workload.model_validate({**w.model_dump(), **fields}) if w.id == workload else w
+            for w in self.workloads
+        ]
+
+    def stop(self, workload: str, replica: int = 0) -> None:
+        """Leave a replica waiting instead of placed."""
+        self.drop(workload, replica)
+        self.unplaced.append((workload, replica))
+
+    def budget(self, **fields: Any) -> None:
+        """Set the disruption budget."""
+        self.policy = self.policy.model_copy(update={"disruption": DisruptionBudget(**fields)})
+
+    def mig(self, **fields: Any) -> None:
+        """Set the MIG policy."""
+        self.policy = self.policy.model_copy(update={"mig": MigPolicy(**fields)})
+
     def build(self) -> tuple[PlanningInput, Plan]:
         """The planning input and the plan."""
-        inp = planning_input(base_nodes(), self.workloads, self.policy)
-        return inp, plan(self.assignments, [wait(w, r) for w, r in self.unplaced], self.layouts)
+        inp = planning_input(self.nodes, self.workloads, self.policy)
+        base = plan(self.assignments, [wait(w, r) for w, r in self.unplaced], self.layouts)
+        return inp, base.model_copy(update={"actions": tuple(self.actions), "provenance": self.provenance})
 
 
 def check(s: Scenario) -> list[Violation]:
     """Validate a scenario."""
     inp, p = s.build()
     return validate_plan(p, inp, CATALOG)
+
+
+def report_of(s: Scenario) -> Report:
+    """Validate a scenario, with the rule families that could not be checked."""
+    inp, p = s.build()
+    return check_plan(p, inp, CATALOG)
 
 
 def test_base_plan_is_valid() -> None:
@@ -337,6 +419,81 @@ def _quota_borrow_firm(s: Scenario) -> None:
     s.policy = Policy(quotas=(Quota(team="ml", gpus=2, pool="h100", borrow=True),))
 
 
+def _preempt_not_preemptible(s: Scenario) -> None:
+    s.budget(max_preemptions_per_round=1)
+    s.stop("svc")
+    s.actions.append(act(PREEMPT, "svc"))
+
+
+def _preempt_protected_tier(s: Scenario) -> None:
+    s.budget(max_preemptions_per_round=1)
+    s.update("svc", preemptible=True)
+    s.stop("svc")
+    s.actions.append(act(PREEMPT, "svc"))
+
+
+def _move_two(s: Scenario) -> None:
+    """Move batch to another GPU of its node and scav to another L40S."""
+    s.replace(assign("batch", 0, "pcie-01", whole(2)))
+    s.replace(assign("scav", 0, "l40s-01", frac(1, 300)))
+
+
+def _moves_over_budget(s: Scenario) -> None:
+    s.budget(max_moves_per_round=1)
+    _move_two(s)
+    s.actions += [act(MIGRATE, "batch"), act(MIGRATE, "scav")]
+
+
+def _team_over_budget(s: Scenario) -> None:
+    s.budget(max_moves_per_round=2, max_moves_per_team=1)
+    _move_two(s)
+    s.actions += [act(MIGRATE, "batch"), act(MIGRATE, "scav")]
+
+
+def _preemptions_over_budget(s: Scenario) -> None:
+    s.budget(max_preemptions_per_round=1)
+    s.stop("batch")
+    s.stop("scav")
+    s.actions += [act(PREEMPT, "batch"), act(PREEMPT, "scav")]
+
+
+def _move_unscheduled(s: Scenario) -> None:
+    s.budget(max_moves_per_round=1)
+    s.replace(assign("batch", 0, "pcie-01", whole(2)))
+
+
+def _preempt_unscheduled(s: Scenario) -> None:
+    s.budget(max_preemptions_per_round=1)
+    s.stop("scav")
+
+
+def _young_move(s: Scenario) -> None:
+    s.budget(max_moves_per_round=1, min_runtime_s=7200)
+    s.replace(assign("batch", 0, "pcie-01", whole(2)))
+    s.actions.append(act(MIGRATE, "batch"))
+
+
+def _repartition_dgx02(s: Scenario) -> None:
+    """Split dgx-02 GPU 7's unused 4g.40gb into two 2g.20gb (infer 0 keeps its 3g.40gb@4)."""
+    s.layouts.append(layout("dgx-02", 7, ("2g.20gb", 0), ("2g.20gb", 2), ("3g.40gb", 4)))
+
+
+def _drain_over_budget(s: Scenario) -> None:
+    s.mig(allow_repartition=True)
+    s.budget(max_moves_per_round=1)
+    _repartition_dgx02(s)
+    s.replace(assign("batch", 0, "pcie-01", whole(2)))
+    s.actions += [act(MIGRATE, "infer", detail=DRAIN), act(MIGRATE, "batch")]
+
+
+def _mig_create(s: Scenario) -> None:
+    s.mig(allow_create=False)
+
+
+def _mig_repartition(s: Scenario) -> None:
+    s.layouts.append(layout("dgx-02", 7, ("3g.40gb", 4)))
+
+
 BROKEN: list[tuple[Callable[[Scenario], None], str, str]] = [
     (_unknown_workload, "unknown-ref", "workload ghost replica 0"),
     (_unknown_node, "unknown-ref", "workload etl replica 0"),
@@ -380,6 +537,17 @@ BROKEN: list[tuple[Callable[[Scenario], None], str, str]] = [
     (_tiers_share, "isolation", "node dgx-02 gpu 7"),
     (_quota, "quota", "team ml model H100-SXM5-80GB (H100 80GB HBM3)"),
     (_quota_borrow_firm, "quota", "team ml pool h100"),
+    (_preempt_not_preemptible, "preempt-forbidden", "workload svc replica 0"),
+    (_preempt_protected_tier, "preempt-forbidden", "workload svc replica 0"),
+    (_moves_over_budget, "disruption-budget", "round 1"),
+    (_team_over_budget, "disruption-budget", "round 1 team ops"),
+    (_preemptions_over_budget, "disruption-budget", "round 1"),
+    (_move_unscheduled, "disruption-unscheduled", "workload batch replica 0"),
+    (_preempt_unscheduled, "disruption-unscheduled", "workload scav replica 0"),
+    (_young_move, "min-runtime", "workload batch replica 0"),
+    (_drain_over_budget, "disruption-budget", "round 1"),
+    (_mig_create, "mig-create-forbidden", "node dgx-01 gpu 7"),
+    (_mig_repartition, "mig-repartition-forbidden", "node dgx-02 gpu 7"),
 ]
 
 
@@ -401,6 +569,248 @@ def test_only_the_broken_rule_is_reported() -> None:
         s = Scenario()
         mutate(s)
         assert {v.rule for v in check(s)} == {rule}, mutate.__name__
+
+
+def _preempt_preemptible(s: Scenario) -> None:
+    s.budget(max_preemptions_per_round=1)
+    s.stop("scav")
+    s.actions.append(act(PREEMPT, "scav"))
+
+
+def _preempt_latency_sensitive_when_allowed(s: Scenario) -> None:
+    s.budget(max_preemptions_per_round=1, preempt_latency_sensitive=True)
+    s.update("svc", preemptible=True)
+    s.stop("svc")
+    s.actions.append(act(PREEMPT, "svc"))
+
+
+def _moves_over_two_rounds(s: Scenario) -> None:
+    s.budget(max_moves_per_round=1)
+    _move_two(s)
+    s.actions += [act(MIGRATE, "batch", rnd=1), act(MIGRATE, "scav", rnd=2)]
+
+
+def _moves_of_two_teams(s: Scenario) -> None:
+    s.budget(max_moves_per_round=2, max_moves_per_team=1)
+    s.replace(assign("svc", 0, "dgx-02", whole(4)))
+    s.replace(assign("batch", 0, "pcie-01", whole(2)))
+    s.actions += [act(MIGRATE, "svc"), act(MIGRATE, "batch")]
+
+
+def _preemptions_over_two_rounds(s: Scenario) -> None:
+    s.budget(max_preemptions_per_round=1)
+    s.stop("batch")
+    s.stop("scav")
+    s.actions += [act(PREEMPT, "batch", rnd=1), act(PREEMPT, "scav", rnd=2)]
+
+
+def _old_enough_move(s: Scenario) -> None:
+    s.budget(max_moves_per_round=1, min_runtime_s=3600)
+    s.replace(assign("batch", 0, "pcie-01", whole(2)))
+    s.actions.append(act(MIGRATE, "batch"))
+
+
+def _drain_in_its_own_round(s: Scenario) -> None:
+    s.mig(allow_repartition=True)
+    s.budget(max_moves_per_round=1)
+    _repartition_dgx02(s)
+    s.replace(assign("batch", 0, "pcie-01", whole(2)))
+    s.actions += [act(MIGRATE, "infer", detail=DRAIN, rnd=1), act(MIGRATE, "batch", rnd=2)]
+
+
+def _no_new_instance(s: Scenario) -> None:
+    s.mig(allow_create=False)
+    s.layouts = []
+    s.stop("infer", 1)
+
+
+def _repartition_allowed(s: Scenario) -> None:
+    s.mig(allow_repartition=True)
+    _mig_repartition(s)
+
+
+def _destroy_without_create(s: Scenario) -> None:
+    _no_new_instance(s)
+    s.mig(allow_create=False, allow_repartition=True)
+    _mig_repartition(s)
+
+
+def _stays_in_other_gpu_order(s: Scenario) -> None:
+    s.update("train", running_on="dgx-01:1,0", started_at=NOW)
+    s.budget(min_runtime_s=600)
+
+
+# Each change keeps the base plan valid: the allowed counterpart of a broken case above.
+ALLOWED: list[Callable[[Scenario], None]] = [
+    _preempt_preemptible,
+    _preempt_latency_sensitive_when_allowed,
+    _moves_over_two_rounds,
+    _moves_of_two_teams,
+    _preemptions_over_two_rounds,
+    _old_enough_move,
+    _drain_in_its_own_round,
+    _no_new_instance,
+    _repartition_allowed,
+    _destroy_without_create,
+    _stays_in_other_gpu_order,
+]
+
+
+@pytest.mark.parametrize("change", ALLOWED, ids=[m.__name__.strip("_") for m in ALLOWED])
+def test_each_allowed_change_is_valid(change: Callable[[Scenario], None]) -> None:
+    s = Scenario()
+    change(s)
+    assert check(s) == []
+
+
+def test_stopping_protected_work_without_a_preemption_budget() -> None:
+    # A non-preemptible latency-sensitive replica stopped while no preemption is allowed at all.
+    s = Scenario()
+    s.stop("svc")
+    assert {v.rule for v in check(s)} == {"preempt-forbidden", "disruption-unscheduled"}
+    s.actions.append(act(PREEMPT, "svc"))
+    found = check(s)
+    assert {(v.rule, v.subject) for v in found} == {
+        ("preempt-forbidden", "workload svc replica 0"),
+        ("disruption-budget", "round 1"),
+    }
+    assert "'svc'" in found[0].message and "not preemptible" in found[0].message
+
+
+def test_seven_small_instances_merged_only_when_repartitioning_is_on() -> None:
+    s = Scenario()
+    small = [("1g.10gb", i) for i in range(7)]
+    s.nodes.append(
+        node(
+            "mig-01",
+            gpus=[
+                {
+                    "index": 0,
+                    "model": "H100-80GB",
+                    "numa": 0,
+                    "mig": {"instances": [{"profile": p, "start": st_} for p, st_ in small]},
+                }
+            ],
+        )
+    )
+    s.add(Workload(id="big", mig_profile="7g.80gb"), assign("big", 0, "mig-01", mig(0, "7g.80gb", 0)))
+    s.layouts.append(layout("mig-01", 0, ("7g.80gb", 0)))
+    found = check(s)
+    assert [(v.rule, v.subject) for v in found] == [("mig-repartition-forbidden", "node mig-01 gpu 0")]
+    assert all(f"1g.10gb@{i}" in found[0].message for i in range(7)) and "7g.80gb@0" in found[0].message
+    s.mig(allow_repartition=True)
+    assert check(s) == []
+    s.mig(allow_repartition=True, allow_create=False)
+    assert [(v.rule, v.subject) for v in check(s)] == [
+        ("mig-create-forbidden", "node dgx-01 gpu 7"),
+        ("mig-create-forbidden", "node mig-01 gpu 0"),
+    ]
+
+
+def test_mig_mode_enabled_with_no_instance_creates_nothing() -> None:
+    s = Scenario()
+    s.mig(allow_create=False)
+    s.layouts = [layout("dgx-01", 6)]
+    s.stop("infer", 1)
+    assert check(s) == []
+
+
+def test_min_runtime_is_skipped_without_a_time_or_a_start() -> None:
+    s = Scenario()
+    _young_move(s)
+    s.provenance = {}
+    report = report_of(s)
+    assert report.valid and [k.family for k in report.skipped] == ["min-runtime"]
+    assert "now" in report.skipped[0].reason
+    s.provenance = {"now": "2026-11-29T12:00:00"}  # no zone: UTC
+    assert [v.rule for v in check(s)] == ["min-runtime"]
+    s.provenance = {"now": (NOW + timedelta(hours=1)).isoformat()}
+    assert check(s) == []
+    s.provenance = {"now": NOW.isoformat()}
+    s.update("batch", started_at=None)
+    report = report_of(s)
+    assert report.valid
+    assert report.skipped == (Skipped("min-runtime", "for 1 stopped replica(s) without started_at"),)
+
+
+def test_young_replica_is_not_preempted_or_drained_either() -> None:
+    s = Scenario()
+    _preempt_preemptible(s)
+    _drain_in_its_own_round(s)
+    s.budget(max_moves_per_round=1, max_preemptions_per_round=1, min_runtime_s=7200)
+    found = check(s)
+    assert {(v.rule, v.subject) for v in found} == {
+        ("min-runtime", "workload scav replica 0"),
+        ("min-runtime", "workload infer replica 0"),
+        ("min-runtime", "workload batch replica 0"),
+    }
+    assert {v.message.split(" replica")[0] for v in found} == {
+        "The plan preempts",
+        "The plan drains",
+        "The plan moves",
+    }
+
+
+def test_implied_workloads_skip_what_only_the_demand_says() -> None:
+    s = Scenario()
+    s.policy = Policy(
+        teams=("ml", "ds", "web", "ops"),
+        isolation=(IsolationRule(kind="team-exclusive", team="ml", pool="h100"),),
+        quotas=(Quota(team="ml", gpus=1),),
+    )
+    inp, p = s.build()
+    implied = implied_workloads(p, inp.policy)
+    assert {(w.id, w.replicas, w.team) for w in implied} >= {("infer", 2, "ml"), ("pending", 1, "ml")}
+    report = check_plan(p, inp.model_copy(update={"workloads": implied}), CATALOG, workloads_implied=True)
+    assert report.valid  # the team-exclusive rule would otherwise see every workload as an intruder
+    assert [k.family for k in report.skipped] == [
+        "shapes",
+        "gpu-models",
+        "gangs",
+        "topology",
+        "isolation",
+        "quotas",
+        "disruption",
+        "min-runtime",
+    ]
+    assert {k.reason for k in report.skipped} == {"without the workloads"}
+    # What the cluster and the plan say is still checked.
+    # The plan's alternative numbers say nothing about how many alternatives the demand has.
+    second = (assign("alt", 0, "l40s-01", frac(1, 250), alt=1),)
+    with_alt = p.model_copy(update={"assignments": (*p.assignments, *second)})
+    rebuilt = inp.model_copy(update={"workloads": implied_workloads(with_alt, inp.policy)})
+    assert check_plan(with_alt, rebuilt, CATALOG, workloads_implied=True).valid
+    assert ("unknown-ref", "workload alt replica 0") in {
+        (v.rule, v.subject) for v in check_plan(with_alt, rebuilt, CATALOG).violations
+    }
+    extra = (assign("lost", 0, "nowhere"), assign("hog", 0, "l40s-01", whole(0)))
+    broken = p.model_copy(update={"assignments": (*p.assignments, *extra)})
+    rebuilt = inp.model_copy(update={"workloads": implied_workloads(broken, inp.policy)})
+    found = check_plan(broken, rebuilt, CATALOG, workloads_implied=True).violations
+    assert {(v.rule, v.subject) for v in found} == {
+        ("unknown-ref", "workload lost replica 0"),
+        ("whole-exclusive", "node l40s-01 gpu 0"),
+    }
+
+
+def test_implied_workload_without_id_names_the_plan_field() -> None:
+    p = plan([assign("a", 0, "n"), assign("", 0, "n")], [wait("b", 0)])
+    with pytest.raises(ImpliedWorkloadError) as caught:
+        implied_workloads(p)
+    assert caught.value.loc == ("assignments", 1, "workload")
+    assert str(caught.value).startswith("plan assignments[1].workload: ")
+
+
+def test_huge_replica_counts_cost_only_the_listed_replicas() -> None:
+    s = Scenario()
+    s.add(Workload(id="many", replicas=10**12, cpu_milli=1), assign("many", 3, "l40s-01", cpu=1))
+    s.unplaced.append(("many", 0))
+    found = [v for v in check(s) if v.rule == "replica-missing"]
+    assert [v.subject for v in found[:MISSING_NAMED]] == [
+        f"workload many replica {r}" for r in (1, 2, 4, 5, 6, 7, 8, 9, 10, 11)
+    ]
+    assert len(found) == MISSING_NAMED + 1 and found[-1].subject == "workload many"
+    assert found[-1].message.startswith("999999999988 more of the 1000000000000 replicas")
 
 
 def test_quota_within_limits_and_borrowing() -> None:
@@ -452,6 +862,7 @@ def test_cluster_layout_is_used_when_plan_has_none() -> None:
         assign("big-mig", 0, "dgx-02", mig(7, "4g.40gb", 0)),
     )
     assert check(s) == []
+    s.policy = Policy(mig=MigPolicy(allow_repartition=True))
     s.layouts.append(layout("dgx-02", 7, ("7g.80gb", 0)))
     assert {v.rule for v in check(s)} == {"mig-layout-mismatch"}
 
@@ -475,16 +886,80 @@ def test_order_is_deterministic() -> None:
     assert validate_plan(p, inp, CATALOG) == first
 
 
-H100_PAIRS = [(p.name, st_) for p in CATALOG.model("H100-80GB").profiles for st_ in range(9)]
+# NVIDIA's MIG rules, read straight from the catalog's source file rather than through gpuplan's models.
+MIG_MODELS: dict[str, dict[str, Any]] = {
+    m["model"]: m for m in json.loads((data_dir() / "hardware" / "mig_profiles.json").read_text())["models"]
+}
 
 
-@settings(max_examples=150, deadline=None)
-@given(st.lists(st.sampled_from(H100_PAIRS), max_size=6))
-def test_layout_verdict_agrees_with_check_mig_layout(pairs: list[tuple[str, int]]) -> None:
+def reference_layout_problems(model: str, pairs: Sequence[tuple[str, int]]) -> set[str]:
+    """What is wrong with a MIG layout by NVIDIA's rules: ``start`` (no placement of the profile starts
+    there), ``overlap`` (two instances share a memory slice), ``max-instances`` (more instances of a
+    profile, or in all, than the GPU allows) and ``compute`` (more compute slices than the GPU has).
+    Instances at an invalid start are left out of the other rules."""
+    spec = MIG_MODELS[model]
+    profiles = {p["name"]: p for p in spec["profiles"]}
+    problems: set[str] = set()
+    occupied: set[int] = set()
+    counts: Counter[str] = Counter()
+    compute = 0
+    for name, start in pairs:
+        sizes = {pl["start"]: pl["size"] for pl in profiles[name]["placements"]}
+        if start not in sizes:
+            problems.add("start")
+            continue
+        span = set(range(start, start + sizes[start]))
+        if span & occupied:
+            problems.add("overlap")
+        occupied |= span
+        counts[name] += 1
+        compute += profiles[name]["compute_slices"]
+    if any(n > profiles[name]["max_instances"] for name, n in counts.items()):
+        problems.add("max-instances")
+    if len(pairs) > spec["max_gpu_instances"]:
+        problems.add("max-instances")
+    if compute > spec["compute_slices"]:
+        problems.add("compute")
+    return problems
+
+
+@st.composite
+def mig_layouts(draw: st.DrawFn) -> tuple[str, list[tuple[str, int]]]:
+    """A GPU model and up to eight instances of its profiles at any start, valid or not, biased
+    towards valid starts."""
+    model = draw(st.sampled_from(sorted(MIG_MODELS)))
+    spec = MIG_MODELS[model]
+    valid = [(p["name"], pl["start"]) for p in spec["profiles"] for pl in p["placements"]]
+    anywhere = [(p["name"], i) for p in spec["profiles"] for i in range(spec["memory_slices"] + 1)]
+    pair = st.one_of(st.sampled_from(valid), st.sampled_from(anywhere))
+    return model, draw(st.lists(pair, max_size=8))
+
+
+@settings(max_examples=300, deadline=None)
+@given(mig_layouts())
+def test_layout_verdict_follows_nvidia_rules(drawn: tuple[str, list[tuple[str, int]]]) -> None:
+    model, pairs = drawn
     s = Scenario()
-    s.layouts.append(layout("dgx-01", 6, *pairs))
-    insts = tuple(MigInstance(profile=p, start=st_) for p, st_ in pairs)
-    assert bool(check(s)) == bool(check_mig_layout("H100-80GB", insts, CATALOG))
+    s.nodes.append(node("lab", gpus=[{"index": 0, "model": model, "numa": 0}]))
+    s.layouts.append(layout("lab", 0, *pairs))
+    expected = reference_layout_problems(model, pairs)
+    rules = {v.rule for v in check(s)}
+    if not expected:
+        assert rules == set()
+    elif "start" in expected:
+        assert rules & {"mig-start", "mig-bounds"}
+        assert rules <= {"mig-start", "mig-bounds", "mig-overlap", "mig-max-instances", "mig-compute"}
+    else:
+        assert rules == {f"mig-{p}" for p in expected}
+
+
+def test_reference_layout_rules_on_known_layouts() -> None:
+    # The reference itself, on layouts whose verdict NVIDIA's MIG user guide states.
+    assert reference_layout_problems("H100-80GB", [("4g.40gb", 0), ("3g.40gb", 4)]) == set()
+    assert reference_layout_problems("H100-80GB", [("1g.10gb", i) for i in range(7)]) == set()
+    assert reference_layout_problems("H100-80GB", [("3g.40gb", 2)]) == {"start"}
+    assert reference_layout_problems("H100-80GB", [("7g.80gb", 0), ("1g.10gb", 0)]) == {"overlap", "compute"}
+    assert reference_layout_problems("A30-24GB", [("1g.6gb+me", 0), ("1g.6gb+me", 1)]) == {"max-instances"}
 
 
 # ---------------------------------------------------------------------------------------------
@@ -506,11 +981,17 @@ class Generated:
     fraction_gpus: list[tuple[str, int, int]] = field(default_factory=list)
     mig_gpus: list[tuple[str, int]] = field(default_factory=list)
     plan_layout_gpus: list[tuple[str, int, MigInstance]] = field(default_factory=list)
+    cluster_layouts: list[tuple[str, int, tuple[MigInstance, ...]]] = field(default_factory=list)
+    running: list[Workload] = field(default_factory=list)
+    policy: Policy = field(default_factory=Policy)
+    actions: list[Action] = field(default_factory=list)
 
     def build(self) -> tuple[PlanningInput, Plan]:
-        """The planning input and the plan."""
-        inp = planning_input(self.nodes, self.workloads)
-        return inp, plan(self.assignments, [wait(w, r) for w, r in self.unplaced], self.layouts)
+        """The planning input and the plan (planned at ``NOW``)."""
+        inp = planning_input(self.nodes, self.workloads, self.policy)
+        base = plan(self.assignments, [wait(w, r) for w, r in self.unplaced], self.layouts)
+        update = {"actions": tuple(self.actions), "provenance": {"now": NOW.isoformat()}}
+        return inp, base.model_copy(update=update)
 
 
 def _random_layout(rng: random.Random, model: str) -> tuple[MigInstance, ...]:
@@ -520,7 +1001,7 @@ def _random_layout(rng: random.Random, model: str) -> tuple[MigInstance, ...]:
     rng.shuffle(candidates)
     chosen: tuple[MigInstance, ...] = ()
     for inst in candidates[: rng.randint(1, len(candidates))]:
-        if not check_mig_layout(model, (*chosen, inst), CATALOG):
+        if not reference_layout_problems(model, [(i.profile, i.start) for i in (*chosen, inst)]):
             chosen = (*chosen, inst)
     return chosen
 
@@ -537,8 +1018,23 @@ def _raw_node(rng: random.Random, name: str) -> Node:
     return node(name, gpus=gpus(model, [i // 2 for i in range(count)]), labels=rack)
 
 
+def _random_policy(rng: random.Random, creates: bool) -> Policy:
+    """A random disruption budget and MIG policy (creating instances allowed when the plan does)."""
+    budget = DisruptionBudget(
+        max_moves_per_round=rng.randint(0, 3),
+        max_preemptions_per_round=rng.randint(0, 2),
+        max_moves_per_team=rng.choice([None, 1, 2]),
+        min_runtime_s=rng.choice([0, 600, 3600]),
+        preempt_latency_sensitive=rng.random() < 0.5,
+    )
+    mig_policy = MigPolicy(allow_create=creates or rng.random() < 0.5, allow_repartition=rng.random() < 0.5)
+    return Policy(disruption=budget, mig=mig_policy)
+
+
 def generate(rng: random.Random) -> Generated:
-    """A random small cluster and a valid plan of whole, fractional, MIG and CPU-only replicas."""
+    """A random small cluster and a valid plan of whole, fractional, MIG and CPU-only replicas; some
+    replicas already run where the plan keeps them (some preemptible, some with a start time), under a
+    random disruption budget and MIG policy."""
     g = Generated(nodes=[], workloads=[], assignments=[], unplaced=[], layouts=[])
     counter = itertools.count()
 
@@ -546,11 +1042,19 @@ def generate(rng: random.Random) -> Generated:
         wid = f"w{next(counter)}"
         team, tier = rng.choice(["ml", "ds"]), rng.choice(["standard", "background", "latency-sensitive"])
         replicas = rng.choice([1, 1, 2])
-        g.workloads.append(
-            Workload.model_validate(
-                {"id": wid, "team": team, "tier": tier, "replicas": replicas, "cpu_milli": cpu, **shape}
-            )
+        state: dict[str, object] = {"preemptible": rng.random() < 0.5}
+        if rng.random() < 0.4:
+            state["running_on"] = [
+                {"node": node_name, "gpus": [u.model_dump(exclude_none=True) for u in uses]}
+            ]
+            if rng.random() < 0.7:
+                state["started_at"] = NOW - timedelta(seconds=rng.randint(0, 7200))
+        w = Workload.model_validate(
+            {"id": wid, "team": team, "tier": tier, "replicas": replicas, "cpu_milli": cpu, **shape, **state}
         )
+        g.workloads.append(w)
+        if w.running_on:
+            g.running.append(w)
         g.assignments.append(assign(wid, 0, node_name, uses, cpu=cpu))
         g.unplaced.extend((wid, r) for r in range(1, replicas))
 
@@ -568,6 +1072,7 @@ def generate(rng: random.Random) -> Generated:
                     overrides.append(
                         {"index": gpu.index, "mig": {"instances": [i.model_dump() for i in insts]}}
                     )
+                    g.cluster_layouts.append((raw.name, gpu.index, insts))
                 else:
                     g.layouts.append(MigLayout(node=raw.name, gpu=gpu.index, instances=insts))
                     g.plan_layout_gpus.extend((raw.name, gpu.index, i) for i in insts)
@@ -612,6 +1117,7 @@ def generate(rng: random.Random) -> Generated:
         for o in overrides:
             data["gpus"][o["index"]]["mig"] = o["mig"]
         g.nodes.append(Node.model_validate(data))
+    g.policy = _random_policy(rng, creates=bool(g.layouts))
     return g
 
 
@@ -627,8 +1133,55 @@ def _model_of(g: Generated, node_name: str, index: int) -> GpuModelSpec:
     return CATALOG.model(found.gpu_by_index[index].model)
 
 
+def _stop(g: Generated, w: Workload, *, scheduled: bool = True) -> None:
+    """Preempt replica 0 of running ``w`` (with its action unless ``scheduled`` is false)."""
+    g.assignments = [a for a in g.assignments if (a.workload, a.replica) != (w.id, 0)]
+    g.unplaced.append((w.id, 0))
+    if scheduled:
+        g.actions.append(Action(kind=PREEMPT, workload=w.id, replica=0))
+
+
+def _budget(g: Generated, **fields: Any) -> None:
+    g.policy = g.policy.model_copy(update={"disruption": g.policy.disruption.model_copy(update=fields)})
+
+
+def _protected(g: Generated) -> list[Workload]:
+    """Running workloads the policy never lets anyone preempt."""
+    every_tier = g.policy.disruption.preempt_latency_sensitive
+    return [
+        w
+        for w in g.running
+        if not w.preemptible or not (g.policy.tier(w.tier).may_be_preempted or every_tier)
+    ]
+
+
 def _mutate(g: Generated, rng: random.Random, kind: str) -> str:
     """Apply one mutation of ``kind``; return the rule it must trigger."""
+    if kind == "preempt-protected":
+        _budget(g, max_preemptions_per_round=1)
+        _stop(g, rng.choice(_protected(g)))
+        return "preempt-forbidden"
+    if kind == "stop-unscheduled":
+        _stop(g, rng.choice(g.running), scheduled=False)
+        return "disruption-unscheduled"
+    if kind == "preempt-over-budget":
+        _budget(g, max_preemptions_per_round=0)
+        _stop(g, rng.choice(g.running))
+        return "disruption-budget"
+    if kind == "young-preempt":
+        w = rng.choice([w for w in g.running if w.started_at is not None])
+        assert w.started_at is not None
+        _budget(g, min_runtime_s=(NOW - w.started_at).total_seconds() + rng.randint(1, 600))
+        _stop(g, w)
+        return "min-runtime"
+    if kind == "mig-create":
+        g.policy = g.policy.model_copy(update={"mig": MigPolicy(allow_create=False)})
+        return "mig-create-forbidden"
+    if kind == "mig-repartition":
+        n, i, insts = rng.choice([c for c in g.cluster_layouts if c[2]])
+        g.layouts.append(MigLayout(node=n, gpu=i, instances=insts[1:]))
+        g.policy = g.policy.model_copy(update={"mig": MigPolicy(allow_repartition=False)})
+        return "mig-repartition-forbidden"
     if kind == "whole-dup":
         n, i = rng.choice(g.whole_gpus)
         _intrude(g, {"gpus": 1}, n, whole(i))
@@ -679,6 +1232,16 @@ def _applicable(g: Generated) -> list[str]:
         kinds.append("layout-overlap")
     if g.mig_gpus:
         kinds.append("whole-on-mig")
+    if g.running:
+        kinds += ["stop-unscheduled", "preempt-over-budget"]
+    if _protected(g):
+        kinds.append("preempt-protected")
+    if any(w.started_at is not None for w in g.running):
+        kinds.append("young-preempt")
+    if g.layouts:
+        kinds.append("mig-create")
+    if any(insts for _, _, insts in g.cluster_layouts):
+        kinds.append("mig-repartition")
     return kinds
 
 

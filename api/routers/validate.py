@@ -10,38 +10,46 @@ from pydantic import ValidationError
 from gpuplan.api.deps import SettingsDep, Submitter
 from gpuplan.api.errors import InputRejected
 from gpuplan.api.routers.plans import check_size
-from gpuplan.api.schemas import ValidateRequest, ValidateResponse, ViolationOut
+from gpuplan.api.schemas import SkippedOut, ValidateRequest, ValidateResponse, ViolationOut
 from gpuplan.models.catalog import default_catalog
 from gpuplan.models.problem import PlanningInput
-from gpuplan.planner.cli import implied_workloads
-from gpuplan.planner.validate import validate_plan
+from gpuplan.planner.validate import ImpliedWorkloadError, check_plan, implied_workloads
 
 router = APIRouter(prefix="/v1", tags=["validate"])
 
 
 def _check(body: ValidateRequest) -> ValidateResponse:
-    workloads = body.workloads if body.workloads is not None else implied_workloads(body.plan)
+    implied = body.workloads is None
+    try:
+        workloads = implied_workloads(body.plan, body.policy) if body.workloads is None else body.workloads
+    except ImpliedWorkloadError as exc:
+        raise InputRejected(("body", "plan", *exc.loc), exc.reason) from None
     try:
         inp = PlanningInput.model_validate(
             {"cluster": body.cluster, "workloads": workloads, "policy": body.policy}
         )
     except ValidationError as exc:
         msg = str(exc.errors(include_url=False)[0]["msg"]).removeprefix("Value error, ")
-        raise InputRejected(("body", "workloads" if body.workloads is not None else "plan"), msg) from None
-    violations = validate_plan(body.plan, inp, default_catalog())
+        raise InputRejected(("body", "plan" if implied else "workloads"), msg) from None
+    report = check_plan(body.plan, inp, default_catalog(), workloads_implied=implied)
     return ValidateResponse(
-        valid=not violations,
-        violations=[ViolationOut(rule=v.rule, subject=v.subject, message=v.message) for v in violations],
+        valid=report.valid,
+        violations=[
+            ViolationOut(rule=v.rule, subject=v.subject, message=v.message) for v in report.violations
+        ],
+        skipped=[SkippedOut(family=s.family, reason=s.reason) for s in report.skipped] or None,
     )
 
 
 @router.post(
     "/validate",
     response_model=ValidateResponse,
+    response_model_exclude_none=True,
     responses={401: {"description": "no valid API key"}, 403: {"description": "viewers may not validate"}},
 )
 async def validate(body: ValidateRequest, caller: Submitter, settings: SettingsDep) -> ValidateResponse:
-    """Every rule the plan breaks (an empty list: the plan is valid)."""
+    """Every rule the plan breaks (an empty list: the plan is valid), and the rule families that could not
+    be checked (``skipped``, e.g. shapes and running work when the workloads are not given)."""
     workloads = len(body.workloads) if body.workloads is not None else len(body.plan.assignments)
     check_size(settings.limits, len(body.cluster.nodes), workloads)
     return await asyncio.to_thread(_check, body)
