@@ -148,6 +148,7 @@ def make_plan(
         "solver": solver,
         "seed": seed,
         "time_limit_s": time_limit_s,
+        "solve_time_limit_s": round(solve_s, 3),
         "num_workers": num_workers,
         "deterministic": deterministic,
         "now": now.isoformat(),

@@ -10,6 +10,9 @@ from typing import Protocol
 from gpuplan.models.plan import Assignment, MigLayout, PlanStatus, Unplaced
 from gpuplan.solvers.problem import PlacementProblem
 
+#: Term set when the wall clock stopped a deterministic solve (its plan may then differ between runs).
+CUT = "deterministic_cut_by_wall"
+
 
 @dataclass(frozen=True)
 class SolveResult:

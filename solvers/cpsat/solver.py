@@ -18,7 +18,7 @@ from ortools.sat.python import cp_model
 
 from gpuplan.models.plan import PlanStatus
 from gpuplan.models.policy import ObjectiveMode
-from gpuplan.solvers.base import SolveResult
+from gpuplan.solvers.base import CUT, SolveResult
 from gpuplan.solvers.bounds import never_fitting, objective_bound, queue_lower_bound
 from gpuplan.solvers.cpsat.builder import CpSatBuilder
 from gpuplan.solvers.cpsat.candidates import Rankings, is_large
@@ -26,10 +26,11 @@ from gpuplan.solvers.cpsat.guard import exact_comparison
 from gpuplan.solvers.cpsat.lns import improve
 from gpuplan.solvers.cpsat.pools import MIN_PART_S, Part, part_count, solve_parts, split
 from gpuplan.solvers.evaluate import reported
+from gpuplan.solvers.fleet.engine import plan_fleet
 from gpuplan.solvers.formulation.builder import Expr, Var
 from gpuplan.solvers.formulation.constraints import add_all
 from gpuplan.solvers.formulation.linear_frag import linear_fragmentation
-from gpuplan.solvers.formulation.objective import build_terms
+from gpuplan.solvers.formulation.objective import build_terms, queue_penalty
 from gpuplan.solvers.formulation.staged import StageResult, Values, fallback, result, run_stages
 from gpuplan.solvers.formulation.variables import Variables, build_variables
 from gpuplan.solvers.greedy import Fgd
@@ -38,12 +39,12 @@ from gpuplan.solvers.problem import PlacementProblem, disturbable
 
 log = logging.getLogger(__name__)
 
-#: Above this many waiting replicas one model is too large: plan by large-neighbourhood search.
+#: Above this many waiting replicas one model is too large: plan by target configurations.
 MONOLITHIC_REPLICAS = 1500
+#: Share of the time limit the configuration LP and its rounding get (neighbourhood search the rest).
+FLEET_SHARE = 0.8
 #: Above this many variables, skip symmetry detection and probing in presolve (seconds for little gain).
 FAST_PRESOLVE_VARIABLES = 4000
-#: Term set when the wall clock stopped a deterministic solve (its plan may then differ between runs).
-CUT = "deterministic_cut_by_wall"
 #: Deterministic seconds a deterministic solve gets per second of its wall-clock share: CP-SAT's
 #: deterministic time ran 0.3-0.5x the wall time on a busy 2-core machine, so a quarter leaves room for
 #: slower machines to finish on deterministic time (and so give the same plan) within the time limit.
@@ -175,7 +176,7 @@ class CpSat:
         assert seen.placer is not None
         never = never_fitting(problem, seen.placer)
         if large:
-            return self._lns(problem, greedy, never, start)
+            return self._fleet(problem, never, start)
         candidates = seen.candidates(greedy) if seen.rank else None
         full = candidates is None and movable == disturbed
         builder = CpSatBuilder()
@@ -212,32 +213,40 @@ class CpSat:
         out = _with_fleet_bound(problem, _recoded(out, never), never)
         return reported(problem, replace(out, wall_s=time.perf_counter() - start))
 
-    def _lns(
-        self,
-        problem: PlacementProblem,
-        greedy: SolveResult,
-        never: frozenset[tuple[str, int]],
-        start: float,
+    def _fleet(
+        self, problem: PlacementProblem, never: frozenset[tuple[str, int]], start: float
     ) -> SolveResult:
-        """The FGD plan improved by CP-SAT on neighbourhoods until the time limit."""
+        """Plan by target configurations (the configuration LP), then improve the plan by CP-SAT on
+        neighbourhoods until the time limit."""
+        deadline = start + problem.time_limit_s
+        fleet = plan_fleet(problem, start + FLEET_SHARE * problem.time_limit_s)
 
         def step(sub: PlacementProblem, movable: set[int]) -> SolveResult:
             return CpSat(movable_running=movable, decompose=False).solve(sub)
 
-        improved, report = improve(problem, greedy, start + problem.time_limit_s, step)
+        improved, report = improve(problem, fleet.result, deadline, step)
         out = replace(
             _recoded(improved, never),
             status=PlanStatus.FEASIBLE,
             solver=self.name,
             terms={
+                **fleet.result.terms,
                 "lns_steps": float(report.steps),
                 "lns_improving_steps": float(report.improved),
                 "lns_queue_gained": float(report.gained),
                 **({CUT: 1.0} if report.cut else {}),
             },
-            model_size={"requests": len(problem.requests), "nodes": len(problem.nodes), "lns": 1},
+            model_size={
+                "requests": len(problem.requests),
+                "nodes": len(problem.nodes),
+                **fleet.result.model_size,
+            },
             wall_s=time.perf_counter() - start,
         )
+        if fleet.value_bound is not None:
+            waiting = sum(queue_penalty(q, problem) for q in problem.requests if q.running is None)
+            lp = objective_bound(problem, max(0, math.ceil(waiting - fleet.value_bound - 1e-6)))
+            out = replace(out, best_bound=float(lp), bound_source="configuration LP")
         return reported(problem, _with_fleet_bound(problem, out, never))
 
     def _pools(self, problem: PlacementProblem, parts: int, movable: set[int], start: float) -> SolveResult:

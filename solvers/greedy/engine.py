@@ -85,7 +85,7 @@ class GreedySolver(ABC):
             done, blocker = placer.place_gang(members)
             placed.extend(done)
             if blocker is not None:
-                unplaced.extend(_gang_failure(r.gang, members, blocker, placer))
+                unplaced.extend(gang_failure(r.gang, members, blocker, placer))
         wall = time.perf_counter() - start
         log.info(
             "%s placed %d, kept %d, left %d unplaced in %.3f s",
@@ -107,7 +107,7 @@ class GreedySolver(ABC):
         )
 
 
-def _gang_failure(gang: str, members: Sequence[Request], blocker: Request, placer: Placer) -> list[Unplaced]:
+def gang_failure(gang: str, members: Sequence[Request], blocker: Request, placer: Placer) -> list[Unplaced]:
     """One GANG entry per member, naming the replica that did not fit."""
     what = " or ".join(describe(s) for s in blocker.shapes)
     why = "could never fit" if placer.never_fits(blocker) else "found no room"

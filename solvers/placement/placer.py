@@ -144,22 +144,35 @@ class Placer:
         demand = self.rules.demand(request)
         for k, shape in enumerate(request.shapes):
             found = self._choose(shape, demand, within)
-            if found is None:
-                continue
-            n, option = found
-            info = self.infos[n]
-            self.cluster.set(n, apply(info, self.cluster.states[n], shape, option, demand.tags))
-            self.rules.charge(info, shape, option.gpus, demand)
-            return Assignment(
-                workload=request.workload,
-                replica=request.replica,
-                node=info.name,
-                gpus=uses(info, option),
-                cpu_milli=shape.cpu_milli,
-                memory_mib=shape.memory_mib,
-                alternative=k,
-            )
+            if found is not None:
+                return self._take(request, k, *found, demand)
         return None
+
+    def place_on(self, request: Request, n: int, alternative: int) -> Assignment | None:
+        """Place one replica with its alternative ``alternative`` on node ``n`` (the scorer picks the
+        GPUs); ``None`` if it does not fit there or the node is closed to its team."""
+        demand = self.rules.demand(request)
+        reserved = self.infos[n].reserved
+        if reserved is not None and demand.team not in reserved:
+            return None
+        found = self._node_choice(n, request.shapes[alternative], demand)
+        return None if found is None else self._take(request, alternative, n, found[1], demand)
+
+    def _take(self, request: Request, k: int, n: int, option: Option, demand: Demand) -> Assignment:
+        """Apply ``option`` for alternative ``k`` of ``request`` on node ``n``; its plan entry."""
+        shape = request.shapes[k]
+        info = self.infos[n]
+        self.cluster.set(n, apply(info, self.cluster.states[n], shape, option, demand.tags))
+        self.rules.charge(info, shape, option.gpus, demand)
+        return Assignment(
+            workload=request.workload,
+            replica=request.replica,
+            node=info.name,
+            gpus=uses(info, option),
+            cpu_milli=shape.cpu_milli,
+            memory_mib=shape.memory_mib,
+            alternative=k,
+        )
 
     def place_gang(self, members: Sequence[Request]) -> tuple[list[Assignment], Request | None]:
         """Place every member or none; on failure return no assignment and the member that failed.

@@ -1,0 +1,203 @@
+"""Target-configuration planning for fleets: the configuration LP decides how many nodes of each class
+host which pattern; rounding and the placement kernel turn that into a plan.
+
+1. Running work that stays is kept; waiting replicas are grouped into request classes and nodes into
+   classes by their remaining state (:mod:`.classes`).
+2. The configuration LP is solved by column generation, started from the patterns of the FGD plan
+   (:mod:`.generation`); its Lagrangian bound is a bound on the queue term valid for the whole problem
+   when no running work may be disturbed.
+3. The LP's pattern counts are rounded down and given to concrete nodes, realised replica by replica,
+   gangs are placed whole, and what is left is placed greedily (:mod:`.rounding`).
+
+The plan is returned only if it waits less than FGD's own plan; otherwise FGD's is (both are valid).
+"""
+
+from __future__ import annotations
+
+import logging
+import time
+from collections import Counter
+from dataclasses import dataclass, replace
+
+from gpuplan.models.plan import Assignment, PlanStatus, Unplaced
+from gpuplan.solvers.base import CUT, SolveResult
+from gpuplan.solvers.fleet.classes import NodeClass, RequestClass, node_classes, request_classes
+from gpuplan.solvers.fleet.generation import Configuration, generate
+from gpuplan.solvers.fleet.pricing import Pattern
+from gpuplan.solvers.fleet.rounding import assign_patterns, fill, realise
+from gpuplan.solvers.formulation.objective import queue_penalty
+from gpuplan.solvers.greedy import Fgd
+from gpuplan.solvers.greedy.engine import gang_failure
+from gpuplan.solvers.placement import Placer
+from gpuplan.solvers.problem import PlacementProblem, Request, disturbable
+
+log = logging.getLogger(__name__)
+
+#: Share of the time limit given to column generation (the rest rounds, fills and compares).
+GENERATION_SHARE = 0.7
+
+
+@dataclass(frozen=True)
+class FleetPlan:
+    """The fleet plan and what the configuration LP established."""
+
+    result: SolveResult
+    configuration: Configuration | None
+    #: Upper bound on the queue penalty placeable (valid for the whole problem), if proven.
+    value_bound: float | None
+
+
+def _placer(problem: PlacementProblem) -> Placer:
+    """An FGD placer with the running work kept where it runs."""
+    placer = Fgd().placer(problem)
+    for r in problem.requests:
+        if r.running is not None:
+            placer.keep(r)
+    return placer
+
+
+def _initial_patterns(
+    problem: PlacementProblem,
+    nodes: tuple[NodeClass, ...],
+    classes: tuple[RequestClass, ...],
+    greedy: SolveResult,
+) -> list[Pattern]:
+    """The pattern each node of the greedy plan realises (the master's first columns)."""
+    class_of: dict[tuple[str, int], tuple[int, int]] = {}
+    for cls in classes:
+        for r in cls.members:
+            class_of[problem.requests[r].key] = (cls.index, 0)
+    node_class = {problem.nodes[n].name: nc.index for nc in nodes for n in nc.members}
+    per_node: dict[str, Counter[tuple[int, int]]] = {}
+    for a in greedy.assignments:
+        found = class_of.get((a.workload, a.replica))
+        if found is not None:
+            per_node.setdefault(a.node, Counter())[(found[0], a.alternative)] += 1
+    out = []
+    for node, counts in sorted(per_node.items()):
+        out.append(Pattern(node_class[node], tuple(sorted(counts.items()))))
+    return out
+
+
+def _queue_order(problem: PlacementProblem, positions: list[int]) -> list[int]:
+    """Waiting replicas by tier, priority and wait, then the most valuable first, then the id."""
+
+    def key(r: int) -> tuple[int, int, int, int, str, int]:
+        q = problem.requests[r]
+        return (q.tier_rank, -q.priority, -q.wait_s, -queue_penalty(q, problem), q.workload, q.replica)
+
+    return sorted(positions, key=key)
+
+
+def plan_fleet(problem: PlacementProblem, deadline: float) -> FleetPlan:
+    """Plan ``problem`` by its configuration LP within ``deadline`` (perf_counter)."""
+    start = time.perf_counter()
+    greedy = Fgd().place(problem)
+    placer = _placer(problem)
+    waiting = [r for r, q in enumerate(problem.requests) if q.running is None]
+    singles = [r for r in waiting if problem.requests[r].gang is None]
+    classes = request_classes(problem, singles)
+    nodes = node_classes(placer)
+    budget = GENERATION_SHARE * (deadline - time.perf_counter())
+    config = generate(
+        nodes,
+        classes,
+        _initial_patterns(problem, nodes, classes, greedy),
+        time.perf_counter() + budget,
+        seed=problem.seed,
+        deterministic=problem.deterministic,
+    )
+    plan = assign_patterns(nodes, config.master.patterns, config.solution)
+    placed, done = realise(problem, placer, classes, plan)
+    dives, dive_cut = _dive(problem, placer, [r for r in singles if r not in done], placed, done, deadline)
+    unplaced: list[Unplaced] = []
+    gangs: dict[str, list[Request]] = {}
+    for r in _queue_order(problem, [r for r in waiting if problem.requests[r].gang is not None]):
+        q = problem.requests[r]
+        assert q.gang is not None
+        gangs.setdefault(q.gang, []).append(q)
+    for gang, members in gangs.items():
+        got, blocker = placer.place_gang(members)
+        placed.extend(got)
+        if blocker is not None:
+            unplaced.extend(gang_failure(gang, members, blocker, placer))
+    more, left = fill(problem, placer, _queue_order(problem, [r for r in singles if r not in done]))
+    placed.extend(more)
+    unplaced.extend(left)
+    kept = [r.assignment(r.running) for r in problem.requests if r.running is not None]
+    result = SolveResult(
+        status=PlanStatus.FEASIBLE,
+        solver="cpsat",
+        assignments=tuple(sorted(kept + placed, key=lambda a: (a.workload, a.replica))),
+        unplaced=tuple(unplaced),
+        mig_layouts=placer.mig_layouts(),
+        wall_s=time.perf_counter() - start,
+        terms={
+            "fleet_rounds": float(config.rounds),
+            "fleet_columns": float(config.columns),
+            "fleet_converged": float(config.converged),
+            "fleet_lp_value": round(config.solution.value, 3),
+            "fleet_node_classes": float(len(nodes)),
+            "fleet_request_classes": float(len(classes)),
+            "fleet_dives": float(dives),
+            **({CUT: 1.0} if config.cut or dive_cut else {}),
+        },
+        model_size={"node_classes": len(nodes), "request_classes": len(classes), "patterns": config.columns},
+    )
+    exact = not any(q.running is not None and disturbable(problem.policy, q) for q in problem.requests)
+    gang_value = sum(queue_penalty(problem.requests[r], problem) for r in waiting if problem.requests[r].gang)
+    bound = config.upper_bound + gang_value if exact and config.upper_bound < float("inf") else None
+    if _queue(problem, greedy.assignments) < _queue(problem, result.assignments):
+        log.info("the configuration plan waits more than FGD's: keeping FGD's")
+        result = replace(
+            greedy,
+            wall_s=time.perf_counter() - start,
+            terms={**result.terms, "kept_hint": 1.0},
+            model_size=result.model_size,
+        )
+    return FleetPlan(result, config, bound)
+
+
+def _dive(
+    problem: PlacementProblem,
+    placer: Placer,
+    remaining: list[int],
+    placed: list[Assignment],
+    done: set[int],
+    deadline: float,
+) -> tuple[int, bool]:
+    """Close the gap the rounding left: re-solve the configuration LP of what still waits on the room
+    still free (partly filled nodes included), round down again, realise; when nothing rounds down to a
+    whole node, take the pattern with the most nodes for one node. Returns the number of dives and
+    whether the deadline cut a deterministic search."""
+    dives = 0
+    while remaining:
+        if time.perf_counter() >= deadline:
+            return dives, problem.deterministic
+        classes = request_classes(problem, remaining)
+        nodes = node_classes(placer, with_room=True)
+        config = generate(
+            nodes, classes, (), deadline, seed=problem.seed, deterministic=problem.deterministic
+        )
+        if config.cut:
+            return dives, True
+        plan = assign_patterns(nodes, config.master.patterns, config.solution)
+        if not plan and config.master.patterns:
+            best = max(range(len(config.solution.x)), key=lambda i: (config.solution.x[i], -i))
+            if config.solution.x[best] <= 0:
+                break
+            pattern = config.master.patterns[best]
+            plan = [(nodes[pattern.node_class].members[0], pattern)]
+        got, realised = realise(problem, placer, classes, plan)
+        if not got:
+            break
+        placed.extend(got)
+        done |= realised
+        remaining = [r for r in remaining if r not in realised]
+        dives += 1
+    return dives, False
+
+
+def _queue(problem: PlacementProblem, assignments: tuple[Assignment, ...]) -> int:
+    placed = {(a.workload, a.replica) for a in assignments}
+    return sum(queue_penalty(q, problem) for q in problem.requests if q.key not in placed)

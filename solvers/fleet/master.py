@@ -1,0 +1,84 @@
+"""The configuration LP (restricted master) on HiGHS: how many nodes of each class use each pattern.
+
+    maximise   sum_p value(p) x_p
+    subject to sum_{p of node class t} x_p      <= nodes in t          (dual mu_t)
+               sum_p replicas of class c in p x_p <= waiting replicas of c (dual pi_c)
+               x_p >= 0
+
+Columns are added as pricing finds them; HiGHS re-optimises from the previous basis.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Sequence
+from dataclasses import dataclass
+
+import highspy
+import numpy as np
+
+from gpuplan.solvers.fleet.classes import NodeClass, RequestClass
+from gpuplan.solvers.fleet.pricing import Pattern
+
+
+@dataclass(frozen=True)
+class MasterSolution:
+    """The LP's value, primal values of the columns and the duals of the rows."""
+
+    value: float
+    x: tuple[float, ...]
+    node_duals: tuple[float, ...]
+    class_duals: tuple[float, ...]
+
+
+class Master:
+    """The restricted master LP over the patterns found so far."""
+
+    def __init__(self, nodes: Sequence[NodeClass], classes: Sequence[RequestClass]) -> None:
+        self.classes = classes
+        self.h = highspy.Highs()  # type: ignore[no-untyped-call]
+        self.h.setOptionValue("output_flag", False)
+        self.h.setOptionValue("threads", 1)
+        inf = highspy.kHighsInf
+        empty_i = np.array([], dtype=np.int32)
+        empty_v = np.array([], dtype=np.float64)
+        for nc in nodes:
+            self.h.addRow(-inf, float(nc.count), 0, empty_i, empty_v)
+        for cls in classes:
+            self.h.addRow(-inf, float(cls.demand), 0, empty_i, empty_v)
+        self.h.changeObjectiveSense(highspy.ObjSense.kMaximize)
+        self.node_rows = len(nodes)
+        self.patterns: list[Pattern] = []
+        self.keys: set[tuple[int, tuple[tuple[tuple[int, int], int], ...]]] = set()
+
+    def add(self, pattern: Pattern) -> bool:
+        """Add a column (False if it is already there)."""
+        key = (pattern.node_class, pattern.counts)
+        if key in self.keys:
+            return False
+        self.keys.add(key)
+        per_class = pattern.per_class()
+        rows = [pattern.node_class] + [self.node_rows + c for c in sorted(per_class)]
+        coef = [1.0] + [float(per_class[c]) for c in sorted(per_class)]
+        self.h.addCol(
+            float(pattern.value(self.classes)),
+            0.0,
+            highspy.kHighsInf,
+            len(rows),
+            np.array(rows, dtype=np.int32),
+            np.array(coef, dtype=np.float64),
+        )
+        self.patterns.append(pattern)
+        return True
+
+    def solve(self) -> MasterSolution:
+        """Optimise the LP over the current columns."""
+        self.h.run()
+        sol = self.h.getSolution()
+        duals = list(sol.row_dual)
+        # A maximisation's row duals are non-negative for <= rows; clamp round-off.
+        return MasterSolution(
+            value=float(self.h.getInfo().objective_function_value),
+            x=tuple(float(v) for v in sol.col_value),
+            node_duals=tuple(max(0.0, d) for d in duals[: self.node_rows]),
+            class_duals=tuple(max(0.0, d) for d in duals[self.node_rows :]),
+        )
