@@ -22,6 +22,7 @@ from fastapi.testclient import TestClient
 from gpuplan.api import create_app
 from gpuplan.api.schemas import JobOut
 from gpuplan.api.settings import Settings
+from gpuplan.models.base import InputError
 from gpuplan.models.plan import Plan
 from gpuplan.models.problem import PlanningInput
 from gpuplan.planner.cli import main
@@ -173,6 +174,18 @@ def test_migrations_make_the_tables_of_the_store_and_run_again_as_a_no_op(db_url
     upgrade(engine)
     assert _tables(db_url) == STORE_TABLES and Store(engine).history()[1] == 0
     store.close()
+
+
+def test_a_database_from_a_newer_gpuplan_is_refused(db_url: str, capsys: pytest.CaptureFixture[str]) -> None:
+    Store.open(db_url).close()
+    engine = make_engine(db_url)
+    with engine.begin() as conn:
+        conn.execute(sa.text("UPDATE alembic_version SET version_num = 'f00d'"))
+    engine.dispose()
+    with pytest.raises(InputError, match="revision f00d"):
+        Store.open(db_url)
+    assert main(["replan", "--db", db_url]) == 2
+    assert "newer than this gpuplan knows" in capsys.readouterr().err
 
 
 def test_processes_starting_together_upgrade_once(db_url: str) -> None:

@@ -2,8 +2,9 @@
 
 The migration scripts ship inside the package (``migrations/``). :func:`upgrade` brings a database to
 the newest revision in one locked transaction: an empty database gets the current schema, a database
-made before Alembic (whose tables ``create_all`` made) is converted with every row kept, and a database
-already at the newest revision is left alone without taking any lock.
+made before Alembic (whose tables ``create_all`` made) is converted with every row kept, a database
+already at the newest revision is left alone without taking any lock, and one that a newer gpuplan
+upgraded past the revisions shipped here is refused with an input error.
 """
 
 from __future__ import annotations
@@ -18,6 +19,7 @@ from alembic.runtime.migration import MigrationContext
 from alembic.script import ScriptDirectory
 from sqlalchemy import Connection, Engine
 
+from gpuplan.models.base import InputError
 from gpuplan.planner.db import locked
 
 log = logging.getLogger(__name__)
@@ -35,11 +37,20 @@ def alembic_config(conn: Connection | None = None) -> Config:
 
 
 @cache
+def _scripts() -> ScriptDirectory:
+    return ScriptDirectory.from_config(alembic_config())
+
+
 def head() -> str:
     """The newest revision."""
-    revision = ScriptDirectory.from_config(alembic_config()).get_current_head()
+    revision = _scripts().get_current_head()
     assert revision is not None
     return revision
+
+
+def known(revision: str) -> bool:
+    """Whether ``revision`` is one of the shipped revisions."""
+    return any(script.revision == revision for script in _scripts().walk_revisions())
 
 
 def revision(conn: Connection) -> str | None:
@@ -50,8 +61,15 @@ def revision(conn: Connection) -> str | None:
 def upgrade(engine: Engine) -> None:
     """Bring the database to the newest revision; a no-op when it is there already."""
     with engine.connect() as conn:
-        if revision(conn) == head():
-            return
+        current = revision(conn)
+    if current == head():
+        return
+    if current is not None and not known(current):
+        where = engine.url.render_as_string(hide_password=True)
+        raise InputError(
+            f"database '{where}': its schema (revision {current}) is newer than this gpuplan knows "
+            f"(revision {head()}); use the gpuplan that upgraded it, or a newer one"
+        )
     with locked(engine) as conn:
         before = revision(conn)  # another process may have upgraded it while this one waited
         if before == head():
