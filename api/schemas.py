@@ -12,6 +12,7 @@ from gpuplan.models.cluster import Cluster
 from gpuplan.models.plan import Plan
 from gpuplan.models.policy import Policy
 from gpuplan.models.workload import Workload
+from gpuplan.planner.store.records import JobRecord
 from gpuplan.solvers.base import solver_names
 
 
@@ -106,25 +107,9 @@ class JobLinks(BaseModel):
     model_config = ConfigDict(populate_by_name=True)
 
 
-class JobOut(BaseModel):
-    """A planning job: state, progress while solving, and the outcome when done."""
+class JobOut(JobRecord):
+    """A planning job: its stored record, progress while solving, and the outcome when done."""
 
-    id: str
-    kind: str = Field(description="plan or capacity-gap")
-    status: str
-    team: str | None
-    solver: str
-    time_limit_s: float
-    nodes: int
-    workloads: int
-    submitted_by: str
-    created_at: datetime
-    started_at: datetime | None
-    finished_at: datetime | None
-    attempts: int
-    plan_status: str | None = Field(description="OPTIMAL, FEASIBLE or FALLBACK when done")
-    outcome: str | None = Field(description="what kind of plan, e.g. cut short by the time limit")
-    error: str | None
     progress: dict[str, Any] | None = Field(
         default=None, description="while solving: phase, stage, incumbent objective, bound, elapsed_s"
     )

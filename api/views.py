@@ -17,26 +17,8 @@ PLAN, CAPACITY_GAP = "plan", "capacity-gap"
 
 def job_out(job: JobRecord, progress: dict[str, Any] | None = None) -> JobOut:
     """The API view of a job (with live progress while it runs)."""
-    return JobOut(
-        id=job.id,
-        kind=job.kind,
-        status=job.status.value,
-        team=job.team,
-        solver=job.solver,
-        time_limit_s=job.time_limit_s,
-        nodes=job.nodes,
-        workloads=job.workloads,
-        submitted_by=job.submitted_by,
-        created_at=job.created_at,
-        started_at=job.started_at,
-        finished_at=job.finished_at,
-        attempts=job.attempts,
-        plan_status=job.plan_status,
-        outcome=job.outcome,
-        error=job.error,
-        progress=progress,
-        links=JobLinks(self_=f"{PLANS}/{job.id}", result=f"{PLANS}/{job.id}/result"),
-    )
+    links = JobLinks(self_=f"{PLANS}/{job.id}", result=f"{PLANS}/{job.id}/result")
+    return JobOut(**dict(job), progress=progress, links=links)
 
 
 def readable(job: JobRecord | None, caller: Principal, job_id: str) -> JobRecord:

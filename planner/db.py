@@ -1,12 +1,15 @@
-"""Database engines for the plan history and the API's job store: a SQLite file or a PostgreSQL URL."""
+"""Database engines for the store of plans and jobs (``planner.store``): a SQLite file or a PostgreSQL
+URL, and the one transaction that holds the write lock from its start (for schema upgrades)."""
 
 from __future__ import annotations
 
 import os
+from collections.abc import Iterator
+from contextlib import contextmanager
 from pathlib import Path
 from typing import Any
 
-from sqlalchemy import Engine, create_engine, event
+from sqlalchemy import Connection, Engine, create_engine, event, text
 from sqlalchemy.engine import make_url
 from sqlalchemy.exc import ArgumentError
 
@@ -14,6 +17,8 @@ from gpuplan.models.base import InputError
 
 DEFAULT_SQLITE = "gpuplan.db"
 TEST_POSTGRES_ENV = "GPUPLAN_TEST_POSTGRES_URL"
+#: The PostgreSQL advisory lock that :func:`locked` takes (any fixed number; this is "gpup" in ASCII).
+ADVISORY_LOCK = 0x67707570
 
 
 def database_url(target: str | None) -> str:
@@ -53,6 +58,22 @@ def make_engine(target: str | None) -> Engine:
         event.listen(engine, "connect", _sqlite_pragmas)
         return engine
     return create_engine(url, pool_pre_ping=True)
+
+
+@contextmanager
+def locked(engine: Engine) -> Iterator[Connection]:
+    """A transaction holding the database's write lock from its first statement, committed when the
+    block ends: two processes doing the same one-off work take turns, and the second sees what the
+    first did. On SQLite ``BEGIN IMMEDIATE`` (the driver would otherwise commit each DDL statement at
+    once, so a killed schema upgrade would leave half a schema); on PostgreSQL a transaction-scoped
+    advisory lock (PostgreSQL's DDL is transactional anyway)."""
+    with engine.connect() as conn:
+        if conn.dialect.name == "sqlite":
+            conn.exec_driver_sql("BEGIN IMMEDIATE")
+        else:
+            conn.execute(text("SELECT pg_advisory_xact_lock(:key)"), {"key": ADVISORY_LOCK})
+        yield conn
+        conn.commit()
 
 
 def postgres_test_url() -> str | None:

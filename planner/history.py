@@ -1,95 +1,112 @@
-"""Plan history: every replanning run's plan, its inputs and provenance, in SQLite or PostgreSQL.
+"""Plan history for ``gpuplan replan``: the plans in the one store (``planner.store``), and diffs.
 
-Each run is one row written in one transaction, so a run killed at any point either stored its whole
-plan or nothing, and the previous plan stays the latest complete one. Rows are never updated.
+A plan replan stores is a ``done`` job of source ``replan`` with its inputs and provenance, written in
+one transaction, so a run killed at any point either stored its whole plan or nothing, and the previous
+plan stays the latest complete one. The latest plan of any source, an API job's too, is what replan
+starts from when it is given no files.
 """
 
 from __future__ import annotations
 
-import json
+import uuid
 from dataclasses import dataclass
-from datetime import UTC, datetime
+from datetime import datetime
 
-from sqlalchemy import Column, DateTime, Engine, Integer, MetaData, String, Table, Text, insert, select
+from sqlalchemy import Engine
 
 from gpuplan.models.plan import GpuUse, Plan
 from gpuplan.models.problem import PlanningInput
 from gpuplan.planner.actions import where
 from gpuplan.planner.db import make_engine
+from gpuplan.planner.store.records import CLI, PLAN_KIND, JobInput, JobRecord, JobSource, JobStatus, now
+from gpuplan.planner.store.store import Store
 from gpuplan.planner.timeline import predicted_waits
-
-metadata = MetaData()
-
-#: One row per stored plan.
-plans = Table(
-    "gpuplan_plan_history",
-    metadata,
-    Column("id", Integer, primary_key=True, autoincrement=True),
-    Column("created_at", DateTime(timezone=True), nullable=False),
-    Column("planned_for", String(64), nullable=False),
-    Column("inputs_sha256", String(64), nullable=False),
-    Column("solver", String(64), nullable=False),
-    Column("status", String(32), nullable=False),
-    Column("seed", Integer, nullable=False),
-    Column("plan_json", Text, nullable=False),
-    Column("inputs_json", Text, nullable=False),
-    Column("provenance_json", Text, nullable=False),
-)
 
 
 @dataclass(frozen=True)
 class StoredPlan:
-    """A plan read back from the history, with the input it was made from."""
+    """A plan read back from the store, with the input it was made from."""
 
     id: int
+    job_id: str
     created_at: datetime
     plan: Plan
     inputs: PlanningInput
 
 
+def _team(inputs: PlanningInput) -> str | None:
+    """The workloads' team when they share one (as the API names a job's team)."""
+    teams = {w.team for w in inputs.workloads}
+    return teams.pop() if len(teams) == 1 else None
+
+
 class PlanHistory:
-    """The plan history in a SQLite file (default ``gpuplan.db``) or a PostgreSQL database."""
+    """The plans in a SQLite file (default ``gpuplan.db``) or a PostgreSQL database."""
 
     def __init__(self, target: str | None = None, engine: Engine | None = None) -> None:
-        self.engine = engine or make_engine(target)
-        metadata.create_all(self.engine)
+        self.store = Store(engine or make_engine(target))
 
     def save(self, plan: Plan, inputs: PlanningInput) -> int:
-        """Store a plan with its inputs and provenance in one transaction; return its id."""
-        row = {
-            "created_at": datetime.now(UTC),
-            "planned_for": str(plan.provenance.get("now", "")),
-            "inputs_sha256": str(plan.provenance.get("inputs_sha256", "")),
-            "solver": plan.solver.name,
-            "status": plan.status.value,
-            "seed": int(plan.provenance.get("seed", 0)),
-            "plan_json": plan.model_dump_json(by_alias=True),
-            "inputs_json": inputs.model_dump_json(),
-            "provenance_json": json.dumps(plan.provenance, sort_keys=True),
+        """Store a plan with its inputs and provenance as one done job, in one transaction; return its
+        number (the plan number replan prints)."""
+        provenance = plan.provenance
+        solver = str(provenance.get("solver", plan.solver.name))
+        time_limit = float(provenance.get("replan_time_limit_s", provenance.get("time_limit_s", 0.0)))
+        stamp = now()
+        job = JobRecord(
+            id=uuid.uuid4().hex,
+            source=JobSource.REPLAN,
+            kind=PLAN_KIND,
+            status=JobStatus.DONE,
+            team=_team(inputs),
+            solver=solver,
+            time_limit_s=time_limit,
+            nodes=len(inputs.cluster.nodes),
+            workloads=len(inputs.workloads),
+            submitted_by=CLI.key_id,
+            created_at=stamp,
+            started_at=stamp,
+            finished_at=stamp,
+            attempts=1,
+            plan_status=plan.status.value,
+            outcome=None,
+            error=None,
+        )
+        options = {
+            "kind": PLAN_KIND,
+            "solver": solver,
+            "time_limit_s": time_limit,
+            "seed": int(provenance.get("seed", 0)),
+            "now": provenance.get("now"),
+            "deterministic": bool(provenance.get("deterministic", True)),
+            "rounds": int(provenance.get("replan_rounds", 1)),
         }
-        with self.engine.begin() as conn:
-            result = conn.execute(insert(plans).values(**row))
-            key = result.inserted_primary_key
-        assert key is not None
-        return int(key[0])
+        digest = str(provenance.get("inputs_sha256", ""))
+        detail = {"source": JobSource.REPLAN.value, "inputs_sha256": digest, "options": options}
+        return self.store.create_job(
+            job,
+            JobInput(digest, inputs.model_dump_json(), options),
+            CLI,
+            detail,
+            result_json=plan.model_dump_json(by_alias=True),
+        )
 
     def latest(self) -> StoredPlan | None:
-        """The most recent complete plan, if any."""
-        with self.engine.connect() as conn:
-            row = conn.execute(select(plans).order_by(plans.c.id.desc()).limit(1)).mappings().first()
-        if row is None:
+        """The plan that was stored last, by replan or by the API, if any."""
+        found = self.store.latest_done(PLAN_KIND)
+        if found is None:
             return None
         return StoredPlan(
-            id=int(row["id"]),
-            created_at=row["created_at"],
-            plan=Plan.model_validate_json(row["plan_json"]),
-            inputs=PlanningInput.model_validate_json(row["inputs_json"]),
+            id=found.number,
+            job_id=found.job.id,
+            created_at=found.job.created_at,
+            plan=Plan.model_validate_json(found.result_json),
+            inputs=PlanningInput.model_validate_json(found.input.input_json),
         )
 
     def count(self) -> int:
         """Number of stored plans."""
-        with self.engine.connect() as conn:
-            return len(conn.execute(select(plans.c.id)).all())
+        return self.store.count_done(PLAN_KIND)
 
 
 @dataclass(frozen=True)

@@ -1,0 +1,7 @@
+"""The one store of plans and jobs: plans made by ``gpuplan replan`` and jobs of the API, their inputs,
+results and audit trail, and the API's keys, in one SQLite file or PostgreSQL database.
+
+``records`` defines a job once (a pydantic model), ``tables`` derives the job table from it, ``migrate``
+brings any database (empty, or made by the code before this store) to the current schema with Alembic,
+and ``store`` reads and writes it, one short transaction per call.
+"""

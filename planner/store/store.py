@@ -1,0 +1,319 @@
+"""Reads and writes of the one store: jobs (from the API, and plans stored by ``gpuplan replan``), their
+inputs, results and audit trail, and the API's keys. SQLite by default, PostgreSQL by URL."""
+
+from __future__ import annotations
+
+import json
+from dataclasses import dataclass
+from datetime import datetime
+from typing import Any
+
+from sqlalchemy import Connection, Engine, RowMapping, func, insert, select, update
+
+from gpuplan.planner.db import make_engine
+from gpuplan.planner.store.migrate import upgrade
+from gpuplan.planner.store.records import (
+    ACTIVE,
+    RESUBMITTABLE,
+    Actor,
+    JobInput,
+    JobRecord,
+    JobStatus,
+    as_utc,
+    now,
+)
+from gpuplan.planner.store.tables import JOB_FIELDS, api_keys, audit, job_inputs, job_results, jobs
+
+
+def _record(row: RowMapping) -> JobRecord:
+    """A job from the job table's columns (``JOB_FIELDS``)."""
+    return JobRecord.model_validate(dict(row))
+
+
+@dataclass(frozen=True)
+class StoredJob:
+    """A finished job read back whole: its number in the store, the job, its input and its result."""
+
+    number: int
+    job: JobRecord
+    input: JobInput
+    result_json: str
+
+
+class Store:
+    """The store of jobs and plans; every method is one short transaction."""
+
+    def __init__(self, engine: Engine) -> None:
+        """Use the database of ``engine``, first brought to the current schema (see ``migrate``)."""
+        upgrade(engine)
+        self.engine = engine
+
+    @classmethod
+    def open(cls, target: str | None) -> Store:
+        """Open the database at ``target``: a file path, a URL, or ``None`` for ``gpuplan.db``."""
+        return cls(make_engine(target))
+
+    def close(self) -> None:
+        """Release the connection pool."""
+        self.engine.dispose()
+
+    def ping(self) -> None:
+        """Raise if the database cannot be reached."""
+        with self.engine.connect() as conn:
+            conn.execute(select(1))
+
+    # --- keys -------------------------------------------------------------------------------------------
+
+    def add_key(self, digest: str, role: str) -> None:
+        """Store a key's hash with its role."""
+        with self.engine.begin() as conn:
+            conn.execute(insert(api_keys).values(key_hash=digest, role=role, created_at=now()))
+
+    def key_role(self, digest: str) -> str | None:
+        """The role of the stored key with hash ``digest``."""
+        with self.engine.connect() as conn:
+            role: str | None = conn.execute(
+                select(api_keys.c.role).where(api_keys.c.key_hash == digest)
+            ).scalar_one_or_none()
+        return role
+
+    # --- jobs -------------------------------------------------------------------------------------------
+
+    def create_job(
+        self,
+        job: JobRecord,
+        data: JobInput,
+        actor: Actor,
+        detail: dict[str, Any],
+        *,
+        result_json: str | None = None,
+    ) -> int:
+        """Insert a job, its input, its result when it comes finished (a plan of ``gpuplan replan``) and
+        the audit record of its submission, in one transaction; return the job's number."""
+        with self.engine.begin() as conn:
+            key = conn.execute(insert(jobs).values(job.model_dump())).inserted_primary_key
+            conn.execute(
+                insert(job_inputs).values(
+                    job_id=job.id,
+                    inputs_sha256=data.inputs_sha256,
+                    input_json=data.input_json,
+                    options_json=json.dumps(data.options, sort_keys=True),
+                )
+            )
+            if result_json is not None:
+                conn.execute(insert(job_results).values(job_id=job.id, plan_json=result_json))
+            self._audit(conn, actor, "submit", job.id, detail)
+        assert key is not None
+        return int(key[0])
+
+    def record(self, actor: Actor, action: str, job_id: str | None, detail: dict[str, Any]) -> None:
+        """Append one audit record."""
+        with self.engine.begin() as conn:
+            self._audit(conn, actor, action, job_id, detail)
+
+    @staticmethod
+    def _audit(
+        conn: Connection, actor: Actor, action: str, job_id: str | None, detail: dict[str, Any]
+    ) -> None:
+        conn.execute(
+            insert(audit).values(
+                at=now(),
+                key_id=actor.key_id,
+                role=actor.role,
+                action=action,
+                job_id=job_id,
+                detail=json.dumps(detail, sort_keys=True, default=str),
+            )
+        )
+
+    def audit_trail(self, job_id: str) -> list[dict[str, Any]]:
+        """The audit records of one job, oldest first."""
+        with self.engine.connect() as conn:
+            rows = conn.execute(select(audit).where(audit.c.job_id == job_id).order_by(audit.c.id)).all()
+        return [
+            {
+                "at": as_utc(r.at),
+                "key_id": r.key_id,
+                "role": r.role,
+                "action": r.action,
+                "detail": json.loads(r.detail),
+            }
+            for r in rows
+        ]
+
+    def mark_running(self, job_id: str) -> bool:
+        """Queued -> running; False when the job is no longer queued (cancelled meanwhile)."""
+        with self.engine.begin() as conn:
+            res = conn.execute(
+                update(jobs)
+                .where(jobs.c.id == job_id, jobs.c.status == JobStatus.QUEUED.value)
+                .values(status=JobStatus.RUNNING.value, started_at=now())
+            )
+        return bool(res.rowcount)
+
+    def finish(
+        self,
+        job_id: str,
+        status: JobStatus,
+        *,
+        plan_json: str | None = None,
+        plan_status: str | None = None,
+        outcome: str | None = None,
+        error: str | None = None,
+    ) -> bool:
+        """Close an active job; False (and nothing written) when it had already been closed."""
+        with self.engine.begin() as conn:
+            res = conn.execute(
+                update(jobs)
+                .where(jobs.c.id == job_id, jobs.c.status.in_([s.value for s in ACTIVE]))
+                .values(
+                    status=status.value,
+                    finished_at=now(),
+                    plan_status=plan_status,
+                    outcome=outcome,
+                    error=error,
+                )
+            )
+            if not res.rowcount:
+                return False
+            if plan_json is not None:
+                conn.execute(insert(job_results).values(job_id=job_id, plan_json=plan_json))
+        return True
+
+    def requeue(self, job_id: str, actor: Actor) -> bool:
+        """A finished, unsuccessful job queued again with its stored input; False if not resubmittable."""
+        with self.engine.begin() as conn:
+            res = conn.execute(
+                update(jobs)
+                .where(jobs.c.id == job_id, jobs.c.status.in_([s.value for s in RESUBMITTABLE]))
+                .values(
+                    status=JobStatus.QUEUED.value,
+                    started_at=None,
+                    finished_at=None,
+                    plan_status=None,
+                    outcome=None,
+                    error=None,
+                    attempts=jobs.c.attempts + 1,
+                )
+            )
+            if not res.rowcount:
+                return False
+            self._audit(conn, actor, "resubmit", job_id, {})
+        return True
+
+    def interrupt_active(self) -> int:
+        """Mark every queued or running job ``interrupted`` (at start-up: its solve was lost)."""
+        with self.engine.begin() as conn:
+            res = conn.execute(
+                update(jobs)
+                .where(jobs.c.status.in_([s.value for s in ACTIVE]))
+                .values(
+                    status=JobStatus.INTERRUPTED.value,
+                    finished_at=now(),
+                    error="the server stopped before this job finished; resubmit it",
+                )
+            )
+        return int(res.rowcount)
+
+    def job(self, job_id: str) -> JobRecord | None:
+        """One job, or None."""
+        with self.engine.connect() as conn:
+            row = conn.execute(select(*JOB_FIELDS).where(jobs.c.id == job_id)).mappings().first()
+        return _record(row) if row is not None else None
+
+    def job_input(self, job_id: str) -> JobInput | None:
+        """The stored input of a job."""
+        with self.engine.connect() as conn:
+            row = conn.execute(select(job_inputs).where(job_inputs.c.job_id == job_id)).first()
+        if row is None:
+            return None
+        return JobInput(row.inputs_sha256, row.input_json, json.loads(row.options_json))
+
+    def result(self, job_id: str) -> str | None:
+        """The plan JSON of a finished job."""
+        with self.engine.connect() as conn:
+            text: str | None = conn.execute(
+                select(job_results.c.plan_json).where(job_results.c.job_id == job_id)
+            ).scalar_one_or_none()
+        return text
+
+    def history(
+        self,
+        *,
+        team: str | None = None,
+        status: JobStatus | None = None,
+        since: datetime | None = None,
+        until: datetime | None = None,
+        limit: int = 50,
+        offset: int = 0,
+    ) -> tuple[list[JobRecord], int]:
+        """Jobs newest first, filtered, one page of them, and how many match in all."""
+        conds = []
+        if team is not None:
+            conds.append(jobs.c.team == team)
+        if status is not None:
+            conds.append(jobs.c.status == status.value)
+        if since is not None:
+            conds.append(jobs.c.created_at >= since)
+        if until is not None:
+            conds.append(jobs.c.created_at < until)
+        with self.engine.connect() as conn:
+            total = int(conn.execute(select(func.count()).select_from(jobs).where(*conds)).scalar_one())
+            rows = conn.execute(
+                select(*JOB_FIELDS)
+                .where(*conds)
+                .order_by(jobs.c.created_at.desc(), jobs.c.number.desc())
+                .limit(limit)
+                .offset(offset)
+            ).mappings()
+            return [_record(r) for r in rows], total
+
+    def status_counts(self) -> dict[str, int]:
+        """How many jobs are in each state."""
+        with self.engine.connect() as conn:
+            rows = conn.execute(select(jobs.c.status, func.count()).group_by(jobs.c.status)).all()
+        return {str(s): int(n) for s, n in rows}
+
+    # --- finished jobs of a kind, whatever their source -------------------------------------------------
+
+    def latest_done(self, kind: str) -> StoredJob | None:
+        """The job of ``kind`` that finished last with a result, with its input and result."""
+        with self.engine.connect() as conn:
+            row = (
+                conn.execute(
+                    select(
+                        jobs.c.number,
+                        *JOB_FIELDS,
+                        job_inputs.c.inputs_sha256,
+                        job_inputs.c.input_json,
+                        job_inputs.c.options_json,
+                        job_results.c.plan_json,
+                    )
+                    .join(job_inputs, job_inputs.c.job_id == jobs.c.id)
+                    .join(job_results, job_results.c.job_id == jobs.c.id)
+                    .where(jobs.c.kind == kind, jobs.c.status == JobStatus.DONE.value)
+                    .order_by(jobs.c.finished_at.desc(), jobs.c.number.desc())
+                    .limit(1)
+                )
+                .mappings()
+                .first()
+            )
+        if row is None:
+            return None
+        return StoredJob(
+            number=int(row["number"]),
+            job=_record(row),
+            input=JobInput(row["inputs_sha256"], row["input_json"], json.loads(row["options_json"])),
+            result_json=row["plan_json"],
+        )
+
+    def count_done(self, kind: str) -> int:
+        """How many jobs of ``kind`` finished with a result."""
+        with self.engine.connect() as conn:
+            return int(
+                conn.execute(
+                    select(func.count())
+                    .select_from(jobs.join(job_results, job_results.c.job_id == jobs.c.id))
+                    .where(jobs.c.kind == kind, jobs.c.status == JobStatus.DONE.value)
+                ).scalar_one()
+            )
