@@ -42,7 +42,7 @@ log = logging.getLogger(__name__)
 #: Above this many waiting replicas one model is too large: plan by target configurations.
 MONOLITHIC_REPLICAS = 1500
 #: Share of the time limit the configuration LP and its rounding get (neighbourhood search the rest).
-FLEET_SHARE = 0.8
+FLEET_SHARE = 0.95
 #: Above this many variables, skip symmetry detection and probing in presolve (seconds for little gain).
 FAST_PRESOLVE_VARIABLES = 4000
 #: Deterministic seconds a deterministic solve gets per second of its wall-clock share: CP-SAT's
@@ -170,13 +170,12 @@ class CpSat:
         parts = part_count(problem.nodes) if self.decompose else 1
         if parts > 1:
             return self._pools(problem, parts, movable, start)
-        large = self.decompose and sum(q.running is None for q in problem.requests) > MONOLITHIC_REPLICAS
-        seen = Rankings(problem, movable, rank=not large and is_large(problem, movable))
+        if self.decompose and sum(q.running is None for q in problem.requests) > MONOLITHIC_REPLICAS:
+            return self._fleet(problem, never_fitting(problem), start)
+        seen = Rankings(problem, movable, rank=is_large(problem, movable))
         greedy = Fgd().place(problem, on_kept=seen)
         assert seen.placer is not None
         never = never_fitting(problem, seen.placer)
-        if large:
-            return self._fleet(problem, never, start)
         candidates = seen.candidates(greedy) if seen.rank else None
         full = candidates is None and movable == disturbed
         builder = CpSatBuilder()

@@ -6,8 +6,10 @@ host which pattern; rounding and the placement kernel turn that into a plan.
 2. The configuration LP is solved by column generation, started from the patterns of the FGD plan
    (:mod:`.generation`); its Lagrangian bound is a bound on the queue term valid for the whole problem
    when no running work may be disturbed.
-3. The LP's pattern counts are rounded down and given to concrete nodes, realised replica by replica,
-   gangs are placed whole, and what is left is placed greedily (:mod:`.rounding`).
+3. Whole numbers of nodes per pattern come from the master as an integer program over the columns
+   generated (price and branch; the LP rounded down if it finds none); the patterns are given to
+   concrete nodes and realised replica by replica, gangs are placed whole, and what is left is placed
+   greedily (:mod:`.rounding`).
 
 The plan is returned only if it waits less than FGD's own plan; otherwise FGD's is (both are valid).
 """
@@ -17,6 +19,7 @@ from __future__ import annotations
 import logging
 import time
 from collections import Counter
+from collections.abc import Sequence
 from dataclasses import dataclass, replace
 
 from gpuplan.models.plan import Assignment, PlanStatus, Unplaced
@@ -33,8 +36,9 @@ from gpuplan.solvers.problem import PlacementProblem, Request, disturbable
 
 log = logging.getLogger(__name__)
 
-#: Share of the time limit given to column generation (the rest rounds, fills and compares).
+#: Share of the time limit given to column generation, then of the rest to the integer master.
 GENERATION_SHARE = 0.7
+INTEGER_SHARE = 0.5
 
 
 @dataclass(frozen=True)
@@ -60,16 +64,16 @@ def _initial_patterns(
     problem: PlacementProblem,
     nodes: tuple[NodeClass, ...],
     classes: tuple[RequestClass, ...],
-    greedy: SolveResult,
+    assignments: Sequence[Assignment],
 ) -> list[Pattern]:
-    """The pattern each node of the greedy plan realises (the master's first columns)."""
+    """The pattern each node of a greedy plan realises (the master's first columns)."""
     class_of: dict[tuple[str, int], tuple[int, int]] = {}
     for cls in classes:
         for r in cls.members:
             class_of[problem.requests[r].key] = (cls.index, 0)
     node_class = {problem.nodes[n].name: nc.index for nc in nodes for n in nc.members}
     per_node: dict[str, Counter[tuple[int, int]]] = {}
-    for a in greedy.assignments:
+    for a in assignments:
         found = class_of.get((a.workload, a.replica))
         if found is not None:
             per_node.setdefault(a.node, Counter())[(found[0], a.alternative)] += 1
@@ -80,7 +84,8 @@ def _initial_patterns(
 
 
 def _queue_order(problem: PlacementProblem, positions: list[int]) -> list[int]:
-    """Waiting replicas by tier, priority and wait, then the most valuable first, then the id."""
+    """Replicas by tier, priority and wait, then the most valuable first, then the id (never the
+    input order)."""
 
     def key(r: int) -> tuple[int, int, int, int, str, int]:
         q = problem.requests[r]
@@ -92,7 +97,10 @@ def _queue_order(problem: PlacementProblem, positions: list[int]) -> list[int]:
 def plan_fleet(problem: PlacementProblem, deadline: float) -> FleetPlan:
     """Plan ``problem`` by its configuration LP within ``deadline`` (perf_counter)."""
     start = time.perf_counter()
-    greedy = Fgd().place(problem)
+    # The first columns come from FGD in a canonical order (largest first within a tier), never in the
+    # input order: the plan must not depend on how the input lists its rows.
+    canonical = _queue_order(problem, list(range(len(problem.requests))))
+    greedy = Fgd().place(replace(problem, requests=tuple(problem.requests[r] for r in canonical)))
     placer = _placer(problem)
     waiting = [r for r, q in enumerate(problem.requests) if q.running is None]
     singles = [r for r in waiting if problem.requests[r].gang is None]
@@ -102,14 +110,15 @@ def plan_fleet(problem: PlacementProblem, deadline: float) -> FleetPlan:
     config = generate(
         nodes,
         classes,
-        _initial_patterns(problem, nodes, classes, greedy),
+        _initial_patterns(problem, nodes, classes, greedy.assignments),
         time.perf_counter() + budget,
         seed=problem.seed,
         deterministic=problem.deterministic,
     )
-    plan = assign_patterns(nodes, config.master.patterns, config.solution)
+    # Price and branch: whole numbers of nodes per pattern over the columns generated (HiGHS' MIP).
+    counts = config.master.solve_integer(max(0.1, INTEGER_SHARE * (deadline - time.perf_counter())))
+    plan = assign_patterns(nodes, config.master.patterns, counts or config.solution.x)
     placed, done = realise(problem, placer, classes, plan)
-    dives, dive_cut = _dive(problem, placer, [r for r in singles if r not in done], placed, done, deadline)
     unplaced: list[Unplaced] = []
     gangs: dict[str, list[Request]] = {}
     for r in _queue_order(problem, [r for r in waiting if problem.requests[r].gang is not None]):
@@ -139,8 +148,8 @@ def plan_fleet(problem: PlacementProblem, deadline: float) -> FleetPlan:
             "fleet_lp_value": round(config.solution.value, 3),
             "fleet_node_classes": float(len(nodes)),
             "fleet_request_classes": float(len(classes)),
-            "fleet_dives": float(dives),
-            **({CUT: 1.0} if config.cut or dive_cut else {}),
+            "fleet_integer_master": float(counts is not None),
+            **({CUT: 1.0} if config.cut else {}),
         },
         model_size={"node_classes": len(nodes), "request_classes": len(classes), "patterns": config.columns},
     )
@@ -156,46 +165,6 @@ def plan_fleet(problem: PlacementProblem, deadline: float) -> FleetPlan:
             model_size=result.model_size,
         )
     return FleetPlan(result, config, bound)
-
-
-def _dive(
-    problem: PlacementProblem,
-    placer: Placer,
-    remaining: list[int],
-    placed: list[Assignment],
-    done: set[int],
-    deadline: float,
-) -> tuple[int, bool]:
-    """Close the gap the rounding left: re-solve the configuration LP of what still waits on the room
-    still free (partly filled nodes included), round down again, realise; when nothing rounds down to a
-    whole node, take the pattern with the most nodes for one node. Returns the number of dives and
-    whether the deadline cut a deterministic search."""
-    dives = 0
-    while remaining:
-        if time.perf_counter() >= deadline:
-            return dives, problem.deterministic
-        classes = request_classes(problem, remaining)
-        nodes = node_classes(placer, with_room=True)
-        config = generate(
-            nodes, classes, (), deadline, seed=problem.seed, deterministic=problem.deterministic
-        )
-        if config.cut:
-            return dives, True
-        plan = assign_patterns(nodes, config.master.patterns, config.solution)
-        if not plan and config.master.patterns:
-            best = max(range(len(config.solution.x)), key=lambda i: (config.solution.x[i], -i))
-            if config.solution.x[best] <= 0:
-                break
-            pattern = config.master.patterns[best]
-            plan = [(nodes[pattern.node_class].members[0], pattern)]
-        got, realised = realise(problem, placer, classes, plan)
-        if not got:
-            break
-        placed.extend(got)
-        done |= realised
-        remaining = [r for r in remaining if r not in realised]
-        dives += 1
-    return dives, False
 
 
 def _queue(problem: PlacementProblem, assignments: tuple[Assignment, ...]) -> int:

@@ -13,7 +13,6 @@ from collections.abc import Sequence
 
 from gpuplan.models.plan import Assignment, Unplaced
 from gpuplan.solvers.fleet.classes import NodeClass, RequestClass
-from gpuplan.solvers.fleet.master import MasterSolution
 from gpuplan.solvers.fleet.pricing import Item, Pattern
 from gpuplan.solvers.placement import Placer
 from gpuplan.solvers.problem import PlacementProblem, ShapeSpec
@@ -30,19 +29,17 @@ def _size(shape: ShapeSpec) -> tuple[int, int, int]:
 
 
 def assign_patterns(
-    nodes: Sequence[NodeClass], patterns: Sequence[Pattern], solution: MasterSolution
+    nodes: Sequence[NodeClass], patterns: Sequence[Pattern], x: Sequence[float]
 ) -> list[tuple[int, Pattern]]:
-    """(node position, pattern) for the LP's pattern counts rounded down, patterns with the most
-    nodes first, nodes of each class in name order."""
+    """(node position, pattern) for pattern counts ``x`` rounded down, patterns with the most nodes
+    first, nodes of each class in name order."""
     taken: dict[int, int] = {nc.index: 0 for nc in nodes}
     out: list[tuple[int, Pattern]] = []
-    order = sorted(
-        range(len(patterns)), key=lambda i: (-solution.x[i], patterns[i].node_class, patterns[i].counts)
-    )
+    order = sorted(range(len(patterns)), key=lambda i: (-x[i], patterns[i].node_class, patterns[i].counts))
     for i in order:
         p = patterns[i]
         nc = nodes[p.node_class]
-        count = math.floor(solution.x[i] + INTEGRAL)
+        count = math.floor(x[i] + INTEGRAL)
         for _ in range(min(count, nc.count - taken[nc.index])):
             out.append((nc.members[taken[nc.index]], p))
             taken[nc.index] += 1

@@ -215,6 +215,16 @@ class Placer:
         self.cluster.commit()
         return placed, None
 
+    def trial(self, requests: Sequence[Request]) -> list[Assignment]:
+        """Where the greedy loop would place ``requests`` now, without keeping any of it."""
+        self.cluster.begin()
+        used = list(self.rules.used)
+        try:
+            return [a for a in (self.place(r) for r in requests) if a is not None]
+        finally:
+            self.cluster.rollback()
+            self.rules.used = used
+
     def never_fits(self, request: Request) -> bool:
         """Whether no node of the cluster open to the request's team could host any alternative, even
         if it were empty."""
