@@ -13,7 +13,6 @@ from __future__ import annotations
 
 import logging
 import time
-import warnings
 from collections import defaultdict
 from dataclasses import dataclass
 from typing import Any
@@ -23,6 +22,7 @@ import pulp
 from gpuplan.models.hardware import GpuModelSpec
 from gpuplan.models.policy import IsolationKind, Policy
 from gpuplan.models.workload import TopologyNeed
+from gpuplan.solvers.milp.engine import engine_name, pulp_engine
 from gpuplan.solvers.problem import NodeSpec, Request, ShapeSpec
 
 log = logging.getLogger(__name__)
@@ -92,15 +92,6 @@ class PurchaseSolution:
     status: str
     solver: str
     wall_s: float
-
-
-def _engine(backend: str, time_limit_s: float, threads: int) -> pulp.LpSolver:
-    if backend == "highs" and pulp.HiGHS().available():
-        return pulp.HiGHS(msg=False, timeLimit=time_limit_s, threads=threads)
-    with warnings.catch_warnings():
-        # PuLP 3.3 deprecates its bundled CBC binary for 4.0; it is the CBC this pinned PuLP ships.
-        warnings.simplefilter("ignore", DeprecationWarning)
-        return pulp.PULP_CBC_CMD(msg=False, timeLimit=time_limit_s, threads=threads)
 
 
 Class = tuple[tuple[ShapeSpec, ...], tuple[str, ...]]
@@ -221,7 +212,7 @@ class _Model:
                 p += pulp.lpSum((s.gpus // g) * v for s, v in bound if s.gpus >= g) <= cap * buy
 
     def solve(self, backend: str, time_limit_s: float, threads: int) -> int:
-        self.prob.solve(_engine(backend, time_limit_s, threads))
+        self.prob.solve(pulp_engine(backend, time_limit_s, threads))
         return int(self.prob.sol_status)
 
 
@@ -269,7 +260,7 @@ def solve_purchase(
         solved = lp_status == pulp.LpSolutionOptimal
         bound = sum(t.cost * (lp.buy[t.name].varValue or 0.0) for t in types) if solved else 0.0
         label = "FEASIBLE" if found else NO_SOLUTION
-    name = "highs" if backend == "highs" and pulp.HiGHS().available() else "cbc"
+    name = engine_name(backend)
     return PurchaseSolution(
         counts={k: v for k, v in counts.items() if v},
         mig_gpus={k: v for k, v in mig.items() if v and counts[k]},

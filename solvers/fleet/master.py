@@ -37,7 +37,6 @@ class Master:
         self.classes = classes
         self.h = highspy.Highs()  # type: ignore[no-untyped-call]
         self.h.setOptionValue("output_flag", False)
-        self.h.setOptionValue("threads", 1)
         inf = highspy.kHighsInf
         empty_i = np.array([], dtype=np.int32)
         empty_v = np.array([], dtype=np.float64)

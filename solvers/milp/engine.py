@@ -27,7 +27,9 @@ def pulp_engine(backend: str, time_limit_s: float, threads: int) -> pulp.LpSolve
     """A PuLP engine that stops at the time limit and calls a solution optimal only at a zero gap
     (both engines stop at a 0.01% relative gap by default)."""
     if engine_name(backend) == "highs":
-        return pulp.HiGHS(msg=False, timeLimit=time_limit_s, threads=threads, gapRel=0.0, gapAbs=0.0)
+        # HiGHS' thread pool is process-wide and set once: a thread count differing from the first
+        # one a process used makes every later solve fail, so HiGHS keeps its own default.
+        return pulp.HiGHS(msg=False, timeLimit=time_limit_s, gapRel=0.0, gapAbs=0.0)
     with warnings.catch_warnings():
         # PuLP 3.3 deprecates its bundled CBC binary for 4.0; it is the CBC this pinned PuLP ships.
         warnings.simplefilter("ignore", DeprecationWarning)
