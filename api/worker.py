@@ -26,8 +26,9 @@ from gpuplan.models.catalog import default_catalog
 from gpuplan.models.plan import Plan, PlanStatus
 from gpuplan.models.problem import PlanningInput
 from gpuplan.planner.capacity import GapOptions, capacity_gap, load_node_types
+from gpuplan.planner.errors import InvalidPlanError
 from gpuplan.planner.explain import explain_workload
-from gpuplan.planner.planning import InvalidPlanError, make_plan
+from gpuplan.planner.planning import make_plan
 
 log = logging.getLogger(__name__)
 

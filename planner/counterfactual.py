@@ -26,8 +26,8 @@ from gpuplan.models.policy import DisruptionBudget, IsolationKind
 from gpuplan.models.problem import PlanningInput
 from gpuplan.models.workload import Shape, TopologyNeed
 from gpuplan.planner.compile import compile_problem
+from gpuplan.planner.errors import InvalidPlanError
 from gpuplan.planner.explain_state import Key, PlanState, cluster_after
-from gpuplan.planner.planning import InvalidPlanError
 from gpuplan.planner.validate import validate_plan
 from gpuplan.solvers.base import get_solver
 from gpuplan.solvers.placement.options import options
