@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+from dataclasses import asdict
 from typing import Any
 
 from fastapi import HTTPException
@@ -16,26 +17,14 @@ PLAN, CAPACITY_GAP = "plan", "capacity-gap"
 
 
 def job_out(job: JobRecord, progress: dict[str, Any] | None = None) -> JobOut:
-    """The API view of a job (with live progress while it runs)."""
-    return JobOut(
-        id=job.id,
-        kind=job.kind,
-        status=job.status.value,
-        team=job.team,
-        solver=job.solver,
-        time_limit_s=job.time_limit_s,
-        nodes=job.nodes,
-        workloads=job.workloads,
-        submitted_by=job.submitted_by,
-        created_at=job.created_at,
-        started_at=job.started_at,
-        finished_at=job.finished_at,
-        attempts=job.attempts,
-        plan_status=job.plan_status,
-        outcome=job.outcome,
-        error=job.error,
-        progress=progress,
-        links=JobLinks(self_=f"{PLANS}/{job.id}", result=f"{PLANS}/{job.id}/result"),
+    """The API view of a job: the stored record's fields, with live progress while it runs."""
+    return JobOut.model_validate(
+        {
+            **asdict(job),
+            "status": job.status.value,
+            "progress": progress,
+            "links": JobLinks(self_=f"{PLANS}/{job.id}", result=f"{PLANS}/{job.id}/result"),
+        }
     )
 
 
