@@ -111,17 +111,17 @@ class JobOut(BaseModel):
 
     id: str
     kind: str = Field(description="plan or capacity-gap")
-    status: str
-    team: str | None
-    solver: str
-    time_limit_s: float
-    nodes: int
-    workloads: int
-    submitted_by: str
+    status: str = Field(description="queued, running, done, failed, cancelled or interrupted")
+    team: str | None = Field(description="the request's team, or the one team its workloads name")
+    solver: str = Field(description="the back-end asked for")
+    time_limit_s: float = Field(description="seconds the solve may take")
+    nodes: int = Field(description="nodes in the request")
+    workloads: int = Field(description="workloads in the request")
+    submitted_by: str = Field(description="the id of the API key that submitted the job")
     created_at: datetime
-    started_at: datetime | None
+    started_at: datetime | None = Field(description="when a solver process took the job")
     finished_at: datetime | None
-    attempts: int
+    attempts: int = Field(description="1, plus one for each resubmission")
     plan_status: str | None = Field(description="OPTIMAL, FEASIBLE or FALLBACK when done")
     outcome: str | None = Field(description="what kind of plan, e.g. cut short by the time limit")
     error: str | None

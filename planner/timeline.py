@@ -249,11 +249,9 @@ def roll_forward(
     result: SolveResult,
     catalog: HardwareCatalog,
     now: datetime,
-    previous: Mapping[Key, Reservation] | None = None,
-    horizon_s: float = HORIZON_S,
+    previous: Mapping[Key, Reservation],
 ) -> Timeline:
     """Reserve a start time and GPUs for every replica that does not keep running (see the module)."""
-    previous = previous or {}
     roll = _Roll(inp, problem, cluster_with_layouts(inp.cluster, result.mig_layouts), catalog)
     chosen = {(a.workload, a.replica): a for a in result.assignments}
     workloads = inp.workload_by_id
@@ -284,7 +282,7 @@ def roll_forward(
         honoured = fresh and all(m.key in previous for m in members)
         processed.update(m.key for m in members)
         promoted = False
-        times = sorted({0.0, *(iv.end for iv in roll.intervals if iv.end <= horizon_s)})
+        times = sorted({0.0, *(iv.end for iv in roll.intervals if iv.end <= HORIZON_S)})
         for t in times:
             ivs = roll.overlapping(t, d)
             found = None
@@ -370,7 +368,7 @@ def with_reservations(
     if waiting * len(problem.nodes) > MAX_PROBE_SIZE:
         log.info("timeline skipped: %d waiting replicas on %d nodes", waiting, len(problem.nodes))
         return result
-    tl = roll_forward(inp, problem, result, catalog, now, previous)
+    tl = roll_forward(inp, problem, result, catalog, now, previous or {})
     kept = [a for a in result.assignments if requests[(a.workload, a.replica)].running is not None]
     started = []
     for key, hold in tl.starts.items():

@@ -11,13 +11,7 @@ from pydantic import ValidationError
 from gpuplan.models.base import InputError
 from gpuplan.models.capacity import CapacityReport
 from gpuplan.models.catalog import default_catalog
-from gpuplan.planner.cli.common import (
-    Subparsers,
-    add_solve_options,
-    command_deadline,
-    input_from_args,
-    parse_now,
-)
+from gpuplan.planner.cli import common
 from gpuplan.planner.io import describe, load_plan, read_structured, write_json
 
 if TYPE_CHECKING:
@@ -78,9 +72,9 @@ def cmd_capacity_gap(args: argparse.Namespace) -> int:
     from gpuplan.planner.export import build_tables, write_xlsx
     from gpuplan.planner.scenarios import load_scenarios, prepare_scenarios, render_table, run_prepared
 
-    deadline = command_deadline(args)
+    deadline = common.command_deadline(args)
     catalog = default_catalog()
-    inp = input_from_args(args, catalog)
+    inp = common.input_from_args(args, catalog)
     types = load_node_types(Path(args.catalog) if args.catalog else None, catalog)
     opts = GapOptions(
         solver=args.solver,
@@ -88,7 +82,7 @@ def cmd_capacity_gap(args: argparse.Namespace) -> int:
         milp_time_limit_s=args.milp_time_limit,
         seed=args.seed,
         num_workers=args.workers,
-        now=parse_now(args.now),
+        now=common.parse_now(args.now),
     )
     what_ifs = (
         prepare_scenarios(
@@ -137,7 +131,7 @@ def export_tables(args: argparse.Namespace, plan: Plan, catalog: HardwareCatalog
     given = [args.cluster, args.workloads]
     if any(given) and not all(given):
         raise InputError("--cluster and --workloads go together")
-    inp = input_from_args(args, catalog) if all(given) else None
+    inp = common.input_from_args(args, catalog) if all(given) else None
     report = load_report(Path(args.gap)) if args.gap else None
     types = load_node_types(Path(args.catalog) if args.catalog else None, catalog)
     tables = build_tables(plan, catalog, inp, report, types, period_h=args.period_hours)
@@ -165,17 +159,15 @@ def cmd_export(args: argparse.Namespace) -> int:
     return export_tables(args, load_plan(Path(args.plan)), catalog)
 
 
-def add_parsers(sub: Subparsers) -> None:
+def add_parsers(sub: common.Subparsers) -> None:
     """Register ``capacity-gap`` and ``export``."""
     p = sub.add_parser("capacity-gap", help="what to re-partition and buy to serve the waiting demand")
-    p.add_argument("--cluster", required=True)
-    p.add_argument("--workloads", required=True)
-    p.add_argument("--policy")
+    common.add_input_options(p)
     p.add_argument("--catalog", help="purchasable node types (default: the bundled EXAMPLE catalog)")
     p.add_argument("--scenarios", help="what-if scenarios file; results tabulated side by side")
     p.add_argument("--out", help="write the capacity gap (and scenarios) as JSON here")
     p.add_argument("--xlsx", help="also write a workbook with the plan and the gap")
-    add_solve_options(
+    common.add_solve_options(
         p, 30.0, "seconds for the whole command, every solve and scenario included", deterministic=False
     )
     p.add_argument(

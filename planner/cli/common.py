@@ -34,6 +34,13 @@ def load_input(
     )  # fmt: skip
 
 
+def add_input_options(p: argparse.ArgumentParser) -> None:
+    """``--cluster``, ``--workloads`` and ``--policy``: the files :func:`input_from_args` reads."""
+    p.add_argument("--cluster", required=True)
+    p.add_argument("--workloads", required=True)
+    p.add_argument("--policy")
+
+
 def input_from_args(args: argparse.Namespace, catalog: HardwareCatalog | None = None) -> PlanningInput:
     """The planning input named by ``--cluster``, ``--workloads`` and ``--policy``."""
     policy = Path(args.policy) if args.policy else None

@@ -9,7 +9,7 @@ from pathlib import Path
 from gpuplan.models.base import InputError
 from gpuplan.models.catalog import default_catalog
 from gpuplan.models.plan import Explanation
-from gpuplan.planner.cli.common import Subparsers, add_solver_option, load_input
+from gpuplan.planner.cli import common
 from gpuplan.planner.io import load_plan
 
 
@@ -63,7 +63,7 @@ def cmd_explain(args: argparse.Namespace) -> int:
     if cluster is None or workloads is None:
         raise InputError("explain: give --cluster and --workloads (the inputs the plan was made from)")
     catalog = default_catalog()
-    inp = load_input(cluster, workloads, policy, catalog)
+    inp = common.load_input(cluster, workloads, policy, catalog)
     recorded = plan.provenance.get("inputs_sha256")
     if recorded and recorded != inputs_digest(inp):
         raise InputError(f"{args.plan}: the plan was made from other inputs (inputs_sha256 differs)")
@@ -85,7 +85,7 @@ def cmd_explain(args: argparse.Namespace) -> int:
     return 0
 
 
-def add_parsers(sub: Subparsers) -> None:
+def add_parsers(sub: common.Subparsers) -> None:
     """Register ``explain``."""
     p = sub.add_parser("explain", help="why a workload waits and what smallest change would place it")
     p.add_argument("workload", help="workload id")
@@ -94,7 +94,7 @@ def add_parsers(sub: Subparsers) -> None:
     p.add_argument("--workloads", help="the demand the plan was made for")
     p.add_argument("--policy")
     p.add_argument("--counterfactuals", type=int, default=3, help="verified changes to show (default 3)")
-    add_solver_option(p, "re-solve back-end")
+    common.add_solver_option(p, "re-solve back-end")
     p.add_argument("--time-limit", type=float, default=2.0, help="seconds per verifying re-solve (default 2)")
     p.add_argument("--json", action="store_true", help="print the explanations as JSON")
     p.set_defaults(func=cmd_explain)

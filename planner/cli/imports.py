@@ -8,7 +8,7 @@ from pathlib import Path
 import yaml
 
 from gpuplan.models.base import InputError
-from gpuplan.planner.cli.common import Subparsers
+from gpuplan.planner.cli import common
 
 
 def _read(path: str) -> str:
@@ -73,7 +73,7 @@ def cmd_openb(args: argparse.Namespace) -> int:
     return 0
 
 
-def add_parsers(sub: Subparsers) -> None:
+def add_parsers(sub: common.Subparsers) -> None:
     """Register ``import topo|mig|openb``."""
     imp = sub.add_parser("import", help="import nvidia-smi outputs or the openb trace")
     kinds = imp.add_subparsers(dest="kind", required=True)

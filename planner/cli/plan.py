@@ -13,16 +13,7 @@ from gpuplan.models.plan import Plan
 from gpuplan.models.policy import Policy
 from gpuplan.models.workload import Workloads
 from gpuplan.planner import summary
-from gpuplan.planner.cli.common import (
-    EXIT_FAIL,
-    EXIT_OK,
-    Subparsers,
-    add_solve_options,
-    command_deadline,
-    input_from_args,
-    load_input,
-    parse_now,
-)
+from gpuplan.planner.cli import common
 from gpuplan.planner.deadline import solve_share
 from gpuplan.planner.io import (
     load_cluster,
@@ -45,8 +36,8 @@ def _run_plan(inp: PlanningInput, args: argparse.Namespace) -> Plan:
     plan = make_plan(
         inp,
         solver=args.solver,
-        now=parse_now(args.now),
-        time_limit_s=solve_share(args.time_limit, command_deadline(args)),
+        now=common.parse_now(args.now),
+        time_limit_s=solve_share(args.time_limit, common.command_deadline(args)),
         seed=args.seed,
         num_workers=args.workers,
         deterministic=args.deterministic,
@@ -61,8 +52,8 @@ def _run_plan(inp: PlanningInput, args: argparse.Namespace) -> Plan:
 
 def cmd_plan(args: argparse.Namespace) -> int:
     """Plan a cluster and a demand list."""
-    _run_plan(input_from_args(args), args)
-    return EXIT_OK
+    _run_plan(common.input_from_args(args), args)
+    return common.EXIT_OK
 
 
 def cmd_demo(args: argparse.Namespace) -> int:
@@ -70,7 +61,7 @@ def cmd_demo(args: argparse.Namespace) -> int:
     from gpuplan.planner.cli.capacity import write_plan_workbook
 
     ex = data_dir() / "examples"
-    inp = load_input(ex / "cluster.yaml", ex / "workloads.yaml", ex / "policy.yaml")
+    inp = common.load_input(ex / "cluster.yaml", ex / "workloads.yaml", ex / "policy.yaml")
     if args.now is None:
         args.now = (ex / "now.txt").read_text().strip()
     print(
@@ -87,7 +78,7 @@ def cmd_demo(args: argparse.Namespace) -> int:
             f"check it: gpuplan validate --cluster {ex / 'cluster.yaml'} --workloads "
             f"{ex / 'workloads.yaml'} --policy {ex / 'policy.yaml'} --plan {args.out}"
         )
-    return EXIT_OK
+    return common.EXIT_OK
 
 
 def not_checked(report: Report) -> str:
@@ -114,11 +105,11 @@ def cmd_validate(args: argparse.Namespace) -> int:
             f"{args.plan}: valid ({len(plan.assignments)} assignments, {len(plan.unplaced)} waiting)"
             f"{not_checked(report)}"
         )
-        return EXIT_OK
+        return common.EXIT_OK
     print(f"{args.plan}: {len(report.violations)} violation(s){not_checked(report)}")
     for v in report.violations:
         print(f"  [{v.rule}] {v.subject}: {v.message}")
-    return EXIT_FAIL
+    return common.EXIT_FAIL
 
 
 def cmd_schema(args: argparse.Namespace) -> int:
@@ -130,23 +121,21 @@ def cmd_schema(args: argparse.Namespace) -> int:
         "plan": Plan.model_json_schema(by_alias=True),
     }
     print(json.dumps(schemas if args.kind == "all" else schemas[args.kind], indent=2))
-    return EXIT_OK
+    return common.EXIT_OK
 
 
-def add_parsers(sub: Subparsers) -> None:
+def add_parsers(sub: common.Subparsers) -> None:
     """Register ``plan``, ``demo``, ``validate`` and ``schema``."""
     p = sub.add_parser("plan", help="plan workloads on a cluster")
-    p.add_argument("--cluster", required=True)
-    p.add_argument("--workloads", required=True)
-    p.add_argument("--policy")
+    common.add_input_options(p)
     p.add_argument("--out", help="write the plan JSON here")
-    add_solve_options(p, time_limit=30.0)
+    common.add_solve_options(p, time_limit=30.0)
     p.set_defaults(func=cmd_plan)
 
     p = sub.add_parser("demo", help="plan the bundled example and print the summary")
     p.add_argument("--out", default="demo-plan.json", help="write the plan JSON here")
     p.add_argument("--xlsx", help="write the workbook here (default: next to the plan JSON)")
-    add_solve_options(p, time_limit=10.0)
+    common.add_solve_options(p, time_limit=10.0)
     p.set_defaults(func=cmd_demo)
 
     p = sub.add_parser("validate", help="check a plan; exit 1 listing violations")

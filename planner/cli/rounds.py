@@ -9,6 +9,7 @@ import sys
 import time
 from collections.abc import Iterator
 from contextlib import contextmanager
+from dataclasses import replace
 from datetime import UTC, datetime
 from pathlib import Path
 from typing import TYPE_CHECKING
@@ -17,13 +18,7 @@ from gpuplan.models.base import InputError
 from gpuplan.models.catalog import default_catalog
 from gpuplan.models.policy import DisruptionBudget
 from gpuplan.planner import summary
-from gpuplan.planner.cli.common import (
-    Subparsers,
-    add_solve_options,
-    command_deadline,
-    input_from_args,
-    parse_now,
-)
+from gpuplan.planner.cli import common
 from gpuplan.planner.deadline import solve_share
 from gpuplan.planner.io import write_json
 from gpuplan.planner.progress import SearchLine, SolveProgress, reporting, stdout_silenced
@@ -78,7 +73,7 @@ def _with_rounds(inp: PlanningInput, rounds: int) -> PlanningInput:
 def _state(args: argparse.Namespace, history: PlanHistory) -> PlanningInput:
     """The current state: the files when given, else the inputs of the latest stored plan."""
     if args.cluster and args.workloads:
-        return input_from_args(args)
+        return common.input_from_args(args)
     if args.cluster or args.workloads:
         raise InputError("--cluster and --workloads: give both, or neither to replan the stored state")
     stored = history.latest()
@@ -96,11 +91,11 @@ def cmd_replan(args: argparse.Namespace) -> int:
 
     if args.rounds < 1:
         raise InputError("--rounds: must be at least 1")
-    deadline = command_deadline(args)
+    deadline = common.command_deadline(args)
     history = PlanHistory(args.db)
     inp = _state(args, history)
     previous = history.latest()
-    now = parse_now(args.now) or datetime.now(UTC)
+    now = common.parse_now(args.now) or datetime.now(UTC)
     solve_s = solve_share(args.time_limit, deadline)
     solve_started = time.perf_counter()
     with _progress(args.quiet):
@@ -161,22 +156,23 @@ def cmd_simulate(args: argparse.Namespace) -> int:
     trace_dir = Path(args.trace_dir)
     if not (trace_dir / f"openb_pod_list_{args.trace}.csv").is_file():
         raise InputError(f"--trace-dir: {trace_dir} has no openb_pod_list_{args.trace}.csv")
+    # One configuration; only the offered load varies between the runs.
+    base = SimConfig(
+        nodes=args.nodes,
+        hours=args.hours,
+        warmup_hours=args.warmup_hours,
+        round_s=args.round_s,
+        median_duration_s=args.median_duration_s,
+        sigma=args.sigma,
+        seed=args.seed,
+        time_limit_s=args.time_limit,
+        moves_per_round=args.moves,
+        trace=args.trace,
+        trace_dir=trace_dir,
+    )
     rows: list[dict[str, object]] = []
     for rho in args.rho_list or [args.rho]:
-        cfg = SimConfig(
-            rho=rho,
-            nodes=args.nodes,
-            hours=args.hours,
-            warmup_hours=args.warmup_hours,
-            round_s=args.round_s,
-            median_duration_s=args.median_duration_s,
-            sigma=args.sigma,
-            seed=args.seed,
-            time_limit_s=args.time_limit,
-            moves_per_round=args.moves,
-            trace=args.trace,
-            trace_dir=trace_dir,
-        )
+        cfg = replace(base, rho=rho)
         result = simulate(cfg, progress=None if args.quiet else lambda m: print(m, file=sys.stderr))
         rows.extend({"rho": rho, "policy": name, **metrics} for name, metrics in result.items())
     columns = list(dict.fromkeys(k for r in rows for k in r))
@@ -192,7 +188,7 @@ def cmd_simulate(args: argparse.Namespace) -> int:
     return 0
 
 
-def add_parsers(sub: Subparsers) -> None:
+def add_parsers(sub: common.Subparsers) -> None:
     """Register ``replan`` and ``simulate``."""
     from gpuplan.planner.simulate import SimConfig
 
@@ -201,7 +197,7 @@ def add_parsers(sub: Subparsers) -> None:
     p.add_argument("--workloads", help="workloads file, with running_on for what runs now")
     p.add_argument("--policy")
     p.add_argument("--db", help="plan history: a SQLite file or a PostgreSQL URL (default gpuplan.db)")
-    add_solve_options(p, 300.0, "seconds for the whole command", deterministic=False)
+    common.add_solve_options(p, 300.0, "seconds for the whole command", deterministic=False)
     p.add_argument(
         "--rounds",
         type=int,
