@@ -1,4 +1,4 @@
-"""Dependencies of the routes, as ``Annotated`` aliases: settings, store, runner and the caller."""
+"""Dependencies of the routes, as ``Annotated`` aliases: settings, store, runner, jobs and the caller."""
 
 from __future__ import annotations
 
@@ -9,6 +9,7 @@ from fastapi import Depends, HTTPException, Request, Security
 from fastapi.security import APIKeyHeader, HTTPAuthorizationCredentials, HTTPBearer
 
 from gpuplan.api.auth import Principal, key_hash, principal
+from gpuplan.api.jobs import Jobs
 from gpuplan.api.runner import Runner
 from gpuplan.api.settings import Settings
 from gpuplan.api.store import Store
@@ -38,6 +39,14 @@ def get_runner(request: Request) -> Runner:
 SettingsDep = Annotated[Settings, Depends(get_settings)]
 StoreDep = Annotated[Store, Depends(get_store)]
 RunnerDep = Annotated[Runner, Depends(get_runner)]
+
+
+def get_jobs(settings: SettingsDep, store: StoreDep, runner: RunnerDep) -> Jobs:
+    """Job submission over the app's settings, store and runner."""
+    return Jobs(settings, store, runner)
+
+
+JobsDep = Annotated[Jobs, Depends(get_jobs)]
 
 _UNAUTHENTICATED = HTTPException(
     status_code=401,

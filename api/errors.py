@@ -10,7 +10,6 @@ from fastapi import FastAPI, Request
 from fastapi.exceptions import RequestValidationError
 from fastapi.responses import JSONResponse
 from fastapi.routing import APIRoute
-from pydantic import ValidationError
 from starlette.exceptions import HTTPException as StarletteHTTPException
 
 from gpuplan.models.base import InputError
@@ -40,18 +39,6 @@ class InputRejected(Exception):
         super().__init__(message)
         self.loc = loc
         self.message = message
-
-
-def validation_detail(exc: ValidationError, prefix: tuple[str | int, ...]) -> list[dict[str, Any]]:
-    """Pydantic errors as FastAPI's 422 items (``loc``, ``msg``, ``type``) under ``prefix``."""
-    return [
-        {
-            "loc": [*prefix, *e["loc"]],
-            "msg": str(e["msg"]).removeprefix("Value error, "),
-            "type": e["type"],
-        }
-        for e in exc.errors(include_url=False, include_input=False, include_context=False)
-    ]
 
 
 def _json_safe(errors: Any) -> list[dict[str, Any]]:

@@ -1,16 +1,14 @@
 """The solver process: receives one job at a time over a pipe, plans it and sends progress and the plan.
 
 Solves run here, never in the server's event loop, so that ``DELETE`` can stop one at once by ending the
-process. Progress is read from what the planner logs: the phase, and the CP-SAT search log's incumbent
-objective and bound (``best:`` and ``next:[lower,upper]``) of the current lexicographic stage.
+process. Progress is read from what the planner logs (``planner/progress.py``): the phase, and the CP-SAT
+search log's incumbent objective and bound of the current lexicographic stage.
 """
 
 from __future__ import annotations
 
 import json
 import logging
-import os
-import re
 import threading
 import time
 from dataclasses import dataclass, field
@@ -26,29 +24,24 @@ from gpuplan.models.catalog import default_catalog
 from gpuplan.models.plan import Plan, PlanStatus
 from gpuplan.models.problem import PlanningInput
 from gpuplan.planner.capacity import GapOptions, capacity_gap, load_node_types
+from gpuplan.planner.errors import InvalidPlanError
 from gpuplan.planner.explain import explain_workload
-from gpuplan.planner.planning import InvalidPlanError, make_plan
+from gpuplan.planner.planning import make_plan
+from gpuplan.planner.progress import (
+    CPSAT_LOGGER,
+    PLANNING_LOGGER,
+    SearchLine,
+    SolveProgress,
+    reporting,
+    stdout_silenced,
+)
 
 log = logging.getLogger(__name__)
 
-#: Loggers whose records tell the phase and the CP-SAT search progress.
-PLANNING_LOGGER = "gpuplan.planner.planning"
-CPSAT_LOGGER = "gpuplan.solvers.cpsat.solver"
 #: At most this many progress messages a second reach the server.
 PROGRESS_INTERVAL_S = 0.2
 
-_SEARCH = re.compile(r"^#(?:\d+|Bound|Model|Done)\s+\S+\s+best:(\S+)\s+next:\[(\S*?),(\S*?)\]")
-_STAGE_END = re.compile(r"^CP-SAT stage ended")
-
 EXACT_SOLVERS = frozenset({"cpsat", "milp", "milp-highs", "milp-cbc"})
-
-
-def _number(text: str) -> float | None:
-    try:
-        value = float(text)
-    except ValueError:
-        return None
-    return value if value == value and abs(value) != float("inf") else None
 
 
 @dataclass
@@ -85,12 +78,12 @@ class Channel:
             self.conn.send(message)
 
 
-class ProgressHandler(logging.Handler):
-    """Turns planner and CP-SAT log records into progress messages: a phase or stage change at once,
-    new incumbents and bounds at most every ``PROGRESS_INTERVAL_S`` (from a ticker thread)."""
+class JobProgress(SolveProgress):
+    """Sends a job's progress to the server: a phase or stage change at once, new incumbents and bounds
+    at most every ``PROGRESS_INTERVAL_S`` (from a ticker thread)."""
 
     def __init__(self, channel: Channel) -> None:
-        super().__init__(logging.DEBUG)
+        super().__init__()
         self.channel = channel
         self.progress = Progress()
         self.dirty = False
@@ -112,21 +105,23 @@ class ProgressHandler(logging.Handler):
             if self.dirty:
                 self.send()
 
-    def emit(self, record: logging.LogRecord) -> None:
-        """Update the progress from one record."""
-        text = record.getMessage()
+    def solving(self) -> None:
+        """The solver starts: send the phase."""
+        self.progress.phase = "solving"
+        self.send()
+
+    def searched(self, line: SearchLine) -> None:
+        """Record the new incumbent and bound (sent by the ticker)."""
+        self.progress.incumbent = line.incumbent
+        self.progress.bound = line.lower
+        self.dirty = True
+
+    def stage_ended(self) -> None:
+        """The next lexicographic stage starts without an incumbent or bound: send that."""
         p = self.progress
-        if record.name == PLANNING_LOGGER and text.startswith("planning "):
-            p.phase = "solving"
-            self.send()
-        elif (m := _SEARCH.match(text)) is not None:
-            p.incumbent = _number(m.group(1))
-            p.bound = _number(m.group(2))
-            self.dirty = True
-        elif _STAGE_END.match(text):
-            p.stage += 1
-            p.incumbent = p.bound = None
-            self.send()
+        p.stage += 1
+        p.incumbent = p.bound = None
+        self.send()
 
 
 def outcome(plan: Plan, time_limit_s: float) -> str:
@@ -212,33 +207,31 @@ def solve(input_json: str, options: dict[str, Any]) -> tuple[str, str, str]:
 
 def main(conn: Connection) -> None:
     """Serve jobs from ``conn`` until the server closes it."""
-    # CP-SAT also prints its search log to stdout; the server reads the log through logging instead.
-    devnull = os.open(os.devnull, os.O_WRONLY)
-    os.dup2(devnull, 1)
-    os.close(devnull)
     channel = Channel(conn)
-    handler = ProgressHandler(channel)
-    for name in (PLANNING_LOGGER, CPSAT_LOGGER):
-        logger = logging.getLogger(name)
-        logger.setLevel(logging.DEBUG)
-        logger.addHandler(handler)
-        logger.propagate = False
-    default_catalog()
-    channel.send(("ready",))
-    while True:
-        try:
-            message: dict[str, Any] = conn.recv()
-        except (EOFError, OSError):
-            return
-        handler.reset()
-        try:
-            plan_json, status, label = solve(message["input"], message["options"])
-        except (InputError, ValidationError, KeyError, ValueError) as exc:
-            channel.send(("error", "input", str(exc)))
-        except InvalidPlanError as exc:
-            channel.send(("error", "invalid-plan", str(exc)))
-        except Exception as exc:
-            log.exception("job %s failed", message.get("job"))
-            channel.send(("error", "internal", f"{type(exc).__name__}: {exc}"))
-        else:
-            channel.send(("done", plan_json, status, label))
+    handler = JobProgress(channel)
+    # CP-SAT also prints its search log to stdout; the progress is read through logging instead.
+    with stdout_silenced(), reporting(handler, (PLANNING_LOGGER, CPSAT_LOGGER)):
+        default_catalog()
+        channel.send(("ready",))
+        while True:
+            try:
+                message: dict[str, Any] = conn.recv()
+            except (EOFError, OSError):
+                return
+            handler.reset()
+            _run(message, channel)
+
+
+def _run(message: dict[str, Any], channel: Channel) -> None:
+    """Solve one job and send its result or error."""
+    try:
+        plan_json, status, label = solve(message["input"], message["options"])
+    except (InputError, ValidationError, KeyError, ValueError) as exc:
+        channel.send(("error", "input", str(exc)))
+    except InvalidPlanError as exc:
+        channel.send(("error", "invalid-plan", str(exc)))
+    except Exception as exc:
+        log.exception("job %s failed", message.get("job"))
+        channel.send(("error", "internal", f"{type(exc).__name__}: {exc}"))
+    else:
+        channel.send(("done", plan_json, status, label))

@@ -32,7 +32,7 @@ from pydantic import ValidationError
 from gpuplan.models.base import InputError
 from gpuplan.models.capacity import CapacityGap, GapLine, NodeType, NodeTypeCatalog, Purchase, Unservable
 from gpuplan.models.catalog import data_dir, default_catalog
-from gpuplan.models.cluster import Cluster, MigConfig, Node
+from gpuplan.models.cluster import Cluster, Node
 from gpuplan.models.hardware import HardwareCatalog
 from gpuplan.models.plan import Plan, PlanStatus, Unplaced
 from gpuplan.models.policy import DisruptionBudget, IsolationKind, Policy
@@ -41,6 +41,7 @@ from gpuplan.models.workload import GpuRef, Placement, Workload
 from gpuplan.planner.compile import compile_node, compile_problem
 from gpuplan.planner.deadline import Deadline, Phases
 from gpuplan.planner.io import describe, read_structured
+from gpuplan.planner.layouts import cluster_with_layouts
 from gpuplan.planner.metrics import gpu_equivalents
 from gpuplan.planner.planning import make_plan
 from gpuplan.planner.purchase import NO_SOLUTION, PurchaseSolution, TypeSpec, shape_fits, solve_purchase
@@ -160,16 +161,6 @@ def _held(inp: PlanningInput, plan: Plan, catalog: HardwareCatalog) -> tuple[Pla
     """``inp`` with the plan's placements running and held (no moves), its MIG layouts in place and
     re-partitions allowed; replicas are renumbered placed-first, with the map back to the original keys.
     """
-    layouts = {(lay.node, lay.gpu): lay.instances for lay in plan.mig_layouts}
-    nodes = []
-    for node in inp.cluster.nodes:
-        gpus = tuple(
-            g.model_copy(update={"mig": MigConfig(instances=layouts[(node.name, g.index)])})
-            if (node.name, g.index) in layouts
-            else g
-            for g in node.gpus
-        )
-        nodes.append(node.model_copy(update={"gpus": gpus}))
     placed: dict[str, dict[int, Placement]] = defaultdict(dict)
     for a in plan.assignments:
         refs = tuple(GpuRef(**g.model_dump()) for g in a.gpus)
@@ -189,7 +180,11 @@ def _held(inp: PlanningInput, plan: Plan, catalog: HardwareCatalog) -> tuple[Pla
     )
     # A new input, not a model_copy: that would carry over the cached ``workload_by_id`` of ``inp``.
     held = PlanningInput.model_validate(
-        {"cluster": Cluster(nodes=tuple(nodes)), "workloads": tuple(workloads), "policy": policy},
+        {
+            "cluster": cluster_with_layouts(inp.cluster, plan.mig_layouts),
+            "workloads": tuple(workloads),
+            "policy": policy,
+        },
         context={"catalog": catalog},
     )
     return held, back

@@ -13,11 +13,11 @@ from contextlib import contextmanager
 from dataclasses import dataclass, replace
 from datetime import datetime
 
-from gpuplan.models.cluster import Cluster, MigConfig
 from gpuplan.models.hardware import HardwareCatalog
 from gpuplan.models.plan import Assignment, Plan
 from gpuplan.models.problem import PlanningInput
 from gpuplan.planner.compile import compile_problem
+from gpuplan.planner.layouts import cluster_with_layouts
 from gpuplan.solvers.greedy import Fgd
 from gpuplan.solvers.placement import Placer
 from gpuplan.solvers.placement.options import Option, options
@@ -27,23 +27,6 @@ from gpuplan.solvers.placement.state import NodeInfo, NodeState, initial_state
 from gpuplan.solvers.problem import PlacementProblem, Request, Running, ShapeSpec
 
 Key = tuple[str, int]
-
-
-def cluster_after(cluster: Cluster, plan: Plan) -> Cluster:
-    """The cluster with the plan's target MIG layouts in place of the current ones."""
-    layouts = {(m.node, m.gpu): m.instances for m in plan.mig_layouts}
-    if not layouts:
-        return cluster
-    nodes = []
-    for node in cluster.nodes:
-        gpus = tuple(
-            g.model_copy(update={"mig": MigConfig(instances=layouts[(node.name, g.index)])})
-            if (node.name, g.index) in layouts
-            else g
-            for g in node.gpus
-        )
-        nodes.append(node.model_copy(update={"gpus": gpus}))
-    return cluster.model_copy(update={"nodes": tuple(nodes)})
 
 
 @dataclass(frozen=True)
@@ -67,7 +50,7 @@ class PlanState:
         self.plan = plan
         self.catalog = catalog
         self.now = now
-        after = inp.model_copy(update={"cluster": cluster_after(inp.cluster, plan)})
+        after = inp.model_copy(update={"cluster": cluster_with_layouts(inp.cluster, plan.mig_layouts)})
         self.problem: PlacementProblem = compile_problem(after, catalog, now)
         self.requests: dict[Key, Request] = {q.key: q for q in self.problem.requests}
         self.was_running = {q.key for q in self.problem.requests if q.running is not None}

@@ -16,10 +16,12 @@ from gpuplan.models.problem import PlanningInput
 from gpuplan.planner.actions import plan_actions
 from gpuplan.planner.compile import compile_problem
 from gpuplan.planner.deadline import MIN_SOLVE_S, Deadline
+from gpuplan.planner.errors import InvalidPlanError
+from gpuplan.planner.explain import explain_all, with_explanations
 from gpuplan.planner.metrics import fragmentation, plan_metrics
 from gpuplan.planner.repair import without_idle_moves
 from gpuplan.planner.timeline import previous_reservations, with_reservations
-from gpuplan.planner.validate import Violation, validate_plan
+from gpuplan.planner.validate import validate_plan
 from gpuplan.solvers.base import SolveResult, get_solver
 from gpuplan.solvers.evaluate import reported
 from gpuplan.solvers.problem import PlacementProblem
@@ -31,15 +33,6 @@ log = logging.getLogger(__name__)
 POST_SOLVE_SHARE = 0.1
 #: Largest share of the time limit the explanations of waiting replicas may take.
 EXPLAIN_SHARE = 0.25
-
-
-class InvalidPlanError(RuntimeError):
-    """A solver produced a plan that the independent validator rejects (a bug, never user error)."""
-
-    def __init__(self, solver: str, violations: list[Violation]) -> None:
-        self.violations = violations
-        head = "; ".join(f"{v.rule}: {v.message}" for v in violations[:5])
-        super().__init__(f"solver '{solver}' produced an invalid plan ({len(violations)} violations): {head}")
 
 
 def _version(dist: str) -> str:
@@ -155,9 +148,6 @@ def make_plan(
     }
     plan = build_plan(inp, problem, result, catalog, provenance)
     if explain:
-        # Imported here: explanations verify counterfactuals by re-planning through this module.
-        from gpuplan.planner.explain import explain_all, with_explanations
-
         found = explain_all(
             inp,
             plan,

@@ -14,10 +14,10 @@ import logging
 from collections import defaultdict
 from dataclasses import replace
 
-from gpuplan.models.cluster import Cluster, MigConfig
 from gpuplan.models.hardware import HardwareCatalog
 from gpuplan.models.plan import Assignment, MigLayout, Plan, PlanStatus, SolverReport
 from gpuplan.models.problem import PlanningInput
+from gpuplan.planner.layouts import cluster_with_layouts
 from gpuplan.planner.occupancy import Holding, Key, Occupancy, holding
 from gpuplan.planner.validate import validate_plan
 from gpuplan.solvers.base import SolveResult
@@ -25,23 +25,6 @@ from gpuplan.solvers.evaluate import NodeFragmentation
 from gpuplan.solvers.problem import PlacementProblem, Request
 
 log = logging.getLogger(__name__)
-
-
-def _with_layouts(cluster: Cluster, layouts: tuple[MigLayout, ...]) -> Cluster:
-    """The cluster with the plan's MIG layouts in place of the current ones."""
-    target = {(lay.node, lay.gpu): lay.instances for lay in layouts}
-    if not target:
-        return cluster
-    nodes = []
-    for n in cluster.nodes:
-        gpus = tuple(
-            g.model_copy(update={"mig": MigConfig(instances=target[(n.name, g.index)])})
-            if (n.name, g.index) in target
-            else g
-            for g in n.gpus
-        )
-        nodes.append(n.model_copy(update={"gpus": gpus}))
-    return cluster.model_copy(update={"nodes": tuple(nodes)})
 
 
 def _origin(req: Request) -> Holding:
@@ -92,7 +75,7 @@ def without_idle_moves(
     ]
     if not disturbed:
         return result
-    occ = Occupancy.empty(_with_layouts(inp.cluster, result.mig_layouts), catalog)
+    occ = Occupancy.empty(cluster_with_layouts(inp.cluster, result.mig_layouts), catalog)
     on_node: dict[str, dict[Key, Assignment]] = defaultdict(dict)
     for a in result.assignments:
         occ.start((a.workload, a.replica), holding(a), force=True)

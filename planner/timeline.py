@@ -33,6 +33,7 @@ from gpuplan.models.policy import Policy
 from gpuplan.models.problem import PlanningInput
 from gpuplan.models.workload import Workload
 from gpuplan.planner.compile import compile_node
+from gpuplan.planner.layouts import cluster_with_layouts
 from gpuplan.planner.occupancy import Holding, Key, Occupancy, holding
 from gpuplan.planner.validate import validate_plan
 from gpuplan.solvers.base import SolveResult
@@ -83,23 +84,6 @@ def remaining_s(w: Workload, policy: Policy, now: datetime) -> float:
         return math.inf
     ran = 0.0 if w.started_at is None else (now - w.started_at).total_seconds()
     return max(OVERDUE_S, d - ran)
-
-
-def _with_layouts(cluster: Cluster, layouts: Sequence[MigLayout]) -> Cluster:
-    """The cluster with the plan's target MIG layouts in place of the current ones."""
-    target = {(lay.node, lay.gpu): lay.instances for lay in layouts}
-    if not target:
-        return cluster
-    nodes = []
-    for n in cluster.nodes:
-        gpus = []
-        for g in n.gpus:
-            entry = g.model_dump()
-            if (n.name, g.index) in target:
-                entry["mig"] = {"instances": [i.model_dump() for i in target[(n.name, g.index)]]}
-            gpus.append(entry)
-        nodes.append({**n.model_dump(exclude={"gpus", "topology"}), "gpus": gpus})
-    return Cluster.model_validate({"nodes": nodes})
 
 
 class _Roll:
@@ -265,12 +249,10 @@ def roll_forward(
     result: SolveResult,
     catalog: HardwareCatalog,
     now: datetime,
-    previous: Mapping[Key, Reservation] | None = None,
-    horizon_s: float = HORIZON_S,
+    previous: Mapping[Key, Reservation],
 ) -> Timeline:
     """Reserve a start time and GPUs for every replica that does not keep running (see the module)."""
-    previous = previous or {}
-    roll = _Roll(inp, problem, _with_layouts(inp.cluster, result.mig_layouts), catalog)
+    roll = _Roll(inp, problem, cluster_with_layouts(inp.cluster, result.mig_layouts), catalog)
     chosen = {(a.workload, a.replica): a for a in result.assignments}
     workloads = inp.workload_by_id
     for key, a in chosen.items():
@@ -300,7 +282,7 @@ def roll_forward(
         honoured = fresh and all(m.key in previous for m in members)
         processed.update(m.key for m in members)
         promoted = False
-        times = sorted({0.0, *(iv.end for iv in roll.intervals if iv.end <= horizon_s)})
+        times = sorted({0.0, *(iv.end for iv in roll.intervals if iv.end <= HORIZON_S)})
         for t in times:
             ivs = roll.overlapping(t, d)
             found = None
@@ -386,7 +368,7 @@ def with_reservations(
     if waiting * len(problem.nodes) > MAX_PROBE_SIZE:
         log.info("timeline skipped: %d waiting replicas on %d nodes", waiting, len(problem.nodes))
         return result
-    tl = roll_forward(inp, problem, result, catalog, now, previous)
+    tl = roll_forward(inp, problem, result, catalog, now, previous or {})
     kept = [a for a in result.assignments if requests[(a.workload, a.replica)].running is not None]
     started = []
     for key, hold in tl.starts.items():

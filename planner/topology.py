@@ -1,4 +1,4 @@
-"""Intra-node link graphs: NVLink cliques, NUMA groups and the link cost of a GPU set."""
+"""Intra-node link graphs: link classes and costs of GPU pairs, and NVLink cliques."""
 
 from __future__ import annotations
 
@@ -58,21 +58,7 @@ def nvlink_cliques(node: Node) -> list[frozenset[int]]:
     return sorted(cliques, key=lambda c: (-len(c), sorted(c)))
 
 
-def numa_groups(node: Node) -> dict[int, frozenset[int]]:
-    """GPU indices by NUMA node."""
-    groups: dict[int, set[int]] = {}
-    for g in node.gpus:
-        groups.setdefault(g.numa, set()).add(g.index)
-    return {k: frozenset(v) for k, v in groups.items()}
-
-
 def is_nvlink_clique(node: Node, gpus: Iterable[int]) -> bool:
     """Whether every pair of ``gpus`` is joined by NVLink."""
     graph = link_graph(node)
     return all(graph.edges[a, b]["nvlink"] for a, b in itertools.combinations(sorted(set(gpus)), 2))
-
-
-def set_cost(node: Node, gpus: Iterable[int]) -> int:
-    """Link cost of a GPU set: the sum of its pair costs (0 for a single GPU)."""
-    graph = link_graph(node)
-    return sum(graph.edges[a, b]["cost"] for a, b in itertools.combinations(sorted(set(gpus)), 2))

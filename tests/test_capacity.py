@@ -24,11 +24,11 @@ from gpuplan.models.capacity import (
 )
 from gpuplan.models.workload import Workload
 from gpuplan.planner import capacity as capacity_module
-from gpuplan.planner import capacity_cli
 from gpuplan.planner import purchase as purchase_module
 from gpuplan.planner import scenarios as scenarios_module
 from gpuplan.planner.capacity import GapOptions, capacity_gap, gap_demand, load_node_types, type_specs
-from gpuplan.planner.cli import main
+from gpuplan.planner.cli import capacity as capacity_cli
+from gpuplan.planner.cli import common, main
 from gpuplan.planner.compile import compile_problem
 from gpuplan.planner.deadline import Deadline
 from gpuplan.planner.planning import make_plan
@@ -443,7 +443,7 @@ def test_cli_shares_the_time_limit_and_reuses_unchanged_scenarios(
 ) -> None:
     clock = FakeClock()
     rec = Recorder(monkeypatch, clock)
-    monkeypatch.setattr(capacity_cli, "Deadline", lambda end: Deadline.after(10.0, clock))
+    monkeypatch.setattr(common, "Deadline", lambda end: Deadline.after(10.0, clock))
     cluster, work, cat, scen = (tmp_path / f for f in ("c.yaml", "w.yaml", "types.yaml", "s.yaml"))
     cluster.write_text(yaml.safe_dump(small_fleet()))
     work.write_text(yaml.safe_dump({"workloads": [

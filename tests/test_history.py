@@ -15,8 +15,8 @@ import pytest
 import yaml
 
 from gpuplan.models import Plan, PlanningInput
-from gpuplan.planner import rounds_cli
-from gpuplan.planner.cli import main
+from gpuplan.planner import planning
+from gpuplan.planner.cli import common, main
 from gpuplan.planner.deadline import (
     MIN_SOLVE_S,
     OUTPUT_S,
@@ -187,10 +187,10 @@ def test_replan_gives_the_solve_its_share_and_says_when_it_overran(
         clock.advance(2 * kw["time_limit_s"])  # a solve that takes twice its share
         return make_plan(inp, **{**kw, "solver": "greedy-fgd"})
 
-    monkeypatch.setattr(rounds_cli, "make_plan", solve)
-    monkeypatch.setattr(rounds_cli, "Deadline", lambda end: Deadline.after(20.0, clock))
+    monkeypatch.setattr(planning, "make_plan", solve)
+    monkeypatch.setattr(common, "Deadline", lambda end: Deadline.after(20.0, clock))
     args = ["replan", "--db", str(tmp_path / "h.db"), "--time-limit", "20", "-q", "--now", NOW]
-    with caplog.at_level(logging.WARNING, logger="gpuplan.planner.rounds_cli"):
+    with caplog.at_level(logging.WARNING, logger="gpuplan.planner.cli.rounds"):
         assert main([*args, *_files(tmp_path)]) == 0
     assert limits == [solve_share(20.0, Deadline.after(20.0, FakeClock()))]
     assert any("past its 17.0 s share" in r.getMessage() for r in caplog.records)

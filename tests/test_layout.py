@@ -48,3 +48,12 @@ def test_the_distribution_installs_one_top_level_package() -> None:
         spec = importlib.util.find_spec(folder)
         assert spec is None or installed not in Path(spec.origin or "").resolve().parents, folder
         assert importlib.util.find_spec(f"gpuplan.{folder}") is not None
+
+
+def test_the_console_script_runs_the_command_line() -> None:
+    """``gpuplan`` names the command line's ``main`` (the CLI is a package: ``gpuplan.planner.cli``)."""
+    scripts = tomllib.loads((ROOT / "pyproject.toml").read_text())["project"]["scripts"]
+    module, _, attr = scripts["gpuplan"].partition(":")
+    from gpuplan.planner.cli import main
+
+    assert getattr(importlib.import_module(module), attr) is main

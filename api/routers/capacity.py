@@ -6,8 +6,8 @@ from typing import Any
 
 from fastapi import APIRouter, Response, status
 
-from gpuplan.api.deps import RunnerDep, SettingsDep, StoreDep, Submitter
-from gpuplan.api.routers.plans import Wait, enqueue
+from gpuplan.api.deps import JobsDep, Submitter
+from gpuplan.api.jobs import SUBMIT_RESPONSES, Wait
 from gpuplan.api.schemas import CapacityGapRequest, JobOut, JobResult
 from gpuplan.api.views import CAPACITY_GAP
 
@@ -20,20 +20,11 @@ router = APIRouter(prefix="/v1", tags=["capacity"])
     response_model=JobOut,
     responses={
         200: {"model": JobResult, "description": "finished within ?wait: the job and its capacity gap"},
-        401: {"description": "no valid API key"},
-        403: {"description": "viewers may not submit"},
-        413: {"description": "nodes, workloads or time limit beyond a limit"},
-        429: {"description": "too many jobs queued or running"},
+        **SUBMIT_RESPONSES,
     },
 )
 async def submit_gap(
-    body: CapacityGapRequest,
-    caller: Submitter,
-    settings: SettingsDep,
-    store: StoreDep,
-    runner: RunnerDep,
-    response: Response,
-    wait: Wait = 0,
+    body: CapacityGapRequest, caller: Submitter, jobs: JobsDep, response: Response, wait: Wait = 0
 ) -> Any:
     """Queue a capacity-gap job (plan, re-partition MIG, then the cheapest purchase); poll it like a plan.
 
@@ -43,6 +34,6 @@ async def submit_gap(
     extra: dict[str, Any] = {}
     if body.node_types is not None:
         extra["node_types"] = body.node_types.model_dump(mode="json")
-    time_limit = body.options.time_limit_s or settings.default_time_limit_s
-    extra["budget_s"] = 6 * min(time_limit, settings.limits.max_time_limit_s)
-    return await enqueue(CAPACITY_GAP, body, extra, caller, settings, store, runner, response, wait)
+    time_limit = body.options.time_limit_s or jobs.settings.default_time_limit_s
+    extra["budget_s"] = 6 * min(time_limit, jobs.settings.limits.max_time_limit_s)
+    return await jobs.enqueue(CAPACITY_GAP, body, extra, caller, response, wait)

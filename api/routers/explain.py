@@ -6,17 +6,14 @@ are not stored): the request waits for the answer.
 
 from __future__ import annotations
 
-import asyncio
 import json
 from typing import Annotated, Any
 
 from fastapi import APIRouter, HTTPException, Path, Query
 
 from gpuplan.api.deps import Caller, RunnerDep, SettingsDep, StoreDep
-from gpuplan.api.errors import LimitExceeded
-from gpuplan.api.routers.plans import JobId
-from gpuplan.api.store import JobStatus
-from gpuplan.api.views import PLAN, PLANS, readable
+from gpuplan.api.jobs import JobId, check_active, check_time_limit, finished_plan
+from gpuplan.api.views import PLANS
 from gpuplan.models.plan import Explanation
 from gpuplan.solvers.base import solver_names
 
@@ -51,23 +48,9 @@ async def explain(
 ) -> Any:
     """Each waiting or degraded replica of ``workload``: a reason code, the blocking resources, and
     counterfactual changes verified by re-solving (an empty list: every replica runs on its first choice)."""
-    job = readable(await asyncio.to_thread(store.job, job_id), caller, job_id)
-    plan = await asyncio.to_thread(store.result, job_id) if job.status is JobStatus.DONE else None
-    data = await asyncio.to_thread(store.job_input, job_id)
-    if plan is None or data is None or job.kind != PLAN:
-        raise HTTPException(
-            status_code=409, detail=f"job '{job_id}' is {job.status.value}; no plan to explain"
-        )
-    cap = settings.limits.max_time_limit_s
-    if time_limit_s > cap:
-        raise LimitExceeded(
-            413, "max_time_limit_s", cap, f"time_limit_s {time_limit_s:g} exceeds the cap of {cap:g} s"
-        )
-    if runner.active >= settings.limits.max_active_jobs:
-        limit = settings.limits.max_active_jobs
-        raise LimitExceeded(
-            429, "max_active_jobs", limit, f"{runner.active} jobs are queued or running; at most {limit}"
-        )
+    plan, data = await finished_plan(store, caller, job_id, "explain")
+    check_time_limit(settings.limits, time_limit_s)
+    check_active(settings.limits, runner)
     ids = {w.get("id") for w in json.loads(data.input_json).get("workloads", ())}
     if workload not in ids:
         raise HTTPException(status_code=404, detail=f"job '{job_id}' has no workload '{workload}'")

@@ -7,12 +7,11 @@ import tempfile
 from pathlib import Path
 from typing import Annotated, Any
 
-from fastapi import APIRouter, HTTPException, Query, Response
+from fastapi import APIRouter, Query, Response
 
 from gpuplan.api.deps import Caller, StoreDep
-from gpuplan.api.routers.plans import JobId
-from gpuplan.api.store import JobStatus, Store
-from gpuplan.api.views import PLAN, PLANS, readable
+from gpuplan.api.jobs import JobId, finished_plan
+from gpuplan.api.views import PLANS
 from gpuplan.models.catalog import default_catalog
 from gpuplan.models.plan import Plan
 from gpuplan.models.problem import PlanningInput
@@ -52,17 +51,6 @@ def _csv(plan_json: str, input_json: str, sheet: str) -> str:
     return text
 
 
-async def _stored(store: Store, caller: Caller, job_id: str) -> tuple[str, str]:
-    job = readable(await asyncio.to_thread(store.job, job_id), caller, job_id)
-    plan = await asyncio.to_thread(store.result, job_id) if job.status is JobStatus.DONE else None
-    data = await asyncio.to_thread(store.job_input, job_id)
-    if plan is None or data is None or job.kind != PLAN:
-        raise HTTPException(
-            status_code=409, detail=f"job '{job_id}' is {job.status.value}; no plan to export"
-        )
-    return plan, data.input_json
-
-
 @router.get(
     "/{job_id}/export.xlsx",
     response_class=Response,
@@ -70,8 +58,8 @@ async def _stored(store: Store, caller: Caller, job_id: str) -> tuple[str, str]:
 )
 async def export_xlsx(job_id: JobId, caller: Caller, store: StoreDep) -> Response:
     """The plan as an Excel workbook: summary, placements, nodes, pools, fragmentation, waits, teams."""
-    plan, input_json = await _stored(store, caller, job_id)
-    content = await asyncio.to_thread(_xlsx, plan, input_json)
+    plan, data = await finished_plan(store, caller, job_id, "export")
+    content = await asyncio.to_thread(_xlsx, plan, data.input_json)
     disposition = f'attachment; filename="plan-{job_id}.xlsx"'
     return Response(content, media_type=XLSX, headers={"Content-Disposition": disposition})
 
@@ -88,7 +76,7 @@ async def export_csv(
     sheet: Annotated[str, Query(pattern=SHEET_PATTERN, description="a sheet of the workbook")] = "Placements",
 ) -> Response:
     """One sheet of the plan workbook as CSV (the placements unless ``?sheet=`` names another)."""
-    plan, input_json = await _stored(store, caller, job_id)
-    text = await asyncio.to_thread(_csv, plan, input_json, sheet)
+    plan, data = await finished_plan(store, caller, job_id, "export")
+    text = await asyncio.to_thread(_csv, plan, data.input_json, sheet)
     disposition = f'attachment; filename="plan-{job_id}-{sheet}.csv"'
     return Response(text, media_type="text/csv", headers={"Content-Disposition": disposition})

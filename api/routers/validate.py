@@ -9,7 +9,7 @@ from pydantic import ValidationError
 
 from gpuplan.api.deps import SettingsDep, Submitter
 from gpuplan.api.errors import InputRejected
-from gpuplan.api.routers.plans import check_size
+from gpuplan.api.jobs import check_size
 from gpuplan.api.schemas import SkippedOut, ValidateRequest, ValidateResponse, ViolationOut
 from gpuplan.models.catalog import default_catalog
 from gpuplan.models.problem import PlanningInput

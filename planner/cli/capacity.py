@@ -3,56 +3,27 @@
 from __future__ import annotations
 
 import argparse
-from datetime import datetime
 from pathlib import Path
+from typing import TYPE_CHECKING
 
 from pydantic import ValidationError
 
 from gpuplan.models.base import InputError
-from gpuplan.models.capacity import CapacityGap, CapacityReport, ScenarioResult
+from gpuplan.models.capacity import CapacityReport
 from gpuplan.models.catalog import default_catalog
-from gpuplan.models.hardware import HardwareCatalog
-from gpuplan.models.plan import Plan
-from gpuplan.models.problem import PlanningInput
-from gpuplan.planner.capacity import GapOptions, capacity_gap, load_node_types, plan_fleet
-from gpuplan.planner.deadline import Deadline
-from gpuplan.planner.export import build_tables, write_csv, write_xlsx
-from gpuplan.planner.io import (
-    describe,
-    load_cluster,
-    load_plan,
-    load_policy,
-    load_workloads,
-    planning_input,
-    read_structured,
-    write_json,
-)
-from gpuplan.planner.scenarios import load_scenarios, prepare_scenarios, render_table, run_prepared
-from gpuplan.solvers.base import solver_names
+from gpuplan.planner.cli import common
+from gpuplan.planner.io import describe, load_plan, read_structured, write_json
+
+if TYPE_CHECKING:
+    from gpuplan.models.capacity import CapacityGap, ScenarioResult
+    from gpuplan.models.hardware import HardwareCatalog
+    from gpuplan.models.plan import Plan
+    from gpuplan.models.problem import PlanningInput
 
 #: Of ``--time-limit``, the part kept for writing the report and the workbook after the solves (at most
 #: ``OUTPUT_MAX_S`` seconds).
 OUTPUT_SHARE = 0.05
 OUTPUT_MAX_S = 5.0
-
-
-def _input(args: argparse.Namespace, catalog: HardwareCatalog) -> PlanningInput:
-    return planning_input(
-        load_cluster(Path(args.cluster), catalog),
-        load_workloads(Path(args.workloads)),
-        load_policy(Path(args.policy) if args.policy else None),
-        catalog,
-        source=str(args.workloads),
-    )
-
-
-def _now(text: str | None) -> datetime | None:
-    if text is None:
-        return None
-    try:
-        return datetime.fromisoformat(text)
-    except ValueError:
-        raise InputError(f"--now: '{text}' is not an ISO-8601 time") from None
 
 
 def render_gap(gap: CapacityGap) -> str:
@@ -97,9 +68,13 @@ def render_gap(gap: CapacityGap) -> str:
 def cmd_capacity_gap(args: argparse.Namespace) -> int:
     """Plan, re-partition, then buy: the capacity gap of the demand (and of every scenario), all within
     ``--time-limit`` from the start of the command."""
-    deadline = Deadline(args.started + args.time_limit)
+    from gpuplan.planner.capacity import GapOptions, capacity_gap, load_node_types, plan_fleet
+    from gpuplan.planner.export import build_tables, write_xlsx
+    from gpuplan.planner.scenarios import load_scenarios, prepare_scenarios, render_table, run_prepared
+
+    deadline = common.command_deadline(args)
     catalog = default_catalog()
-    inp = _input(args, catalog)
+    inp = common.input_from_args(args, catalog)
     types = load_node_types(Path(args.catalog) if args.catalog else None, catalog)
     opts = GapOptions(
         solver=args.solver,
@@ -107,7 +82,7 @@ def cmd_capacity_gap(args: argparse.Namespace) -> int:
         milp_time_limit_s=args.milp_time_limit,
         seed=args.seed,
         num_workers=args.workers,
-        now=_now(args.now),
+        now=common.parse_now(args.now),
     )
     what_ifs = (
         prepare_scenarios(
@@ -150,10 +125,13 @@ def load_report(path: Path) -> CapacityReport:
 
 def export_tables(args: argparse.Namespace, plan: Plan, catalog: HardwareCatalog) -> int:
     """Write the plan (and gap) as a workbook or CSV files."""
+    from gpuplan.planner.capacity import load_node_types
+    from gpuplan.planner.export import build_tables, write_csv, write_xlsx
+
     given = [args.cluster, args.workloads]
     if any(given) and not all(given):
         raise InputError("--cluster and --workloads go together")
-    inp = _input(args, catalog) if all(given) else None
+    inp = common.input_from_args(args, catalog) if all(given) else None
     report = load_report(Path(args.gap)) if args.gap else None
     types = load_node_types(Path(args.catalog) if args.catalog else None, catalog)
     tables = build_tables(plan, catalog, inp, report, types, period_h=args.period_hours)
@@ -168,6 +146,9 @@ def export_tables(args: argparse.Namespace, plan: Plan, catalog: HardwareCatalog
 
 def write_plan_workbook(plan: Plan, inp: PlanningInput, path: Path) -> None:
     """The workbook of a plan with its inputs (no capacity gap), priced with the bundled node types."""
+    from gpuplan.planner.capacity import load_node_types
+    from gpuplan.planner.export import build_tables, write_xlsx
+
     catalog = default_catalog()
     write_xlsx(build_tables(plan, catalog, inp, None, load_node_types(None, catalog)), path)
 
@@ -178,29 +159,20 @@ def cmd_export(args: argparse.Namespace) -> int:
     return export_tables(args, load_plan(Path(args.plan)), catalog)
 
 
-def add_capacity_parsers(sub: argparse._SubParsersAction[argparse.ArgumentParser]) -> None:
+def add_parsers(sub: common.Subparsers) -> None:
     """Register ``capacity-gap`` and ``export``."""
     p = sub.add_parser("capacity-gap", help="what to re-partition and buy to serve the waiting demand")
-    p.add_argument("--cluster", required=True)
-    p.add_argument("--workloads", required=True)
-    p.add_argument("--policy")
+    common.add_input_options(p)
     p.add_argument("--catalog", help="purchasable node types (default: the bundled EXAMPLE catalog)")
     p.add_argument("--scenarios", help="what-if scenarios file; results tabulated side by side")
     p.add_argument("--out", help="write the capacity gap (and scenarios) as JSON here")
     p.add_argument("--xlsx", help="also write a workbook with the plan and the gap")
-    p.add_argument("--solver", default="cpsat", choices=solver_names(), help="placement back-end")
-    p.add_argument(
-        "--time-limit",
-        type=float,
-        default=30.0,
-        help="seconds for the whole command, every solve and scenario included (default 30)",
+    common.add_solve_options(
+        p, 30.0, "seconds for the whole command, every solve and scenario included", deterministic=False
     )
     p.add_argument(
         "--milp-time-limit", type=float, default=30.0, help="at most this many seconds per purchase MILP"
     )
-    p.add_argument("--seed", type=int, default=0)
-    p.add_argument("--workers", type=int, default=2)
-    p.add_argument("--now", help="planning time, ISO-8601 (default: the current time)")
     p.set_defaults(func=cmd_capacity_gap)
 
     p = sub.add_parser("export", help="a plan (and capacity gap) as an Excel workbook or CSV files")

@@ -8,13 +8,7 @@ from pathlib import Path
 import yaml
 
 from gpuplan.models.base import InputError
-from gpuplan.planner.importers import (
-    compare_mig_with_catalog,
-    import_openb,
-    node_from_topo,
-    parse_mig_lgipp,
-    resolve_mig_model,
-)
+from gpuplan.planner.cli import common
 
 
 def _read(path: str) -> str:
@@ -26,6 +20,8 @@ def _read(path: str) -> str:
 
 def cmd_topo(args: argparse.Namespace) -> int:
     """Print (or write) a cluster node built from ``nvidia-smi topo -m`` output."""
+    from gpuplan.planner.importers import node_from_topo
+
     try:
         node = node_from_topo(
             _read(args.file),
@@ -48,6 +44,8 @@ def cmd_topo(args: argparse.Namespace) -> int:
 
 def cmd_mig(args: argparse.Namespace) -> int:
     """Compare ``nvidia-smi mig -lgipp`` output with the catalog; exit 1 on differences."""
+    from gpuplan.planner.importers import compare_mig_with_catalog, parse_mig_lgipp, resolve_mig_model
+
     text = _read(args.file)
     try:
         model = resolve_mig_model(text, args.model)
@@ -65,6 +63,8 @@ def cmd_mig(args: argparse.Namespace) -> int:
 
 def cmd_openb(args: argparse.Namespace) -> int:
     """Convert the Alibaba openb node and pod lists to a cluster and a workloads CSV."""
+    from gpuplan.planner.importers import import_openb
+
     try:
         summary = import_openb(Path(args.nodes), Path(args.pods), Path(args.out))
     except ValueError as exc:
@@ -73,7 +73,7 @@ def cmd_openb(args: argparse.Namespace) -> int:
     return 0
 
 
-def add_import_parser(sub: argparse._SubParsersAction[argparse.ArgumentParser]) -> None:
+def add_parsers(sub: common.Subparsers) -> None:
     """Register ``import topo|mig|openb``."""
     imp = sub.add_parser("import", help="import nvidia-smi outputs or the openb trace")
     kinds = imp.add_subparsers(dest="kind", required=True)

@@ -5,69 +5,54 @@ from __future__ import annotations
 import argparse
 import csv
 import logging
-import os
-import re
 import sys
 import time
 from collections.abc import Iterator
-from contextlib import contextmanager, nullcontext
+from contextlib import contextmanager
+from dataclasses import replace
 from datetime import UTC, datetime
 from pathlib import Path
+from typing import TYPE_CHECKING
 
 from gpuplan.models.base import InputError
 from gpuplan.models.catalog import default_catalog
 from gpuplan.models.policy import DisruptionBudget
-from gpuplan.models.problem import PlanningInput
 from gpuplan.planner import summary
-from gpuplan.planner.actions import plan_actions
-from gpuplan.planner.deadline import Deadline, solve_share
-from gpuplan.planner.executor import kubernetes, migparted
-from gpuplan.planner.history import PlanHistory, plan_diff
-from gpuplan.planner.io import load_cluster, load_policy, load_workloads, planning_input, write_json
-from gpuplan.planner.planning import make_plan
-from gpuplan.planner.simulate import SimConfig, simulate
-from gpuplan.solvers.base import solver_names
+from gpuplan.planner.cli import common
+from gpuplan.planner.deadline import solve_share
+from gpuplan.planner.io import write_json
+from gpuplan.planner.progress import SearchLine, SolveProgress, reporting, stdout_silenced
+
+if TYPE_CHECKING:
+    from gpuplan.models.problem import PlanningInput
+    from gpuplan.planner.history import PlanHistory
 
 log = logging.getLogger(__name__)
 
-#: A CP-SAT search-log line: ``#<event> <seconds>s best:<incumbent> next:[<bound>,<hi>]``.
-_PROGRESS = re.compile(r"^#(\w+)\s+([\d.]+)s\s+best:(\S+)\s+next:\[([^,\]]+)")
 
-
-class ProgressHandler(logging.Handler):
+class ProgressLines(SolveProgress):
     """Prints the solver's incumbent and bound each time CP-SAT's search log reports a new one."""
 
     def __init__(self) -> None:
-        super().__init__(logging.DEBUG)
+        super().__init__()
         self.last: tuple[str, str] | None = None
 
-    def emit(self, record: logging.LogRecord) -> None:
+    def searched(self, line: SearchLine) -> None:
         """Print one progress line for a new incumbent or bound."""
-        for line in record.getMessage().splitlines():
-            m = _PROGRESS.match(line.strip())
-            if m is None or m.group(3) == "inf" or (m.group(3), m.group(4)) == self.last:
-                continue
-            self.last = (m.group(3), m.group(4))
-            print(
-                f"progress {float(m.group(2)):7.2f} s  incumbent {m.group(3)}  bound {m.group(4)}",
-                file=sys.stderr,
-            )
+        if line.best == "inf" or (line.best, line.bound) == self.last:
+            return
+        self.last = (line.best, line.bound)
+        print(f"progress {line.elapsed_s:7.2f} s  incumbent {line.best}  bound {line.bound}", file=sys.stderr)
 
 
 @contextmanager
-def _stdout_silenced() -> Iterator[None]:
-    """Send file descriptor 1 to /dev/null: with its search log on, CP-SAT also prints the whole log to
-    stdout (``log_to_stdout``), which the progress lines on stderr replace."""
-    sys.stdout.flush()
-    saved = os.dup(1)
-    devnull = os.open(os.devnull, os.O_WRONLY)
-    try:
-        os.dup2(devnull, 1)
+def _progress(quiet: bool) -> Iterator[None]:
+    """Progress lines on stderr in place of CP-SAT's whole search log (nothing when ``quiet``)."""
+    if quiet:
         yield
-    finally:
-        os.dup2(saved, 1)
-        os.close(saved)
-        os.close(devnull)
+        return
+    with reporting(ProgressLines()), stdout_silenced():
+        yield
 
 
 def _with_rounds(inp: PlanningInput, rounds: int) -> PlanningInput:
@@ -87,15 +72,8 @@ def _with_rounds(inp: PlanningInput, rounds: int) -> PlanningInput:
 
 def _state(args: argparse.Namespace, history: PlanHistory) -> PlanningInput:
     """The current state: the files when given, else the inputs of the latest stored plan."""
-    catalog = default_catalog()
     if args.cluster and args.workloads:
-        return planning_input(
-            load_cluster(Path(args.cluster), catalog),
-            load_workloads(Path(args.workloads)),
-            load_policy(Path(args.policy) if args.policy else None),
-            catalog,
-            source=str(args.workloads),
-        )
+        return common.input_from_args(args)
     if args.cluster or args.workloads:
         raise InputError("--cluster and --workloads: give both, or neither to replan the stored state")
     stored = history.latest()
@@ -104,49 +82,33 @@ def _state(args: argparse.Namespace, history: PlanHistory) -> PlanningInput:
     return stored.inputs
 
 
-def _now(text: str | None) -> datetime:
-    if text is None:
-        return datetime.now(UTC)
-    try:
-        return datetime.fromisoformat(text)
-    except ValueError:
-        raise InputError(f"--now: '{text}' is not an ISO-8601 time") from None
-
-
 def cmd_replan(args: argparse.Namespace) -> int:
     """Replan the current state with a long time limit, store the plan and print what changed."""
+    from gpuplan.planner.actions import plan_actions
+    from gpuplan.planner.executor import kubernetes, migparted
+    from gpuplan.planner.history import PlanHistory, plan_diff
+    from gpuplan.planner.planning import make_plan
+
     if args.rounds < 1:
         raise InputError("--rounds: must be at least 1")
-    deadline = Deadline(args.started + args.time_limit)
+    deadline = common.command_deadline(args)
     history = PlanHistory(args.db)
     inp = _state(args, history)
     previous = history.latest()
-    now = _now(args.now)
-    progress = ProgressHandler()
-    cpsat_log = logging.getLogger("gpuplan.solvers.cpsat.solver")
-    level, propagate = cpsat_log.level, cpsat_log.propagate
-    if not args.quiet:
-        cpsat_log.addHandler(progress)
-        cpsat_log.setLevel(logging.DEBUG)
-        cpsat_log.propagate = False  # only the progress lines, not the whole search log
+    now = common.parse_now(args.now) or datetime.now(UTC)
     solve_s = solve_share(args.time_limit, deadline)
     solve_started = time.perf_counter()
-    try:
-        with _stdout_silenced() if not args.quiet else nullcontext():
-            plan = make_plan(
-                _with_rounds(inp, args.rounds),
-                solver=args.solver,
-                now=now,
-                time_limit_s=solve_s,
-                seed=args.seed,
-                num_workers=args.workers,
-                deterministic=True,
-                previous=previous.plan if previous is not None else None,
-            )
-    finally:
-        cpsat_log.removeHandler(progress)
-        cpsat_log.setLevel(level)
-        cpsat_log.propagate = propagate
+    with _progress(args.quiet):
+        plan = make_plan(
+            _with_rounds(inp, args.rounds),
+            solver=args.solver,
+            now=now,
+            time_limit_s=solve_s,
+            seed=args.seed,
+            num_workers=args.workers,
+            deterministic=True,
+            previous=previous.plan if previous is not None else None,
+        )
     if deadline.expired():
         log.warning(
             "the solve took %.1f s, past its %.1f s share: the command ends after --time-limit %g s",
@@ -185,6 +147,8 @@ def cmd_replan(args: argparse.Namespace) -> int:
 
 def cmd_simulate(args: argparse.Namespace) -> int:
     """Simulate gpuplan, FGD and best-fit on the same Poisson arrivals; print (and write) the metrics."""
+    from gpuplan.planner.simulate import SimConfig, simulate
+
     if not 0 < args.rho <= 2 or args.nodes < 1 or args.hours <= args.warmup_hours or args.round_s <= 0:
         raise InputError(
             "simulate: need 0 < --rho <= 2, --nodes >= 1, --hours > --warmup-hours, --round-s > 0"
@@ -192,22 +156,23 @@ def cmd_simulate(args: argparse.Namespace) -> int:
     trace_dir = Path(args.trace_dir)
     if not (trace_dir / f"openb_pod_list_{args.trace}.csv").is_file():
         raise InputError(f"--trace-dir: {trace_dir} has no openb_pod_list_{args.trace}.csv")
+    # One configuration; only the offered load varies between the runs.
+    base = SimConfig(
+        nodes=args.nodes,
+        hours=args.hours,
+        warmup_hours=args.warmup_hours,
+        round_s=args.round_s,
+        median_duration_s=args.median_duration_s,
+        sigma=args.sigma,
+        seed=args.seed,
+        time_limit_s=args.time_limit,
+        moves_per_round=args.moves,
+        trace=args.trace,
+        trace_dir=trace_dir,
+    )
     rows: list[dict[str, object]] = []
     for rho in args.rho_list or [args.rho]:
-        cfg = SimConfig(
-            rho=rho,
-            nodes=args.nodes,
-            hours=args.hours,
-            warmup_hours=args.warmup_hours,
-            round_s=args.round_s,
-            median_duration_s=args.median_duration_s,
-            sigma=args.sigma,
-            seed=args.seed,
-            time_limit_s=args.time_limit,
-            moves_per_round=args.moves,
-            trace=args.trace,
-            trace_dir=trace_dir,
-        )
+        cfg = replace(base, rho=rho)
         result = simulate(cfg, progress=None if args.quiet else lambda m: print(m, file=sys.stderr))
         rows.extend({"rho": rho, "policy": name, **metrics} for name, metrics in result.items())
     columns = list(dict.fromkeys(k for r in rows for k in r))
@@ -223,20 +188,16 @@ def cmd_simulate(args: argparse.Namespace) -> int:
     return 0
 
 
-def add_rounds_parser(sub: argparse._SubParsersAction[argparse.ArgumentParser]) -> None:
+def add_parsers(sub: common.Subparsers) -> None:
     """Register ``replan`` and ``simulate``."""
+    from gpuplan.planner.simulate import SimConfig
+
     p = sub.add_parser("replan", help="nightly replanning: long solve, plan history, diff from the last plan")
     p.add_argument("--cluster", help="cluster file (default: the state of the latest stored plan)")
     p.add_argument("--workloads", help="workloads file, with running_on for what runs now")
     p.add_argument("--policy")
     p.add_argument("--db", help="plan history: a SQLite file or a PostgreSQL URL (default gpuplan.db)")
-    p.add_argument("--solver", default="cpsat", choices=solver_names())
-    p.add_argument(
-        "--time-limit", type=float, default=300.0, help="seconds for the whole command (default 300)"
-    )
-    p.add_argument("--seed", type=int, default=0)
-    p.add_argument("--workers", type=int, default=2)
-    p.add_argument("--now", help="planning time, ISO-8601 (default: the current time)")
+    common.add_solve_options(p, 300.0, "seconds for the whole command", deterministic=False)
     p.add_argument(
         "--rounds",
         type=int,

@@ -9,10 +9,8 @@ from pathlib import Path
 from gpuplan.models.base import InputError
 from gpuplan.models.catalog import default_catalog
 from gpuplan.models.plan import Explanation
-from gpuplan.planner.explain import explain_workload
-from gpuplan.planner.io import load_cluster, load_plan, load_policy, load_workloads, planning_input
-from gpuplan.planner.planning import inputs_digest
-from gpuplan.solvers.base import solver_names
+from gpuplan.planner.cli import common
+from gpuplan.planner.io import load_plan
 
 
 def _input_path(given: str | None, provenance: dict[str, object], name: str) -> Path | None:
@@ -55,6 +53,9 @@ def render(explanations: list[Explanation], workload: str) -> str:
 
 def cmd_explain(args: argparse.Namespace) -> int:
     """Explain one workload of a plan against the inputs it was made from."""
+    from gpuplan.planner.explain import explain_workload
+    from gpuplan.planner.planning import inputs_digest
+
     plan = load_plan(Path(args.plan))
     cluster = _input_path(args.cluster, plan.provenance, "cluster")
     workloads = _input_path(args.workloads, plan.provenance, "workloads")
@@ -62,10 +63,7 @@ def cmd_explain(args: argparse.Namespace) -> int:
     if cluster is None or workloads is None:
         raise InputError("explain: give --cluster and --workloads (the inputs the plan was made from)")
     catalog = default_catalog()
-    inp = planning_input(
-        load_cluster(cluster, catalog), load_workloads(workloads), load_policy(policy), catalog,
-        source=str(workloads),
-    )  # fmt: skip
+    inp = common.load_input(cluster, workloads, policy, catalog)
     recorded = plan.provenance.get("inputs_sha256")
     if recorded and recorded != inputs_digest(inp):
         raise InputError(f"{args.plan}: the plan was made from other inputs (inputs_sha256 differs)")
@@ -87,7 +85,7 @@ def cmd_explain(args: argparse.Namespace) -> int:
     return 0
 
 
-def add_explain_parser(sub: argparse._SubParsersAction[argparse.ArgumentParser]) -> None:
+def add_parsers(sub: common.Subparsers) -> None:
     """Register ``explain``."""
     p = sub.add_parser("explain", help="why a workload waits and what smallest change would place it")
     p.add_argument("workload", help="workload id")
@@ -96,9 +94,7 @@ def add_explain_parser(sub: argparse._SubParsersAction[argparse.ArgumentParser])
     p.add_argument("--workloads", help="the demand the plan was made for")
     p.add_argument("--policy")
     p.add_argument("--counterfactuals", type=int, default=3, help="verified changes to show (default 3)")
-    p.add_argument(
-        "--solver", default="cpsat", choices=solver_names(), help="re-solve back-end (default cpsat)"
-    )
+    common.add_solver_option(p, "re-solve back-end")
     p.add_argument("--time-limit", type=float, default=2.0, help="seconds per verifying re-solve (default 2)")
     p.add_argument("--json", action="store_true", help="print the explanations as JSON")
     p.set_defaults(func=cmd_explain)

@@ -1,0 +1,199 @@
+"""Jobs as the routers submit and read them: the request limits, storing a queued job with its input and
+audit record, queueing it, and reading a finished plan job back.
+
+The plan, capacity-gap and explain routers share this module rather than importing one another.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import hashlib
+import json
+import uuid
+from dataclasses import dataclass
+from typing import Annotated, Any
+
+from fastapi import HTTPException, Path, Query, Response, status
+from pydantic import ValidationError
+
+from gpuplan.api.auth import Principal
+from gpuplan.api.errors import InputRejected, LimitExceeded
+from gpuplan.api.runner import Runner
+from gpuplan.api.schemas import PlanRequest
+from gpuplan.api.settings import Limits, Settings
+from gpuplan.api.store import Actor, JobInput, JobRecord, JobStatus, Store, now
+from gpuplan.api.views import PLAN, PLANS, job_out, readable, result_body
+from gpuplan.models.problem import PlanningInput
+
+Wait = Annotated[float, Query(ge=0, le=300, description="seconds to wait for the result")]
+JobId = Annotated[str, Path(pattern=r"^[0-9a-f]{32}$", description="job id")]
+
+#: The answers of a route that queues a job, besides its own 202 and 200.
+SUBMIT_RESPONSES: dict[int | str, dict[str, Any]] = {
+    401: {"description": "no valid API key"},
+    403: {"description": "viewers may not submit"},
+    413: {"description": "body, nodes, workloads or time limit beyond a limit"},
+    429: {"description": "too many jobs queued or running"},
+}
+
+#: What a queued job has not got yet.
+_NOT_STARTED: dict[str, Any] = dict.fromkeys(("started_at", "finished_at", "plan_status", "outcome", "error"))
+
+
+def check_size(limits: Limits, nodes: int, workloads: int) -> None:
+    """413 when the request has more nodes or workloads than allowed."""
+    if nodes > limits.max_nodes:
+        raise LimitExceeded(
+            413, "max_nodes", limits.max_nodes, f"{nodes} nodes; at most {limits.max_nodes} per request"
+        )
+    if workloads > limits.max_workloads:
+        raise LimitExceeded(
+            413,
+            "max_workloads",
+            limits.max_workloads,
+            f"{workloads} workloads; at most {limits.max_workloads} per request",
+        )
+
+
+def check_time_limit(limits: Limits, asked: float) -> float:
+    """``asked``, or 413 when it is beyond ``max_time_limit_s``."""
+    cap = limits.max_time_limit_s
+    if asked > cap:
+        raise LimitExceeded(
+            413, "max_time_limit_s", cap, f"time_limit_s {asked:g} exceeds the cap of {cap:g} s"
+        )
+    return asked
+
+
+def check_active(limits: Limits, runner: Runner) -> None:
+    """429 when ``max_active_jobs`` jobs are already queued or running."""
+    if runner.active >= limits.max_active_jobs:
+        raise LimitExceeded(
+            429,
+            "max_active_jobs",
+            limits.max_active_jobs,
+            f"{runner.active} jobs are queued or running; at most {limits.max_active_jobs}",
+        )
+
+
+def actor(caller: Principal) -> Actor:
+    """The caller as the audit trail names it."""
+    return Actor(caller.key_id, caller.role_text)
+
+
+def _time_limit(settings: Settings, asked: float | None) -> float:
+    if asked is None:
+        return min(settings.default_time_limit_s, settings.limits.max_time_limit_s)
+    return check_time_limit(settings.limits, asked)
+
+
+def _planning_input(body: PlanRequest) -> PlanningInput:
+    try:
+        return PlanningInput.model_validate(
+            {"cluster": body.cluster, "workloads": body.workloads, "policy": body.policy}
+        )
+    except ValidationError as exc:
+        msg = str(exc.errors(include_url=False)[0]["msg"]).removeprefix("Value error, ")
+        raise InputRejected(("body", "workloads"), msg) from None
+
+
+def _team(body: PlanRequest) -> str | None:
+    if body.team is not None:
+        return body.team
+    teams = {w.team for w in body.workloads}
+    return teams.pop() if len(teams) == 1 else None
+
+
+@dataclass(frozen=True)
+class Jobs:
+    """What submitting and reading jobs needs: the settings (with the limits), the store and the runner."""
+
+    settings: Settings
+    store: Store
+    runner: Runner
+
+    async def enqueue(
+        self,
+        kind: str,
+        body: PlanRequest,
+        extra: dict[str, Any],
+        caller: Principal,
+        response: Response,
+        wait: float,
+    ) -> Any:
+        """Check the limits, store a queued job of ``kind`` with its input and audit record, and queue
+        it; with ``wait`` answer the result if the job ends in time (else the job, 202)."""
+        limits = self.settings.limits
+        check_size(limits, len(body.cluster.nodes), len(body.workloads))
+        time_limit = _time_limit(self.settings, body.options.time_limit_s)
+        check_active(limits, self.runner)
+        inp = _planning_input(body)
+        input_json = inp.model_dump_json()
+        options = {
+            "kind": kind,
+            "solver": body.options.solver,
+            "time_limit_s": time_limit,
+            "seed": body.options.seed,
+            "now": body.options.now.isoformat() if body.options.now else None,
+            "deterministic": body.options.deterministic,
+            "num_workers": self.settings.solver_threads,
+            **extra,
+        }
+        job = JobRecord(
+            id=uuid.uuid4().hex,
+            status=JobStatus.QUEUED,
+            kind=kind,
+            team=_team(body),
+            solver=body.options.solver,
+            time_limit_s=time_limit,
+            nodes=len(body.cluster.nodes),
+            workloads=len(body.workloads),
+            submitted_by=caller.key_id,
+            created_at=now(),
+            attempts=1,
+            **_NOT_STARTED,
+        )
+        digest = hashlib.sha256(input_json.encode()).hexdigest()
+        policy = body.policy.model_dump(mode="json")
+        detail = {
+            "kind": kind,
+            "inputs_sha256": digest,
+            "policy_sha256": hashlib.sha256(json.dumps(policy, sort_keys=True).encode()).hexdigest(),
+            "policy": policy,
+            "options": {k: v for k, v in options.items() if k != "node_types"},
+            "team": job.team,
+        }
+        stored = JobInput(digest, input_json, options)
+        await asyncio.to_thread(self.store.create_job, job, stored, actor(caller), detail)
+        self.runner.submit(job.id, input_json, options)
+        self.runner.metrics.jobs_submitted.inc()
+        if wait > 0:
+            await self.runner.wait(job.id, wait)
+            return await self.result_or_job(job.id, response)
+        response.headers["Location"] = f"{PLANS}/{job.id}"
+        return job_out(job)
+
+    async def result_or_job(self, job_id: str, response: Response) -> Any:
+        """The job with its result when it is done, else the job with its progress (202)."""
+        job = await asyncio.to_thread(self.store.job, job_id)
+        assert job is not None
+        if job.status is JobStatus.DONE:
+            plan = await asyncio.to_thread(self.store.result, job_id)
+            if plan is not None:
+                return Response(result_body(job_out(job), plan), media_type="application/json")
+        response.status_code = status.HTTP_202_ACCEPTED
+        response.headers["Location"] = f"{PLANS}/{job_id}"
+        return job_out(job, self.runner.progress(job_id))
+
+
+async def finished_plan(store: Store, caller: Principal, job_id: str, purpose: str) -> tuple[str, JobInput]:
+    """The plan JSON and the stored input of a plan job the caller may read (404, 403 otherwise); 409
+    ("no plan to ``purpose``") while the job has no plan."""
+    job = readable(await asyncio.to_thread(store.job, job_id), caller, job_id)
+    plan = await asyncio.to_thread(store.result, job_id) if job.status is JobStatus.DONE else None
+    data = await asyncio.to_thread(store.job_input, job_id)
+    if plan is None or data is None or job.kind != PLAN:
+        raise HTTPException(
+            status_code=409, detail=f"job '{job_id}' is {job.status.value}; no plan to {purpose}"
+        )
+    return plan, data

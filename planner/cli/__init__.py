@@ -1,0 +1,71 @@
+"""The ``gpuplan`` command line.
+
+Each command group is a module named in :data:`GROUPS` by its path and the function that adds its
+sub-commands to the parser, imported when the parser is built, as the solver registry does: ``serve``
+belongs to the API (``gpuplan.api.cli``) and the planner never imports the API. A group module imports
+only what its parser needs; its commands import the heavy modules (planning, pandas exports, the
+capacity MILPs, the SQLAlchemy plan history, FastAPI) when they run, so that ``gpuplan --help`` and
+``gpuplan plan`` start fast: a ``--time-limit`` counts from the process start.
+"""
+
+from __future__ import annotations
+
+import argparse
+import importlib
+import logging
+import sys
+from collections.abc import Callable, Sequence
+
+from pydantic import ValidationError
+
+from gpuplan.models.base import InputError
+from gpuplan.planner.cli.common import EXIT_INPUT, EXIT_OK, Subparsers
+from gpuplan.planner.deadline import command_start
+
+#: What ``gpuplan --help`` says first.
+DESCRIPTION = "The ``gpuplan`` command line: plan, validate, schema, demo and import."
+#: The command groups, in the order ``gpuplan --help`` lists them: module and the function of it that
+#: registers the group's sub-commands.
+GROUPS: tuple[tuple[str, str], ...] = (
+    ("gpuplan.planner.cli.plan", "add_parsers"),
+    ("gpuplan.planner.cli.imports", "add_parsers"),
+    ("gpuplan.planner.cli.rounds", "add_parsers"),
+    ("gpuplan.planner.cli.capacity", "add_parsers"),
+    ("gpuplan.api.cli", "add_parsers"),
+    ("gpuplan.planner.cli.explain", "add_parsers"),
+)
+
+
+def build_parser() -> argparse.ArgumentParser:
+    """The argument parser of every sub-command."""
+    parser = argparse.ArgumentParser(prog="gpuplan", description=DESCRIPTION)
+    parser.add_argument("-v", "--verbose", action="store_true", help="log progress")
+    sub = parser.add_subparsers(dest="command", required=True)
+    for module, name in GROUPS:
+        register: Callable[[Subparsers], None] = getattr(importlib.import_module(module), name)
+        register(sub)
+    return parser
+
+
+def main(argv: Sequence[str] | None = None) -> int:
+    """Entry point of the ``gpuplan`` console script."""
+    args = build_parser().parse_args(argv)
+    # A --time-limit counts from the process start when the process runs just this command.
+    args.started = command_start(whole_process=argv is None)
+    logging.basicConfig(
+        level=logging.INFO if args.verbose else logging.WARNING,
+        format="gpuplan: %(levelname)s: %(message)s",
+        stream=sys.stderr,
+    )
+    func: Callable[[argparse.Namespace], int] = args.func
+    try:
+        return func(args)
+    except InputError as exc:
+        print(f"gpuplan: error: {exc}", file=sys.stderr)
+        return EXIT_INPUT
+    except ValidationError as exc:
+        first = exc.errors(include_url=False)[0]
+        print(f"gpuplan: error: {'.'.join(map(str, first['loc']))}: {first['msg']}", file=sys.stderr)
+        return EXIT_INPUT
+    except BrokenPipeError:
+        return EXIT_OK

@@ -1,0 +1,45 @@
+"""A plan's MIG layouts applied to a cluster: the cluster the plan leaves behind.
+
+This is the one place the planner writes that rule on the models; the solvers keep its counterpart on
+their node specs (:func:`gpuplan.solvers.evaluate.with_layouts`).
+"""
+
+from __future__ import annotations
+
+from collections.abc import Iterable
+from typing import Any, TypeVar
+
+from pydantic import BaseModel
+
+from gpuplan.models.cluster import Cluster, MigConfig
+from gpuplan.models.plan import MigLayout
+
+M = TypeVar("M", bound=BaseModel)
+
+
+def _replaced(model: M, **update: Any) -> M:
+    """``model`` with ``update`` applied, not validated again, and without the cached properties of the
+    original (``model_copy`` would carry over e.g. ``Cluster.node_by_name`` with the old nodes)."""
+    values = {name: getattr(model, name) for name in type(model).model_fields}
+    fields_set = model.model_fields_set | set(update)
+    return type(model).model_construct(fields_set, **{**values, **update})
+
+
+def cluster_with_layouts(cluster: Cluster, layouts: Iterable[MigLayout]) -> Cluster:
+    """``cluster`` with ``layouts`` in place of the current MIG layouts of their GPUs."""
+    target = {(lay.node, lay.gpu): lay.instances for lay in layouts}
+    if not target:
+        return cluster
+    nodes = tuple(
+        _replaced(
+            node,
+            gpus=tuple(
+                _replaced(g, mig=MigConfig(instances=target[(node.name, g.index)]))
+                if (node.name, g.index) in target
+                else g
+                for g in node.gpus
+            ),
+        )
+        for node in cluster.nodes
+    )
+    return _replaced(cluster, nodes=nodes)

@@ -1,0 +1,73 @@
+"""The solve progress read from the planner's and CP-SAT's log (shared by ``gpuplan replan`` and the API
+worker)."""
+
+from __future__ import annotations
+
+import logging
+
+import pytest
+
+from gpuplan.planner.cli.rounds import ProgressLines
+from gpuplan.planner.progress import (
+    CPSAT_LOGGER,
+    PLANNING_LOGGER,
+    SearchLine,
+    SolveProgress,
+    reporting,
+    search_lines,
+)
+
+LOG = """#Bound   0.22s best:inf   next:[-5927718,2273410] initial_domain
+#Model   0.22s var:7502/7502 constraints:2927/2927
+#1       0.25s best:540652 next:[-5927718,540651] fj_restart_decay_compound_perturb_obj
+#Done    1.91s best:521260 next:[146400,521259] graph_var_lns"""
+
+
+def test_search_lines_are_the_ones_with_an_incumbent_and_a_bound() -> None:
+    found = list(search_lines(LOG))
+    assert [(s.elapsed_s, s.best, s.bound) for s in found] == [
+        (0.22, "inf", "-5927718"),
+        (0.25, "540652", "-5927718"),
+        (1.91, "521260", "146400"),
+    ]
+    assert (found[0].incumbent, found[0].lower) == (None, -5927718.0)
+    assert (found[2].incumbent, found[2].lower) == (521260.0, 146400.0)
+
+
+class Events(SolveProgress):
+    def __init__(self) -> None:
+        super().__init__()
+        self.seen: list[str] = []
+
+    def solving(self) -> None:
+        self.seen.append("solving")
+
+    def searched(self, line: SearchLine) -> None:
+        self.seen.append(line.best)
+
+    def stage_ended(self) -> None:
+        self.seen.append("stage")
+
+
+def test_the_handler_reads_the_phase_the_search_and_the_stage_ends() -> None:
+    events = Events()
+    cpsat = logging.getLogger(CPSAT_LOGGER)
+    before = (cpsat.level, cpsat.propagate)
+    with reporting(events, (PLANNING_LOGGER, CPSAT_LOGGER)):
+        logging.getLogger(PLANNING_LOGGER).info("planning %d replicas on %d nodes with %s", 3, 2, "cpsat")
+        cpsat.debug(LOG)
+        cpsat.info("CP-SAT stage ended %s after %.2f s", "UNKNOWN", 0.5)
+    assert events.seen == ["solving", "inf", "540652", "521260", "stage"]
+    assert (cpsat.level, cpsat.propagate) == before and events not in cpsat.handlers
+
+
+def test_replan_prints_a_line_for_each_new_incumbent_or_bound(capsys: pytest.CaptureFixture[str]) -> None:
+    lines = ProgressLines()
+    for line in search_lines(LOG):
+        lines.searched(line)
+        lines.searched(line)
+    err = capsys.readouterr().err.splitlines()
+    assert err == [
+        "progress    0.25 s  incumbent 540652  bound -5927718",
+        "progress    1.91 s  incumbent 521260  bound 146400",
+    ]
