@@ -137,6 +137,12 @@ def fragmented_milli(
     return fragmented, free
 
 
+def queue_term(problem: PlacementProblem, result: SolveResult) -> int:
+    """The queue penalty of the replicas a result does not place (the primary term, cheaply)."""
+    placed = {(a.workload, a.replica) for a in result.assignments}
+    return sum(queue_penalty(q, problem) for q in problem.requests if q.key not in placed)
+
+
 def _stays(req: Request, a: Assignment) -> bool:
     """Whether a running replica's assignment is exactly where it runs."""
     run = req.running

@@ -253,3 +253,20 @@ def test_a_move_that_makes_room_is_kept() -> None:
     svc = Assignment(workload="svc", replica=0, node="d0", gpus=gpus)
     result = _result(moved, svc)
     assert without_idle_moves(inp, problem, result, default_catalog()) == result
+
+
+def test_cpsat_never_returns_a_plan_that_waits_more_than_its_fgd_hint() -> None:
+    """A search cut short may end on a plan worse than the FGD plan it started from: that plan is
+    returned instead (two one-GPU replicas on one free GPU: the hint places one, the search none)."""
+    from gpuplan.solvers.cpsat.solver import _never_worse
+
+    inp = planning(l40s_nodes(1), [{"id": f"w{i}", "gpus": 1, "queued_since": STAMP} for i in range(2)], {})
+    from gpuplan.models.catalog import default_catalog
+
+    problem = compile_problem(inp, default_catalog(), NOW)
+    hint = _result(Assignment(workload="w0", replica=0, node="n000", gpus=(GpuUse(index=0),)))
+    nothing = SolveResult(status=PlanStatus.FEASIBLE, solver="cpsat", assignments=(), best_bound=2400.0)
+    kept = _never_worse(problem, nothing, hint)
+    assert [a.workload for a in kept.assignments] == ["w0"]
+    assert kept.best_bound == 2400.0 and kept.terms["kept_hint"] == 1.0
+    assert _never_worse(problem, hint, nothing) is hint

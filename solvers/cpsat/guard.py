@@ -12,16 +12,10 @@ from __future__ import annotations
 from collections.abc import Sequence
 
 from gpuplan.solvers.base import SolveResult
-from gpuplan.solvers.formulation.objective import queue_penalty
+from gpuplan.solvers.evaluate import queue_term
 from gpuplan.solvers.placement import Fragmentation, NodeInfo, NodeState, target_mix
 from gpuplan.solvers.placement.options import keep
 from gpuplan.solvers.problem import PlacementProblem
-
-
-def queue_term(problem: PlacementProblem, result: SolveResult) -> int:
-    """The queue penalty of the replicas a plan leaves waiting."""
-    waiting = {(u.workload, u.replica) for u in result.unplaced}
-    return sum(queue_penalty(q, problem) for q in problem.requests if q.key in waiting)
 
 
 def _new_work(problem: PlacementProblem, result: SolveResult) -> dict[int, list[int]]:

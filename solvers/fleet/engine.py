@@ -24,6 +24,7 @@ from dataclasses import dataclass, replace
 
 from gpuplan.models.plan import Assignment, PlanStatus, Unplaced
 from gpuplan.solvers.base import CUT, SolveResult
+from gpuplan.solvers.evaluate import queue_term
 from gpuplan.solvers.fleet.classes import NodeClass, RequestClass, node_classes, request_classes
 from gpuplan.solvers.fleet.generation import Configuration, generate
 from gpuplan.solvers.fleet.pricing import Pattern
@@ -156,7 +157,7 @@ def plan_fleet(problem: PlacementProblem, deadline: float) -> FleetPlan:
     exact = not any(q.running is not None and disturbable(problem.policy, q) for q in problem.requests)
     gang_value = sum(queue_penalty(problem.requests[r], problem) for r in waiting if problem.requests[r].gang)
     bound = config.upper_bound + gang_value if exact and config.upper_bound < float("inf") else None
-    if _queue(problem, greedy.assignments) < _queue(problem, result.assignments):
+    if queue_term(problem, greedy) < queue_term(problem, result):
         log.info("the configuration plan waits more than FGD's: keeping FGD's")
         result = replace(
             greedy,
@@ -165,8 +166,3 @@ def plan_fleet(problem: PlacementProblem, deadline: float) -> FleetPlan:
             model_size=result.model_size,
         )
     return FleetPlan(result, config, bound)
-
-
-def _queue(problem: PlacementProblem, assignments: tuple[Assignment, ...]) -> int:
-    placed = {(a.workload, a.replica) for a in assignments}
-    return sum(queue_penalty(q, problem) for q in problem.requests if q.key not in placed)
