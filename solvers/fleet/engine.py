@@ -115,6 +115,7 @@ def plan_fleet(problem: PlacementProblem, deadline: float) -> FleetPlan:
         time.perf_counter() + budget,
         seed=problem.seed,
         deterministic=problem.deterministic,
+        workers=problem.num_workers,
     )
     # Price and branch: whole numbers of nodes per pattern over the columns generated (HiGHS' MIP).
     counts = config.master.solve_integer(max(0.1, INTEGER_SHARE * (deadline - time.perf_counter())))

@@ -23,7 +23,8 @@ from dataclasses import dataclass
 
 from gpuplan.solvers.fleet.classes import NodeClass, RequestClass
 from gpuplan.solvers.fleet.master import Master, MasterSolution
-from gpuplan.solvers.fleet.pricing import Pattern, price
+from gpuplan.solvers.fleet.pricing import Pattern
+from gpuplan.solvers.fleet.workers import Pricers
 
 log = logging.getLogger(__name__)
 
@@ -65,12 +66,28 @@ def generate(
     *,
     seed: int = 0,
     deterministic: bool = False,
+    workers: int = 1,
 ) -> Configuration:
     """Column generation until the LP is optimal over all patterns or ``deadline`` (perf_counter).
 
     A ``deterministic`` generation stops its pricing solves on deterministic time, so that it depends
-    on the clock only when the deadline cuts it (``cut``).
+    on the clock only when the deadline cuts it (``cut``). Each round's pricing problems run in up to
+    ``workers`` processes.
     """
+    with Pricers(nodes, classes, workers) as pricers:
+        return _generate(nodes, classes, initial, deadline, pricers, seed=seed, deterministic=deterministic)
+
+
+def _generate(
+    nodes: Sequence[NodeClass],
+    classes: Sequence[RequestClass],
+    initial: Sequence[Pattern],
+    deadline: float,
+    pricers: Pricers,
+    *,
+    seed: int,
+    deterministic: bool,
+) -> Configuration:
     master = Master(nodes, classes)
     for p in initial:
         master.add(p)
@@ -96,20 +113,18 @@ def generate(
         bound = sum(prices[c.index] * c.demand for c in classes)
         complete = True
         added = 0
-        for nc in nodes:
-            left = deadline - time.perf_counter()
-            if left <= 0:
+        results = pricers.price_all(
+            reduced,
+            deadline=deadline,
+            pricing_s=PRICING_S,
+            deterministic_s=PRICING_DETERMINISTIC_S if deterministic else None,
+            seed=seed,
+        )
+        for nc, priced in zip(nodes, results, strict=True):
+            if priced is None:
                 complete = False
                 cut = deterministic
-                break
-            priced = price(
-                nc,
-                classes,
-                reduced,
-                time_limit_s=min(PRICING_S, left),
-                deterministic_s=PRICING_DETERMINISTIC_S if deterministic else None,
-                seed=seed,
-            )
+                continue
             bound += nc.count * max(0.0, priced.upper)
             mu = solution.node_duals[nc.index]
             for pattern in priced.patterns:
