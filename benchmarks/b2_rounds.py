@@ -27,8 +27,7 @@ from gpuplan.models import Policy, default_catalog
 from gpuplan.models.policy import DisruptionBudget, Tier
 from gpuplan.solvers.cpsat import CpSat
 from gpuplan.solvers.cpsat.movers import fragmented_running
-from gpuplan.solvers.greedy.first_fit import FirstFitScorer
-from gpuplan.solvers.placement import Placer
+from gpuplan.solvers.placement import FirstFitScorer, Placer
 from gpuplan.solvers.problem import NodeSpec, PlacementProblem, Request, Running
 
 log = logging.getLogger("benchmarks.b2")

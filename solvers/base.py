@@ -48,7 +48,7 @@ class Solver(Protocol):
         ...
 
 
-#: Solver name -> (module, class name, pip extra that provides it).
+#: Solver name -> (module, class name), imported on first use.
 _REGISTRY: dict[str, tuple[str, str]] = {
     "first-fit": ("gpuplan.solvers.greedy", "FirstFit"),
     "best-fit": ("gpuplan.solvers.greedy", "BestFit"),

@@ -12,8 +12,7 @@ from fractions import Fraction
 
 from gpuplan.models.policy import ObjectiveMode
 from gpuplan.solvers.formulation.objective import queue_penalty
-from gpuplan.solvers.greedy import FirstFitScorer
-from gpuplan.solvers.placement import Placer
+from gpuplan.solvers.placement import FirstFitScorer, Placer
 from gpuplan.solvers.problem import PlacementProblem, Request, disturbable
 
 

@@ -29,8 +29,7 @@ from gpuplan.solvers.formulation.objective import (
     PREEMPT_COST,
     queue_penalty,
 )
-from gpuplan.solvers.greedy.first_fit import FirstFitScorer
-from gpuplan.solvers.placement import Fragmentation, NodeInfo, NodeState, Placer, target_mix
+from gpuplan.solvers.placement import FirstFitScorer, Fragmentation, NodeInfo, NodeState, Placer, target_mix
 from gpuplan.solvers.placement.options import keep
 from gpuplan.solvers.placement.state import initial_state
 from gpuplan.solvers.problem import NodeSpec, PlacementProblem, Request

@@ -1,1 +1,2 @@
-"""One router per resource: plans (jobs and history), validation, and health with metrics."""
+"""One router per resource: plans (jobs and history), capacity gaps, explanations, exports, validation,
+and health with metrics."""

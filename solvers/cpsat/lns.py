@@ -1,10 +1,13 @@
 """Large-neighbourhood search for plans too large for one CP-SAT model.
 
-Starting from a complete plan (the FGD plan), each step takes a small set of nodes — fragmented ones
-plus nodes of the same kind, so that work can swap — and lets CP-SAT re-place the replicas on them
-together with waiting replicas that could use those nodes. The replicas on the neighbourhood enter the
-step as running work that may move but not be dropped, so a step never loses placed work and the old
-placement is always a feasible hint: the plan only improves.
+Starting from a complete plan, each step takes a small set of nodes and lets CP-SAT re-place the
+replicas on them together with waiting replicas that could use those nodes. Neighbourhoods alternate
+between two kinds: around a waiting replica (nodes that could host it if work moved off them, plus
+the nodes with the most room to take that work), and around fragmented nodes (with nodes of the same
+kind, so that work can swap). The replicas on the neighbourhood enter the step as running work that may
+move but not be dropped, so a step never loses placed work and the old placement is always a feasible
+hint: the plan only improves. Replicas the search placed move freely; replicas that were running
+before the plan move only within the disruption budget, and each one moved counts once.
 """
 
 from __future__ import annotations
@@ -22,15 +25,16 @@ from gpuplan.models.policy import DisruptionBudget, Quota
 from gpuplan.solvers.base import SolveResult
 from gpuplan.solvers.formulation.constraints import QUOTA_UNIT, charged_units, quota_limit_units
 from gpuplan.solvers.formulation.objective import queue_penalty
-from gpuplan.solvers.problem import PlacementProblem, Request, Running
+from gpuplan.solvers.placement import FirstFitScorer, Placer
+from gpuplan.solvers.problem import PlacementProblem, Request, Running, disturbable
 
 log = logging.getLogger(__name__)
 
 #: Nodes per neighbourhood, and waiting replicas offered to it.
 NEIGHBOURHOOD_NODES = 6
 WAITING_OFFERED = 30
-#: Seconds of CP-SAT per step.
-STEP_S = 2.0
+#: Seconds of CP-SAT per step (most steps are proved optimal well before).
+STEP_S = 1.0
 
 #: Solves one neighbourhood: (sub-problem, replicas allowed to move) -> result.
 StepSolver = Callable[[PlacementProblem, set[int]], SolveResult]
@@ -45,6 +49,8 @@ class LnsReport:
     gained: int = 0
     #: Whether the wall clock ended a deterministic search before its steps were done.
     cut: bool = False
+    #: Replicas running before the plan that the search moved.
+    moved: int = 0
 
 
 def _used_milli(a: Assignment) -> int:
@@ -68,6 +74,26 @@ class _State:
             on_node[n].append(key)
             free[n] -= _used_milli(a)
         return on_node, free
+
+
+def _around_waiting(
+    problem: PlacementProblem,
+    waiting: list[Request],
+    free: dict[int, int],
+    hosts: Callable[[Request], list[int]],
+    rng: random.Random,
+) -> list[int]:
+    """Nodes that could host a high-penalty waiting replica once work moved off them (the fullest of
+    them first, where moving little frees enough), then the nodes with the most room."""
+    ranked = sorted(waiting, key=lambda q: -queue_penalty(q, problem))
+    target = ranked[rng.randrange(min(len(ranked), WAITING_OFFERED))]
+    could = hosts(target)
+    if not could:
+        return []
+    rng.shuffle(could)
+    chosen = sorted(could[: 4 * NEIGHBOURHOOD_NODES], key=lambda n: -free[n])[: NEIGHBOURHOOD_NODES // 2]
+    roomy = sorted((n for n in free if n not in chosen), key=lambda n: (-free[n], n))
+    return [*chosen, *roomy[: NEIGHBOURHOOD_NODES - len(chosen)]]
 
 
 def _neighbourhood(
@@ -122,10 +148,31 @@ def _quotas_left(
     return tuple(out)
 
 
+def _hosts(problem: PlacementProblem) -> Callable[[Request], list[int]]:
+    """Node positions whose empty state could host one of a request's alternatives (memoised by the
+    request's shapes and team)."""
+    placer = Placer(problem.nodes, problem.catalog, FirstFitScorer(), policy=problem.policy)
+    memo: dict[tuple[object, ...], list[int]] = {}
+
+    def hosts(req: Request) -> list[int]:
+        key = (req.shapes, req.team)
+        if key not in memo:
+            memo[key] = [n for n in range(len(problem.nodes)) if placer.fits_empty(req, n)]
+        return list(memo[key])
+
+    return hosts
+
+
 def improve(
-    problem: PlacementProblem, start: SolveResult, deadline: float, step: StepSolver
+    problem: PlacementProblem,
+    start: SolveResult,
+    deadline: float,
+    step: StepSolver,
+    *,
+    moves: int = 0,
 ) -> tuple[SolveResult, LnsReport]:
-    """Improve ``start`` by CP-SAT steps on small neighbourhoods until ``deadline`` (perf_counter).
+    """Improve ``start`` by CP-SAT steps on small neighbourhoods until ``deadline`` (perf_counter),
+    moving at most ``moves`` replicas that were running before the plan (those the policy lets move).
 
     A deterministic problem takes a fixed number of steps (its time limit over :data:`STEP_S`), each
     stopped on deterministic time, so that the same input and seed give the same plan; the deadline
@@ -138,17 +185,24 @@ def improve(
     kinds: dict[int, object] = {
         n: (nd.cpu_milli, nd.pool, tuple(g.model for g in nd.gpus)) for n, nd in enumerate(problem.nodes)
     }
+    hosts = _hosts(problem)
+    moved: set[tuple[str, int]] = set()
     steps = max(1, int(problem.time_limit_s / STEP_S)) if problem.deterministic else None
     while steps is None or report.steps < steps:
-        if time.perf_counter() + 0.5 >= deadline:
+        if time.perf_counter() + 0.2 >= deadline:
             report.cut = steps is not None
             break
         waiting = [q for q in problem.requests if q.key not in state.placed]
         on_node, free = state.by_node()
-        hood = _neighbourhood(problem, free, rng, kinds) if waiting else []
+        if not waiting:
+            break
+        around = report.steps % 2 == 0
+        hood = _around_waiting(problem, waiting, free, hosts, rng) if around else []
+        hood = hood or _neighbourhood(problem, free, rng, kinds)
         if not hood:
             break
         moving = [key for n in hood for key in on_node[n]]
+        may_move = _movable(problem, moving, by_key, moved, moves - len(moved))
         offered = _offered(problem, waiting, rng)
         requests: list[Request] = []
         for key in moving:
@@ -169,8 +223,7 @@ def improve(
             policy=policy,
             time_limit_s=STEP_S if steps is not None else min(STEP_S, deadline - time.perf_counter()),
         )
-        originally_fixed = {r for r, q in enumerate(requests) if q.key in by_key and by_key[q.key].running}
-        result = step(sub, set(range(len(moving))) - originally_fixed)
+        result = step(sub, {i for i, key in enumerate(moving) if key in may_move})
         report.steps += 1
         if result.status.value == "FALLBACK":
             continue
@@ -182,11 +235,21 @@ def improve(
         report.improved += gained > 0
         report.gained += gained
         for a in result.assignments:
-            state.placed[(a.workload, a.replica)] = a
+            key = (a.workload, a.replica)
+            state.placed[key] = a
+            run = by_key[key].running
+            if run is not None:
+                if Running(a.node, a.gpus, a.alternative) == run:
+                    moved.discard(key)
+                else:
+                    moved.add(key)
         for lay in result.mig_layouts:
             state.layouts[(lay.node, lay.gpu)] = lay
-        log.debug("LNS step %d on %d nodes: +%d queue units", report.steps, len(hood), gained)
+        log.debug(
+            "LNS step %d on %d nodes: +%d queue units, %d moved", report.steps, len(hood), gained, len(moved)
+        )
     placed = state.placed
+    report.moved = len(moved)
     return (
         replace(
             start,
@@ -196,3 +259,19 @@ def improve(
         ),
         report,
     )
+
+
+def _movable(
+    problem: PlacementProblem,
+    keys: list[tuple[str, int]],
+    by_key: dict[tuple[str, int], Request],
+    moved: set[tuple[str, int]],
+    budget: int,
+) -> set[tuple[str, int]]:
+    """The replicas of a neighbourhood a step may move: those the search placed, those already moved
+    (counted once), and up to ``budget`` more that were running before the plan (smallest first:
+    moving little frees the most room per move)."""
+    out = {k for k in keys if by_key[k].running is None or k in moved}
+    fresh = [k for k in keys if k not in out and disturbable(problem.policy, by_key[k])]
+    fresh.sort(key=lambda k: (min(s.gpu_milli_total for s in by_key[k].shapes), k))
+    return out | set(fresh[: max(0, budget)])

@@ -23,7 +23,7 @@ from gpuplan.solvers.bounds import never_fitting, objective_bound, queue_lower_b
 from gpuplan.solvers.cpsat.builder import CpSatBuilder
 from gpuplan.solvers.cpsat.candidates import Rankings, is_large
 from gpuplan.solvers.cpsat.guard import exact_comparison
-from gpuplan.solvers.cpsat.lns import improve
+from gpuplan.solvers.cpsat.lns import LnsReport, improve
 from gpuplan.solvers.cpsat.pools import MIN_PART_S, Part, part_count, solve_parts, split
 from gpuplan.solvers.evaluate import queue_term, reported
 from gpuplan.solvers.fleet.engine import plan_fleet
@@ -161,7 +161,9 @@ class CpSat:
     def solve(self, problem: PlacementProblem) -> SolveResult:
         """Solve; a problem CP-SAT cannot solve in time gets the FGD plan labelled ``FALLBACK``.
 
-        Demand too large for one model is planned by large-neighbourhood search from the FGD plan.
+        Demand too large for one model (more than :data:`MONOLITHIC_REPLICAS` waiting replicas) is
+        planned by target configurations (:mod:`gpuplan.solvers.fleet`); a large cluster whose running
+        work may move, from the FGD plan by neighbourhood search within the disruption budget.
         """
         start = time.perf_counter()
         deadline = start + problem.time_limit_s
@@ -180,6 +182,8 @@ class CpSat:
         greedy = Fgd().place(problem, on_kept=seen)
         assert seen.placer is not None
         never = never_fitting(problem, seen.placer)
+        if seen.rank and movable and self.decompose:
+            return self._repack(problem, greedy, never, start)
         candidates = seen.candidates(greedy) if seen.rank else None
         full = candidates is None and movable == disturbed
         builder = CpSatBuilder()
@@ -217,6 +221,27 @@ class CpSat:
         out = _with_fleet_bound(problem, _recoded(out, never), never)
         return reported(problem, replace(out, wall_s=time.perf_counter() - start))
 
+    def _repack(
+        self, problem: PlacementProblem, greedy: SolveResult, never: frozenset[tuple[str, int]], start: float
+    ) -> SolveResult:
+        """A large cluster whose running work may move: the FGD plan, then CP-SAT on neighbourhoods
+        around waiting replicas and fragmented nodes, moving running work within the budget."""
+
+        def step(sub: PlacementProblem, movable: set[int]) -> SolveResult:
+            return CpSat(movable_running=movable, decompose=False).solve(sub)
+
+        budget = problem.policy.disruption.max_moves_per_round
+        improved, report = improve(problem, greedy, start + problem.time_limit_s, step, moves=budget)
+        out = replace(
+            _recoded(improved, never),
+            status=PlanStatus.FEASIBLE,
+            solver=self.name,
+            terms=_search_terms(report),
+            model_size={"requests": len(problem.requests), "nodes": len(problem.nodes), "lns": 1},
+            wall_s=time.perf_counter() - start,
+        )
+        return reported(problem, _with_fleet_bound(problem, out, never))
+
     def _fleet(
         self, problem: PlacementProblem, never: frozenset[tuple[str, int]], start: float
     ) -> SolveResult:
@@ -228,18 +253,13 @@ class CpSat:
         def step(sub: PlacementProblem, movable: set[int]) -> SolveResult:
             return CpSat(movable_running=movable, decompose=False).solve(sub)
 
-        improved, report = improve(problem, fleet.result, deadline, step)
+        budget = problem.policy.disruption.max_moves_per_round
+        improved, report = improve(problem, fleet.result, deadline, step, moves=budget)
         out = replace(
             _recoded(improved, never),
             status=PlanStatus.FEASIBLE,
             solver=self.name,
-            terms={
-                **fleet.result.terms,
-                "lns_steps": float(report.steps),
-                "lns_improving_steps": float(report.improved),
-                "lns_queue_gained": float(report.gained),
-                **({CUT: 1.0} if report.cut else {}),
-            },
+            terms={**fleet.result.terms, **_search_terms(report)},
             model_size={
                 "requests": len(problem.requests),
                 "nodes": len(problem.nodes),
@@ -288,6 +308,17 @@ class CpSat:
             wall_s=time.perf_counter() - start,
         )
         return reported(problem, _with_fleet_bound(problem, _recoded(merged, never), never))
+
+
+def _search_terms(report: LnsReport) -> dict[str, float]:
+    """What a neighbourhood search did, as report terms."""
+    return {
+        "lns_steps": float(report.steps),
+        "lns_improving_steps": float(report.improved),
+        "lns_queue_gained": float(report.gained),
+        "lns_moved": float(report.moved),
+        **({CUT: 1.0} if report.cut else {}),
+    }
 
 
 def _never_worse(problem: PlacementProblem, solved: SolveResult, greedy: SolveResult) -> SolveResult:

@@ -15,8 +15,15 @@ from functools import partial
 
 from gpuplan.solvers.formulation.builder import Expr
 from gpuplan.solvers.formulation.variables import Variables
-from gpuplan.solvers.greedy.first_fit import FirstFitScorer
-from gpuplan.solvers.placement import Fragmentation, NodeInfo, NodeState, Option, Placer, target_mix
+from gpuplan.solvers.placement import (
+    FirstFitScorer,
+    Fragmentation,
+    NodeInfo,
+    NodeState,
+    Option,
+    Placer,
+    target_mix,
+)
 from gpuplan.solvers.placement.options import apply
 from gpuplan.solvers.problem import PlacementProblem, ShapeSpec
 

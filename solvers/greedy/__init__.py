@@ -3,7 +3,8 @@
 from gpuplan.solvers.greedy.best_fit import BestFit, BestFitScorer
 from gpuplan.solvers.greedy.engine import GreedySolver
 from gpuplan.solvers.greedy.fgd import Fgd, FgdScorer, fgd_score
-from gpuplan.solvers.greedy.first_fit import FirstFit, FirstFitScorer
+from gpuplan.solvers.greedy.first_fit import FirstFit
+from gpuplan.solvers.placement import FirstFitScorer
 
 __all__ = [
     "BestFit",

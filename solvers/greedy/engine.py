@@ -14,6 +14,8 @@ from dataclasses import replace
 
 from gpuplan.models.plan import Assignment, PlanStatus, Unplaced
 from gpuplan.solvers.base import SolveResult
+from gpuplan.solvers.bounds import never_fitting, objective_bound, queue_lower_bound
+from gpuplan.solvers.evaluate import reported
 from gpuplan.solvers.placement import GANG, Placer, Scorer
 from gpuplan.solvers.placement.options import describe
 from gpuplan.solvers.problem import PlacementProblem, Request
@@ -42,10 +44,6 @@ class GreedySolver(ABC):
 
     def solve(self, problem: PlacementProblem) -> SolveResult:
         """The greedy plan, reported with its objective terms and the fleet-level queue bound."""
-        # Imported here: the evaluator and the bounds build on this module's placer.
-        from gpuplan.solvers.bounds import never_fitting, objective_bound, queue_lower_bound
-        from gpuplan.solvers.evaluate import reported
-
         placers: list[Placer] = []
         result = self.place(problem, on_kept=placers.append)
         bound = objective_bound(problem, queue_lower_bound(problem, never_fitting(problem, placers[0])))

@@ -2,23 +2,9 @@
 
 from __future__ import annotations
 
-from collections.abc import Sequence
-
 from gpuplan.solvers.greedy.engine import GreedySolver
-from gpuplan.solvers.placement import Scorer
-from gpuplan.solvers.placement.options import Option
-from gpuplan.solvers.placement.state import NodeInfo, NodeState
-from gpuplan.solvers.problem import PlacementProblem, ShapeSpec
-
-
-class FirstFitScorer:
-    """Every feasible node scores the same, so the engine takes the first one in tie-break order."""
-
-    def score(
-        self, info: NodeInfo, state: NodeState, shape: ShapeSpec, opts: Sequence[Option]
-    ) -> tuple[float, int]:
-        """Score 0 and the first option (options come cheapest first)."""
-        return 0.0, 0
+from gpuplan.solvers.placement import FirstFitScorer, Scorer
+from gpuplan.solvers.problem import PlacementProblem
 
 
 class FirstFit(GreedySolver):

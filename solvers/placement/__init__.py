@@ -2,12 +2,21 @@
 
 from gpuplan.solvers.placement.fragmentation import COVERAGE, Fragmentation, Target, target_mix
 from gpuplan.solvers.placement.options import Option
-from gpuplan.solvers.placement.placer import GANG, NEVER_FITS, NO_CAPACITY, NodeFilter, Placer, Scorer
+from gpuplan.solvers.placement.placer import (
+    GANG,
+    NEVER_FITS,
+    NO_CAPACITY,
+    FirstFitScorer,
+    NodeFilter,
+    Placer,
+    Scorer,
+)
 from gpuplan.solvers.placement.state import NodeInfo, NodeState
 
 __all__ = [
     "COVERAGE",
     "GANG",
+    "FirstFitScorer",
     "NEVER_FITS",
     "NO_CAPACITY",
     "Fragmentation",

@@ -55,6 +55,16 @@ class Scorer(Protocol):
         ...
 
 
+class FirstFitScorer:
+    """Every feasible node scores the same, so the engine takes the first one in tie-break order."""
+
+    def score(
+        self, info: NodeInfo, state: NodeState, shape: ShapeSpec, opts: Sequence[Option]
+    ) -> tuple[float, int]:
+        """Score 0 and the first option (options come cheapest first)."""
+        return 0.0, 0
+
+
 class Placer:
     """Places replicas one at a time on a mutable copy of the cluster.
 
@@ -224,6 +234,15 @@ class Placer:
         finally:
             self.cluster.rollback()
             self.rules.used = used
+
+    def fits_empty(self, request: Request, n: int) -> bool:
+        """Whether node ``n``, were it empty, could host one of the request's alternatives (its team
+        allowed there)."""
+        info = self.infos[n]
+        if info.reserved is not None and request.team not in info.reserved:
+            return False
+        empty = initial_state(info)
+        return any(options(info, empty, s) for s in request.shapes)
 
     def never_fits(self, request: Request) -> bool:
         """Whether no node of the cluster open to the request's team could host any alternative, even

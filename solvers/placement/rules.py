@@ -1,6 +1,6 @@
 """The policy rules a greedy placement must keep: team-exclusive nodes, GPU sharing isolation, quotas.
 
-Gang domains are kept by :meth:`solvers.greedy.engine.Placer.place_gang`.
+Gang domains are kept by :meth:`gpuplan.solvers.placement.Placer.place_gang`.
 """
 
 from __future__ import annotations
