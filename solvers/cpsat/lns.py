@@ -21,7 +21,7 @@ from dataclasses import dataclass, replace
 from fractions import Fraction
 
 from gpuplan.models.plan import Assignment
-from gpuplan.models.policy import DisruptionBudget, Quota
+from gpuplan.models.policy import DisruptionBudget, ObjectiveMode, ObjectiveWeights, Quota
 from gpuplan.solvers.base import SolveResult
 from gpuplan.solvers.formulation.constraints import QUOTA_UNIT, charged_units, quota_limit_units
 from gpuplan.solvers.formulation.objective import queue_penalty
@@ -35,6 +35,8 @@ NEIGHBOURHOOD_NODES = 6
 WAITING_OFFERED = 30
 #: Seconds of CP-SAT per step (most steps are proved optimal well before).
 STEP_S = 1.0
+#: A step weighs the queue term far above moves, and ignores fragmentation and topology.
+STEP_WEIGHTS = ObjectiveWeights(queue=1000, fragmentation=0, disruption=1, topology=0)
 
 #: Solves one neighbourhood: (sub-problem, replicas allowed to move) -> result.
 StepSolver = Callable[[PlacementProblem, set[int]], SolveResult]
@@ -66,34 +68,42 @@ class _State:
         self.placed = {(a.workload, a.replica): a for a in start.assignments}
         self.layouts = {(lay.node, lay.gpu): lay for lay in start.mig_layouts}
 
-    def by_node(self) -> tuple[dict[int, list[tuple[str, int]]], dict[int, int]]:
+    def by_node(self) -> tuple[dict[int, list[tuple[str, int]]], dict[int, int], dict[int, int]]:
+        """Replicas per node, free GPU milli and free milli-CPU per node."""
         on_node: dict[int, list[tuple[str, int]]] = defaultdict(list)
         free = {n: 1000 * len(nd.gpus) for n, nd in enumerate(self.problem.nodes)}
+        cpu = {n: nd.cpu_milli for n, nd in enumerate(self.problem.nodes)}
         for key, a in self.placed.items():
             n = self.node_pos[a.node]
             on_node[n].append(key)
             free[n] -= _used_milli(a)
-        return on_node, free
+            cpu[n] -= a.cpu_milli
+        return on_node, free, cpu
 
 
 def _around_waiting(
     problem: PlacementProblem,
     waiting: list[Request],
     free: dict[int, int],
+    cpu: dict[int, int],
     hosts: Callable[[Request], list[int]],
     rng: random.Random,
 ) -> list[int]:
-    """Nodes that could host a high-penalty waiting replica once work moved off them (the fullest of
-    them first, where moving little frees enough), then the nodes with the most room."""
+    """Nodes that could host a high-penalty waiting replica once work moved off them (those with the
+    most free GPU capacity among a sample), and nodes with the most free CPU: GPU room stranded by a
+    lack of CPU on some nodes and CPU stranded by a lack of GPU room on others meet in one step, so
+    replicas can trade places."""
     ranked = sorted(waiting, key=lambda q: -queue_penalty(q, problem))
     target = ranked[rng.randrange(min(len(ranked), WAITING_OFFERED))]
     could = hosts(target)
     if not could:
         return []
     rng.shuffle(could)
-    chosen = sorted(could[: 4 * NEIGHBOURHOOD_NODES], key=lambda n: -free[n])[: NEIGHBOURHOOD_NODES // 2]
-    roomy = sorted((n for n in free if n not in chosen), key=lambda n: (-free[n], n))
-    return [*chosen, *roomy[: NEIGHBOURHOOD_NODES - len(chosen)]]
+    half = NEIGHBOURHOOD_NODES // 2
+    chosen = sorted(could[: 4 * NEIGHBOURHOOD_NODES], key=lambda n: (-free[n], n))[:half]
+    spare = sorted((n for n in cpu if n not in chosen), key=lambda n: (-cpu[n], n))[: 4 * half]
+    rng.shuffle(spare)
+    return [*chosen, *spare[: NEIGHBOURHOOD_NODES - len(chosen)]]
 
 
 def _neighbourhood(
@@ -193,11 +203,11 @@ def improve(
             report.cut = steps is not None
             break
         waiting = [q for q in problem.requests if q.key not in state.placed]
-        on_node, free = state.by_node()
+        on_node, free, cpu = state.by_node()
         if not waiting:
             break
         around = report.steps % 2 == 0
-        hood = _around_waiting(problem, waiting, free, hosts, rng) if around else []
+        hood = _around_waiting(problem, waiting, free, cpu, hosts, rng) if around else []
         hood = hood or _neighbourhood(problem, free, rng, kinds)
         if not hood:
             break
@@ -214,6 +224,9 @@ def improve(
             update={
                 "disruption": DisruptionBudget(max_moves_per_round=len(moving)),
                 "quotas": _quotas_left(problem, state.placed, names),
+                # One stage: place the most, then move the least (a move spends the budget).
+                "objective": ObjectiveMode.WEIGHTED,
+                "weights": STEP_WEIGHTS,
             }
         )
         sub = replace(
