@@ -1,9 +1,10 @@
 """The B5 loop: Poisson arrivals of openb pod shapes on a sample of openb nodes, planned in rounds.
 
-Three policies see the same arrivals and run times, each on its own simulated cluster:
+Three policies see the same arrivals and run times, each driving its own simulated cluster through the
+executor's rounds loop (:meth:`Executor.run`) with ``make_plan``:
 
-* ``gpuplan`` — CP-SAT through the executor (moves within the disruption budget, predicted starts and
-  reservations from :mod:`planner.timeline`);
+* ``gpuplan`` — CP-SAT (moves within the disruption budget, predicted starts and reservations from
+  :mod:`planner.timeline`, the last plan's reservations kept);
 * ``fgd`` — FGD placing the queue in tier-then-FIFO order, nothing ever moves;
 * ``best-fit`` — best-fit placing the queue in FIFO order (every tier weight equal).
 
