@@ -117,7 +117,8 @@ class RoundReport:
 def unfit(
     obs: Observation, demand: Sequence[Workload], policy: Policy, catalog: HardwareCatalog
 ) -> list[str]:
-    """Workloads of ``demand`` with a waiting replica that fits on no node of ``obs`` on its own.
+    """Waiting workloads of ``demand`` (no replica running) with a replica that fits on no node of
+    ``obs`` on its own.
 
     Everything running stays where it is; MIG instances may be created where ``policy`` allows it, and
     idle ones count as gone where it allows re-partitioning (what a plan could free for the replica).
@@ -129,7 +130,8 @@ def unfit(
     for r in problem.requests:
         if r.running is not None:
             placer.keep(r)
-    waiting = [r for r in problem.requests if r.running is None]
+    running = {r.workload for r in problem.requests if r.running is not None}
+    waiting = [r for r in problem.requests if r.workload not in running]
     return list(dict.fromkeys(r.workload for r in waiting if not placer.ranked(r, 1)))
 
 
