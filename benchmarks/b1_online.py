@@ -16,25 +16,27 @@ from __future__ import annotations
 import argparse
 import logging
 import math
-import random
 import statistics
 import time
 from collections.abc import Sequence
 from concurrent.futures import ProcessPoolExecutor
 from dataclasses import dataclass
-from functools import cache
 from pathlib import Path
 
 import pandas as pd
 
-from benchmarks._openb import TRACE_DIR, load_nodes, load_pods
-from gpuplan.models import default_catalog
-from gpuplan.solvers.greedy import BestFitScorer, FgdScorer, FirstFitScorer
-from gpuplan.solvers.placement import Placer, Scorer, target_mix
-from gpuplan.solvers.problem import NodeSpec, Request
-
-#: Arrived GPU request the protocol inflates the trace to, as a share of GPU capacity.
-TUNE_RATIO = 1.3
+from benchmarks.common import (
+    TRACE_DIR,
+    arrivals,
+    capacity_milli,
+    curve,
+    markdown,
+    openb_trace,
+    parse_seeds,
+    place_online,
+    scorer_for,
+    write,
+)
 
 #: Arrived percentages reported.
 PERCENTS = range(131)
@@ -58,100 +60,16 @@ class Run:
     failed: int
 
 
-def per_gpu_milli(r: Request) -> int:
-    """The pod's GPU request per GPU (the simulator's ``MilliGpu``), in milli-GPU."""
-    s = r.shapes[0]
-    return 1000 if s.kind == "whole" else s.milli
-
-
-def total_milli(r: Request) -> int:
-    """The pod's total GPU request, in milli-GPU."""
-    return r.shapes[0].gpu_milli_total
-
-
-def arrivals(
-    pods: Sequence[Request], capacity_milli: int, n_nodes: int, seed: int
-) -> tuple[list[Request], list[int]]:
-    """The pods in arrival order for one seed, and the node tie-break ranks.
-
-    Mirrors the simulator: shuffle the name-sorted list, then tune it to ``TUNE_RATIO`` times the capacity
-    (resample while the next pod's per-GPU request still fits under the target, or drop random pods
-    while above it), then draw the node ranks from the same generator.
-    """
-    rng = random.Random(seed)
-    order = list(pods)
-    rng.shuffle(order)
-    total = sum(total_milli(p) for p in order)
-    target = TUNE_RATIO * capacity_milli
-    if total < target:
-        while True:
-            pod = pods[rng.randrange(len(pods))]
-            if total + per_gpu_milli(pod) > target:
-                break
-            total += total_milli(pod)
-            order.append(pod)
-    while total > target:
-        total -= total_milli(order.pop(rng.randrange(len(order))))
-    rank = list(range(n_nodes))
-    rng.shuffle(rank)
-    return order, rank
-
-
-def curve(records: Sequence[tuple[int, int]], capacity_milli: int) -> dict[int, float]:
-    """Mean allocation (%) over the pods whose arrived request rounds to each percent."""
-    frame = pd.DataFrame(records, columns=["arrived", "used"])
-    frame["arrive"] = (frame["arrived"] * 100 / capacity_milli).round(0)
-    frame["alloc"] = (frame["used"] * 100 / capacity_milli).round(2)
-    out: dict[int, float] = {}
-    for k in PERCENTS:
-        rows = frame[frame["arrive"] == k]
-        if rows.empty:
-            rows = frame[(frame["arrive"] >= k - 1) & (frame["arrive"] <= k + 1)]
-        if not rows.empty:
-            out[k] = round(float(rows["alloc"].mean()), 2)
-    return out
-
-
-@cache
-def _trace(trace: str) -> tuple[tuple[NodeSpec, ...], tuple[Request, ...]]:
-    return load_nodes(), load_pods(trace)
-
-
-def scorer_for(policy: str, nodes: Sequence[NodeSpec], pods: Sequence[Request]) -> Scorer:
-    """The scorer of ``policy``; FGD's target mix comes from the trace's own (un-inflated) pods."""
-    if policy == "greedy-fgd":
-        return FgdScorer(target_mix(pods))
-    if policy == "best-fit":
-        return BestFitScorer.for_nodes(nodes)
-    if policy == "first-fit":
-        return FirstFitScorer()
-    raise ValueError(f"unknown policy '{policy}' (choose best-fit, greedy-fgd or first-fit)")
-
-
 def run(trace: str, policy: str, seed: int) -> Run:
     """Run the protocol once and time it (target-mix estimation and placement, not file loading)."""
-    nodes, pods = _trace(trace)
+    nodes, pods = openb_trace(trace)
     start = time.perf_counter()
-    capacity = sum(1000 * len(n.gpus) for n in nodes)
+    capacity = capacity_milli(nodes)
     order, rank = arrivals(pods, capacity, len(nodes), seed)
-    placer = Placer(nodes, default_catalog(), scorer_for(policy, nodes, pods), rank=rank)
-    arrived = failed = 0
-    records: list[tuple[int, int]] = []
-    for pod in order:
-        arrived += total_milli(pod)
-        if placer.place(pod) is None:
-            failed += 1
-        records.append((arrived, placer.used_gpu_milli))
+    online = place_online(nodes, [pods[i] for i in order], scorer_for(policy, nodes, pods), rank)
     wall = time.perf_counter() - start
-    return Run(trace, policy, seed, curve(records, capacity), wall, len(order), failed)
-
-
-def _seeds(text: str) -> list[int]:
-    out: list[int] = []
-    for part in text.split(","):
-        lo, _, hi = part.partition("-")
-        out.extend(range(int(lo), int(hi or lo) + 1))
-    return out
+    alloc = curve(online.records, capacity, PERCENTS)
+    return Run(trace, policy, seed, alloc, wall, len(order), online.failed)
 
 
 def summarise(runs: Sequence[Run]) -> pd.DataFrame:
@@ -195,17 +113,18 @@ def _curves(runs: Sequence[Run]) -> pd.DataFrame:
     return pd.DataFrame(rows)
 
 
-def _markdown(summary: pd.DataFrame) -> str:
-    head = (
-        "| trace | policy | ours@100 | ref@100 | ours@130 | ref@130 | diff@100 | diff@130 | median wall s |"
-    )
-    lines = [head, "|---|---|---:|---:|---:|---:|---:|---:|---:|"]
-    for r in summary.itertuples(index=False):
-        lines.append(
-            f"| {r.trace} | {r.policy} | {r.ours_100:.2f} | {r.ref_100:.2f} | {r.ours_130:.2f} | "
-            f"{r.ref_130:.2f} | {r.diff_100:+.2f} | {r.diff_130:+.2f} | {r.median_wall_s:.1f} |"
-        )
-    return "\n".join(lines)
+#: The README table: (header, column, format).
+TABLE = (
+    ("trace", "trace", ""),
+    ("policy", "policy", ""),
+    ("ours@100", "ours_100", ".2f"),
+    ("ref@100", "ref_100", ".2f"),
+    ("ours@130", "ours_130", ".2f"),
+    ("ref@130", "ref_130", ".2f"),
+    ("diff@100", "diff_100", "+.2f"),
+    ("diff@130", "diff_130", "+.2f"),
+    ("median wall s", "median_wall_s", ".1f"),
+)
 
 
 def main(argv: Sequence[str] | None = None) -> None:
@@ -222,9 +141,9 @@ def main(argv: Sequence[str] | None = None) -> None:
     logging.basicConfig(level=logging.WARNING)
     traces = [t for t in args.traces.split(",") if t]
     policies = [p for p in args.policies.split(",") if p]
-    tasks = [(t, p, s) for t in traces for p in policies for s in _seeds(args.seeds)]
+    tasks = [(t, p, s) for t in traces for p in policies for s in parse_seeds(args.seeds)]
     for t in traces:
-        _trace(t)
+        openb_trace(t)
     runs: list[Run] = []
     with ProcessPoolExecutor(max_workers=max(1, args.jobs)) as pool:
         for r in pool.map(run, *zip(*tasks, strict=True)):
@@ -236,10 +155,9 @@ def main(argv: Sequence[str] | None = None) -> None:
             )
             runs.append(r)
     summary = summarise(runs)
-    args.out.parent.mkdir(parents=True, exist_ok=True)
-    summary.to_csv(args.out, index=False)
-    _curves(runs).to_csv(args.out.with_name(f"{args.out.stem}_curves.csv"), index=False)
-    print(_markdown(summary))
+    write(summary, args.out)
+    write(_curves(runs), args.out.with_name(f"{args.out.stem}_curves.csv"))
+    print(markdown(summary, TABLE))
 
 
 if __name__ == "__main__":

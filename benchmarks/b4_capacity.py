@@ -1,13 +1,13 @@
 """B4: what to buy for the pods that fail at 130% arrivals on openb default, against the naive count.
 
 Per seed the arrival sequence is B1's (the default pod list shuffled and inflated to 130% of GPU
-capacity). FGD places it one pod at a time (B1's protocol); gpuplan's CP-SAT engine plans all arrived
-pods at once (B3's offline setting) within ``--time-limit``. The GPU pods each leaves unplaced are the
-gap demand. The capacity-gap purchase MILP (:mod:`planner.purchase`) chooses the cheapest mix of the
-node shapes of ``openb_node_list_all_node.csv`` (EXAMPLE prices below), and the purchase is checked by
-placing the failed pods on the purchased nodes alone with FGD; what is left over is bought by a second
-MILP (at most ``--repair-rounds`` times). The naive answer is ``ceil(failed GPU demand / 8)`` nodes of
-the fleet's most common GPU node shape (G2, 8 GPUs).
+capacity). FGD places it one pod at a time (B1's protocol); gpuplan (``make_plan``, default solver,
+every tier weight 1) plans all arrived pods at once within ``--time-limit``. The GPU pods each leaves
+unplaced are the gap demand. The capacity-gap purchase MILP (:mod:`planner.purchase`) chooses the
+cheapest mix of the node shapes of ``openb_node_list_all_node.csv`` (EXAMPLE prices below), and the
+purchase is checked by placing the failed pods on the purchased nodes alone with FGD; what is left
+over is bought by a second MILP (at most ``--repair-rounds`` times). The naive answer is
+``ceil(failed GPU demand / 8)`` nodes of the fleet's most common GPU node shape (G2, 8 GPUs).
 
 Run ``python -m benchmarks.b4_capacity --help``.
 """
@@ -18,23 +18,35 @@ import argparse
 import logging
 import math
 import time
+from collections import Counter
 from collections.abc import Sequence
-from dataclasses import replace
 from pathlib import Path
 
 import pandas as pd
 
-from benchmarks._openb import TRACE_DIR
-from benchmarks.b1_online import _seeds, _trace, arrivals, scorer_for, total_milli
-from benchmarks.b2_rounds import bench_policy
-from gpuplan.models import default_catalog
+from benchmarks.common import (
+    NOW,
+    TRACE_DIR,
+    arrived_pods,
+    bench_policy,
+    compile_pods,
+    openb_cluster,
+    openb_trace,
+    parse_seeds,
+    scorer_for,
+    timed,
+    total_milli,
+    write,
+)
+from gpuplan.models import PlanningInput, default_catalog
 from gpuplan.models.capacity import NodeType, NodeTypeCatalog
 from gpuplan.planner.capacity import node_for, type_specs
 from gpuplan.planner.compile import compile_node
+from gpuplan.planner.importers.openb import read_cluster
+from gpuplan.planner.planning import make_plan
 from gpuplan.planner.purchase import TypeSpec, shape_fits, solve_purchase
-from gpuplan.solvers.cpsat import CpSat
 from gpuplan.solvers.placement import Placer
-from gpuplan.solvers.problem import PlacementProblem, Request
+from gpuplan.solvers.problem import Request
 
 log = logging.getLogger("benchmarks.b4")
 
@@ -53,20 +65,20 @@ ALL_NODES = TRACE_DIR / "openb_node_list_all_node.csv"
 
 def node_types(path: Path = ALL_NODES) -> NodeTypeCatalog:
     """One node type per distinct GPU node shape of the openb node list, with EXAMPLE prices."""
-    frame = pd.read_csv(path, keep_default_na=False)
-    frame = frame[frame["gpu"] > 0]
-    shapes = frame.groupby(["model", "gpu", "cpu_milli", "memory_mib"]).size().reset_index()
+    shapes = Counter(
+        (n.pool or "", n.gpus[0].model, len(n.gpus), n.cpu_milli, n.memory_mib)
+        for n in read_cluster(path).nodes
+        if n.gpus
+    )
     types = []
-    for _, row in shapes.iterrows():
-        model, gpus = str(row["model"]), int(row["gpu"])
-        cpu, mem = int(row["cpu_milli"]), int(row["memory_mib"])
+    for code, model, gpus, cpu, mem in sorted(shapes):
         cost = (
             EXAMPLE_BASE + cpu // 1000 * EXAMPLE_PER_CORE + mem // 1024 * EXAMPLE_PER_GIB
-            + gpus * EXAMPLE_GPU_PRICE[model]
+            + gpus * EXAMPLE_GPU_PRICE[code]
         )  # fmt: skip
         types.append(
             NodeType(
-                name=f"{model}x{gpus}-c{cpu // 1000}-m{mem // 1024}",
+                name=f"{code}x{gpus}-c{cpu // 1000}-m{mem // 1024}",
                 gpu_model=model,
                 gpus=gpus,
                 cpu_milli=cpu,
@@ -162,29 +174,23 @@ def gap_for(
 
 def run_seed(seed: int, args: argparse.Namespace) -> list[dict[str, object]]:
     """FGD and gpuplan on one seed's 130% arrivals, and the capacity gap of what each leaves unplaced."""
-    nodes, pods = _trace("default")
+    nodes, pods = openb_trace("default")
     catalog = node_types()
     specs = type_specs(catalog, default_catalog())
-    capacity = sum(1000 * len(n.gpus) for n in nodes)
-    order, rank = arrivals(pods, capacity, len(nodes), seed)
-    order = [replace(p, workload=f"{p.workload}~{i}") for i, p in enumerate(order)]
+    workloads, rank = arrived_pods("default", seed)
+    order = compile_pods(workloads)
     placer = Placer(nodes, default_catalog(), scorer_for("greedy-fgd", nodes, pods), rank=rank)
     failed = {"greedy-fgd": [p for p in order if placer.place(p) is None]}
-    problem = PlacementProblem(
-        nodes=nodes, requests=tuple(order), catalog=default_catalog(), policy=bench_policy(0),
-        time_limit_s=args.time_limit, seed=seed,
-    )  # fmt: skip
-    t0 = time.perf_counter()
-    result = CpSat().solve(problem)
-    wall = time.perf_counter() - t0
-    log.info("gpuplan offline: %s in %.1f s", result.status.value, wall)
-    waiting = {(u.workload, u.replica) for u in result.unplaced}
+    inp = PlanningInput(cluster=openb_cluster(), workloads=tuple(workloads), policy=bench_policy())
+    plan, wall = timed(lambda: make_plan(inp, now=NOW, time_limit_s=args.time_limit, seed=seed))
+    log.info("gpuplan offline: %s in %.1f s", plan.status.value, wall)
+    waiting = {(u.workload, u.replica) for u in plan.unplaced}
     failed["gpuplan"] = [p for p in order if p.key in waiting]
     rows = []
     for planner_name, lost in failed.items():
         row: dict[str, object] = {"seed": seed, "planner": planner_name, "arrived_pods": len(order)}
         if planner_name == "gpuplan":
-            row.update({"planner_status": result.status.value, "planner_wall_s": round(wall, 1)})
+            row.update({"planner_status": plan.status.value, "planner_wall_s": round(wall, 1)})
         row.update(gap_for(lost, catalog, specs, args))
         log.info("%s", row)
         rows.append(row)
@@ -197,17 +203,16 @@ def main(argv: Sequence[str] | None = None) -> None:
         description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter
     )
     parser.add_argument("--seeds", default="42")
-    parser.add_argument("--time-limit", type=float, default=120.0, help="gpuplan CP-SAT seconds")
+    parser.add_argument("--time-limit", type=float, default=120.0, help="make_plan seconds")
     parser.add_argument("--milp-time-limit", type=float, default=60.0)
     parser.add_argument("--repair-rounds", type=int, default=3)
-    parser.add_argument("--out", default="benchmarks/results/b4.csv")
+    parser.add_argument("--out", type=Path, default=Path("benchmarks/results/b4.csv"))
     parser.add_argument("-v", "--verbose", action="store_true")
     args = parser.parse_args(argv)
     logging.basicConfig(level=logging.INFO if args.verbose else logging.WARNING, format="%(message)s")
-    rows = [row for s in _seeds(args.seeds) for row in run_seed(s, args)]
+    rows = [row for s in parse_seeds(args.seeds) for row in run_seed(s, args)]
     frame = pd.DataFrame(rows)
-    Path(args.out).parent.mkdir(parents=True, exist_ok=True)
-    frame.to_csv(args.out, index=False)
+    write(frame, args.out)
     print(frame.to_string(index=False))
 
 

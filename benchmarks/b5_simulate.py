@@ -1,24 +1,27 @@
 """B5: gpuplan's rounds against FGD (tier-then-FIFO) and best-fit (FIFO) on simulated Poisson arrivals.
 
-Each load runs the three policies on the same arrivals and run times (``planner.simulate``) and checks
-the targets at rho = 0.95: tier-weighted mean wait at most 0.6x the best baseline's, latency-sensitive
-p95 wait at most one round, time-averaged allocation at most 0.5 point below the best baseline's.
+``gpuplan simulate`` runs the three policies on the same arrivals and run times at each load (every
+option is passed to it unchanged; ``--out`` defaults to ``benchmarks/results/b5.csv``); this benchmark
+then checks the targets at rho = 0.95: tier-weighted mean wait at most 0.6x the best baseline's,
+latency-sensitive p95 wait at most one round, time-averaged allocation at most 0.5 point below the best
+baseline's.
 
-Run ``python -m benchmarks.b5_simulate --help``.
+Run ``python -m benchmarks.b5_simulate --rho-list 0.85,0.95,1.05`` (``gpuplan simulate --help`` lists
+the options).
 """
 
 from __future__ import annotations
 
 import argparse
-import logging
+import sys
 from collections.abc import Sequence
-from pathlib import Path
 
 import pandas as pd
 
-from gpuplan.planner.simulate import SimConfig, simulate
+from gpuplan.planner.cli import main as cli_main
+from gpuplan.planner.simulate import SimConfig
 
-log = logging.getLogger("benchmarks.b5")
+DEFAULT_OUT = "benchmarks/results/b5.csv"
 
 LS = "p95_wait_s[latency-sensitive]"
 
@@ -49,39 +52,21 @@ def targets(rows: Sequence[dict[str, object]], rho: float, round_s: float) -> li
 
 
 def main(argv: Sequence[str] | None = None) -> None:
-    """Command line."""
-    parser = argparse.ArgumentParser(
-        description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter
-    )
-    parser.add_argument("--rho", default="0.85,0.95,1.05")
-    parser.add_argument("--nodes", type=int, default=10)
-    parser.add_argument("--hours", type=float, default=5.0)
-    parser.add_argument("--warmup-hours", type=float, default=1.0)
-    parser.add_argument("--round-s", type=float, default=300.0)
-    parser.add_argument("--time-limit", type=float, default=2.0, help="CP-SAT seconds per round")
-    parser.add_argument("--seed", type=int, default=0)
-    parser.add_argument("--out", default="benchmarks/results/b5.csv")
-    parser.add_argument("-v", "--verbose", action="store_true")
-    args = parser.parse_args(argv)
-    logging.basicConfig(level=logging.INFO if args.verbose else logging.ERROR, format="%(message)s")
-    rows: list[dict[str, object]] = []
-    for rho in (float(r) for r in args.rho.split(",")):
-        cfg = SimConfig(
-            rho=rho,
-            nodes=args.nodes,
-            hours=args.hours,
-            warmup_hours=args.warmup_hours,
-            round_s=args.round_s,
-            time_limit_s=args.time_limit,
-            seed=args.seed,
-        )
-        result = simulate(cfg, progress=print)
-        rows.extend({"rho": rho, "policy": name, **metrics} for name, metrics in result.items())
-    table = pd.DataFrame(rows)
-    Path(args.out).parent.mkdir(parents=True, exist_ok=True)
-    table.to_csv(args.out, index=False)
-    print(table.to_string(index=False))
-    for line in targets(rows, 0.95, args.round_s):
+    """Command line: ``gpuplan simulate`` with the given options, then the targets."""
+    args = list(sys.argv[1:] if argv is None else argv)
+    known = argparse.ArgumentParser(add_help=False)
+    known.add_argument("--out")
+    known.add_argument("--round-s", type=float, default=SimConfig().round_s)
+    seen, _ = known.parse_known_args(args)
+    if seen.out is None:
+        args += ["--out", DEFAULT_OUT]
+    code = cli_main(["simulate", *args])
+    if code:
+        raise SystemExit(code)
+    rows = [
+        {str(k): v for k, v in r.items()} for r in pd.read_csv(seen.out or DEFAULT_OUT).to_dict("records")
+    ]
+    for line in targets(rows, 0.95, seen.round_s):
         print(line)
 
 

@@ -1,7 +1,8 @@
 """B9: why-not explanations with verified counterfactuals for 100 waiting workloads on the openb cluster.
 
 The openb GPU nodes (FGD paper's Alibaba trace) receive a seeded shuffle of the default pod list until
-110% of GPU capacity has arrived; FGD plans it (not timed), and gpuplan explains the first ``--count``
+110% of GPU capacity has arrived (pods as the openb importer reads them, with their QoS tiers and the
+default policy); FGD plans it (not timed), and gpuplan explains the first ``--count``
 waiting workloads: a reason code and sentence for each, and up to ``--counterfactuals`` changes, each
 verified by re-solving its neighbourhood with the change applied (CP-SAT by default). The wall time
 covers building the plan state, diagnosing and verifying.
@@ -23,8 +24,8 @@ from pathlib import Path
 
 import pandas as pd
 
-from benchmarks._openb import NODE_FILE, TRACE_DIR, _workload
-from gpuplan.models import Cluster, Node, PlanningInput, Workload
+from benchmarks.common import openb_cluster, openb_pods, total_milli, write
+from gpuplan.models import PlanningInput, Workload
 from gpuplan.planner.explain import explain_all
 from gpuplan.planner.planning import make_plan
 
@@ -35,31 +36,18 @@ NOW = datetime(2026, 11, 29, 12, 0, tzinfo=UTC)
 
 def openb_input(trace: str, seed: int, arrived: float) -> PlanningInput:
     """The openb cluster and a seeded shuffle of the pods until ``arrived`` x GPU capacity is asked."""
-    frame = pd.read_csv(TRACE_DIR / NODE_FILE, keep_default_na=False)
-    nodes = tuple(
-        Node.model_validate(
-            {
-                "name": str(row["sn"]),
-                "cpu_milli": int(row["cpu_milli"]),
-                "memory_mib": int(row["memory_mib"]),
-                "gpus": [{"index": i, "model": str(row["model"])} for i in range(int(row["gpu"]))],
-            }
-        )
-        for _, row in frame.iterrows()
-    )
-    capacity = 1000 * sum(len(n.gpus) for n in nodes)
-    pods = pd.read_csv(TRACE_DIR / f"openb_pod_list_{trace}.csv", keep_default_na=False)
-    rows = [row for _, row in pods.sort_values("name", kind="stable").iterrows()]
-    random.Random(seed).shuffle(rows)
+    cluster = openb_cluster()
+    capacity = 1000 * cluster.gpu_count
+    pods = list(openb_pods(trace))
+    random.Random(seed).shuffle(pods)
     workloads: list[Workload] = []
     asked = 0
-    for row in rows:
+    for w in pods:
         if asked >= arrived * capacity:
             break
-        w = _workload(row)
-        asked += w.gpus * 1000 + w.gpu_milli
+        asked += total_milli(w)
         workloads.append(w)
-    return PlanningInput(cluster=Cluster(nodes=nodes), workloads=tuple(workloads))
+    return PlanningInput(cluster=cluster, workloads=tuple(workloads))
 
 
 def run(
@@ -113,15 +101,14 @@ def main(argv: Sequence[str] | None = None) -> None:
     parser.add_argument("--count", type=int, default=100, help="waiting workloads to explain")
     parser.add_argument("--counterfactuals", type=int, default=3, help="verified changes per workload")
     parser.add_argument("--solver", default="cpsat", help="re-solve back-end that verifies counterfactuals")
-    parser.add_argument("--out", default="benchmarks/results/b9.csv")
+    parser.add_argument("--out", type=Path, default=Path("benchmarks/results/b9.csv"))
     parser.add_argument("-v", "--verbose", action="store_true")
     args = parser.parse_args(argv)
     logging.basicConfig(level=logging.INFO if args.verbose else logging.WARNING, format="%(message)s")
     seeds = [int(s) for s in args.seeds.split(",")]
     rows = [run(args.trace, s, args.arrived, args.count, args.counterfactuals, args.solver) for s in seeds]
     frame = pd.DataFrame(rows)
-    Path(args.out).parent.mkdir(parents=True, exist_ok=True)
-    frame.to_csv(args.out, index=False)
+    write(frame, args.out)
     print(frame.to_string(index=False))
     for col in ("wall_s", "cpu_s"):
         print(f"{col}: median {statistics.median(frame[col])}, worst {max(frame[col])}")

@@ -1,9 +1,10 @@
 """The B5 loop: Poisson arrivals of openb pod shapes on a sample of openb nodes, planned in rounds.
 
-Three policies see the same arrivals and run times, each on its own simulated cluster:
+Three policies see the same arrivals and run times, each driving its own simulated cluster through the
+executor's rounds loop (:meth:`Executor.run`) with ``make_plan``:
 
-* ``gpuplan`` — CP-SAT through the executor (moves within the disruption budget, predicted starts and
-  reservations from :mod:`planner.timeline`);
+* ``gpuplan`` — CP-SAT (moves within the disruption budget, predicted starts and reservations from
+  :mod:`planner.timeline`, the last plan's reservations kept);
 * ``fgd`` — FGD placing the queue in tier-then-FIFO order, nothing ever moves;
 * ``best-fit`` — best-fit placing the queue in FIFO order (every tier weight equal).
 
@@ -16,12 +17,10 @@ The arrival rate sets the offered GPU load rho = rate x mean GPUs per job x mean
 
 from __future__ import annotations
 
-import csv
 import logging
 import math
 import random
 import statistics
-import time
 from collections.abc import Callable
 from dataclasses import dataclass, field
 from datetime import UTC, datetime, timedelta
@@ -36,10 +35,9 @@ from gpuplan.models.problem import PlanningInput
 from gpuplan.models.workload import Workload
 from gpuplan.planner.compile import compile_problem
 from gpuplan.planner.executor import Executor, SimCluster, state_input
-from gpuplan.planner.importers.openb import QOS_TIERS
+from gpuplan.planner.importers.openb import read_cluster, read_workloads
 from gpuplan.planner.metrics import fragmentation
 from gpuplan.planner.planning import make_plan
-from gpuplan.solvers.base import get_solver
 
 log = logging.getLogger(__name__)
 
@@ -81,54 +79,26 @@ class Job:
     duration_s: float
 
 
-def _rows(path: Path) -> list[dict[str, str]]:
-    with path.open(newline="", encoding="utf-8") as fh:
-        return list(csv.DictReader(fh))
-
-
 def sample_cluster(cfg: SimConfig) -> Cluster:
     """``cfg.nodes`` GPU nodes of the openb node list, drawn with the seed."""
-    catalog = default_catalog()
-    rows = [r for r in _rows(cfg.trace_dir / "openb_node_list_gpu_node.csv") if int(r["gpu"]) > 0]
-    rows = random.Random(cfg.seed).sample(rows, min(cfg.nodes, len(rows)))
-    return Cluster.model_validate(
-        {
-            "nodes": [
-                {
-                    "name": r["sn"],
-                    "cpu_milli": int(r["cpu_milli"]),
-                    "memory_mib": int(r["memory_mib"]),
-                    "gpus": [
-                        {"index": i, "model": catalog.canonical(r["model"])} for i in range(int(r["gpu"]))
-                    ],
-                }
-                for r in rows
-            ]
-        }
-    )
+    nodes = [n for n in read_cluster(cfg.trace_dir / "openb_node_list_gpu_node.csv").nodes if n.gpus]
+    return Cluster(nodes=tuple(random.Random(cfg.seed).sample(nodes, min(cfg.nodes, len(nodes)))))
 
 
 def pod_shapes(cfg: SimConfig, cluster: Cluster) -> list[tuple[dict[str, Any], str]]:
     """GPU pods of the trace that fit some node of ``cluster``: workload fields and tier."""
-    catalog = default_catalog()
-    models = {catalog.canonical(g.model) for n in cluster.nodes for g in n.gpus}
+    models = {g.model for n in cluster.nodes for g in n.gpus}
     biggest = max(len(n.gpus) for n in cluster.nodes)
     out: list[tuple[dict[str, Any], str]] = []
-    for r in _rows(cfg.trace_dir / f"openb_pod_list_{cfg.trace}.csv"):
-        num, milli = int(r["num_gpu"]), int(r["gpu_milli"])
-        spec = [
-            catalog.canonical(m) for m in (r.get("gpu_spec") or "").split("|") if m and catalog.has_model(m)
-        ]
-        if num == 0 or num > biggest or (spec and not set(spec) & models):
+    for w in read_workloads(cfg.trace_dir / f"openb_pod_list_{cfg.trace}.csv"):
+        if not w.gpus and not w.gpu_milli:
             continue
-        fields: dict[str, Any] = {"cpu_milli": int(r["cpu_milli"]), "memory_mib": int(r["memory_mib"])}
-        if spec:
-            fields["gpu_models"] = sorted(set(spec) & models)
-        if num == 1 and milli < 1000:
-            fields["gpu_milli"] = milli
-        else:
-            fields["gpus"] = num
-        out.append((fields, QOS_TIERS.get((r.get("qos") or "").lower(), "standard")))
+        if w.gpus > biggest or (w.gpu_models and not set(w.gpu_models) & models):
+            continue
+        fields = w.model_dump(include={"gpus", "gpu_milli", "cpu_milli", "memory_mib", "topology"})
+        if w.gpu_models:
+            fields["gpu_models"] = sorted(set(w.gpu_models) & models)
+        out.append((fields, w.tier))
     return out
 
 
@@ -217,19 +187,6 @@ def _account(track: Track, demand: list[Workload], t: float) -> None:
                 track.queued_at[w.id] = (w.queued_since - EPOCH).total_seconds() if w.queued_since else t
 
 
-def _baseline(track: Track, inp: PlanningInput, solver: str, now: datetime) -> float:
-    """Place the queue with a greedy solver on the current state (nothing moves); the wall time."""
-    t0 = time.perf_counter()
-    problem = compile_problem(inp, default_catalog(), now)
-    result = get_solver(solver).solve(problem)
-    wall = time.perf_counter() - t0
-    running = set(track.sim.occ.holders)
-    for a in result.assignments:
-        if (a.workload, a.replica) not in running:
-            track.sim.place(a)
-    return wall
-
-
 def _sample(track: Track, inp: PlanningInput, now: datetime) -> None:
     """Allocation and FGD fragmentation of the current state."""
     occ = track.sim.occ
@@ -242,61 +199,75 @@ def _sample(track: Track, inp: PlanningInput, now: datetime) -> None:
     )
 
 
+#: Solver and policy of each simulated policy (``fifo``: every tier weight equal).
+SOLVERS = {"gpuplan": ("cpsat", "tiers"), "fgd": ("greedy-fgd", "tiers"), "best-fit": ("best-fit", "fifo")}
+
+
 def simulate(cfg: SimConfig, progress: Callable[[str], None] | None = None) -> dict[str, dict[str, float]]:
-    """Run the three policies on the same arrivals; return each policy's metrics."""
+    """Run the three policies on the same arrivals; return each policy's metrics.
+
+    Each policy drives its own simulated cluster through :meth:`Executor.run`: before each round the
+    clock moves on and finished jobs leave the demand, then the round's arrivals join it and
+    ``make_plan`` (with the policy's solver) plans it. Only gpuplan keeps its last plan's reservations.
+    """
     cluster = sample_cluster(cfg)
     jobs = arrivals(cfg, cluster)
     catalog = default_catalog()
     durations = {(j.workload.id, 0): j.duration_s for j in jobs}
-    tracks = {
-        name: Track(name, SimCluster(cluster, catalog, EPOCH, duration_of=durations.get)) for name in POLICIES
-    }
-    policy = sim_policy(cfg)
-    fifo = sim_policy(cfg, equal_tiers=True)
+    policies = {"tiers": sim_policy(cfg), "fifo": sim_policy(cfg, equal_tiers=True)}
+    count = int(cfg.hours * 3600 // cfg.round_s)
+    batches = [
+        [j.workload for j in jobs if (k - 1) * cfg.round_s < j.arrival_s <= k * cfg.round_s]
+        for k in range(1, count + 1)
+    ]
+    tracks = {}
+    for name, (solver, policy) in SOLVERS.items():
+        track = Track(name, SimCluster(cluster, catalog, EPOCH, duration_of=durations.get))
+        _run(cfg, track, solver, policies[policy], batches, progress)
+        tracks[name] = track
+    end = count * cfg.round_s
+    return {name: _metrics(cfg, jobs, tr, policies["tiers"], end) for name, tr in tracks.items()}
+
+
+def _run(
+    cfg: SimConfig,
+    track: Track,
+    solver: str,
+    policy: Policy,
+    batches: list[list[Workload]],
+    progress: Callable[[str], None] | None,
+) -> None:
+    """One policy's rounds through the executor, recorded in ``track``."""
     last: list[Plan] = []
 
     def plan_round(inp: PlanningInput, now: datetime) -> Plan:
         plan = make_plan(
-            inp, solver="cpsat", now=now, time_limit_s=cfg.time_limit_s, seed=cfg.seed,
-            previous=last[-1] if last else None,
+            inp, solver=solver, now=now, time_limit_s=cfg.time_limit_s, seed=cfg.seed,
+            previous=last[-1] if last and solver == "cpsat" else None,
         )  # fmt: skip
         last.append(plan)
         return plan
 
-    executor = Executor(tracks["gpuplan"].sim, plan_round, policy, catalog)
-    done: dict[str, set[str]] = {name: set() for name in POLICIES}
-    rounds = int(cfg.hours * 3600 // cfg.round_s)
-    for k in range(1, rounds + 1):
-        t = k * cfg.round_s
-        now = EPOCH + timedelta(seconds=t)
-        arrived = [j.workload for j in jobs if j.arrival_s <= t]
-        for name, track in tracks.items():
-            finished = track.sim.advance((now - track.sim.now).total_seconds())
-            done[name].update(key[0] for key in finished)
-            demand = [w for w in arrived if w.id not in done[name]]
-            if name == "gpuplan":
-                report = executor.round(demand)
-                track.walls.append(report.plan_wall_s)
-                track.moves.append(report.moves)
-                for u in report.plan.unplaced:
-                    if u.predicted_start and u.workload not in track.predicted:
-                        start = datetime.fromisoformat(u.predicted_start)
-                        track.predicted[u.workload] = (start - EPOCH).total_seconds()
-            else:
-                inp = state_input(track.sim.observe(), demand, policy if name == "fgd" else fifo).inp
-                solver = "greedy-fgd" if name == "fgd" else "best-fit"
-                track.walls.append(_baseline(track, inp, solver, now))
-                track.moves.append(0)
-            _account(track, demand, t)
-            _sample(track, state_input(track.sim.observe(), demand, policy).inp, now)
+    sim = track.sim
+    executor = Executor(sim, plan_round, policy, default_catalog())
+
+    def before(k: int) -> None:
+        finished = sim.advance((EPOCH + timedelta(seconds=k * cfg.round_s) - sim.now).total_seconds())
+        executor.withdraw(key[0] for key in finished)
+
+    for k, report in enumerate(executor.run(batches, before=before), start=1):
+        demand = list(executor.demand.values())
+        track.walls.append(report.plan_wall_s)
+        track.moves.append(report.moves)
+        for u in report.plan.unplaced:
+            if u.predicted_start and u.workload not in track.predicted:
+                start = datetime.fromisoformat(u.predicted_start)
+                track.predicted[u.workload] = (start - EPOCH).total_seconds()
+        _account(track, demand, k * cfg.round_s)
+        _sample(track, state_input(sim.observe(), demand, policy).inp, sim.now)
         if progress is not None and k % 12 == 0:
-            progress(
-                f"rho {cfg.rho}: {k}/{rounds} rounds; "
-                + ", ".join(f"{n} {sum(1 for w in arrived if w.id not in tr.started)} waiting"
-                            for n, tr in tracks.items())
-            )  # fmt: skip
-    end = rounds * cfg.round_s
-    return {name: _metrics(cfg, jobs, tr, policy, end) for name, tr in tracks.items()}
+            waiting = sum(1 for w in demand if w.id not in track.started)
+            progress(f"rho {cfg.rho} {track.name}: {k}/{len(batches)} rounds, {waiting} waiting")
 
 
 def _p95(values: list[float]) -> float:

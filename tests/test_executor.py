@@ -12,7 +12,7 @@ import yaml
 from gpuplan.models import Cluster, DisruptionBudget, Plan, PlanningInput, Policy, Workload, default_catalog
 from gpuplan.models.plan import Assignment
 from gpuplan.planner.actions import CREATE, MIGRATE, START
-from gpuplan.planner.executor import Executor, Failure, SimCluster, kubernetes, migparted, state_input
+from gpuplan.planner.executor import Executor, Failure, SimCluster, kubernetes, migparted, state_input, unfit
 from gpuplan.planner.planning import make_plan
 from gpuplan.planner.validate import validate_plan
 
@@ -91,6 +91,54 @@ def test_a_new_mig_instance_is_used_once_the_repartition_time_has_passed() -> No
     third = ex.round(demand)
     assert not third.failed and _running(sim) == {("m", 0)}
     assert sim.occ.holders[("m", 0)].gpus[0].mig_profile == "3g.40gb"
+
+
+def test_run_carries_the_demand_withdraws_finished_work_and_drops_what_fits_nowhere() -> None:
+    """Rounds of arrivals on one 2-GPU node: what waits is planned again next round; under the FGD
+    protocol a pod that fits nowhere after the round leaves the demand; withdrawn work is not replanned."""
+    sim = SimCluster(_cluster(nodes=1, mig_gpus=0, gpus=2), default_catalog(), NOW)
+    ex = Executor(sim, _greedy, Policy())
+    batches = [[_work("a", gpus=1)], [_work("b", gpus=2), _work("c", gpu_milli=500)], [_work("d", gpus=1)]]
+    seen: list[int] = []
+    reports = ex.run(batches, before=seen.append, drop_unfit=True)
+    first = next(reports)
+    assert seen == [1] and _running(sim) == {("a", 0)} and first.dropped == ()
+    second = next(reports)
+    # b (2 GPUs) cannot fit beside a and is dropped; c takes half of the second GPU.
+    assert second.dropped == ("b",) and list(ex.demand) == ["a", "c"]
+    assert _running(sim) == {("a", 0), ("c", 0)}
+    ex.withdraw(["a"])
+    third = next(reports)
+    # a left the demand, so it is stopped as a stray and d takes its GPU.
+    assert seen == [1, 2, 3] and list(ex.demand) == ["c", "d"] and third.dropped == ()
+    assert _running(sim) == {("c", 0), ("d", 0)}
+
+
+def test_unfit_counts_idle_mig_instances_as_free_when_the_policy_may_repartition() -> None:
+    cluster = Cluster.model_validate(
+        {
+            "nodes": [
+                {
+                    "name": "n0",
+                    "cpu_milli": 64000,
+                    "memory_mib": 262144,
+                    "gpus": [
+                        {
+                            "index": 0,
+                            "model": "H100-80GB",
+                            "mig": {"instances": [{"profile": "7g.80gb", "start": 0}]},
+                        }
+                    ],
+                }
+            ]
+        }
+    )
+    sim = SimCluster(cluster, default_catalog(), NOW)
+    demand = [_work("m", mig_profile="3g.40gb")]
+    keep = Policy()
+    assert unfit(sim.observe(), demand, keep, default_catalog()) == ["m"]
+    repartition = Policy.model_validate({"mig": {"allow_repartition": True}})
+    assert unfit(sim.observe(), demand, repartition, default_catalog()) == []
 
 
 def test_the_budget_holds_in_every_round_on_the_way_to_a_target() -> None:

@@ -22,7 +22,7 @@ from gpuplan.planner.importers import (
     parse_topo,
     resolve_mig_model,
 )
-from gpuplan.planner.importers.openb import WORKLOAD_COLUMNS
+from gpuplan.planner.importers.openb import WORKLOAD_COLUMNS, read_cluster, read_workloads
 
 SMI = data_dir() / "hardware" / "nvidia-smi"
 TRACE = Path(__file__).resolve().parents[1] / "data" / "traces" / "alibaba-gpu-v2023"
@@ -332,7 +332,7 @@ def test_several_gpus_are_compared_one_by_one() -> None:
 # Alibaba openb trace
 
 
-def read_workloads(path: Path) -> list[Workload]:
+def read_workloads_csv(path: Path) -> list[Workload]:
     """The obvious reading of a workloads CSV: empty cells dropped, then validated."""
     with path.open(newline="") as fh:
         return [Workload.model_validate({k: v for k, v in row.items() if v}) for row in csv.DictReader(fh)]
@@ -367,7 +367,7 @@ def test_openb_default_trace_counts_match_readme(default_trace: OpenbSummary) ->
 def test_openb_workloads_csv_validates_row_by_row(default_trace: OpenbSummary) -> None:
     with default_trace.workloads_path.open(newline="") as fh:
         assert tuple(next(csv.reader(fh))) == WORKLOAD_COLUMNS
-    workloads = read_workloads(default_trace.workloads_path)
+    workloads = read_workloads_csv(default_trace.workloads_path)
     assert len(workloads) == 8152
     assert len({w.id for w in workloads}) == 8152
     assert sum(s.gpu_milli_total for w in workloads for s in w.shapes) == 6_086_800
@@ -397,6 +397,23 @@ def test_openb_cluster_yaml_loads_back(default_trace: OpenbSummary) -> None:
     assert (node.pool, node.cpu_milli, node.memory_mib) == ("P100", 64000, 262144)
     assert [(g.index, g.model, g.numa) for g in node.gpus] == [(0, "P100-16GB", 0), (1, "P100-16GB", 0)]
     assert node.links == ()
+
+
+def test_openb_read_in_memory_agrees_with_the_written_files(default_trace: OpenbSummary) -> None:
+    cluster = read_cluster(TRACE / "openb_node_list_gpu_node.csv")
+    written = Cluster.model_validate(yaml.load(default_trace.cluster_path.read_text(), Loader=SAFE_LOADER))
+    assert cluster == written
+    workloads = read_workloads(TRACE / "openb_pod_list_default.csv")
+    assert workloads == tuple(read_workloads_csv(default_trace.workloads_path))
+
+
+def test_openb_readers_name_the_bad_row(tmp_path: Path) -> None:
+    (tmp_path / "pods.csv").write_text(PODS + "p1,1,1,1,1500,,LS\n")
+    with pytest.raises(ValueError, match=r"row 1 \('p1'\), column 'gpu_milli'"):
+        read_workloads(tmp_path / "pods.csv")
+    (tmp_path / "nodes.csv").write_text(NODES + "n1,1,1,2,K9\n")
+    with pytest.raises(ValueError, match=r"column 'model': unknown GPU model 'K9'"):
+        read_cluster(tmp_path / "nodes.csv")
 
 
 def test_yaml_loaders_agree(tmp_path: Path) -> None:
@@ -457,7 +474,7 @@ def test_openb_gpu_spec_and_qos_mapping(tmp_path: Path) -> None:
         "d,1000,1024,0,0,,\n"
     )
     import_openb(nodes, pods, tmp_path / "out")
-    by_id = {w.id: w for w in read_workloads(tmp_path / "out" / "workloads.csv")}
+    by_id = {w.id: w for w in read_workloads_csv(tmp_path / "out" / "workloads.csv")}
     a, b, c, d = by_id["a"], by_id["b"], by_id["c"], by_id["d"]
     assert (a.gpus, a.gpu_models, a.tier, a.topology.value) == (
         1,

@@ -2,7 +2,7 @@
 exporters for Kubernetes and the NVIDIA MIG manager."""
 
 from gpuplan.planner.executor.backend import Backend, Observation, Outcome
-from gpuplan.planner.executor.loop import Executor, Planner, RoundReport, StateInput, state_input
+from gpuplan.planner.executor.loop import Executor, Planner, RoundReport, StateInput, state_input, unfit
 from gpuplan.planner.executor.sim import Failure, SimCluster
 
 __all__ = [
@@ -16,4 +16,5 @@ __all__ = [
     "SimCluster",
     "StateInput",
     "state_input",
+    "unfit",
 ]

@@ -3,25 +3,31 @@
 Nothing is lost or placed twice: the demand (not the back-end) says which replicas should exist; each
 round starts from the observed state, so a replica whose start failed or whose node vanished is simply
 waiting again in the next plan, and the back-end refuses to run a replica that already runs.
+:meth:`Executor.run` is the one rounds loop (``gpuplan simulate`` and the benchmarks drive it): arrivals
+join the demand round by round, finished work leaves it, and under the FGD paper's protocol a waiting
+workload that fits nowhere is dropped.
 """
 
 from __future__ import annotations
 
 import logging
 import time
-from collections.abc import Callable, Sequence
-from dataclasses import dataclass, field
+from collections.abc import Callable, Iterable, Iterator, Sequence
+from dataclasses import dataclass, field, replace
 from datetime import datetime
 
 from gpuplan.models.catalog import default_catalog
+from gpuplan.models.cluster import Cluster
 from gpuplan.models.hardware import HardwareCatalog
 from gpuplan.models.plan import Action, Assignment, Plan
 from gpuplan.models.policy import Policy
 from gpuplan.models.problem import PlanningInput
 from gpuplan.models.workload import Workload
 from gpuplan.planner.actions import MIGRATE, PREEMPT, ordered_actions, schedule_rounds, where
+from gpuplan.planner.compile import compile_problem
 from gpuplan.planner.executor.backend import Backend, Observation, Outcome
 from gpuplan.planner.occupancy import Key, Occupancy
+from gpuplan.solvers.greedy import FirstFit
 
 log = logging.getLogger(__name__)
 
@@ -86,6 +92,7 @@ class RoundReport:
     plan_wall_s: float
     deferred: int = 0
     lost: tuple[Key, ...] = field(default=())
+    dropped: tuple[str, ...] = ()
 
     @property
     def failed(self) -> list[Outcome]:
@@ -107,8 +114,56 @@ class RoundReport:
         return self.count(PREEMPT)
 
 
+def unfit(
+    obs: Observation, demand: Sequence[Workload], policy: Policy, catalog: HardwareCatalog
+) -> list[str]:
+    """Waiting workloads of ``demand`` (no replica running) with a replica that fits on no node of
+    ``obs`` on its own.
+
+    Everything running stays where it is; MIG instances may be created where ``policy`` allows it, and
+    idle ones count as gone where it allows re-partitioning (what a plan could free for the replica).
+    """
+    cluster = _without_idle_instances(obs) if policy.mig.allow_repartition else obs.cluster
+    state = state_input(Observation(obs.now, cluster, obs.running, obs.started), demand, policy)
+    problem = compile_problem(state.inp, catalog, obs.now)
+    placer = FirstFit().placer(problem)
+    for r in problem.requests:
+        if r.running is not None:
+            placer.keep(r)
+    running = {r.workload for r in problem.requests if r.running is not None}
+    waiting = [r for r in problem.requests if r.workload not in running]
+    return list(dict.fromkeys(r.workload for r in waiting if not placer.ranked(r, 1)))
+
+
+def _without_idle_instances(obs: Observation) -> Cluster:
+    """The observed cluster with only the MIG instances that running replicas use."""
+    used: set[tuple[str, int, str, int]] = set()
+    for hold in obs.running.values():
+        for u in hold.gpus:
+            if u.mig_profile is not None:
+                used.add((hold.node, u.index, u.mig_profile, u.mig_start or 0))
+    nodes = []
+    for node in obs.cluster.nodes:
+        gpus = []
+        for g in node.gpus:
+            entry = g.model_dump()
+            if g.mig is not None:
+                entry["mig"]["instances"] = [
+                    i
+                    for i in entry["mig"]["instances"]
+                    if (node.name, g.index, i["profile"], i["start"]) in used
+                ]
+            gpus.append(entry)
+        nodes.append({**node.model_dump(exclude={"gpus", "topology"}), "gpus": gpus})
+    return Cluster.model_validate({"nodes": nodes})
+
+
 class Executor:
-    """Drives a back-end one round at a time under ``policy``'s disruption budget."""
+    """Drives a back-end one round at a time under ``policy``'s disruption budget.
+
+    ``policy`` may be replaced between rounds (the next round plans and schedules under it); ``demand``
+    holds what :meth:`run` carries from round to round, in arrival order.
+    """
 
     def __init__(
         self, backend: Backend, planner: Planner, policy: Policy, catalog: HardwareCatalog | None = None
@@ -118,6 +173,38 @@ class Executor:
         self.policy = policy
         self.catalog = catalog or default_catalog()
         self.rounds = 0
+        self.demand: dict[str, Workload] = {}
+
+    def withdraw(self, ids: Iterable[str]) -> None:
+        """Take workloads out of the demand :meth:`run` carries (finished or cancelled between rounds)."""
+        for i in ids:
+            self.demand.pop(i, None)
+
+    def run(
+        self,
+        batches: Iterable[Sequence[Workload]],
+        *,
+        before: Callable[[int], None] | None = None,
+        drop_unfit: bool = False,
+    ) -> Iterator[RoundReport]:
+        """One round per batch of arrivals, the demand carried over; yields each round's report.
+
+        ``before(k)`` runs before round ``k`` (from 1): the place to move a simulated clock, withdraw
+        finished work or change the policy. Each batch joins the demand, which is then planned and the
+        plan's first round applied. With ``drop_unfit``, a waiting workload that fits on no node of the
+        state after the round, on its own, leaves the demand (the FGD paper's protocol drops a pod that
+        does not fit); the report names them.
+        """
+        for k, batch in enumerate(batches, start=1):
+            if before is not None:
+                before(k)
+            self.demand.update((w.id, w) for w in batch)
+            report = self.round(list(self.demand.values()))
+            if drop_unfit:
+                gone = unfit(self.backend.observe(), list(self.demand.values()), self.policy, self.catalog)
+                self.withdraw(gone)
+                report = replace(report, dropped=tuple(gone))
+            yield report
 
     def round(self, demand: Sequence[Workload]) -> RoundReport:
         """Observe, plan, apply the first round of the plan's actions; return what happened."""

@@ -12,7 +12,7 @@ from gpuplan.planner.importers.nvidia_smi import (
     parse_topo,
     resolve_mig_model,
 )
-from gpuplan.planner.importers.openb import OpenbSummary, import_openb
+from gpuplan.planner.importers.openb import OpenbSummary, import_openb, read_cluster, read_workloads
 
 __all__ = [
     "ObservedProfile",
@@ -26,5 +26,7 @@ __all__ = [
     "node_from_topo",
     "parse_mig_lgipp",
     "parse_topo",
+    "read_cluster",
+    "read_workloads",
     "resolve_mig_model",
 ]

@@ -4,6 +4,9 @@ The trace gives node and pod lists as CSV (see ``data/traces/alibaba-gpu-v2023/R
 become GPUs of the catalog model their code resolves to, on NUMA node 0 without links (the trace
 has no topology); pods become one-replica workloads of team ``openb`` whose tier follows their QoS
 class. Times are not imported: the trace's times do not describe load (see its README).
+:func:`import_openb` writes the files ``gpuplan import openb`` produces; :func:`read_cluster` and
+:func:`read_workloads` return the same nodes and workloads in memory (``gpuplan simulate`` and the
+benchmarks read the trace through them).
 """
 
 from __future__ import annotations
@@ -18,7 +21,15 @@ from typing import Any
 
 import yaml
 
-from gpuplan.models import BACKGROUND, LATENCY_SENSITIVE, STANDARD, HardwareCatalog, default_catalog
+from gpuplan.models import (
+    BACKGROUND,
+    LATENCY_SENSITIVE,
+    STANDARD,
+    Cluster,
+    HardwareCatalog,
+    Workload,
+    default_catalog,
+)
 
 log = logging.getLogger(__name__)
 
@@ -183,10 +194,11 @@ def _read_nodes(path: Path, resolve: _ModelCodes) -> list[dict[str, Any]]:
     return nodes
 
 
-def _read_pods(path: Path, resolve: _ModelCodes) -> tuple[list[list[str]], Counter[str], int, int]:
-    """Workload CSV rows of an openb pod list, counts by shape kind, multi-GPU count, GPU request."""
+def _read_pods(path: Path, resolve: _ModelCodes) -> tuple[list[dict[str, Any]], Counter[str], int, int]:
+    """Workload fields of an openb pod list (set fields only), counts by shape kind, multi-GPU count,
+    GPU request."""
     rows = _Rows(path, POD_COLUMNS)
-    out: list[list[str]] = []
+    out: list[dict[str, Any]] = []
     kinds: Counter[str] = Counter()
     multi = 0
     request = 0
@@ -210,15 +222,15 @@ def _read_pods(path: Path, resolve: _ModelCodes) -> tuple[list[list[str]], Count
             if model is None:
                 raise rows.fail(number, row, "gpu_spec", f"unknown GPU model '{code}'")
             models.append(model)
-        values = dict.fromkeys(WORKLOAD_COLUMNS, "")
-        values.update(
-            id=name,
-            team=TEAM,
-            tier=tier,
-            gpu_models="|".join(dict.fromkeys(models)),
-            cpu_milli=str(rows.integer(number, row, "cpu_milli")),
-            memory_mib=str(rows.integer(number, row, "memory_mib")),
-        )
+        values: dict[str, Any] = {
+            "id": name,
+            "team": TEAM,
+            "tier": tier,
+            "cpu_milli": rows.integer(number, row, "cpu_milli"),
+            "memory_mib": rows.integer(number, row, "memory_mib"),
+        }
+        if models:
+            values["gpu_models"] = "|".join(dict.fromkeys(models))
         if num_gpu == 0:
             kinds["cpu"] += 1
         elif not 1 <= milli <= 1000:
@@ -231,18 +243,37 @@ def _read_pods(path: Path, resolve: _ModelCodes) -> tuple[list[list[str]], Count
                     "gpu_milli",
                     f"{milli} milli-GPU on each of {num_gpu} GPUs: a fractional share is one GPU only",
                 )
-            values["gpu_milli"] = str(milli)
+            values["gpu_milli"] = milli
             kinds["fraction"] += 1
             request += milli
         else:
-            values["gpus"] = str(num_gpu)
+            values["gpus"] = num_gpu
             if num_gpu > 1:
                 values["topology"] = "same-node"
                 multi += 1
             kinds["whole"] += 1
             request += 1000 * num_gpu
-        out.append([values[c] for c in WORKLOAD_COLUMNS])
+        out.append(values)
     return out, kinds, multi, request
+
+
+def read_cluster(nodes_csv: Path, *, catalog: HardwareCatalog | None = None) -> Cluster:
+    """The nodes of an openb node list as a validated cluster, in file order.
+
+    Raises ``ValueError`` naming the file, row and column of the first bad value.
+    """
+    cat = catalog or default_catalog()
+    nodes = _read_nodes(Path(nodes_csv), _ModelCodes(cat))
+    return Cluster.model_validate({"nodes": nodes}, context={"catalog": cat})
+
+
+def read_workloads(pods_csv: Path, *, catalog: HardwareCatalog | None = None) -> tuple[Workload, ...]:
+    """The pods of an openb pod list as validated one-replica workloads, in file order.
+
+    Raises ``ValueError`` naming the file, row and column of the first bad value.
+    """
+    pods, _, _, _ = _read_pods(Path(pods_csv), _ModelCodes(catalog or default_catalog()))
+    return tuple(Workload.model_validate(p) for p in pods)
 
 
 def import_openb(
@@ -266,7 +297,7 @@ def import_openb(
     with workloads_path.open("w", newline="", encoding="utf-8") as fh:
         writer = csv.writer(fh, lineterminator="\n")
         writer.writerow(WORKLOAD_COLUMNS)
-        writer.writerows(pods)
+        writer.writerows([str(p.get(c, "")) for c in WORKLOAD_COLUMNS] for p in pods)
     by_model = Counter(g["model"] for n in nodes for g in n.get("gpus", []))
     summary = OpenbSummary(
         cluster_path=cluster_path,

@@ -34,16 +34,13 @@ from gpuplan.solvers.formulation.objective import build_terms, queue_penalty
 from gpuplan.solvers.formulation.staged import StageResult, Values, fallback, result, run_stages
 from gpuplan.solvers.formulation.variables import Variables, build_variables
 from gpuplan.solvers.greedy import Fgd
-from gpuplan.solvers.placement import NEVER_FITS, NO_CAPACITY, Placer
+from gpuplan.solvers.placement import NEVER_FITS, NO_CAPACITY
 from gpuplan.solvers.problem import PlacementProblem, disturbable
-from gpuplan.solvers.repack import repack
 
 log = logging.getLogger(__name__)
 
 #: Above this many waiting replicas one model is too large: plan by target configurations.
 MONOLITHIC_REPLICAS = 1500
-#: Share of the time limit the eviction repack may take on a large cluster whose work may move.
-REPACK_SHARE = 0.0
 #: Share of the time limit the configuration LP and its rounding get (neighbourhood search the rest).
 FLEET_SHARE = 0.95
 #: Above this many variables, skip symmetry detection and probing in presolve (seconds for little gain).
@@ -186,7 +183,7 @@ class CpSat:
         assert seen.placer is not None
         never = never_fitting(problem, seen.placer)
         if seen.rank and movable and self.decompose:
-            return self._repack(problem, seen.placer, greedy, never, start)
+            return self._repack(problem, greedy, never, start)
         candidates = seen.candidates(greedy) if seen.rank else None
         full = candidates is None and movable == disturbed
         builder = CpSatBuilder()
@@ -225,35 +222,21 @@ class CpSat:
         return reported(problem, replace(out, wall_s=time.perf_counter() - start))
 
     def _repack(
-        self,
-        problem: PlacementProblem,
-        placer: Placer,
-        greedy: SolveResult,
-        never: frozenset[tuple[str, int]],
-        start: float,
+        self, problem: PlacementProblem, greedy: SolveResult, never: frozenset[tuple[str, int]], start: float
     ) -> SolveResult:
-        """A large cluster whose running work may move: the FGD plan (held by ``placer``), waiting
-        replicas placed by evicting small running ones, then CP-SAT on neighbourhoods around waiting
-        replicas and fragmented nodes, all moves within the budget."""
+        """A large cluster whose running work may move: the FGD plan, then CP-SAT on neighbourhoods
+        around waiting replicas and fragmented nodes, all moves within the budget."""
 
         def step(sub: PlacementProblem, movable: set[int]) -> SolveResult:
             return CpSat(movable_running=movable, decompose=False).solve(sub)
 
         budget = problem.policy.disruption.max_moves_per_round
-        deadline = start + problem.time_limit_s
-        evicted, moved = repack(
-            problem, placer, greedy, start + REPACK_SHARE * problem.time_limit_s, moves=budget
-        )
-        improved, report = improve(problem, evicted, deadline, step, moves=budget - moved.moved)
+        improved, report = improve(problem, greedy, start + problem.time_limit_s, step, moves=budget)
         out = replace(
             _recoded(improved, never),
             status=PlanStatus.FEASIBLE,
             solver=self.name,
-            terms={
-                **_search_terms(report),
-                "repack_placed": float(moved.placed),
-                "repack_moved": float(moved.moved),
-            },
+            terms=_search_terms(report),
             model_size={"requests": len(problem.requests), "nodes": len(problem.nodes), "lns": 1},
             wall_s=time.perf_counter() - start,
         )
