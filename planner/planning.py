@@ -129,7 +129,9 @@ def make_plan(
     result = get_solver(solver).solve(problem)
     # Predicted starts and reservations; ``previous`` keeps the last plan's reservations that still fit.
     reserved = previous_reservations(previous, inp) if previous is not None else None
-    result = with_reservations(inp, problem, result, catalog, now, reserved)
+    # The predicted-start pass gets what the solve left of the time kept for the passes after it.
+    post = deadline.reserve(explain_s + POST_SOLVE_SHARE * time_limit_s / 2)
+    result = with_reservations(inp, problem, result, catalog, now, reserved, post)
     result = without_idle_moves(inp, problem, result, catalog)
     # The report describes the plan returned, after every pass that changed it.
     result = reported(problem, result)

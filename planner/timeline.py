@@ -33,6 +33,7 @@ from gpuplan.models.policy import Policy
 from gpuplan.models.problem import PlanningInput
 from gpuplan.models.workload import Workload
 from gpuplan.planner.compile import compile_node
+from gpuplan.planner.deadline import Deadline
 from gpuplan.planner.layouts import cluster_with_layouts
 from gpuplan.planner.occupancy import Holding, Key, Occupancy, holding
 from gpuplan.planner.validate import validate_plan
@@ -241,6 +242,8 @@ class Timeline:
     starts: dict[Key, Holding]
     reservations: dict[Key, Reservation]
     demoted: frozenset[Key] = frozenset()
+    #: Whether the deadline stopped the roll before every replica had its turn.
+    cut: bool = False
 
 
 def roll_forward(
@@ -250,8 +253,10 @@ def roll_forward(
     catalog: HardwareCatalog,
     now: datetime,
     previous: Mapping[Key, Reservation],
+    deadline: Deadline | None = None,
 ) -> Timeline:
-    """Reserve a start time and GPUs for every replica that does not keep running (see the module)."""
+    """Reserve a start time and GPUs for every replica that does not keep running (see the module);
+    stop, ``cut``, when ``deadline`` passes."""
     roll = _Roll(inp, problem, cluster_with_layouts(inp.cluster, result.mig_layouts), catalog)
     chosen = {(a.workload, a.replica): a for a in result.assignments}
     workloads = inp.workload_by_id
@@ -268,6 +273,8 @@ def roll_forward(
     for req in problem.queue_order():
         if req.key in chosen and req.running is not None:
             continue
+        if deadline is not None and deadline.expired():
+            return Timeline(starts, reservations, frozenset(demoted), cut=True)
         if req.gang is not None:
             if req.gang in done:
                 continue
@@ -359,16 +366,22 @@ def with_reservations(
     catalog: HardwareCatalog,
     now: datetime,
     previous: Mapping[Key, Reservation] | None = None,
+    deadline: Deadline | None = None,
 ) -> SolveResult:
     """The solver result with the timeline applied: starts that would delay a reservation ahead of them
     wait, waiting replicas that fit now start, and every waiting replica carries its predicted start and
-    reserved GPUs."""
+    reserved GPUs. When ``deadline`` stops the roll first, the solver's plan is kept as it is and only
+    the replicas reached get a predicted start (``terms.timeline_cut``)."""
     requests = {r.key: r for r in problem.requests}
     waiting = sum(1 for r in problem.requests if r.running is None)
     if waiting * len(problem.nodes) > MAX_PROBE_SIZE:
         log.info("timeline skipped: %d waiting replicas on %d nodes", waiting, len(problem.nodes))
         return result
-    tl = roll_forward(inp, problem, result, catalog, now, previous or {})
+    tl = roll_forward(inp, problem, result, catalog, now, previous or {}, deadline)
+    if tl.cut:
+        log.info("predicted starts cut by the time limit after %d replicas", len(tl.reservations))
+        cut = _predictions_only(result, tl, now)
+        return replace(cut, terms={**cut.terms, "timeline_cut": 1.0})
     kept = [a for a in result.assignments if requests[(a.workload, a.replica)].running is not None]
     started = []
     for key, hold in tl.starts.items():

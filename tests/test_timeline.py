@@ -134,3 +134,28 @@ def test_predicted_starts_match_the_simulator_when_durations_are_exact(solver: s
         ex.round(demand)
         actual.update({k: sim.now for k in sim.started if k not in actual})
     assert {k: actual[k] for k in predicted} == predicted
+
+
+def test_a_timeline_cut_by_the_deadline_keeps_the_solver_plan() -> None:
+    """Past its deadline the predicted-start pass changes nothing it has not reached: the solver's
+    starts stay (here S would otherwise wait for H's reservation) and the cut is reported."""
+    from gpuplan.planner.compile import compile_problem
+    from gpuplan.planner.deadline import Deadline
+    from gpuplan.planner.timeline import with_reservations
+    from gpuplan.solvers.greedy import Fgd
+
+    cluster = Cluster.model_validate({"nodes": [_node("n", 2)]})
+    work = [
+        _w("A", "standard", 500, gpus=1, running_on="n:0", started_at=NOW),
+        _w("H", "latency-sensitive", 10, gpus=2, duration_s=100),
+        _w("L", "background", 300, gpus=1, duration_s=500),
+    ]
+    inp = PlanningInput(cluster=cluster, workloads=tuple(work), policy=Policy(tiers=TIERS))
+    problem = compile_problem(inp, default_catalog(), NOW)
+    solved = Fgd().solve(problem)
+    assert {a.workload for a in solved.assignments} == {"A", "L"}
+    expired = Deadline(end=0.0, clock=lambda: 1.0)
+    cut = with_reservations(inp, problem, solved, default_catalog(), NOW, None, expired)
+    assert cut.assignments == solved.assignments and cut.terms["timeline_cut"] == 1
+    full = with_reservations(inp, problem, solved, default_catalog(), NOW)
+    assert {a.workload for a in full.assignments} == {"A"}  # L would delay H's reserved start
