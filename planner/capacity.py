@@ -22,7 +22,7 @@ import logging
 import time
 from collections import defaultdict
 from collections.abc import Iterable
-from dataclasses import dataclass, field
+from dataclasses import dataclass, field, replace
 from datetime import datetime
 from pathlib import Path
 from typing import Any
@@ -45,7 +45,8 @@ from gpuplan.planner.layouts import cluster_with_layouts
 from gpuplan.planner.metrics import gpu_equivalents
 from gpuplan.planner.planning import make_plan
 from gpuplan.planner.purchase import NO_SOLUTION, PurchaseSolution, TypeSpec, shape_fits, solve_purchase
-from gpuplan.solvers.problem import Request
+from gpuplan.solvers.fleet.purchase import Offer, configure_purchase
+from gpuplan.solvers.problem import PlacementProblem, Request
 
 log = logging.getLogger(__name__)
 
@@ -71,6 +72,8 @@ def load_node_types(path: Path | None, catalog: HardwareCatalog | None = None) -
 
 
 #: The phases of one capacity-gap run.
+#: The solver name of a purchase found by the configuration LP.
+CONFIGURED = "configuration-lp"
 FLEET, REPARTITION, PURCHASE, CHECK, REPAIR = (
     "fleet plan", "re-partition re-plan", "purchase MILP", "placement check", "repair",
 )  # fmt: skip
@@ -466,11 +469,67 @@ class _Run:
         self.labels.plan(phase, out.check, "replicas it left waiting may fit the purchase with more time")
         out.waiting = [out.back[(u.workload, u.replica)] for u in out.check.unplaced]
 
+    def _configured(self, buyable: list[Request], types: NodeTypeCatalog, seconds: float) -> PurchaseSolution:
+        """The purchase by the configuration LP (node types as priced columns, exact per node), as a
+        :class:`PurchaseSolution`; each type is offered with MIG off and, when MIG demand exists and
+        the model has MIG, with every GPU in MIG mode. Its lower bound holds for every purchase only
+        without MIG demand (mixed-mode nodes are not offered), otherwise it is reported as 0."""
+        t0 = time.perf_counter()
+        mig_demand = any(s.kind == "mig" for r in buyable for s in r.shapes)
+        offers: list[Offer] = []
+        mig_of: dict[str, tuple[str, int]] = {}
+        for t in types.node_types:
+            variants = [0]
+            if mig_demand and self.catalog.model(t.gpu_model).mig_capable:
+                variants.append(t.gpus)
+            for mig in variants:
+                name = t.name if not mig else f"{t.name}#mig"
+                node = compile_node(node_for(t, name, mig, {}, self.catalog), self.catalog)
+                offers.append(Offer(name, t.unit_cost, node))
+                mig_of[name] = (t.name, mig)
+        problem = PlacementProblem(
+            nodes=(),
+            requests=tuple(buyable),
+            catalog=self.catalog,
+            policy=self.inp.policy,
+            seed=self.opts.seed,
+        )
+        found = configure_purchase(problem, offers, t0 + seconds, workers=self.opts.num_workers)
+        if found is None:
+            return PurchaseSolution({}, {}, 0.0, 0.0, NO_SOLUTION, CONFIGURED, time.perf_counter() - t0)
+        counts: dict[str, int] = defaultdict(int)
+        migs: dict[str, int] = defaultdict(int)
+        for name, n in found.counts.items():
+            base, mig = mig_of[name]
+            counts[base] += n
+            migs[base] += n * mig
+        lower = 0.0 if mig_demand or found.lower_bound is None else min(found.lower_bound, found.cost)
+        return PurchaseSolution(
+            dict(counts),
+            {k: v for k, v in migs.items() if v},
+            found.cost,
+            lower,
+            "OPTIMAL" if found.converged and found.cost <= lower * (1 + 1e-9) else "FEASIBLE",
+            CONFIGURED,
+            time.perf_counter() - t0,
+        )
+
     def buy(self, buyable: list[Request], specs: list[TypeSpec], types: NodeTypeCatalog) -> _Purchase:
-        """The purchase MILP, the placement check on the nodes it buys, and repair rounds (a MILP for
-        what the check leaves waiting, then a check again) while replicas wait and time remains."""
+        """The purchase MILP and the configuration LP's purchase (the cheaper is kept, the better lower
+        bound reported), the placement check on the nodes bought, and repair rounds (a MILP for what
+        the check leaves waiting, then a check again) while replicas wait and time remains."""
         seconds = self.phases.share(PURCHASE)
-        solution = self._milp(buyable, specs, seconds)
+        pooled = self._milp(buyable, specs, seconds / 2)
+        configured = self._configured(buyable, types, seconds / 2)
+        solution = pooled
+        if configured.status != NO_SOLUTION and (
+            pooled.status == NO_SOLUTION or configured.objective < pooled.objective
+        ):
+            solution = configured
+        best_lower = max(pooled.lower_bound, configured.lower_bound)
+        solution = replace(
+            solution, lower_bound=min(best_lower, solution.objective) if solution.counts else best_lower
+        )
         domains = {r.gang_domain: "purchase" for r in buyable if r.gang_domain}
         out = _Purchase(_Fleet(types, self.catalog, domains), lower=solution.lower_bound,
                         solver=solution.solver, status=solution.status)  # fmt: skip

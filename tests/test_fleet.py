@@ -5,6 +5,7 @@ from __future__ import annotations
 
 import itertools
 import random
+import time
 from datetime import UTC, datetime
 from typing import Any
 
@@ -12,7 +13,7 @@ import pytest
 from hypothesis import HealthCheck, given, settings
 from hypothesis import strategies as st
 
-from gpuplan.models import PlanningInput, PlanStatus, default_catalog
+from gpuplan.models import Node, PlanningInput, PlanStatus, default_catalog
 from gpuplan.planner.compile import compile_problem
 from gpuplan.planner.planning import make_plan
 from gpuplan.solvers.cpsat import solver
@@ -199,3 +200,22 @@ def test_fleet_plans_are_valid_with_running_work_gangs_and_policies(
     assert len(plan.assignments) + len(plan.unplaced) == sum(w.get("replicas", 1) for w in work)
     assert plan.solver.best_bound is not None and plan.solver.objective is not None
     assert plan.solver.best_bound <= plan.solver.objective
+
+
+def test_purchase_by_configuration_is_exact_per_node() -> None:
+    """Three 600-milli replicas on one-GPU nodes: two share no GPU, so three nodes are needed (a
+    pooled count of shared GPU capacity would say two). The cheaper two-GPU node holds two of them,
+    one per GPU: the best buy is one of each (15 + 10); the bound is the LP's, 3 replicas at 7.5 each
+    (half of a two-GPU node)."""
+    from gpuplan.planner.compile import compile_node
+    from gpuplan.solvers.fleet.purchase import Offer, configure_purchase
+
+    work = [{"id": "f", "gpu_milli": 600, "replicas": 3, "cpu_milli": 1000}]
+    problem = compile_problem(_inp([], work), default_catalog(), NOW)
+    one = compile_node(Node.model_validate(_node("one", 1, 64000)), default_catalog())
+    two = compile_node(Node.model_validate(_node("two", 2, 64000)), default_catalog())
+    offers = [Offer("one", 10.0, one), Offer("two", 15.0, two)]
+    found = configure_purchase(problem, offers, time.perf_counter() + 20)
+    assert found is not None
+    assert found.counts == {"one": 1, "two": 1} and found.cost == 25
+    assert found.converged and found.lower_bound == pytest.approx(22.5)

@@ -178,11 +178,13 @@ class CpSat:
             return self._pools(problem, parts, movable, start)
         if self.decompose and sum(q.running is None for q in problem.requests) > MONOLITHIC_REPLICAS:
             return self._fleet(problem, never_fitting(problem), start)
-        seen = Rankings(problem, movable, rank=is_large(problem, movable))
+        large = is_large(problem, movable)
+        repack = large and bool(movable) and self.decompose
+        seen = Rankings(problem, movable, rank=large and not repack)
         greedy = Fgd().place(problem, on_kept=seen)
         assert seen.placer is not None
         never = never_fitting(problem, seen.placer)
-        if seen.rank and movable and self.decompose:
+        if repack:
             return self._repack(problem, greedy, never, start)
         candidates = seen.candidates(greedy) if seen.rank else None
         full = candidates is None and movable == disturbed

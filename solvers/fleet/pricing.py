@@ -56,6 +56,10 @@ class Pattern:
         """Queue penalty the pattern saves."""
         return sum(classes[c].value * n for (c, _), n in self.counts)
 
+    def value_at(self, prices: Sequence[float]) -> float:
+        """The pattern's worth at per-class ``prices`` (indexed by class)."""
+        return sum(prices[c] * n for (c, _), n in self.counts)
+
     def per_class(self) -> dict[int, int]:
         """Replicas per class (alternatives summed)."""
         out: dict[int, int] = {}
