@@ -495,11 +495,25 @@ def test_a_purchase_check_out_of_time_is_not_repaired_and_says_so(monkeypatch: p
 def test_a_milp_without_a_solution_in_time_buys_nothing_and_says_so(monkeypatch: pytest.MonkeyPatch) -> None:
     none = PurchaseSolution({}, {}, 0.0, 35.0, NO_SOLUTION, "milp-highs", 0.0)
     monkeypatch.setattr(capacity_module, "solve_purchase", lambda *a, **kw: none)
+    monkeypatch.setattr(capacity_module, "configure_purchase", lambda *a, **kw: None)
     six = [{"id": "emb", "team": "search", "replicas": 3, "gpus": 2, "gpu_models": "L40S-48GB"}]
     gap = run(planning(six), types("l40s-4", "l40s-8"))
     assert gap.cut_short == ("purchase MILP",) and gap.purchases == () and not gap.verified
     assert gap.still_unplaced == 3 and gap.lower_bound == 35.0
     assert any("purchase MILP stopped at its" in n and "with no purchase" in n for n in gap.notes)
+
+
+def test_the_configuration_lp_buys_when_the_pooled_milp_finds_nothing(
+    monkeypatch: pytest.MonkeyPatch,
+) -> None:
+    """Six whole L40S in pairs: one 8-GPU node (70) holds all three pairs; the configuration LP buys it
+    alone when the pooled MILP has nothing, and the purchase passes the placement check."""
+    none = PurchaseSolution({}, {}, 0.0, 0.0, NO_SOLUTION, "milp-highs", 0.0)
+    monkeypatch.setattr(capacity_module, "solve_purchase", lambda *a, **kw: none)
+    six = [{"id": "emb", "team": "search", "replicas": 3, "gpus": 2, "gpu_models": "L40S-48GB"}]
+    gap = run(planning(six), types("l40s-4", "l40s-8"))
+    assert [(p.node_type, p.count) for p in gap.purchases] == [("l40s-8", 1)] and gap.verified
+    assert gap.solver == "configuration-lp" and gap.still_unplaced == 0
 
 
 def test_solve_purchase_reports_no_solution_with_the_lp_bound(monkeypatch: pytest.MonkeyPatch) -> None:
