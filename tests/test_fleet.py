@@ -219,3 +219,30 @@ def test_purchase_by_configuration_is_exact_per_node() -> None:
     assert found is not None
     assert found.counts == {"one": 1, "two": 1} and found.cost == 25
     assert found.converged and found.lower_bound == pytest.approx(22.5)
+
+
+@pytest.mark.parametrize("budget", [0, 1])
+def test_transition_moves_running_work_towards_the_target_within_the_budget(budget: int) -> None:
+    """Two one-GPU nodes each run a half GPU; a whole GPU is wanted. Moving one half next to the other
+    frees a GPU: with one move allowed the whole GPU is placed, with none nothing changes."""
+    from gpuplan.solvers.fleet.transition import transition
+    from gpuplan.solvers.greedy import Fgd
+    from gpuplan.solvers.placement import Placer
+
+    running = [
+        {"id": f"half{i}", "gpu_milli": 500, "cpu_milli": 1000, "running_on": f"n{i}:0=500"} for i in range(2)
+    ]
+    wanted = {"id": "whole", "gpus": 1, "cpu_milli": 1000}
+    policy = {"disruption": {"max_moves_per_round": budget}}
+    problem = compile_problem(
+        _inp([_node(f"n{i}", 1, 16000) for i in range(2)], [*running, wanted], policy), default_catalog(), NOW
+    )
+    placers: list[Placer] = []
+    start = Fgd().place(problem, on_kept=placers.append)
+    assert "whole" not in {a.workload for a in start.assignments}
+    moved, report = transition(problem, placers[0], start, time.perf_counter() + 20, moves=budget)
+    where = {a.workload: a.node for a in moved.assignments}
+    if budget:
+        assert report.moved == 1 and "whole" in where and where["half0"] == where["half1"]
+    else:
+        assert report.moved == 0 and "whole" not in where

@@ -27,6 +27,7 @@ from gpuplan.solvers.cpsat.lns import LnsReport, improve
 from gpuplan.solvers.cpsat.pools import MIN_PART_S, Part, part_count, solve_parts, split
 from gpuplan.solvers.evaluate import queue_term, reported
 from gpuplan.solvers.fleet.engine import plan_fleet
+from gpuplan.solvers.fleet.transition import transition
 from gpuplan.solvers.formulation.builder import Expr, Var
 from gpuplan.solvers.formulation.constraints import add_all
 from gpuplan.solvers.formulation.linear_frag import linear_fragmentation
@@ -34,13 +35,15 @@ from gpuplan.solvers.formulation.objective import build_terms, queue_penalty
 from gpuplan.solvers.formulation.staged import StageResult, Values, fallback, result, run_stages
 from gpuplan.solvers.formulation.variables import Variables, build_variables
 from gpuplan.solvers.greedy import Fgd
-from gpuplan.solvers.placement import NEVER_FITS, NO_CAPACITY
+from gpuplan.solvers.placement import NEVER_FITS, NO_CAPACITY, Placer
 from gpuplan.solvers.problem import PlacementProblem, disturbable
 
 log = logging.getLogger(__name__)
 
 #: Above this many waiting replicas one model is too large: plan by target configurations.
 MONOLITHIC_REPLICAS = 1500
+#: Share of the time limit the move towards the target configuration gets when running work may move.
+TRANSITION_SHARE = 0.8
 #: Share of the time limit the configuration LP and its rounding get (neighbourhood search the rest).
 FLEET_SHARE = 0.95
 #: Above this many variables, skip symmetry detection and probing in presolve (seconds for little gain).
@@ -185,7 +188,7 @@ class CpSat:
         assert seen.placer is not None
         never = never_fitting(problem, seen.placer)
         if repack:
-            return self._repack(problem, greedy, never, start)
+            return self._repack(problem, seen.placer, greedy, never, start)
         candidates = seen.candidates(greedy) if seen.rank else None
         full = candidates is None and movable == disturbed
         builder = CpSatBuilder()
@@ -224,21 +227,36 @@ class CpSat:
         return reported(problem, replace(out, wall_s=time.perf_counter() - start))
 
     def _repack(
-        self, problem: PlacementProblem, greedy: SolveResult, never: frozenset[tuple[str, int]], start: float
+        self,
+        problem: PlacementProblem,
+        placer: Placer,
+        greedy: SolveResult,
+        never: frozenset[tuple[str, int]],
+        start: float,
     ) -> SolveResult:
-        """A large cluster whose running work may move: the FGD plan, then CP-SAT on neighbourhoods
-        around waiting replicas and fragmented nodes, all moves within the budget."""
+        """A large cluster whose running work may move: the FGD plan (held by ``placer``), moved
+        towards the target configuration (the configuration LP) within the budget, then CP-SAT on
+        neighbourhoods around waiting replicas and fragmented nodes with the moves left."""
 
         def step(sub: PlacementProblem, movable: set[int]) -> SolveResult:
             return CpSat(movable_running=movable, decompose=False).solve(sub)
 
         budget = problem.policy.disruption.max_moves_per_round
-        improved, report = improve(problem, greedy, start + problem.time_limit_s, step, moves=budget)
+        until = start + TRANSITION_SHARE * problem.time_limit_s
+        moved, change = transition(problem, placer, greedy, until, moves=budget)
+        improved, report = improve(
+            problem, moved, start + problem.time_limit_s, step, moves=budget - change.moved
+        )
         out = replace(
             _recoded(improved, never),
             status=PlanStatus.FEASIBLE,
             solver=self.name,
-            terms=_search_terms(report),
+            terms={
+                **_search_terms(report),
+                "transition_nodes": float(change.nodes),
+                "transition_moved": float(change.moved),
+                "transition_placed": float(change.placed),
+            },
             model_size={"requests": len(problem.requests), "nodes": len(problem.nodes), "lns": 1},
             wall_s=time.perf_counter() - start,
         )

@@ -21,7 +21,7 @@ from gpuplan.solvers.problem import PlacementProblem, ShapeSpec
 INTEGRAL = 1e-6
 
 
-def _size(shape: ShapeSpec) -> tuple[int, int, int]:
+def realisation_order(shape: ShapeSpec) -> tuple[int, int, int]:
     """Order of realisation inside a node: whole GPUs (most first), MIG, fractions (largest first),
     CPU-only last: big pieces first, as first-fit decreasing does."""
     rank = {"whole": 0, "mig": 1, "fraction": 2, "cpu": 3}[shape.kind]
@@ -59,7 +59,7 @@ def realise(
     done: set[int] = set()
     for n, pattern in plan:
         items: list[tuple[Item, int]] = sorted(
-            pattern.counts, key=lambda it: _size(classes[it[0][0]].shapes[it[0][1]])
+            pattern.counts, key=lambda it: realisation_order(classes[it[0][0]].shapes[it[0][1]])
         )
         for (c, k), count in items:
             cls = classes[c]

@@ -148,6 +148,21 @@ class Placer:
         self.rules.charge(info, shape, positions, demand)
         return request.assignment(running)
 
+    def release(
+        self, n: int, gone: Sequence[tuple[Request, Assignment]], stay: Sequence[tuple[Request, Assignment]]
+    ) -> None:
+        """Take the replicas ``gone`` off node ``n``: its state is rebuilt from the replicas that
+        ``stay`` there (every replica on the node is in one list or the other) and the quota use of
+        those that go is given back."""
+        info = self.infos[n]
+        state = initial_state(info)
+        for req, a in stay:
+            state = keep(info, state, req.shapes[a.alternative], a.gpus, self.rules.demand(req).tags)
+        self.cluster.set(n, state)
+        for req, a in gone:
+            positions = [info.position_of[g.index] for g in a.gpus]
+            self.rules.charge(info, req.shapes[a.alternative], positions, self.rules.demand(req), -1)
+
     def place(self, request: Request, within: NodeFilter | None = None) -> Assignment | None:
         """Place one replica on its first alternative that fits anywhere (on nodes ``within`` accepts,
         if given); ``None`` if none does."""

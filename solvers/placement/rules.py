@@ -119,7 +119,9 @@ class Rules:
         charged = self.charges(info, shape, option.gpus, demand)
         return all(self.used[i] + c <= self.limits[i] for i, c in zip(demand.quotas, charged, strict=True))
 
-    def charge(self, info: NodeInfo, shape: ShapeSpec, gpus: Sequence[int], demand: Demand) -> None:
-        """Record the quota use of a placement (or of running work)."""
+    def charge(
+        self, info: NodeInfo, shape: ShapeSpec, gpus: Sequence[int], demand: Demand, sign: int = 1
+    ) -> None:
+        """Record the quota use of a placement or of running work (``sign`` -1: give it back)."""
         for i, c in zip(demand.quotas, self.charges(info, shape, gpus, demand), strict=True):
-            self.used[i] += c
+            self.used[i] += sign * c

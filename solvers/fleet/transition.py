@@ -1,0 +1,392 @@
+"""Moving running work towards the target configuration, within the disruption budget.
+
+When running work may move, the configuration LP of everything (running and waiting replicas) on the
+empty fleet says how the fleet should be packed; its columns start from the patterns the nodes hold
+now, so staying as is is always one of its options. A *transition* MIP then chooses, for every node,
+either to stay as it is or to take one of the target patterns of its class, maximising the queue
+penalty placed, keeping every running replica placed and evicting at most the budget of running
+replicas:
+
+    max  sum_{n,p} value(p) z_np - eps * moves
+    s.t. sum_p z_np = 1                                   every node one pattern (staying is one)
+         running_c <= sum_{n,p} a_cp z_np <= running_c + waiting_c   every class
+         sum_{n,p} evicted(n, p) z_np <= budget           running replicas that must leave their node
+
+The chosen nodes are then re-packed on the placement kernel: replicas the pattern keeps stay exactly
+where they run, the others leave, then each node's missing slots take evicted replicas of their class
+first and waiting ones next. If any evicted replica finds no place, the whole transition is undone:
+running work is never dropped.
+"""
+
+from __future__ import annotations
+
+import logging
+import time
+from collections import Counter, defaultdict
+from collections.abc import Hashable, Sequence
+from dataclasses import dataclass, replace
+
+import highspy
+import numpy as np
+
+from gpuplan.models.plan import Assignment
+from gpuplan.solvers.base import SolveResult
+from gpuplan.solvers.fleet.classes import NodeClass, RequestClass, node_classes, request_classes
+from gpuplan.solvers.fleet.generation import generate
+from gpuplan.solvers.fleet.pricing import Item, Pattern
+from gpuplan.solvers.fleet.rounding import realisation_order as _size
+from gpuplan.solvers.greedy import Fgd
+from gpuplan.solvers.placement import NodeFilter, Placer
+from gpuplan.solvers.problem import PlacementProblem, Request, Running, disturbable
+
+log = logging.getLogger(__name__)
+
+#: Target patterns offered to one node besides staying as it is (those closest to what it holds).
+TARGETS_PER_NODE = 4
+#: Share of the time left that the configuration LP gets; the transition MIP gets half of the rest.
+GENERATION_SHARE = 0.5
+#: Transition MIPs tried, each with fewer evictions when the last moved too much.
+ATTEMPTS = 3
+
+Key = tuple[str, int]
+
+
+@dataclass
+class TransitionReport:
+    """What the transition did: nodes re-packed, running replicas moved, waiting replicas placed."""
+
+    nodes: int = 0
+    moved: int = 0
+    placed: int = 0
+    undone: bool = False
+
+
+#: Patterns generated in earlier calls of this process, by node state and class shape: rounds replan a
+#: fleet whose node types and demand shapes barely change, so last round's columns start this one's.
+_POOL: dict[Hashable, dict[tuple[tuple[Hashable, int, int], ...], None]] = {}
+#: Patterns kept per node state.
+POOL_SIZE = 400
+
+
+class _ColumnPool:
+    """Translates patterns to and from keys that outlive one call (class shapes, node states)."""
+
+    def __init__(self, nodes: Sequence[NodeClass], classes: Sequence[RequestClass]) -> None:
+        self.nodes = nodes
+        self.node_key = [(nc.info.cls, nc.state) for nc in nodes]
+        self.class_key: list[Hashable] = [(c.shapes, c.team, c.tier) for c in classes]
+        self.by_key = {k: c.index for c, k in zip(classes, self.class_key, strict=True)}
+
+    def recall(self) -> list[Pattern]:
+        """Earlier patterns whose classes all exist now."""
+        out = []
+        for nc, key in zip(self.nodes, self.node_key, strict=True):
+            for entry in _POOL.get(key, {}):
+                if all(k in self.by_key for k, _, _ in entry):
+                    out.append(
+                        Pattern(nc.index, tuple(sorted(((self.by_key[k], alt), n) for k, alt, n in entry)))
+                    )
+        return out
+
+    def remember(self, patterns: Sequence[Pattern]) -> None:
+        """Keep these patterns for later calls (the newest :data:`POOL_SIZE` per node state)."""
+        for p in patterns:
+            kept = _POOL.setdefault(self.node_key[p.node_class], {})
+            kept[tuple((self.class_key[c], alt, n) for (c, alt), n in p.counts)] = None
+            while len(kept) > POOL_SIZE:
+                del kept[next(iter(kept))]
+
+
+def _contents(
+    problem: PlacementProblem, start: SolveResult, class_of: dict[Key, int], node_pos: dict[str, int]
+) -> dict[int, Counter[Item]]:
+    out: dict[int, Counter[Item]] = defaultdict(Counter)
+    for a in start.assignments:
+        c = class_of.get((a.workload, a.replica))
+        if c is not None:
+            out[node_pos[a.node]][(c, a.alternative)] += 1
+    return out
+
+
+def _overlap(current: Counter[Item], pattern: Pattern) -> int:
+    target = dict(pattern.counts)
+    return sum(min(n, target.get(item, 0)) for item, n in current.items())
+
+
+def _choose(
+    nodes: Sequence[int],
+    stay: dict[int, Pattern],
+    targets: dict[int, list[Pattern]],
+    running_now: dict[int, Counter[int]],
+    classes: Sequence[RequestClass],
+    running: Counter[int],
+    budget: int,
+    time_limit_s: float,
+) -> dict[int, Pattern]:
+    """The transition MIP: the pattern of every node that changes (see the module)."""
+    h = highspy.Highs()  # type: ignore[no-untyped-call]
+    h.setOptionValue("output_flag", False)
+    h.setOptionValue("time_limit", max(0.05, time_limit_s))
+    h.setOptionValue("mip_rel_gap", 1e-3)
+    inf = highspy.kHighsInf
+    columns: list[tuple[int, Pattern]] = []
+    entries: list[tuple[list[int], list[float]]] = []
+    costs: list[float] = []
+    node_row = {n: i for i, n in enumerate(nodes)}
+    class_row = {c.index: len(node_row) + i for i, c in enumerate(classes)}
+    moves_row = len(node_row) + len(classes)
+    for n in nodes:
+        for p in [stay[n], *targets[n]]:
+            per = p.per_class()
+            evicted = sum(max(0, k - per.get(c, 0)) for c, k in running_now[n].items())
+            rows = [node_row[n]] + [class_row[c] for c in sorted(per)] + ([moves_row] if evicted else [])
+            vals = [1.0] + [float(per[c]) for c in sorted(per)] + ([float(evicted)] if evicted else [])
+            columns.append((n, p))
+            entries.append((rows, vals))
+            costs.append(-(p.value(classes) - 1e-3 * evicted))
+    h.changeObjectiveSense(highspy.ObjSense.kMinimize)
+    empty_i, empty_v = np.array([], dtype=np.int32), np.array([], dtype=np.float64)
+    for _ in node_row:
+        h.addRow(1.0, 1.0, 0, empty_i, empty_v)
+    for c in classes:
+        h.addRow(float(running[c.index]), float(c.demand), 0, empty_i, empty_v)
+    h.addRow(-inf, float(budget), 0, empty_i, empty_v)
+    for (rows, vals), cost in zip(entries, costs, strict=True):
+        h.addCol(cost, 0.0, 1.0, len(rows), np.array(rows, dtype=np.int32), np.array(vals))
+    h.changeColsIntegrality(
+        len(columns),
+        np.arange(len(columns), dtype=np.int32),
+        np.full(len(columns), highspy.HighsVarType.kInteger),
+    )
+    h.run()
+    if h.getInfo().primal_solution_status != 2:
+        return {}
+    z = h.getSolution().col_value
+    return {n: p for (n, p), v in zip(columns, z, strict=True) if v > 0.5 and p is not stay[n]}
+
+
+def transition(
+    problem: PlacementProblem, placer: Placer, start: SolveResult, deadline: float, *, moves: int
+) -> tuple[SolveResult, TransitionReport]:
+    """``start`` (held by ``placer``) moved towards the target configuration with at most ``moves``
+    running replicas moved, by ``deadline`` (perf_counter)."""
+    report = TransitionReport()
+    by_key = {q.key: q for q in problem.requests}
+    node_pos = {n.name: i for i, n in enumerate(problem.nodes)}
+    positions = [
+        r
+        for r, q in enumerate(problem.requests)
+        if q.gang is None and (q.running is None or disturbable(problem.policy, q))
+    ]
+    classes = request_classes(problem, positions)
+    class_of = {problem.requests[r].key: c.index for c in classes for r in c.members}
+    empty = Fgd().placer(problem)
+    for q in problem.requests:
+        if q.running is not None and q.key not in class_of:
+            empty.keep(q)
+    nodes = node_classes(empty)
+    nodes_of = {n: nc.index for nc in nodes for n in nc.members}
+    current = _contents(problem, start, class_of, node_pos)
+    stay = {n: Pattern(nodes_of[n], tuple(sorted(current[n].items()))) for n in nodes_of}
+    first = {(p.node_class, p.counts): p for p in stay.values() if p.counts}
+    pool = _ColumnPool(nodes, classes)
+    if not problem.deterministic:
+        first.update({(p.node_class, p.counts): p for p in pool.recall()})
+    config = generate(
+        nodes,
+        classes,
+        list(first.values()),
+        time.perf_counter() + GENERATION_SHARE * (deadline - time.perf_counter()),
+        seed=problem.seed,
+        workers=problem.num_workers,
+    )
+    pool.remember(config.master.patterns)
+    counts = config.master.solve_integer(max(0.05, (deadline - time.perf_counter()) / 4)) or config.solution.x
+    wanted: dict[int, list[Pattern]] = defaultdict(list)
+    for p, x in zip(config.master.patterns, counts, strict=True):
+        if x >= 0.5:
+            wanted[p.node_class].append(p)
+    running_now: dict[int, Counter[int]] = defaultdict(Counter)
+    running = Counter[int]()
+    for a in start.assignments:
+        key = (a.workload, a.replica)
+        if key in class_of and by_key[key].running is not None:
+            running_now[node_pos[a.node]][class_of[key]] += 1
+            running[class_of[key]] += 1
+    targets: dict[int, list[Pattern]] = {}
+    for n in nodes_of:
+        ranked = sorted(wanted.get(nodes_of[n], []), key=lambda p: (-_overlap(current[n], p), p.counts))
+        targets[n] = ranked[:TARGETS_PER_NODE]
+    # Re-packing a node can also move replicas it keeps to other GPUs: when the moves go over the
+    # budget, the MIP is asked again for proportionally fewer evictions.
+    budget = moves
+    for _ in range(ATTEMPTS):
+        left = (deadline - time.perf_counter()) / 2
+        change = _choose(sorted(nodes_of), stay, targets, running_now, classes, running, budget, left)
+        if not change:
+            break
+        result, report = _realise(
+            problem, placer, start, classes, class_of, change, moves, TransitionReport()
+        )
+        if not report.undone or report.moved <= moves:
+            return result, report
+        budget = int(budget * moves / report.moved * 0.9)
+    return start, report
+
+
+def _fill(
+    problem: PlacementProblem,
+    placer: Placer,
+    by_key: dict[Key, Request],
+    placed: dict[Key, Assignment],
+    n: int,
+    incoming: list[tuple[Key, int]],
+) -> list[tuple[Key, int]]:
+    """Place ``incoming`` replicas (with their alternatives) on node ``n`` next to those already there,
+    biggest first; if some do not fit around the replicas there, re-pack the whole node (those may
+    change GPUs). Returns what still did not fit; the node is left as packed as it could be."""
+    name = problem.nodes[n].name
+    order = sorted(incoming, key=lambda kv: _size(by_key[kv[0]].shapes[kv[1]]))
+    left: list[tuple[Key, int]] = []
+    for key, alt in order:
+        got = placer.place_on(by_key[key], n, alt)
+        if got is None:
+            left.append((key, alt))
+        else:
+            placed[key] = got
+    if not left:
+        return []
+    here = [k for k, a in placed.items() if a.node == name]
+    placer.release(n, [(by_key[k], placed[k]) for k in here], [])
+    everything = sorted(
+        [(k, placed.pop(k).alternative) for k in here] + left,
+        key=lambda kv: _size(by_key[kv[0]].shapes[kv[1]]),
+    )
+    out = []
+    for key, alt in everything:
+        got = placer.place_on(by_key[key], n, alt)
+        if got is None:
+            out.append((key, alt))
+        else:
+            placed[key] = got
+    return out
+
+
+def _restore(
+    problem: PlacementProblem,
+    placer: Placer,
+    by_key: dict[Key, Request],
+    placed: dict[Key, Assignment],
+    key: Key,
+) -> Assignment | None:
+    """Put a running replica back on its own node, taking off it waiting replicas this transition
+    placed there (they wait again) until it fits; ``None`` if even that does not make room."""
+    run = by_key[key].running
+    assert run is not None
+    name = run.node
+    n = next(i for i, node in enumerate(problem.nodes) if node.name == name)
+    fresh = sorted(
+        (k for k, a in placed.items() if a.node == name and by_key[k].running is None),
+        key=lambda k: -by_key[k].shapes[placed[k].alternative].gpu_milli_total,
+    )
+    while True:
+        got = placer.place_on(by_key[key], n, run.alternative)
+        if got is not None or not fresh:
+            return got
+        gone = fresh.pop(0)
+        stay = [(by_key[k], a) for k, a in placed.items() if a.node == name and k != gone]
+        placer.release(n, [(by_key[gone], placed[gone])], stay)
+        del placed[gone]
+
+
+def _realise(
+    problem: PlacementProblem,
+    placer: Placer,
+    start: SolveResult,
+    classes: Sequence[RequestClass],
+    class_of: dict[Key, int],
+    change: dict[int, Pattern],
+    moves: int,
+    report: TransitionReport,
+) -> tuple[SolveResult, TransitionReport]:
+    """Re-pack the changed nodes (see the module); everything is undone if a running replica would be
+    left without a place or the moves exceed the budget."""
+    by_key = {q.key: q for q in problem.requests}
+    node_pos = {n.name: i for i, n in enumerate(problem.nodes)}
+    placed: dict[Key, Assignment] = {(a.workload, a.replica): a for a in start.assignments}
+    on: dict[int, list[Key]] = defaultdict(list)
+    for key, a in placed.items():
+        on[node_pos[a.node]].append(key)
+    placer.cluster.begin()
+    used = list(placer.rules.used)
+    stays: dict[int, Counter[Item]] = {}
+    for n in sorted(change, key=lambda n: problem.nodes[n].name):
+        keep_left = dict(change[n].counts)
+        kept, gone = [], []
+        # Running replicas keep their places first: every one kept is a move saved.
+        for key in sorted(on[n], key=lambda k: (by_key[k].running is None, k)):
+            item = (class_of[key], placed[key].alternative) if key in class_of else None
+            if item is None or keep_left.get(item, 0) > 0:
+                kept.append(key)
+                if item is not None:
+                    keep_left[item] -= 1
+            else:
+                gone.append(key)
+        placer.release(n, [(by_key[k], placed[k]) for k in gone], [(by_key[k], placed[k]) for k in kept])
+        stays[n] = Counter((class_of[k], placed[k].alternative) for k in kept if k in class_of)
+        for k in gone:
+            del placed[k]
+    # Who still needs a place: evicted running replicas first, then waiting ones (queue order).
+    pool: dict[int, list[Key]] = {}
+    for cls in classes:
+        keys = [problem.requests[r].key for r in cls.members if problem.requests[r].key not in placed]
+        pool[cls.index] = sorted(keys, key=lambda k: by_key[k].running is None)
+    for n in sorted(change, key=lambda n: problem.nodes[n].name):
+        incoming: list[tuple[Key, int]] = []
+        for (c, alt), want in sorted(change[n].counts):
+            take = pool[c][: max(0, want - stays[n].get((c, alt), 0))]
+            del pool[c][: len(take)]
+            incoming.extend((k, alt) for k in take)
+        for key, _ in _fill(problem, placer, by_key, placed, n, incoming):
+            pool[class_of[key]].insert(0, key)  # no room after all: it needs a place elsewhere
+    log.debug(
+        "after the slots: %d running and %d waiting replicas still need a place",
+        sum(1 for ks in pool.values() for k in ks if by_key[k].running is not None),
+        sum(1 for ks in pool.values() for k in ks if by_key[k].running is None),
+    )
+    anywhere: NodeFilter = lambda info: True  # noqa: E731
+    for keys in pool.values():
+        for key in [k for k in keys if by_key[k].running is not None]:
+            got = placer.place(by_key[key], within=anywhere) or _restore(problem, placer, by_key, placed, key)
+            if got is None:
+                placer.cluster.rollback()
+                placer.rules.used = used
+                report.undone = True
+                log.info("transition undone: running replica %s#%d found no place", *key)
+                return start, report
+            placed[key] = got
+    moved = sum(
+        1
+        for key, a in placed.items()
+        if by_key[key].running is not None and Running(a.node, a.gpus, a.alternative) != by_key[key].running
+    )
+    if moved > moves:
+        placer.cluster.rollback()
+        placer.rules.used = used
+        report.undone, report.moved = True, moved
+        log.info("transition undone: it would move %d running replicas, over the budget of %d", moved, moves)
+        return start, report
+    placer.cluster.commit()
+    before = {(a.workload, a.replica) for a in start.assignments}
+    report.nodes, report.moved = len(change), moved
+    report.placed = sum(1 for k in placed if k not in before)
+    log.info("transition re-packed %d nodes: %d moved, %d more placed", report.nodes, moved, report.placed)
+    return (
+        replace(
+            start,
+            assignments=tuple(sorted(placed.values(), key=lambda a: (a.workload, a.replica))),
+            unplaced=tuple(u for u in start.unplaced if (u.workload, u.replica) not in placed),
+            mig_layouts=placer.mig_layouts(),
+        ),
+        report,
+    )
