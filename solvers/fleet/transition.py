@@ -12,10 +12,13 @@ replicas:
          running_c <= sum_{n,p} a_cp z_np <= running_c + waiting_c   every class
          sum_{n,p} evicted(n, p) z_np <= budget           running replicas that must leave their node
 
-The chosen nodes are then re-packed on the placement kernel: replicas the pattern keeps stay exactly
-where they run, the others leave, then each node's missing slots take evicted replicas of their class
-first and waiting ones next. If any evicted replica finds no place, the whole transition is undone:
-running work is never dropped.
+The MIP is solved on its LP relaxation first: nodes the relaxation keeps as they are stay fixed, so
+the integer search runs only on the nodes it would change. A class may be over-filled at a cost (an
+elastic upper row), so that staying everywhere is always a feasible start. The chosen nodes are then
+re-packed on the placement kernel: replicas the pattern keeps stay exactly where they run, the
+others leave, then each node's missing slots take evicted replicas of their class first and waiting
+ones next. If any evicted replica finds no place, the whole transition is undone: running work is
+never dropped.
 """
 
 from __future__ import annotations
@@ -44,9 +47,12 @@ log = logging.getLogger(__name__)
 #: Target patterns offered to one node besides staying as it is (those closest to what it holds).
 TARGETS_PER_NODE = 4
 #: Share of the time left that the configuration LP gets; the transition MIP gets half of the rest.
-GENERATION_SHARE = 0.5
+GENERATION_SHARE = 0.35
 #: Transition MIPs tried, each with fewer evictions when the last moved too much.
 ATTEMPTS = 3
+#: Share of the moves the first MIP may spend on evictions: re-packing a node also moves some of the
+#: replicas it keeps to other GPUs, so evictions alone would overshoot the budget.
+FIRST_BUDGET_SHARE = 0.85
 
 Key = tuple[str, int]
 
@@ -123,7 +129,8 @@ def _choose(
     budget: int,
     time_limit_s: float,
 ) -> dict[int, Pattern]:
-    """The transition MIP: the pattern of every node that changes (see the module)."""
+    """The transition MIP: the pattern of every node that changes (see the module), solved on the
+    nodes its LP relaxation would change."""
     h = highspy.Highs()  # type: ignore[no-untyped-call]
     h.setOptionValue("output_flag", False)
     h.setOptionValue("time_limit", max(0.05, time_limit_s))
@@ -153,16 +160,48 @@ def _choose(
     h.addRow(-inf, float(budget), 0, empty_i, empty_v)
     for (rows, vals), cost in zip(entries, costs, strict=True):
         h.addCol(cost, 0.0, 1.0, len(rows), np.array(rows, dtype=np.int32), np.array(vals))
+    # Slots beyond a class's replicas are allowed but worth nothing (elastic upper bounds), which
+    # lets the MIP's heuristics find good changes fast; every running replica keeps a slot.
+    for c in classes:
+        row = np.array([class_row[c.index]], dtype=np.int32)
+        h.addCol(float(c.value), 0.0, inf, 1, row, np.array([-1.0]))
+    # The LP relaxation first: nodes it keeps as they are stay fixed, so the MIP only decides the
+    # nodes worth changing (a few dozen of a thousand) and finds its plan in the time of a round.
+    t0 = time.perf_counter()
+    h.run()
+    if h.getModelStatus() != highspy.HighsModelStatus.kOptimal:
+        return {}
+    relaxed = h.getSolution().col_value[: len(columns)]
+    open_nodes = {n for (n, p), v in zip(columns, relaxed, strict=True) if p is stay[n] and v < 1 - 1e-6}
+    if not open_nodes:
+        return {}
+
+    fixed = [j for j, (n, _) in enumerate(columns) if n not in open_nodes]
+    low = [1.0 if columns[j][1] is stay[columns[j][0]] else 0.0 for j in fixed]
+    h.changeColsBounds(len(fixed), np.array(fixed, dtype=np.int32), np.array(low), np.array(low))
     h.changeColsIntegrality(
         len(columns),
         np.arange(len(columns), dtype=np.int32),
         np.full(len(columns), highspy.HighsVarType.kInteger),
     )
+    h.setOptionValue("time_limit", max(0.05, time_limit_s - (time.perf_counter() - t0)))
+    # Every node staying as it is is feasible: the MIP starts from it, so a time-out keeps the best
+    # change found so far.
+    start = highspy.HighsSolution()
+    start.col_value = [1.0 if p is stay[n] else 0.0 for n, p in columns] + [0.0] * len(classes)
+    start.value_valid = True
+    h.setSolution(start)
     h.run()
     if h.getInfo().primal_solution_status != 2:
         return {}
-    z = h.getSolution().col_value
-    return {n: p for (n, p), v in zip(columns, z, strict=True) if v > 0.5 and p is not stay[n]}
+
+    z = h.getSolution().col_value[: len(columns)]
+    change = {n: p for (n, p), v in zip(columns, z, strict=True) if v > 0.5 and p is not stay[n]}
+    # Within the MIP's gap a change may gain nothing: moves are only worth a strictly better packing.
+    all_stay = sum(costs[j] for j, (n, p) in enumerate(columns) if p is stay[n])
+    if h.getInfo().objective_function_value >= all_stay - 1e-6:
+        return {}
+    return change
 
 
 def transition(
@@ -201,10 +240,9 @@ def transition(
         workers=problem.num_workers,
     )
     pool.remember(config.master.patterns)
-    counts = config.master.solve_integer(max(0.05, (deadline - time.perf_counter()) / 4)) or config.solution.x
     wanted: dict[int, list[Pattern]] = defaultdict(list)
-    for p, x in zip(config.master.patterns, counts, strict=True):
-        if x >= 0.5:
+    for p, x in zip(config.master.patterns, config.solution.x, strict=True):
+        if x > 1e-6:
             wanted[p.node_class].append(p)
     running_now: dict[int, Counter[int]] = defaultdict(Counter)
     running = Counter[int]()
@@ -213,13 +251,20 @@ def transition(
         if key in class_of and by_key[key].running is not None:
             running_now[node_pos[a.node]][class_of[key]] += 1
             running[class_of[key]] += 1
+    if running.total() == sum(c.demand for c in classes):
+        return start, report  # nothing waits: no move can place more
     targets: dict[int, list[Pattern]] = {}
+    closest: dict[tuple[int, tuple[tuple[Item, int], ...]], list[Pattern]] = {}
     for n in nodes_of:
-        ranked = sorted(wanted.get(nodes_of[n], []), key=lambda p: (-_overlap(current[n], p), p.counts))
-        targets[n] = ranked[:TARGETS_PER_NODE]
+        now = stay[n].counts
+        if (nodes_of[n], now) not in closest:
+            other = [p for p in wanted.get(nodes_of[n], []) if p.counts != now]
+            ranked = sorted(other, key=lambda p: (-_overlap(current[n], p), p.counts))
+            closest[nodes_of[n], now] = ranked[:TARGETS_PER_NODE]
+        targets[n] = closest[nodes_of[n], now]
     # Re-packing a node can also move replicas it keeps to other GPUs: when the moves go over the
     # budget, the MIP is asked again for proportionally fewer evictions.
-    budget = moves
+    budget = max(1, int(moves * FIRST_BUDGET_SHARE))
     for _ in range(ATTEMPTS):
         left = (deadline - time.perf_counter()) / 2
         change = _choose(sorted(nodes_of), stay, targets, running_now, classes, running, budget, left)
