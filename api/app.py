@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import gc
 import logging
 from collections.abc import AsyncIterator
 from contextlib import asynccontextmanager
@@ -41,6 +42,10 @@ def create_app(settings: Settings | None = None) -> FastAPI:
         app.state.store = store
         app.state.runner = runner
         await runner.start()
+        # What start-up made (the modules, the catalog) lives as long as the server: out of the garbage
+        # collector's sight, so that the full collections a large body triggers do not scan it all
+        # while holding the GIL (hundreds of ms during which the event loop cannot answer).
+        gc.freeze()
         try:
             yield
         finally:

@@ -18,18 +18,23 @@ log = logging.getLogger(__name__)
 
 
 class LimitExceeded(Exception):
-    """A request beyond a configured limit: 413 (too large) or 429 (too many at once)."""
+    """A request beyond a configured limit: 413 (too large) or 429 (too many at once); ``loc`` is the
+    field path when one field is beyond the limit."""
 
-    def __init__(self, status: int, limit: str, value: float, detail: str) -> None:
+    def __init__(
+        self, status: int, limit: str, value: float, detail: str, loc: tuple[str | int, ...] = ()
+    ) -> None:
         super().__init__(detail)
         self.status = status
         self.limit = limit
         self.value = value
         self.detail = detail
+        self.loc = loc
 
     def body(self) -> dict[str, Any]:
         """The JSON answer."""
-        return {"detail": self.detail, "limit": self.limit, "value": self.value}
+        body = {"detail": self.detail, "limit": self.limit, "value": self.value}
+        return {**body, "loc": list(self.loc)} if self.loc else body
 
 
 class InputRejected(Exception):

@@ -10,6 +10,7 @@ import asyncio
 import hashlib
 import json
 import uuid
+from collections.abc import Sequence
 from dataclasses import dataclass
 from typing import Annotated, Any
 
@@ -23,7 +24,11 @@ from gpuplan.api.schemas import PlanRequest
 from gpuplan.api.settings import Limits, Settings
 from gpuplan.api.store import Actor, JobInput, JobRecord, JobStatus, Store, now
 from gpuplan.api.views import PLAN, PLANS, job_out, readable, result_body
+from gpuplan.models.catalog import default_catalog
+from gpuplan.models.cluster import Cluster
 from gpuplan.models.problem import PlanningInput
+from gpuplan.models.workload import Workload
+from gpuplan.planner.occupancy import running_conflicts
 
 Wait = Annotated[float, Query(ge=0, le=300, description="seconds to wait for the result")]
 JobId = Annotated[str, Path(pattern=r"^[0-9a-f]{32}$", description="job id")]
@@ -32,7 +37,8 @@ JobId = Annotated[str, Path(pattern=r"^[0-9a-f]{32}$", description="job id")]
 SUBMIT_RESPONSES: dict[int | str, dict[str, Any]] = {
     401: {"description": "no valid API key"},
     403: {"description": "viewers may not submit"},
-    413: {"description": "body, nodes, workloads or time limit beyond a limit"},
+    413: {"description": "body, nodes, workloads, GPUs per node, replicas or time limit beyond a limit"},
+    422: {"description": "bad input: the detail names the field"},
     429: {"description": "too many jobs queued or running"},
 }
 
@@ -52,6 +58,42 @@ def check_size(limits: Limits, nodes: int, workloads: int) -> None:
             "max_workloads",
             limits.max_workloads,
             f"{workloads} workloads; at most {limits.max_workloads} per request",
+        )
+
+
+def check_demand(limits: Limits, cluster: Cluster, workloads: Sequence[Workload]) -> None:
+    """413 naming the field when a node has more GPUs or a workload more replicas than allowed, or the
+    workloads more replicas in total (a few bytes of body can ask for a billion replicas)."""
+    for i, node in enumerate(cluster.nodes):
+        if len(node.gpus) > limits.max_gpus_per_node:
+            cap = limits.max_gpus_per_node
+            raise LimitExceeded(
+                413,
+                "max_gpus_per_node",
+                cap,
+                f"node '{node.name}' has {len(node.gpus)} GPUs; at most {cap} per node",
+                ("body", "cluster", "nodes", i, "gpus"),
+            )
+    total = 0
+    for i, w in enumerate(workloads):
+        if w.replicas > limits.max_replicas:
+            cap = limits.max_replicas
+            raise LimitExceeded(
+                413,
+                "max_replicas",
+                cap,
+                f"workload '{w.id}' asks for {w.replicas} replicas; at most {cap} per workload",
+                ("body", "workloads", i, "replicas"),
+            )
+        total += w.replicas
+    if total > limits.max_total_replicas:
+        cap = limits.max_total_replicas
+        raise LimitExceeded(
+            413,
+            "max_total_replicas",
+            cap,
+            f"{total} replicas in all; at most {cap} per request",
+            ("body", "workloads"),
         )
 
 
@@ -87,14 +129,25 @@ def _time_limit(settings: Settings, asked: float | None) -> float:
     return check_time_limit(settings.limits, asked)
 
 
-def _planning_input(body: PlanRequest) -> PlanningInput:
+def _planning_input(limits: Limits, body: PlanRequest) -> tuple[str, str]:
+    """The checked planning input as stored (JSON) and its SHA-256: beyond a limit 413, and 422 for
+    cross-reference errors and running work that over-commits a GPU or node. Linear in the size of the
+    body, and run in a worker thread."""
+    check_demand(limits, body.cluster, body.workloads)
     try:
-        return PlanningInput.model_validate(
+        inp = PlanningInput.model_validate(
             {"cluster": body.cluster, "workloads": body.workloads, "policy": body.policy}
         )
     except ValidationError as exc:
         msg = str(exc.errors(include_url=False)[0]["msg"]).removeprefix("Value error, ")
         raise InputRejected(("body", "workloads"), msg) from None
+    conflicts = running_conflicts(inp.cluster, inp.workloads, default_catalog())
+    if conflicts:
+        i, r, msg = conflicts[0]
+        more = f" (and {len(conflicts) - 1} more)" if len(conflicts) > 1 else ""
+        raise InputRejected(("body", "workloads", i, "running_on", r), msg + more)
+    input_json = inp.model_dump_json()
+    return input_json, hashlib.sha256(input_json.encode()).hexdigest()
 
 
 def _team(body: PlanRequest) -> str | None:
@@ -127,8 +180,7 @@ class Jobs:
         check_size(limits, len(body.cluster.nodes), len(body.workloads))
         time_limit = _time_limit(self.settings, body.options.time_limit_s)
         check_active(limits, self.runner)
-        inp = _planning_input(body)
-        input_json = inp.model_dump_json()
+        input_json, digest = await asyncio.to_thread(_planning_input, limits, body)
         options = {
             "kind": kind,
             "solver": body.options.solver,
@@ -153,7 +205,6 @@ class Jobs:
             attempts=1,
             **_NOT_STARTED,
         )
-        digest = hashlib.sha256(input_json.encode()).hexdigest()
         policy = body.policy.model_dump(mode="json")
         detail = {
             "kind": kind,

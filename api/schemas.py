@@ -7,6 +7,7 @@ from typing import Any
 
 from pydantic import BaseModel, ConfigDict, Field, field_validator
 
+from gpuplan.models.base import Name
 from gpuplan.models.capacity import CapacityGap, NodeTypeCatalog
 from gpuplan.models.cluster import Cluster
 from gpuplan.models.plan import Plan
@@ -22,7 +23,9 @@ class PlanOptions(BaseModel):
     model_config = ConfigDict(extra="forbid")
 
     solver: str = Field(default="cpsat", description="cpsat, milp, greedy-fgd, best-fit, first-fit, …")
-    time_limit_s: float | None = Field(default=None, gt=0, description="seconds (server default if unset)")
+    time_limit_s: float | None = Field(
+        default=None, gt=0, allow_inf_nan=False, description="seconds (server default if unset)"
+    )
     seed: int = Field(default=0, ge=0, le=2**31 - 1)
     now: datetime | None = Field(default=None, description="planning time, ISO-8601 (default: now)")
     deterministic: bool = False
@@ -43,10 +46,9 @@ class PlanRequest(BaseModel):
     cluster: Cluster
     workloads: tuple[Workload, ...]
     policy: Policy = Field(default_factory=Policy)
-    team: str | None = Field(
+    team: Name | None = Field(
         default=None,
         min_length=1,
-        max_length=200,
         description="team owning the plan (default: the workloads' team when they share one)",
     )
     options: PlanOptions = Field(default_factory=PlanOptions)

@@ -8,17 +8,27 @@ from pydantic import Field, field_validator
 from pydantic_settings import BaseSettings, SettingsConfigDict
 
 from gpuplan.api.auth import parse_role
+from gpuplan.models.base import MAX_GPUS_PER_NODE, MAX_NAME_LENGTH
 
 
 class Limits(BaseSettings):
-    """What one request may ask for; beyond these the service answers 413 or 429 naming the limit."""
+    """What one request may ask for; beyond these the service answers 413 or 429 naming the limit (422
+    naming the field for a name longer than ``max_name_length``).
+
+    The models hold the hard caps that apply everywhere (the command line too): ``max_gpus_per_node``
+    and ``max_name_length`` may only tighten them.
+    """
 
     model_config = SettingsConfigDict(env_prefix="GPUPLAN_LIMIT_", extra="ignore")
 
     max_body_bytes: int = Field(default=8 * 1024 * 1024, ge=1024)
     max_nodes: int = Field(default=2000, ge=1)
     max_workloads: int = Field(default=20000, ge=1)
-    max_time_limit_s: float = Field(default=300.0, gt=0)
+    max_replicas: int = Field(default=10_000, ge=1, description="replicas of one workload")
+    max_total_replicas: int = Field(default=100_000, ge=1, description="replicas of all workloads")
+    max_gpus_per_node: int = Field(default=256, ge=1, le=MAX_GPUS_PER_NODE)
+    max_name_length: int = Field(default=MAX_NAME_LENGTH, ge=1, le=MAX_NAME_LENGTH)
+    max_time_limit_s: float = Field(default=300.0, gt=0, allow_inf_nan=False)
     max_active_jobs: int = Field(default=64, ge=1)
 
 

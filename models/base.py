@@ -1,8 +1,25 @@
-"""Shared pydantic configuration for every gpuplan schema."""
+"""Shared pydantic configuration for every gpuplan schema, and the bounds every input name and number
+obeys."""
 
 from __future__ import annotations
 
-from pydantic import BaseModel, ConfigDict
+import re
+from typing import Annotated, Any
+
+from pydantic import AfterValidator, BaseModel, ConfigDict, Field, ValidationInfo
+
+#: Longest id or name (node, workload, team, tier, pool, gang): the store keeps a team in a column of
+#: this many characters, and names longer than this are mistakes, not names.
+MAX_NAME_LENGTH = 200
+#: Validation-context key with a tighter name length (the API's ``max_name_length`` limit).
+NAME_LENGTH_CONTEXT = "max_name_length"
+#: Most GPUs one node may have: far beyond any server, small enough to keep validation cheap.
+MAX_GPUS_PER_NODE = 1024
+#: Longest duration, wait or runtime in seconds (ten years).
+MAX_SECONDS = 10 * 365 * 86400.0
+
+#: C0 and C1 control characters and DEL: they break spreadsheets, CSV lines, logs and PostgreSQL text.
+_CONTROL = re.compile(r"[\x00-\x1f\x7f-\x9f]")
 
 
 class Strict(BaseModel):
@@ -13,3 +30,20 @@ class Strict(BaseModel):
 
 class InputError(ValueError):
     """Bad user input: the message names the object, the field and the reason."""
+
+
+def _printable(value: str, info: ValidationInfo) -> str:
+    """Refuse control characters, and names longer than the context's ``max_name_length``."""
+    found = _CONTROL.search(value)
+    if found is not None:
+        raise ValueError(f"contains control character U+{ord(found.group()):04X}; names must be printable")
+    limit: Any = info.context.get(NAME_LENGTH_CONTEXT) if isinstance(info.context, dict) else None
+    if isinstance(limit, int) and len(value) > limit:
+        raise ValueError(f"is {len(value)} characters long; at most {limit} (limit {NAME_LENGTH_CONTEXT})")
+    return value
+
+
+#: An id or name: printable, at most :data:`MAX_NAME_LENGTH` characters.
+Name = Annotated[str, Field(max_length=MAX_NAME_LENGTH), AfterValidator(_printable)]
+#: Seconds: finite, not negative, at most :data:`MAX_SECONDS`.
+Seconds = Annotated[float, Field(ge=0, le=MAX_SECONDS, allow_inf_nan=False)]

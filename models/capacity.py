@@ -2,12 +2,21 @@
 
 from __future__ import annotations
 
-from typing import Any
+from collections import Counter
+from typing import Annotated, Any
 
-from pydantic import Field, ValidationInfo, field_validator, model_validator
+from pydantic import Field, ValidationInfo, model_validator
 
-from gpuplan.models.base import Strict
+from gpuplan.models.base import MAX_GPUS_PER_NODE, Name, Strict
 from gpuplan.models.cluster import catalog_from
+
+#: Largest price of one node: finite, and far beyond any server.
+MAX_PRICE = 1e12
+#: Largest demand growth factor.
+MAX_GROWTH = 1e6
+
+#: A growth factor: finite, not negative.
+_Factor = Annotated[float, Field(ge=0, le=MAX_GROWTH, allow_inf_nan=False)]
 
 
 class NodeType(Strict):
@@ -17,16 +26,16 @@ class NodeType(Strict):
     NVLink (PCIe only, one NUMA node).
     """
 
-    name: str = Field(min_length=1)
+    name: Name = Field(min_length=1)
     gpu_model: str
-    gpus: int = Field(default=0, ge=0)
+    gpus: int = Field(default=0, ge=0, le=MAX_GPUS_PER_NODE)
     topology: str | None = None
     cpu_milli: int = Field(ge=0)
     memory_mib: int = Field(ge=0)
-    unit_cost: float = Field(ge=0)
+    unit_cost: float = Field(ge=0, le=MAX_PRICE, allow_inf_nan=False)
     lead_time_days: int = Field(default=0, ge=0)
-    pool: str | None = None
-    labels: dict[str, str] = Field(default_factory=dict)
+    pool: Name | None = None
+    labels: dict[Name, Name] = Field(default_factory=dict)
 
     @model_validator(mode="before")
     @classmethod
@@ -66,15 +75,14 @@ class NodeTypeCatalog(Strict):
 
     currency: str = "USD"
     note: str = ""
-    amortisation_years: float = Field(default=3.0, gt=0)
+    amortisation_years: float = Field(default=3.0, gt=0, le=100, allow_inf_nan=False)
     node_types: tuple[NodeType, ...] = Field(min_length=1)
 
     @model_validator(mode="after")
     def _unique(self) -> NodeTypeCatalog:
-        names = [t.name for t in self.node_types]
-        dupes = sorted({n for n in names if names.count(n) > 1})
+        dupes = [n for n, k in Counter(t.name for t in self.node_types).items() if k > 1]
         if dupes:
-            raise ValueError(f"node type '{dupes[0]}' appears more than once")
+            raise ValueError(f"node type '{min(dupes)}' appears more than once")
         return self
 
     def node_type(self, name: str) -> NodeType:
@@ -88,16 +96,8 @@ class NodeTypeCatalog(Strict):
 class Growth(Strict):
     """Demand growth factors: replicas multiplied per team and per tier (both apply when both match)."""
 
-    teams: dict[str, float] = Field(default_factory=dict)
-    tiers: dict[str, float] = Field(default_factory=dict)
-
-    @field_validator("teams", "tiers")
-    @classmethod
-    def _non_negative(cls, v: dict[str, float]) -> dict[str, float]:
-        for key, factor in v.items():
-            if factor < 0:
-                raise ValueError(f"growth factor of '{key}' is negative ({factor})")
-        return v
+    teams: dict[str, _Factor] = Field(default_factory=dict)
+    tiers: dict[str, _Factor] = Field(default_factory=dict)
 
 
 class Scenario(Strict):
@@ -107,7 +107,9 @@ class Scenario(Strict):
     description: str = ""
     growth: Growth = Field(default_factory=Growth)
     catalog: str | None = None
-    prices: dict[str, float] = Field(default_factory=dict)
+    prices: dict[str, Annotated[float, Field(ge=0, le=MAX_PRICE, allow_inf_nan=False)]] = Field(
+        default_factory=dict
+    )
     policy: dict[str, Any] = Field(default_factory=dict)
 
 
@@ -118,10 +120,9 @@ class ScenarioFile(Strict):
 
     @model_validator(mode="after")
     def _unique(self) -> ScenarioFile:
-        names = [s.name for s in self.scenarios]
-        dupes = sorted({n for n in names if names.count(n) > 1})
+        dupes = [n for n, k in Counter(s.name for s in self.scenarios).items() if k > 1]
         if dupes:
-            raise ValueError(f"scenario '{dupes[0]}' appears more than once")
+            raise ValueError(f"scenario '{min(dupes)}' appears more than once")
         return self
 
 

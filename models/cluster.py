@@ -10,7 +10,7 @@ from typing import Any
 
 from pydantic import Field, ValidationInfo, field_validator, model_validator
 
-from gpuplan.models.base import Strict
+from gpuplan.models.base import MAX_GPUS_PER_NODE, Name, Strict
 from gpuplan.models.catalog import default_catalog
 from gpuplan.models.hardware import GpuModelSpec, HardwareCatalog
 
@@ -173,15 +173,23 @@ class Link(Strict):
 class Node(Strict):
     """A server: CPU, memory, GPUs and links, optionally filled from a reference topology."""
 
-    name: str = Field(min_length=1)
-    pool: str | None = None
-    labels: dict[str, str] = Field(default_factory=dict)
+    name: Name = Field(min_length=1)
+    pool: Name | None = None
+    labels: dict[Name, Name] = Field(default_factory=dict)
     cpu_milli: int = Field(ge=0)
     memory_mib: int = Field(ge=0)
     topology: str | None = None
     gpu_model: str | None = None
-    gpus: tuple[Gpu, ...] = ()
+    gpus: tuple[Gpu, ...] = Field(default=(), json_schema_extra={"maxItems": MAX_GPUS_PER_NODE})
     links: tuple[Link, ...] = ()
+
+    @field_validator("gpus", mode="before")
+    @classmethod
+    def _gpu_count(cls, v: Any) -> Any:
+        """At most :data:`MAX_GPUS_PER_NODE` GPUs, refused before any of them is validated."""
+        if isinstance(v, list | tuple) and len(v) > MAX_GPUS_PER_NODE:
+            raise ValueError(f"{len(v)} GPUs; a node has at most {MAX_GPUS_PER_NODE}")
+        return v
 
     @model_validator(mode="before")
     @classmethod
@@ -217,11 +225,10 @@ class Node(Strict):
 
     @model_validator(mode="after")
     def _consistent(self) -> Node:
-        indices = [g.index for g in self.gpus]
-        dupes = sorted({i for i in indices if indices.count(i) > 1})
+        known = Counter(g.index for g in self.gpus)
+        dupes = [i for i, n in known.items() if n > 1]
         if dupes:
-            raise ValueError(f"GPU index {dupes[0]} appears more than once")
-        known = set(indices)
+            raise ValueError(f"GPU index {min(dupes)} appears more than once")
         for lk in self.links:
             if lk.a not in known or lk.b not in known:
                 raise ValueError(f"link {lk.a}-{lk.b} names a GPU the node does not have")

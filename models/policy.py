@@ -6,18 +6,21 @@ from enum import StrEnum
 
 from pydantic import Field, model_validator
 
-from gpuplan.models.base import Strict
+from gpuplan.models.base import Name, Seconds, Strict
 from gpuplan.models.workload import BACKGROUND, LATENCY_SENSITIVE, STANDARD
+
+#: Largest quota in GPU-equivalents: beyond any fleet, and finite.
+MAX_QUOTA_GPUS = 1_000_000
 
 
 class Tier(Strict):
     """A service tier: its queue-time weight and the wait it should not exceed."""
 
-    name: str
+    name: Name = Field(min_length=1)
     weight: int = Field(ge=0)
-    target_wait_s: float | None = Field(default=None, ge=0)
+    target_wait_s: Seconds | None = None
     may_be_preempted: bool = True
-    default_duration_s: float | None = Field(default=None, gt=0)
+    default_duration_s: Seconds | None = Field(default=None, gt=0)
 
 
 def default_tiers() -> tuple[Tier, ...]:
@@ -32,10 +35,10 @@ def default_tiers() -> tuple[Tier, ...]:
 class Quota(Strict):
     """At most ``gpus`` GPU-equivalents for a team, optionally per GPU model or pool."""
 
-    team: str
-    gpus: float = Field(ge=0)
+    team: Name
+    gpus: float = Field(ge=0, le=MAX_QUOTA_GPUS, allow_inf_nan=False)
     gpu_model: str | None = None
-    pool: str | None = None
+    pool: Name | None = None
     borrow: bool = False
 
 
@@ -56,10 +59,10 @@ class IsolationRule(Strict):
     """
 
     kind: IsolationKind
-    team: str | None = None
-    pool: str | None = None
-    nodes: tuple[str, ...] = ()
-    tiers: tuple[str, ...] = ()
+    team: Name | None = None
+    pool: Name | None = None
+    nodes: tuple[Name, ...] = ()
+    tiers: tuple[Name, ...] = ()
 
     @model_validator(mode="after")
     def _complete(self) -> IsolationRule:
@@ -78,7 +81,7 @@ class DisruptionBudget(Strict):
     max_moves_per_round: int = Field(default=0, ge=0)
     max_preemptions_per_round: int = Field(default=0, ge=0)
     max_moves_per_team: int | None = Field(default=None, ge=0)
-    min_runtime_s: float = Field(default=0, ge=0)
+    min_runtime_s: Seconds = 0
     preempt_latency_sensitive: bool = False
 
 
@@ -110,7 +113,7 @@ class Policy(Strict):
     """All rules and preferences of one planning run."""
 
     tiers: tuple[Tier, ...] = Field(default_factory=default_tiers)
-    teams: tuple[str, ...] = ()
+    teams: tuple[Name, ...] = ()
     quotas: tuple[Quota, ...] = ()
     isolation: tuple[IsolationRule, ...] = ()
     disruption: DisruptionBudget = Field(default_factory=DisruptionBudget)
@@ -120,8 +123,8 @@ class Policy(Strict):
 
     @model_validator(mode="after")
     def _references(self) -> Policy:
-        names = [t.name for t in self.tiers]
-        if len(set(names)) != len(names):
+        names = {t.name for t in self.tiers}
+        if len(names) != len(self.tiers):
             raise ValueError("tier names must be unique")
         for i, rule in enumerate(self.isolation):
             for t in rule.tiers:

@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+from collections import Counter
 from functools import cached_property
 
 from pydantic import Field, ValidationInfo, model_validator
@@ -78,10 +79,9 @@ class PlanningInput(Strict):
 
     @model_validator(mode="after")
     def _cross_check(self, info: ValidationInfo) -> PlanningInput:
-        ids = [w.id for w in self.workloads]
-        dupes = sorted({i for i in ids if ids.count(i) > 1})
+        dupes = [i for i, n in Counter(w.id for w in self.workloads).items() if n > 1]
         if dupes:
-            raise ValueError(f"workload id '{dupes[0]}' appears more than once")
+            raise ValueError(f"workload id '{min(dupes)}' appears more than once")
         errors = reference_errors(self.cluster, self.workloads, self.policy, catalog_from(info))
         if errors:
             raise ValueError("; ".join(errors))

@@ -10,7 +10,7 @@ from typing import Any
 
 from pydantic import Field, field_validator, model_validator
 
-from gpuplan.models.base import Strict
+from gpuplan.models.base import Name, Seconds, Strict
 
 #: Default tier names, best first.
 LATENCY_SENSITIVE = "latency-sensitive"
@@ -85,7 +85,7 @@ class GpuRef(Strict):
 class Placement(Strict):
     """Where one replica runs: a node and the GPUs (or GPU parts) it uses."""
 
-    node: str
+    node: Name
     gpus: tuple[GpuRef, ...] = ()
     alternative: int | None = Field(default=None, ge=0)
 
@@ -116,17 +116,17 @@ class Workload(ShapeFields):
     """A request for ``replicas`` copies of one of several alternative shapes (the shape fields at
     top level, or ``alternatives``)."""
 
-    id: str = Field(min_length=1)
-    team: str = "default"
-    tier: str = "standard"
+    id: Name = Field(min_length=1)
+    team: Name = Field(default="default", min_length=1)
+    tier: Name = Field(default="standard", min_length=1)
     priority: int = 0
     replicas: int = Field(default=1, ge=1)
     alternatives: tuple[Shape, ...] = ()
-    gang: str | None = None
-    gang_domain: str | None = None
+    gang: Name | None = None
+    gang_domain: Name | None = None
     preemptible: bool = False
     queued_since: datetime | None = None
-    duration_s: float | None = Field(default=None, ge=0)
+    duration_s: Seconds | None = None
     started_at: datetime | None = None
     running_on: tuple[Placement, ...] = ()
 

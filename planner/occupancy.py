@@ -7,7 +7,7 @@ one replica and is destroyed only on a drained GPU, CPU and memory per node) liv
 
 from __future__ import annotations
 
-from collections.abc import Iterable
+from collections.abc import Iterable, Iterator, Sequence
 from dataclasses import dataclass, field
 
 from gpuplan.models.cluster import Cluster, MigInstance, mig_layout_problems
@@ -34,6 +34,15 @@ class Holding:
     cpu_milli: int = 0
     memory_mib: int = 0
     alternative: int = 0
+
+
+def running_holdings(w: Workload) -> Iterator[tuple[Key, Holding]]:
+    """Each running replica of ``w`` (from ``running_on``) and where it runs with what it takes there."""
+    for r, place in enumerate(w.running_on):
+        alt = place.alternative or 0
+        shape = w.shapes[min(alt, len(w.shapes) - 1)]
+        gpus = tuple(GpuUse(**g.model_dump()) for g in place.gpus)
+        yield (w.id, r), Holding(place.node, gpus, shape.cpu_milli, shape.memory_mib, alt)
 
 
 @dataclass
@@ -78,11 +87,8 @@ class Occupancy:
         """The cluster with every replica in ``running_on`` placed (raises if the state over-commits)."""
         occ = cls.empty(cluster, catalog)
         for w in workloads:
-            for r, place in enumerate(w.running_on):
-                alt = place.alternative or 0
-                shape = w.shapes[min(alt, len(w.shapes) - 1)]
-                gpus = tuple(GpuUse(**g.model_dump()) for g in place.gpus)
-                occ.start((w.id, r), Holding(place.node, gpus, shape.cpu_milli, shape.memory_mib, alt))
+            for key, hold in running_holdings(w):
+                occ.start(key, hold)
         return occ
 
     def copy(self) -> Occupancy:
@@ -221,3 +227,25 @@ class Occupancy:
 def holding(a: Assignment) -> Holding:
     """The resources a plan assignment takes."""
     return Holding(a.node, a.gpus, a.cpu_milli, a.memory_mib, a.alternative)
+
+
+def running_conflicts(
+    cluster: Cluster, workloads: Sequence[Workload], catalog: HardwareCatalog
+) -> list[tuple[int, int, str]]:
+    """Running replicas that cannot run beside those listed before them, as (position of the workload,
+    replica, sentence naming the workload and the field).
+
+    A state that over-commits a GPU or a node cannot exist, so ``running_on`` that describes one is bad
+    input: refused when it is submitted rather than planned into an invalid plan. The workloads must
+    name existing nodes and GPUs (:func:`~gpuplan.models.problem.reference_errors` checks that first).
+    """
+    occ = Occupancy.empty(cluster, catalog)
+    conflicts: list[tuple[int, int, str]] = []
+    for i, w in enumerate(workloads):
+        for key, hold in running_holdings(w):
+            why = occ.problem(key, hold)
+            if why is None:
+                occ.start(key, hold)
+            else:
+                conflicts.append((i, key[1], f"workload '{w.id}' field running_on[{key[1]}]: {why}"))
+    return conflicts

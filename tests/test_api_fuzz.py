@@ -9,15 +9,17 @@ cannot express, with a 422 naming the field (``positive_data_acceptance``).
 
 from __future__ import annotations
 
+import json
 from collections.abc import Iterator
 from typing import Any
 
 import pytest
 import schemathesis
-from hypothesis import HealthCheck, settings
+from hypothesis import HealthCheck, given, settings
+from hypothesis import strategies as st
 from schemathesis import checks
 
-from tests._api import ADMIN, Server, auth, drain, live
+from tests._api import ADMIN, Server, auth, drain, live, tiny_body
 
 __all__ = ["live"]
 
@@ -59,3 +61,68 @@ def test_openapi_fuzz(case: schemathesis.Case[Any], live: Server) -> None:
         timeout=30,
         excluded_checks=[checks.negative_data_rejection, checks.positive_data_acceptance],
     )
+
+
+#: Where a generated value goes in the tiny body: names, numbers and sizes that once gave a 500, an
+#: invalid plan or a null in the stored input.
+_TEXT_FIELDS = (
+    ("workloads", 0, "id"),
+    ("workloads", 1, "team"),
+    ("workloads", 2, "tier"),
+    ("workloads", 0, "gang"),
+    ("cluster", "nodes", 0, "name"),
+    ("cluster", "nodes", 1, "pool"),
+    ("team",),
+)
+_NUMBER_FIELDS = (
+    ("workloads", 0, "duration_s"),
+    ("workloads", 1, "replicas"),
+    ("workloads", 2, "gpu_milli"),
+    ("options", "time_limit_s"),
+    ("policy", "quotas", 0, "gpus"),
+    ("policy", "tiers", 0, "target_wait_s"),
+)
+
+
+def _put(body: dict[str, Any], path: tuple[str | int, ...], value: Any) -> dict[str, Any]:
+    node: Any = body
+    for key in path[:-1]:
+        node = node[key]
+    node[path[-1]] = value
+    return body
+
+
+def _fuzz_body() -> dict[str, Any]:
+    body = tiny_body(solver="first-fit")
+    body["policy"] = {
+        "tiers": [{"name": "standard", "weight": 3}, {"name": "background", "weight": 1}],
+        "quotas": [{"team": "ml", "gpus": 4}],
+    }
+    body["workloads"][1]["tier"] = "standard"
+    return body
+
+
+@settings(max_examples=40, deadline=None, suppress_health_check=list(HealthCheck), derandomize=True)
+@given(
+    text=st.tuples(st.sampled_from(_TEXT_FIELDS), st.text(max_size=260)),
+    number=st.tuples(
+        st.sampled_from(_NUMBER_FIELDS),
+        st.floats() | st.integers(min_value=-(2**70), max_value=2**70),
+    ),
+)
+def test_fuzzed_names_and_numbers_are_refused_with_the_field(
+    live: Server, text: tuple[tuple[str | int, ...], str], number: tuple[tuple[str | int, ...], float]
+) -> None:
+    """Any text in a name and any number (``NaN``, ``Infinity``, huge integers) in a size, quota or
+    duration: accepted, or refused naming the field or the limit; never a 500."""
+    body = _put(_put(_fuzz_body(), *text), *number)
+    with live.client(ADMIN) as c:
+        r = c.post("/v1/plans", content=json.dumps(body), headers={"content-type": "application/json"})
+        assert r.status_code in (202, 413, 422, 429), r.text
+        if r.status_code == 202:
+            c.delete(f"/v1/plans/{r.json()['id']}")
+    if r.status_code == 422:
+        detail = r.json()["detail"]
+        assert detail[0]["loc"][0] == "body" and detail[0]["msg"], detail
+    elif r.status_code != 202:
+        assert r.json()["limit"], r.text

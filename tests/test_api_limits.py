@@ -18,7 +18,17 @@ from tests._api import ADMIN, KEYS, MAX_ACTIVE, PLANNER, Server, auth, drain, ex
 
 __all__ = ["live"]
 
-LIMITS = Limits(max_body_bytes=20_000, max_nodes=3, max_workloads=5, max_time_limit_s=2.0, max_active_jobs=2)
+LIMITS = Limits(
+    max_body_bytes=20_000,
+    max_nodes=3,
+    max_workloads=5,
+    max_replicas=3,
+    max_total_replicas=6,
+    max_gpus_per_node=4,
+    max_name_length=20,
+    max_time_limit_s=2.0,
+    max_active_jobs=2,
+)
 
 
 @pytest.fixture(scope="module")
@@ -63,6 +73,52 @@ def test_nodes_workloads_and_time_limit(client: TestClient) -> None:
     big["cluster"]["nodes"] += [dict(big["cluster"]["nodes"][0], name=f"v{i}") for i in range(2)]
     plan = {"status": "OPTIMAL", "solver": {"name": "x"}}
     _limit(client.post("/v1/validate", json={"cluster": big["cluster"], "plan": plan}), 413, "max_nodes", 3)
+
+
+def test_replicas_and_gpus_per_node(client: TestClient) -> None:
+    """A few bytes asking for a billion replicas, or a node with more GPUs than allowed: 413 naming the
+    limit and the field (a billion replicas was accepted and grew the solver by 50 MB/s)."""
+    body = tiny_body()
+    body["workloads"][0]["replicas"] = 1_000_000_000
+    r = client.post("/v1/plans", json=body)
+    _limit(r, 413, "max_replicas", 3)
+    assert r.json()["loc"] == ["body", "workloads", 0, "replicas"] and "'train'" in r.json()["detail"]
+    body = tiny_body()
+    body["workloads"][0]["replicas"] = body["workloads"][1]["replicas"] = 3
+    r = client.post("/v1/plans", json=body)
+    _limit(r, 413, "max_total_replicas", 6)
+    assert r.json()["loc"] == ["body", "workloads"]
+    body = tiny_body()
+    body["cluster"]["nodes"][1]["gpus"] = [{"index": i, "model": "L40S-48GB"} for i in range(5)]
+    r = client.post("/v1/capacity-gap", json=body)
+    _limit(r, 413, "max_gpus_per_node", 4)
+    assert r.json()["loc"] == ["body", "cluster", "nodes", 1, "gpus"] and "'n2'" in r.json()["detail"]
+    workloads = [{"id": "a", "gpus": 1, "replicas": 4}]
+    r = client.post(
+        "/v1/validate", json={"cluster": body["cluster"], "plan": _absurd_plan(), "workloads": workloads}
+    )
+    _limit(r, 413, "max_gpus_per_node", 4)
+    body = tiny_body()
+    r = client.post(
+        "/v1/validate", json={"cluster": body["cluster"], "plan": _absurd_plan(), "workloads": workloads}
+    )
+    _limit(r, 413, "max_replicas", 3)
+
+
+def test_name_length(client: TestClient) -> None:
+    """Names beyond ``max_name_length`` (20 here): 422 at the field, naming the limit."""
+    body = tiny_body()
+    body["workloads"][2]["id"] = "x" * 21
+    r = client.post("/v1/plans", json=body)
+    assert _loc(r) == ["body", "workloads", 2, "id"] and "at most 20 (limit max_name_length)" in r.text
+    body = tiny_body()
+    body["cluster"]["nodes"][0]["name"] = "n" * 21
+    assert _loc(client.post("/v1/plans", json=body)) == ["body", "cluster", "nodes", 0, "name"]
+    body = tiny_body(team="t" * 21)
+    assert _loc(client.post("/v1/plans", json=body)) == ["body", "workloads", 0, "team"]
+    body = tiny_body()
+    body["team"] = "t" * 21
+    assert _loc(client.post("/v1/plans", json=body)) == ["body", "team"]
 
 
 def test_concurrent_jobs(live: Server) -> None:

@@ -6,6 +6,7 @@ from typing import Any
 
 from fastapi import APIRouter, Response, status
 
+from gpuplan.api.bodies import CapacityGapBody, documented
 from gpuplan.api.deps import JobsDep, Submitter
 from gpuplan.api.jobs import SUBMIT_RESPONSES, Wait
 from gpuplan.api.schemas import CapacityGapRequest, JobOut, JobResult
@@ -22,9 +23,10 @@ router = APIRouter(prefix="/v1", tags=["capacity"])
         200: {"model": JobResult, "description": "finished within ?wait: the job and its capacity gap"},
         **SUBMIT_RESPONSES,
     },
+    openapi_extra=documented(CapacityGapRequest),
 )
 async def submit_gap(
-    body: CapacityGapRequest, caller: Submitter, jobs: JobsDep, response: Response, wait: Wait = 0
+    caller: Submitter, body: CapacityGapBody, jobs: JobsDep, response: Response, wait: Wait = 0
 ) -> Any:
     """Queue a capacity-gap job (plan, re-partition MIG, then the cheapest purchase); poll it like a plan.
 

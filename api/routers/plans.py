@@ -8,6 +8,7 @@ from typing import Annotated, Any
 
 from fastapi import APIRouter, HTTPException, Query, Response, status
 
+from gpuplan.api.bodies import PlanBody, documented
 from gpuplan.api.deps import Caller, JobsDep, RunnerDep, SettingsDep, StoreDep, Submitter
 from gpuplan.api.jobs import SUBMIT_RESPONSES, JobId, Wait, actor, check_active
 from gpuplan.api.schemas import AuditOut, JobOut, JobPage, JobResult, PlanRequest
@@ -31,10 +32,9 @@ _AUTH: dict[int | str, dict[str, Any]] = {
         200: {"model": JobResult, "description": "finished within ?wait: the job and its plan"},
         **SUBMIT_RESPONSES,
     },
+    openapi_extra=documented(PlanRequest),
 )
-async def submit(
-    body: PlanRequest, caller: Submitter, jobs: JobsDep, response: Response, wait: Wait = 0
-) -> Any:
+async def submit(caller: Submitter, body: PlanBody, jobs: JobsDep, response: Response, wait: Wait = 0) -> Any:
     """Queue a planning job; with ``?wait=`` answer 200 with the plan if it finishes in time, else 202."""
     return await jobs.enqueue(PLAN, body, {}, caller, response, wait)
 

@@ -7,9 +7,10 @@ import asyncio
 from fastapi import APIRouter
 from pydantic import ValidationError
 
+from gpuplan.api.bodies import ValidateBody, documented
 from gpuplan.api.deps import SettingsDep, Submitter
 from gpuplan.api.errors import InputRejected
-from gpuplan.api.jobs import check_size
+from gpuplan.api.jobs import check_demand, check_size
 from gpuplan.api.schemas import SkippedOut, ValidateRequest, ValidateResponse, ViolationOut
 from gpuplan.models.catalog import default_catalog
 from gpuplan.models.problem import PlanningInput
@@ -45,11 +46,18 @@ def _check(body: ValidateRequest) -> ValidateResponse:
     "/validate",
     response_model=ValidateResponse,
     response_model_exclude_none=True,
-    responses={401: {"description": "no valid API key"}, 403: {"description": "viewers may not validate"}},
+    responses={
+        401: {"description": "no valid API key"},
+        403: {"description": "viewers may not validate"},
+        413: {"description": "nodes, workloads, GPUs per node or replicas beyond a limit"},
+        422: {"description": "bad input: the detail names the field"},
+    },
+    openapi_extra=documented(ValidateRequest),
 )
-async def validate(body: ValidateRequest, caller: Submitter, settings: SettingsDep) -> ValidateResponse:
+async def validate(caller: Submitter, body: ValidateBody, settings: SettingsDep) -> ValidateResponse:
     """Every rule the plan breaks (an empty list: the plan is valid), and the rule families that could not
     be checked (``skipped``, e.g. shapes and running work when the workloads are not given)."""
     workloads = len(body.workloads) if body.workloads is not None else len(body.plan.assignments)
     check_size(settings.limits, len(body.cluster.nodes), workloads)
+    check_demand(settings.limits, body.cluster, body.workloads or ())
     return await asyncio.to_thread(_check, body)

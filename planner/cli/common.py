@@ -14,6 +14,7 @@ from gpuplan.models.hardware import HardwareCatalog
 from gpuplan.models.problem import PlanningInput
 from gpuplan.planner.deadline import Deadline
 from gpuplan.planner.io import load_cluster, load_policy, load_workloads, planning_input
+from gpuplan.planner.occupancy import running_conflicts
 from gpuplan.solvers.base import solver_names
 
 EXIT_OK, EXIT_FAIL, EXIT_INPUT = 0, 1, 2
@@ -26,12 +27,18 @@ Subparsers: TypeAlias = "argparse._SubParsersAction[argparse.ArgumentParser]"
 def load_input(
     cluster: Path, workloads: Path, policy: Path | None, catalog: HardwareCatalog | None = None
 ) -> PlanningInput:
-    """The cluster, workloads and policy files (the default policy without one) as one planning input."""
+    """The cluster, workloads and policy files (the default policy without one) as one planning input;
+    running work that over-commits a GPU or node is an input error."""
     catalog = catalog or default_catalog()
-    return planning_input(
+    inp = planning_input(
         load_cluster(cluster, catalog), load_workloads(workloads), load_policy(policy), catalog,
         source=str(workloads),
     )  # fmt: skip
+    conflicts = running_conflicts(inp.cluster, inp.workloads, catalog)
+    if conflicts:
+        more = f" (and {len(conflicts) - 1} more)" if len(conflicts) > 1 else ""
+        raise InputError(f"{workloads}: {conflicts[0][2]}{more}")
+    return inp
 
 
 def add_input_options(p: argparse.ArgumentParser) -> None:

@@ -13,6 +13,8 @@ from typing import Annotated, Any
 
 from pydantic import AfterValidator, BaseModel, ConfigDict, Field
 
+from gpuplan.models.base import MAX_NAME_LENGTH
+
 
 class JobStatus(StrEnum):
     """Life of a job. ``interrupted``: the server stopped while it was queued or running."""
@@ -71,7 +73,7 @@ class JobRecord(BaseModel):
     )
     kind: Annotated[str, Length(20)] = Field(description="plan or capacity-gap")
     status: Annotated[JobStatus, Length(16)]
-    team: Annotated[str | None, Length(200)]
+    team: Annotated[str | None, Length(MAX_NAME_LENGTH)]
     solver: Annotated[str, Length(40)]
     time_limit_s: float
     nodes: int

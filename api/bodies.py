@@ -1,0 +1,74 @@
+"""Request bodies parsed and validated in a worker thread, so that no body, however large, holds up the
+event loop (and with it ``/healthz`` and every other request).
+
+FastAPI parses and validates a declared body on the event loop; the submitting routes instead take the
+body through :func:`json_body` and describe it in the OpenAPI document with :func:`documented`. Errors
+keep FastAPI's form: 422 with the field path under ``body``.
+"""
+
+from __future__ import annotations
+
+import asyncio
+from collections.abc import Awaitable, Callable
+from typing import Annotated, Any, TypeVar
+
+from fastapi import Depends, Request
+from fastapi.exceptions import RequestValidationError
+from pydantic import BaseModel, ValidationError
+
+from gpuplan.api.schemas import CapacityGapRequest, PlanRequest, ValidateRequest
+from gpuplan.api.settings import Settings
+from gpuplan.models.base import NAME_LENGTH_CONTEXT
+
+M = TypeVar("M", bound=BaseModel)
+
+
+def parse_body(model: type[M], raw: bytes, settings: Settings) -> M:
+    """``raw`` JSON as ``model`` under the settings' limits; :class:`RequestValidationError` if it is not."""
+    try:
+        return model.model_validate_json(raw, context={NAME_LENGTH_CONTEXT: settings.limits.max_name_length})
+    except ValidationError as exc:
+        errors = [{**e, "loc": ("body", *e["loc"])} for e in exc.errors(include_url=False)]
+        raise RequestValidationError(errors) from None
+
+
+def json_body(model: type[M]) -> Callable[[Request], Awaitable[M]]:
+    """A dependency that reads the request body and parses it as ``model`` in a worker thread."""
+
+    async def parsed(request: Request) -> M:
+        raw = await request.body()
+        return await asyncio.to_thread(parse_body, model, raw, request.app.state.settings)
+
+    return parsed
+
+
+def _inline(node: Any, defs: dict[str, Any]) -> Any:
+    """``node`` with every ``#/$defs/…`` reference replaced by its definition (the models are not
+    recursive, so this ends)."""
+    if isinstance(node, dict):
+        ref = node.get("$ref")
+        if isinstance(ref, str) and ref.startswith("#/$defs/"):
+            return _inline(defs[ref.removeprefix("#/$defs/")], defs)
+        return {k: _inline(v, defs) for k, v in node.items()}
+    if isinstance(node, list):
+        return [_inline(v, defs) for v in node]
+    return node
+
+
+def documented(model: type[BaseModel]) -> dict[str, Any]:
+    """``openapi_extra`` of a route that takes ``model`` through :func:`json_body`: its JSON schema as the
+    required request body (inlined: references into the model's own ``$defs`` would not resolve in the
+    OpenAPI document)."""
+    schema = model.model_json_schema()
+    defs = schema.pop("$defs", {})
+    return {
+        "requestBody": {
+            "required": True,
+            "content": {"application/json": {"schema": _inline(schema, defs)}},
+        }
+    }
+
+
+PlanBody = Annotated[PlanRequest, Depends(json_body(PlanRequest))]
+CapacityGapBody = Annotated[CapacityGapRequest, Depends(json_body(CapacityGapRequest))]
+ValidateBody = Annotated[ValidateRequest, Depends(json_body(ValidateRequest))]
