@@ -202,7 +202,7 @@ def test_cli_capacity_gap_scenarios_and_errors(tmp_path: Path, capsys: pytest.Ca
     ]}))  # fmt: skip
     out = tmp_path / "gap.json"
     base = ["capacity-gap", "--cluster", str(cluster), "--workloads", str(work), "--catalog", str(cat),
-            "--time-limit", "2", "--now", NOW.isoformat()]  # fmt: skip
+            "--time-limit", "10", "--now", NOW.isoformat()]  # fmt: skip
     assert main([*base, "--scenarios", str(scen), "--out", str(out)]) == 0
     text = capsys.readouterr().out
     assert "buy 1 x l40s-4" in text and "search-x2" in text and "cheap-l40s-8" in text
