@@ -3,6 +3,10 @@
 Every sheet is one table with its header in the first row, so that reading the workbook (or the CSV
 of the sheet) back with pandas gives the same numbers. Percent and currency formats change only how
 Excel shows a cell, never the value stored.
+
+Names come from the input (workload ids, node names, teams), so no text is ever a live formula: the
+workbook stores every text cell as a string, and CSV text cells that a spreadsheet would read as a
+formula get a leading ``'`` (the OWASP advice against CSV injection).
 """
 
 from __future__ import annotations
@@ -33,6 +37,9 @@ SHEETS: tuple[str, ...] = (
     "Summary", "Placements", "Nodes", "Pools", "Fragmentation", "Waiting", "CapacityGap", "Teams",
     "Scenarios",
 )  # fmt: skip
+
+#: How a text cell starts when a spreadsheet would evaluate it as a formula (or a DDE command).
+FORMULA_START = ("=", "+", "-", "@", "\t", "\r")
 
 #: Hours in a year, for amortising purchase prices into GPU-hour rates.
 HOURS_PER_YEAR = 8760
@@ -476,6 +483,14 @@ def _bar(ws: Worksheet, frame: pd.DataFrame, label: str, values: list[str], titl
     ws.add_chart(chart, anchor)
 
 
+def _as_text(ws: Worksheet) -> None:
+    """Store every cell openpyxl took for a formula (text starting with ``=``) as the text it is."""
+    for row in ws.iter_rows():
+        for cell in row:
+            if cell.data_type == "f":
+                cell.data_type = "s"
+
+
 def write_xlsx(tables: dict[str, pd.DataFrame], path: Path) -> None:
     """The workbook: one formatted sheet per table, charts for pool utilisation and gap by scenario."""
     path.parent.mkdir(parents=True, exist_ok=True)
@@ -483,6 +498,7 @@ def write_xlsx(tables: dict[str, pd.DataFrame], path: Path) -> None:
         for name, frame in tables.items():
             frame.to_excel(writer, sheet_name=name, index=False)
             ws = writer.sheets[name]
+            _as_text(ws)
             _format(ws, frame)
         pools, scen = tables["Pools"], tables["Scenarios"]
         anchor = get_column_letter(len(pools.columns) + 2) + "2"
@@ -502,12 +518,23 @@ def write_xlsx(tables: dict[str, pd.DataFrame], path: Path) -> None:
     log.info("workbook written to %s", path)
 
 
+def _inert(value: Any) -> Any:
+    """Text that a spreadsheet would run as a formula, with a leading ``'``; anything else as it is."""
+    return "'" + value if isinstance(value, str) and value.startswith(FORMULA_START) else value
+
+
+def csv_text(frame: pd.DataFrame) -> str:
+    """One table as CSV text, formula-like text cells escaped (the API's and the command line's CSV)."""
+    text: str = frame.map(_inert).to_csv(index=False)
+    return text
+
+
 def write_csv(tables: dict[str, pd.DataFrame], directory: Path) -> list[Path]:
     """One CSV per sheet (``<Sheet>.csv``)."""
     directory.mkdir(parents=True, exist_ok=True)
     out = []
     for name, frame in tables.items():
         path = directory / f"{name}.csv"
-        frame.to_csv(path, index=False)
+        path.write_text(csv_text(frame))
         out.append(path)
     return out
