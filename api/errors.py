@@ -20,9 +20,10 @@ log = logging.getLogger(__name__)
 class LimitExceeded(Exception):
     """A request beyond a configured limit: 413 (too large) or 429 (too many at once)."""
 
-    def __init__(self, status: int, limit: str, value: float, detail: str) -> None:
+    def __init__(self, status: int, limit: str, value: float, detail: str, *, retry_after: int = 1) -> None:
         super().__init__(detail)
         self.status = status
+        self.retry_after = retry_after
         self.limit = limit
         self.value = value
         self.detail = detail
@@ -69,7 +70,7 @@ def install(app: FastAPI) -> None:
     @app.exception_handler(LimitExceeded)
     async def _limit(request: Request, exc: LimitExceeded) -> JSONResponse:
         request.app.state.metrics.rejected.labels(limit=exc.limit).inc()
-        headers = {"Retry-After": "1"} if exc.status == 429 else None
+        headers = {"Retry-After": str(exc.retry_after)} if exc.status == 429 else None
         return JSONResponse(exc.body(), status_code=exc.status, headers=headers)
 
     @app.exception_handler(StarletteHTTPException)

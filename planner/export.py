@@ -15,7 +15,7 @@ import json
 import logging
 from collections import defaultdict
 from pathlib import Path
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
 import pandas as pd
 from openpyxl.chart import BarChart, Reference
@@ -29,6 +29,10 @@ from gpuplan.models.plan import Plan
 from gpuplan.models.problem import PlanningInput
 from gpuplan.planner.metrics import gpu_equivalents
 from gpuplan.planner.scenarios import scenario_row
+from gpuplan.planner.team_view import team_plan
+
+if TYPE_CHECKING:
+    from collections.abc import Set as AbstractSet
 
 log = logging.getLogger(__name__)
 
@@ -423,10 +427,18 @@ def build_tables(
     report: CapacityReport | None = None,
     types: NodeTypeCatalog | None = None,
     period_h: float = 24.0,
+    workloads: AbstractSet[str] | None = None,
 ) -> dict[str, pd.DataFrame]:
-    """Every sheet as a DataFrame, in workbook order."""
+    """Every sheet as a DataFrame, in workbook order; with ``workloads`` (a team's view) the placements,
+    waits and showback hold only those workloads, and the fleet sheets (summary, nodes, pools,
+    fragmentation) the whole plan."""
     ctx = _Context(plan, inp, report, types, catalog, period_h)
-    placements = _placements(ctx)
+    own = (
+        ctx
+        if workloads is None
+        else _Context(team_plan(plan, workloads), inp, report, types, catalog, period_h)
+    )
+    placements = _placements(own)
     gpus = _gpu_rows(ctx)
     rows: dict[str, list[dict[str, Any]]] = {
         "Summary": _summary(ctx),
@@ -434,9 +446,9 @@ def build_tables(
         "Nodes": _nodes(ctx, gpus),
         "Pools": _pools(gpus),
         "Fragmentation": _fragmentation(ctx, gpus),
-        "Waiting": _waiting(ctx),
+        "Waiting": _waiting(own),
         "CapacityGap": _gap(ctx),
-        "Teams": _teams(ctx, placements),
+        "Teams": _teams(own, placements),
         "Scenarios": _scenarios(ctx),
     }
     tables = {}
