@@ -25,7 +25,7 @@ class Limits(BaseSettings):
     )
     rate_burst: int = Field(default=200, ge=1, description="calls per API key at once, beyond the rate")
     max_read_jobs: int = Field(
-        default=2, ge=1, description="explanations running at once (apart from max_active_jobs)"
+        default=2, ge=1, description="explanations queued or running at once (apart from max_active_jobs)"
     )
 
 

@@ -111,3 +111,21 @@ def test_counterfactuals_naming_another_teams_workload_are_left_out() -> None:
     assert [c.summary for c in seen.unplaced[0].counterfactuals] == ["raise quota of ml"]
     assert [c.summary for c in seen.explanations[0].counterfactuals] == ["raise quota of ml"]
     assert team_explanations([why], frozenset(WEB)) == []
+
+
+def test_a_viewer_reads_its_teams_line_of_a_capacity_gap(live: Server) -> None:
+    body = tiny_body(solver="first-fit")
+    body["team"] = "ml"
+    body["workloads"] += [
+        {"id": f"big-{team}", "team": team, "gpus": 4, "replicas": 2} for team in ("ml", "web")
+    ]
+    with live.client(PLANNER) as c:
+        r = c.post("/v1/capacity-gap", params={"wait": 60}, json=body)
+        assert r.status_code == 200, r.text
+        job = r.json()["job"]["id"]
+        full = c.get(f"/v1/plans/{job}/result").json()["capacity_gap"]
+    with live.client(VIEWER_ML) as c:
+        seen = c.get(f"/v1/plans/{job}/result").json()["capacity_gap"]
+    assert {line["key"] for line in full["by_team"]} == {"ml", "web"}
+    assert {line["key"] for line in seen["by_team"]} == {"ml"}
+    assert seen["purchases"] == full["purchases"] and seen["cost"] == full["cost"]
