@@ -10,10 +10,10 @@ from contextlib import asynccontextmanager
 from fastapi import FastAPI
 
 from gpuplan.api import errors
-from gpuplan.api.auth import key_hash
+from gpuplan.api.auth import Keyring, RateLimiter
 from gpuplan.api.metrics import ApiMetrics
 from gpuplan.api.middleware import BodyLimit, RequestMetrics
-from gpuplan.api.routers import capacity, explain, exports, health, plans, validate
+from gpuplan.api.routers import capacity, explain, exports, health, keys, plans, validate
 from gpuplan.api.runner import Runner
 from gpuplan.api.settings import Settings
 from gpuplan.api.store import Store
@@ -60,17 +60,20 @@ def create_app(settings: Settings | None = None) -> FastAPI:
         responses={
             400: {"description": "the body could not be parsed"},
             413: {"description": "the body is larger than max_body_bytes"},
+            429: {"description": "the key's rate_per_minute (or a job limit) is used up: see Retry-After"},
         },
     )
     app.state.settings = settings
     app.state.metrics = metrics
-    app.state.keys = {key_hash(k): role for k, role in settings.api_keys.items()}
+    app.state.keys = Keyring(settings.api_keys)
+    app.state.rates = RateLimiter(settings.limits.rate_per_minute, settings.limits.rate_burst)
     errors.install(app)
     app.include_router(plans.router)
     app.include_router(exports.router)
     app.include_router(capacity.router)
     app.include_router(explain.router)
     app.include_router(validate.router)
+    app.include_router(keys.router)
     app.include_router(health.router)
     app.add_middleware(BodyLimit, max_bytes=settings.limits.max_body_bytes)
     app.add_middleware(RequestMetrics, metrics=metrics)

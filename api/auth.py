@@ -1,19 +1,25 @@
-"""API keys and roles: ``admin``, ``planner`` (submit and read all) and ``viewer:<team>`` (read its team)."""
+"""API keys and roles: ``admin``, ``planner`` (submit and read all) and ``viewer:<team>`` (read its team);
+the keys the server accepts, and how often each may call.
+
+Keys are stored hashed (``planner.store.keys``, so that ``gpuplan keys`` manages them without the
+server). A stored key is read again at most :data:`KEY_TTL_S` after it was last read, so that a key
+revoked or expired elsewhere is refused within that time, without a restart.
+"""
 
 from __future__ import annotations
 
-import hashlib
-import secrets
+import asyncio
+import math
+import time
 from dataclasses import dataclass
-from enum import StrEnum
 
+from gpuplan.api.store import Store, now
+from gpuplan.planner.store.keys import KEY_ID_CHARS, KeyRecord, Role, key_hash, new_key, parse_role
 
-class Role(StrEnum):
-    """What a key may do."""
+__all__ = ["Keyring", "Principal", "RateLimiter", "Role", "key_hash", "new_key", "parse_role", "principal"]
 
-    ADMIN = "admin"
-    PLANNER = "planner"
-    VIEWER = "viewer"
+#: Seconds a stored key's record is used before it is read again (a revoked key is refused after this).
+KEY_TTL_S = 0.5
 
 
 @dataclass(frozen=True)
@@ -39,31 +45,62 @@ class Principal:
         return f"viewer:{self.team}" if self.role is Role.VIEWER else str(self.role)
 
 
-def parse_role(text: str) -> tuple[Role, str | None]:
-    """``admin`` | ``planner`` | ``viewer:<team>`` as (role, team); ValueError naming the text otherwise."""
-    name, _, team = text.partition(":")
-    try:
-        role = Role(name.strip())
-    except ValueError:
-        raise ValueError(f"unknown role '{text}' (use admin, planner or viewer:<team>)") from None
-    if role is Role.VIEWER and not team.strip():
-        raise ValueError(f"role '{text}' names no team (use viewer:<team>)")
-    if role is not Role.VIEWER and team:
-        raise ValueError(f"role '{text}' takes no team")
-    return role, team.strip() or None
-
-
-def key_hash(key: str) -> str:
-    """SHA-256 of a key: only hashes are stored, and the first 12 hex digits name the key in audits."""
-    return hashlib.sha256(key.encode()).hexdigest()
-
-
-def new_key() -> str:
-    """A fresh random key (256 bits, URL-safe)."""
-    return "gp_" + secrets.token_urlsafe(32)
-
-
 def principal(digest: str, role_text: str) -> Principal:
     """The principal of a key with hash ``digest`` and role ``role_text``."""
     role, team = parse_role(role_text)
-    return Principal(key_id=digest[:12], role=role, team=team)
+    return Principal(key_id=digest[:KEY_ID_CHARS], role=role, team=team)
+
+
+class Keyring:
+    """The keys the server accepts: those of the settings (fixed while it runs) and the store's, each
+    stored key's record kept for :data:`KEY_TTL_S` so that most requests do not read the database."""
+
+    def __init__(self, configured: dict[str, str]) -> None:
+        self.configured = {key_hash(k): role for k, role in configured.items()}
+        self.recent: dict[str, tuple[KeyRecord, float]] = {}
+
+    async def principal(self, key: str, store: Store) -> Principal | None:
+        """The caller with ``key``; ``None`` for an unknown, revoked or expired key."""
+        digest = key_hash(key)
+        role = self.configured.get(digest)
+        if role is not None:
+            return principal(digest, role)
+        cached = self.recent.get(digest)
+        if cached is not None and time.monotonic() - cached[1] < KEY_TTL_S:
+            record: KeyRecord | None = cached[0]
+        else:
+            record = await asyncio.to_thread(store.key, digest)
+        if record is None or not record.usable(now()):
+            self.recent.pop(digest, None)
+            return None
+        if cached is None or cached[0] is not record:
+            self.recent[digest] = (record, time.monotonic())
+        return principal(digest, record.role)
+
+    def forget(self, key_id: str) -> None:
+        """Drop the kept record of the key ``key_id`` (revoked by this server: refused at once)."""
+        for digest in [d for d in self.recent if d.startswith(key_id)]:
+            del self.recent[digest]
+
+
+class RateLimiter:
+    """A token bucket per key: ``burst`` calls at once, refilled at ``per_minute`` a minute (0: no
+    limit)."""
+
+    def __init__(self, per_minute: int, burst: int) -> None:
+        self.per_second = per_minute / 60
+        self.burst = float(burst)
+        self.buckets: dict[str, tuple[float, float]] = {}
+
+    def take(self, key_id: str) -> int:
+        """Take one call for ``key_id``: 0 when it may go ahead, else the seconds until it may."""
+        if self.per_second <= 0:
+            return 0
+        at = time.monotonic()
+        tokens, then = self.buckets.get(key_id, (self.burst, at))
+        tokens = min(self.burst, tokens + (at - then) * self.per_second)
+        if tokens < 1:
+            self.buckets[key_id] = (tokens, at)
+            return max(1, math.ceil((1 - tokens) / self.per_second))
+        self.buckets[key_id] = (tokens - 1, at)
+        return 0

@@ -1,17 +1,18 @@
-"""Dependencies of the routes, as ``Annotated`` aliases: settings, store, runner, jobs and the caller."""
+"""Dependencies of the routes, as ``Annotated`` aliases: settings, store, runner, jobs and the caller
+(checked against the keys and the caller's rate limit)."""
 
 from __future__ import annotations
 
-import asyncio
 from typing import Annotated
 
 from fastapi import Depends, HTTPException, Request, Security
 from fastapi.security import APIKeyHeader, HTTPAuthorizationCredentials, HTTPBearer
 
-from gpuplan.api.auth import Principal, key_hash, principal
+from gpuplan.api.auth import Keyring, Principal, RateLimiter, Role
+from gpuplan.api.errors import LimitExceeded
 from gpuplan.api.jobs import Jobs
 from gpuplan.api.runner import Runner
-from gpuplan.api.settings import Settings
+from gpuplan.api.settings import Limits, Settings
 from gpuplan.api.store import Store
 
 _bearer = HTTPBearer(auto_error=False, description="An API key as a bearer token")
@@ -60,20 +61,28 @@ async def get_principal(
     bearer: Annotated[HTTPAuthorizationCredentials | None, Security(_bearer)],
     header: Annotated[str | None, Security(_header)],
 ) -> Principal:
-    """The caller named by the key in the request; 401 without a valid one."""
+    """The caller named by the key in the request: 401 without a valid one (unknown, revoked or
+    expired), 429 with ``Retry-After`` when the key has used up its calls (``rate_per_minute``)."""
     key = bearer.credentials if bearer is not None else header
     if not key:
         raise _UNAUTHENTICATED
-    digest = key_hash(key)
-    known: dict[str, str] = request.app.state.keys
-    role = known.get(digest)
-    if role is None:
-        store: Store = request.app.state.store
-        role = await asyncio.to_thread(store.key_role, digest)
-        if role is None:
-            raise _UNAUTHENTICATED
-        known[digest] = role
-    return principal(digest, role)
+    keyring: Keyring = request.app.state.keys
+    caller = await keyring.principal(key, request.app.state.store)
+    if caller is None:
+        raise _UNAUTHENTICATED
+    rates: RateLimiter = request.app.state.rates
+    retry_after = rates.take(caller.key_id)
+    if retry_after:
+        limits: Limits = request.app.state.settings.limits
+        raise LimitExceeded(
+            429,
+            "rate_per_minute",
+            limits.rate_per_minute,
+            f"key {caller.key_id} made more than {limits.rate_per_minute} calls a minute "
+            f"(at most {limits.rate_burst} at once); retry in {retry_after} s",
+            retry_after=retry_after,
+        )
+    return caller
 
 
 Caller = Annotated[Principal, Depends(get_principal)]
@@ -87,3 +96,13 @@ async def get_submitter(caller: Caller) -> Principal:
 
 
 Submitter = Annotated[Principal, Depends(get_submitter)]
+
+
+async def get_admin(caller: Caller) -> Principal:
+    """A caller that may manage keys (admin); 403 for everyone else."""
+    if caller.role is not Role.ADMIN:
+        raise HTTPException(status_code=403, detail=f"role '{caller.role_text}' may not manage keys")
+    return caller
+
+
+Admin = Annotated[Principal, Depends(get_admin)]

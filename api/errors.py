@@ -22,10 +22,18 @@ class LimitExceeded(Exception):
     field path when one field is beyond the limit."""
 
     def __init__(
-        self, status: int, limit: str, value: float, detail: str, loc: tuple[str | int, ...] = ()
+        self,
+        status: int,
+        limit: str,
+        value: float,
+        detail: str,
+        loc: tuple[str | int, ...] = (),
+        *,
+        retry_after: int = 1,
     ) -> None:
         super().__init__(detail)
         self.status = status
+        self.retry_after = retry_after
         self.limit = limit
         self.value = value
         self.detail = detail
@@ -74,7 +82,7 @@ def install(app: FastAPI) -> None:
     @app.exception_handler(LimitExceeded)
     async def _limit(request: Request, exc: LimitExceeded) -> JSONResponse:
         request.app.state.metrics.rejected.labels(limit=exc.limit).inc()
-        headers = {"Retry-After": "1"} if exc.status == 429 else None
+        headers = {"Retry-After": str(exc.retry_after)} if exc.status == 429 else None
         return JSONResponse(exc.body(), status_code=exc.status, headers=headers)
 
     @app.exception_handler(StarletteHTTPException)

@@ -131,8 +131,13 @@ class Runner:
 
     @property
     def active(self) -> int:
-        """Jobs queued or running."""
-        return sum(1 for j in self.jobs.values() if not j.cancelled)
+        """Stored jobs queued or running (explanations are counted apart, in ``reading``)."""
+        return sum(1 for j in self.jobs.values() if j.stored and not j.cancelled)
+
+    @property
+    def reading(self) -> int:
+        """Explanations (one-off tasks, not stored) queued or running."""
+        return sum(1 for j in self.jobs.values() if not j.stored)
 
     @property
     def ready(self) -> bool:

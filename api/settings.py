@@ -30,13 +30,20 @@ class Limits(BaseSettings):
     max_name_length: int = Field(default=MAX_NAME_LENGTH, ge=1, le=MAX_NAME_LENGTH)
     max_time_limit_s: float = Field(default=300.0, gt=0, allow_inf_nan=False)
     max_active_jobs: int = Field(default=64, ge=1)
+    rate_per_minute: int = Field(
+        default=1200, ge=0, description="calls a minute per API key, on average (0: no limit)"
+    )
+    rate_burst: int = Field(default=200, ge=1, description="calls per API key at once, beyond the rate")
+    max_read_jobs: int = Field(
+        default=2, ge=1, description="explanations queued or running at once (apart from max_active_jobs)"
+    )
 
 
 class Settings(BaseSettings):
     """Settings of ``gpuplan serve``.
 
     ``api_keys`` maps a key to a role (``admin``, ``planner`` or ``viewer:<team>``); more keys live in the
-    database, made with ``gpuplan serve --create-key``. With none configured only health and metrics
+    database, made with ``gpuplan keys create``. With none configured only health and metrics
     are served.
     """
 

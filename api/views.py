@@ -1,14 +1,19 @@
-"""Job records as API bodies."""
+"""Job records as API bodies, and what of a job's result a caller may see."""
 
 from __future__ import annotations
 
+import asyncio
+import json
 from typing import Any
 
 from fastapi import HTTPException
 
 from gpuplan.api.auth import Principal
 from gpuplan.api.schemas import JobLinks, JobOut
-from gpuplan.api.store import JobRecord
+from gpuplan.api.store import JobRecord, Store
+from gpuplan.models.capacity import CapacityGap
+from gpuplan.models.plan import Plan
+from gpuplan.planner.team_view import team_gap, team_plan
 
 PLANS = "/v1/plans"
 #: Job kinds: a placement plan, or a capacity gap (what to re-partition and buy).
@@ -38,3 +43,33 @@ def result_body(job: JobOut, result_json: str) -> bytes:
     key = b"capacity_gap" if job.kind == CAPACITY_GAP else b"plan"
     head = b'{"job":' + job.model_dump_json(by_alias=True).encode()
     return head + b',"' + key + b'":' + result_json.encode() + b"}"
+
+
+def visible_workloads(caller: Principal, input_json: str) -> frozenset[str] | None:
+    """The workloads of a job's input the caller may see: ``None`` (all of them) for admins and
+    planners, the ids of its team's workloads for a viewer. Parses the input: call it off the loop."""
+    if caller.can_submit:
+        return None
+    return frozenset(
+        w["id"] for w in json.loads(input_json).get("workloads", ()) if w.get("team") == caller.team
+    )
+
+
+def _team_result(caller: Principal, kind: str, result_json: str, input_json: str) -> str:
+    mine = visible_workloads(caller, input_json)
+    assert mine is not None
+    if kind == CAPACITY_GAP:
+        gap = CapacityGap.model_validate_json(result_json)
+        return team_gap(gap, str(caller.team), mine).model_dump_json(by_alias=True, exclude_none=True)
+    plan = Plan.model_validate_json(result_json)
+    return team_plan(plan, mine).model_dump_json(by_alias=True, exclude_none=True)
+
+
+async def visible_result(store: Store, caller: Principal, job: JobRecord, result_json: str) -> str:
+    """A job's stored result as the caller may see it: whole for admins and planners, a viewer's
+    team's view otherwise (``planner.team_view``: its own workloads and the fleet as a whole)."""
+    if caller.can_submit:
+        return result_json
+    data = await asyncio.to_thread(store.job_input, job.id)
+    input_json = data.input_json if data is not None else "{}"
+    return await asyncio.to_thread(_team_result, caller, job.kind, result_json, input_json)

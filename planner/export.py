@@ -3,6 +3,10 @@
 Every sheet is one table with its header in the first row, so that reading the workbook (or the CSV
 of the sheet) back with pandas gives the same numbers. Percent and currency formats change only how
 Excel shows a cell, never the value stored.
+
+Names come from the input (workload ids, node names, teams), so no text is ever a live formula: the
+workbook stores every text cell as a string, and CSV text cells that a spreadsheet would read as a
+formula get a leading ``'`` (the OWASP advice against CSV injection).
 """
 
 from __future__ import annotations
@@ -11,7 +15,7 @@ import json
 import logging
 from collections import defaultdict
 from pathlib import Path
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
 import pandas as pd
 from openpyxl.chart import BarChart, Reference
@@ -25,6 +29,10 @@ from gpuplan.models.plan import Plan
 from gpuplan.models.problem import PlanningInput
 from gpuplan.planner.metrics import gpu_equivalents
 from gpuplan.planner.scenarios import scenario_row
+from gpuplan.planner.team_view import team_plan
+
+if TYPE_CHECKING:
+    from collections.abc import Set as AbstractSet
 
 log = logging.getLogger(__name__)
 
@@ -33,6 +41,9 @@ SHEETS: tuple[str, ...] = (
     "Summary", "Placements", "Nodes", "Pools", "Fragmentation", "Waiting", "CapacityGap", "Teams",
     "Scenarios",
 )  # fmt: skip
+
+#: How a text cell starts when a spreadsheet would evaluate it as a formula (or a DDE command).
+FORMULA_START = ("=", "+", "-", "@", "\t", "\r")
 
 #: Hours in a year, for amortising purchase prices into GPU-hour rates.
 HOURS_PER_YEAR = 8760
@@ -416,10 +427,18 @@ def build_tables(
     report: CapacityReport | None = None,
     types: NodeTypeCatalog | None = None,
     period_h: float = 24.0,
+    workloads: AbstractSet[str] | None = None,
 ) -> dict[str, pd.DataFrame]:
-    """Every sheet as a DataFrame, in workbook order."""
+    """Every sheet as a DataFrame, in workbook order; with ``workloads`` (a team's view) the placements,
+    waits and showback hold only those workloads, and the fleet sheets (summary, nodes, pools,
+    fragmentation) the whole plan."""
     ctx = _Context(plan, inp, report, types, catalog, period_h)
-    placements = _placements(ctx)
+    own = (
+        ctx
+        if workloads is None
+        else _Context(team_plan(plan, workloads), inp, report, types, catalog, period_h)
+    )
+    placements = _placements(own)
     gpus = _gpu_rows(ctx)
     rows: dict[str, list[dict[str, Any]]] = {
         "Summary": _summary(ctx),
@@ -427,9 +446,9 @@ def build_tables(
         "Nodes": _nodes(ctx, gpus),
         "Pools": _pools(gpus),
         "Fragmentation": _fragmentation(ctx, gpus),
-        "Waiting": _waiting(ctx),
+        "Waiting": _waiting(own),
         "CapacityGap": _gap(ctx),
-        "Teams": _teams(ctx, placements),
+        "Teams": _teams(own, placements),
         "Scenarios": _scenarios(ctx),
     }
     tables = {}
@@ -476,6 +495,14 @@ def _bar(ws: Worksheet, frame: pd.DataFrame, label: str, values: list[str], titl
     ws.add_chart(chart, anchor)
 
 
+def _as_text(ws: Worksheet) -> None:
+    """Store every cell openpyxl took for a formula (text starting with ``=``) as the text it is."""
+    for row in ws.iter_rows():
+        for cell in row:
+            if cell.data_type == "f":
+                cell.data_type = "s"
+
+
 def write_xlsx(tables: dict[str, pd.DataFrame], path: Path) -> None:
     """The workbook: one formatted sheet per table, charts for pool utilisation and gap by scenario."""
     path.parent.mkdir(parents=True, exist_ok=True)
@@ -483,6 +510,7 @@ def write_xlsx(tables: dict[str, pd.DataFrame], path: Path) -> None:
         for name, frame in tables.items():
             frame.to_excel(writer, sheet_name=name, index=False)
             ws = writer.sheets[name]
+            _as_text(ws)
             _format(ws, frame)
         pools, scen = tables["Pools"], tables["Scenarios"]
         anchor = get_column_letter(len(pools.columns) + 2) + "2"
@@ -502,12 +530,23 @@ def write_xlsx(tables: dict[str, pd.DataFrame], path: Path) -> None:
     log.info("workbook written to %s", path)
 
 
+def _inert(value: Any) -> Any:
+    """Text that a spreadsheet would run as a formula, with a leading ``'``; anything else as it is."""
+    return "'" + value if isinstance(value, str) and value.startswith(FORMULA_START) else value
+
+
+def csv_text(frame: pd.DataFrame) -> str:
+    """One table as CSV text, formula-like text cells escaped (the API's and the command line's CSV)."""
+    text: str = frame.map(_inert).to_csv(index=False)
+    return text
+
+
 def write_csv(tables: dict[str, pd.DataFrame], directory: Path) -> list[Path]:
     """One CSV per sheet (``<Sheet>.csv``)."""
     directory.mkdir(parents=True, exist_ok=True)
     out = []
     for name, frame in tables.items():
         path = directory / f"{name}.csv"
-        frame.to_csv(path, index=False)
+        path.write_text(csv_text(frame))
         out.append(path)
     return out

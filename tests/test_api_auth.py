@@ -123,7 +123,7 @@ def test_first_admin_key_from_the_cli(tmp_path: Path, capsys: pytest.CaptureFixt
 def test_roles_parse() -> None:
     assert parse_role("viewer:ml") == (Role.VIEWER, "ml")
     assert parse_role("admin") == (Role.ADMIN, None)
-    for bad in ("viewer", "viewer: ", "admin:x", "root"):
+    for bad in ("viewer", "viewer: ", "admin:x", "root", "viewer:a\x00b", "viewer:" + "t" * 200):
         with pytest.raises(ValueError, match="role"):
             parse_role(bad)
     with pytest.raises(ValueError, match="16 characters"):

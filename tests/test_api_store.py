@@ -80,7 +80,11 @@ def test_store_round_trip(db_url: str) -> None:
         assert [r["action"] for r in store.audit_trail(c)] == ["submit", "resubmit"]
         assert store.status_counts() == {"done": 1, "cancelled": 1, "queued": 1}
         store.add_key("d" * 64, "viewer:ml")
-        assert store.key_role("d" * 64) == "viewer:ml" and store.key_role("e" * 64) is None
+        assert (
+            (key := store.key("d" * 64)) is not None
+            and key.role == "viewer:ml"
+            and store.key("e" * 64) is None
+        )
     finally:
         store.close()
 

@@ -2,6 +2,8 @@
 
 from __future__ import annotations
 
+import csv
+import io
 import math
 from datetime import UTC, datetime
 from pathlib import Path
@@ -189,3 +191,53 @@ def test_export_command(
     assert main(["export", "--plan", str(plan_path), "--cluster", str(cluster), "--csv", str(tmp_path)]) == 2
     gap_path.write_text("{}")
     assert main([*args, "--gap", str(gap_path), "--csv", str(tmp_path / "c2")]) == 2
+
+
+#: Names a spreadsheet would run as formulas: a link, arithmetic, a DDE command, a function, a sign.
+FORMULA_NAMES = {
+    "node": "=1+1",
+    "link": '=HYPERLINK("http://evil.example","click")',
+    "dde": "+cmd|' /C calc'!A0",
+    "at": "@SUM(A1)",
+    "minus": "-2+3",
+}
+
+
+def test_names_that_look_like_formulas_stay_text(tmp_path: Path) -> None:
+    """Workload ids, node names and teams are text in the workbook and escaped in the CSV (command line)."""
+    cluster = {
+        "nodes": [
+            {"name": FORMULA_NAMES["node"], "cpu_milli": 64000, "memory_mib": 262144,
+             "gpus": [{"index": 0, "model": "L40S-48GB"}]}
+        ]
+    }  # fmt: skip
+    workloads = [
+        {"id": FORMULA_NAMES["link"], "team": FORMULA_NAMES["dde"], "gpus": 1},
+        {"id": FORMULA_NAMES["at"], "team": FORMULA_NAMES["minus"], "gpus": 1},
+    ]
+    inp = PlanningInput.model_validate({"cluster": cluster, "workloads": workloads})
+    plan = make_plan(inp, solver="first-fit", now=NOW, time_limit_s=2.0)
+    assert len(plan.assignments) == 1 and len(plan.unplaced) == 1
+    paths = {name: tmp_path / f"{name}.yaml" for name in ("cluster", "workloads")}
+    paths["cluster"].write_text(yaml.safe_dump(cluster))
+    paths["workloads"].write_text(yaml.safe_dump({"workloads": workloads}))
+    write_json(tmp_path / "plan.json", plan)
+    args = ["export", "--plan", str(tmp_path / "plan.json")]
+    args += ["--cluster", str(paths["cluster"]), "--workloads", str(paths["workloads"])]
+    assert main([*args, "--xlsx", str(tmp_path / "plan.xlsx")]) == 0
+    assert main([*args, "--csv", str(tmp_path / "csv")]) == 0
+
+    book = load_workbook(tmp_path / "plan.xlsx")
+    cells = [c for ws in book.worksheets for row in ws.iter_rows() for c in row]
+    assert not [c.coordinate for c in cells if c.data_type == "f"]
+    texts = {c.value for c in cells if isinstance(c.value, str)}
+    assert set(FORMULA_NAMES.values()) <= texts
+
+    fields = [
+        field
+        for sheet in SHEETS
+        for row in csv.reader(io.StringIO((tmp_path / "csv" / f"{sheet}.csv").read_text()))
+        for field in row
+    ]
+    assert not [f for f in fields if f.startswith(("=", "+", "-", "@", "\t", "\r"))]
+    assert {"'" + name for name in FORMULA_NAMES.values()} <= set(fields)

@@ -1,25 +1,43 @@
 """``GET /v1/plans/{id}/explain/{workload}``: why a workload waits or runs on a worse alternative.
 
 Explanations re-solve to verify their counterfactuals, so they run in a solver process like a job (but
-are not stored): the request waits for the answer.
+are not stored): the request waits for the answer. They are read-only work with their own limit,
+``max_read_jobs``, so that viewers asking for explanations never use up the planners' ``max_active_jobs``.
+A viewer may explain only its team's workloads, and sees no counterfactual naming another team's.
 """
 
 from __future__ import annotations
 
+import asyncio
 import json
 from typing import Annotated, Any
 
 from fastapi import APIRouter, HTTPException, Path, Query
 
 from gpuplan.api.deps import Caller, RunnerDep, SettingsDep, StoreDep
-from gpuplan.api.jobs import JobId, check_active, check_time_limit, finished_plan
-from gpuplan.api.views import PLANS
+from gpuplan.api.errors import LimitExceeded
+from gpuplan.api.jobs import JobId, check_time_limit, finished_plan
+from gpuplan.api.runner import Runner
+from gpuplan.api.settings import Limits
+from gpuplan.api.views import PLANS, visible_workloads
 from gpuplan.models.plan import Explanation
+from gpuplan.planner.team_view import team_explanations
 from gpuplan.solvers.base import solver_names
 
 router = APIRouter(prefix=PLANS, tags=["explain"])
 
 _SOLVERS = f"^({'|'.join(solver_names())})$"
+
+
+def check_reads(limits: Limits, runner: Runner) -> None:
+    """429 when ``max_read_jobs`` explanations are already queued or running."""
+    if runner.reading >= limits.max_read_jobs:
+        raise LimitExceeded(
+            429,
+            "max_read_jobs",
+            limits.max_read_jobs,
+            f"{runner.reading} explanations are queued or running; at most {limits.max_read_jobs}",
+        )
 
 
 @router.get(
@@ -31,7 +49,7 @@ _SOLVERS = f"^({'|'.join(solver_names())})$"
         404: {"description": "no such job, or no such workload in its input"},
         409: {"description": "the job has no plan (yet)"},
         413: {"description": "time limit beyond max_time_limit_s"},
-        429: {"description": "too many jobs queued or running"},
+        429: {"description": "too many explanations queued or running"},
         503: {"description": "the explanation could not be computed"},
     },
 )
@@ -50,10 +68,16 @@ async def explain(
     counterfactual changes verified by re-solving (an empty list: every replica runs on its first choice)."""
     plan, data = await finished_plan(store, caller, job_id, "explain")
     check_time_limit(settings.limits, time_limit_s)
-    check_active(settings.limits, runner)
     ids = {w.get("id") for w in json.loads(data.input_json).get("workloads", ())}
     if workload not in ids:
         raise HTTPException(status_code=404, detail=f"job '{job_id}' has no workload '{workload}'")
+    mine = await asyncio.to_thread(visible_workloads, caller, data.input_json)
+    if mine is not None and workload not in mine:
+        raise HTTPException(
+            status_code=403,
+            detail=f"role '{caller.role_text}' may not explain workload '{workload}' of another team",
+        )
+    check_reads(settings.limits, runner)
     options = {
         "kind": "explain",
         "plan": plan,
@@ -66,4 +90,7 @@ async def explain(
     reply = await runner.call(options, data.input_json, (counterfactuals + 2) * time_limit_s)
     if reply[0] != "done":
         raise HTTPException(status_code=503, detail=f"no explanation: {reply[1]}: {reply[2]}")
-    return json.loads(reply[1])
+    if mine is None:
+        return json.loads(reply[1])
+    found = [Explanation.model_validate(e) for e in json.loads(reply[1])]
+    return team_explanations(found, mine)

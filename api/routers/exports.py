@@ -1,4 +1,7 @@
-"""``GET /v1/plans/{id}/export.xlsx`` and ``.csv``: a finished plan as a workbook or one sheet as CSV."""
+"""``GET /v1/plans/{id}/export.xlsx`` and ``.csv``: a finished plan as a workbook or one sheet as CSV.
+
+A viewer's export holds its team's workloads (placements, waits, showback) and the fleet sheets whole.
+"""
 
 from __future__ import annotations
 
@@ -9,14 +12,15 @@ from typing import Annotated, Any
 
 from fastapi import APIRouter, Query, Response
 
+from gpuplan.api.auth import Principal
 from gpuplan.api.deps import Caller, StoreDep
 from gpuplan.api.jobs import JobId, finished_plan
-from gpuplan.api.views import PLANS
+from gpuplan.api.views import PLANS, visible_workloads
 from gpuplan.models.catalog import default_catalog
 from gpuplan.models.plan import Plan
 from gpuplan.models.problem import PlanningInput
 from gpuplan.planner.capacity import load_node_types
-from gpuplan.planner.export import SHEETS, build_tables, write_xlsx
+from gpuplan.planner.export import SHEETS, build_tables, csv_text, write_xlsx
 
 router = APIRouter(prefix=PLANS, tags=["exports"])
 
@@ -32,23 +36,23 @@ _RESPONSES: dict[int | str, dict[str, Any]] = {
 }
 
 
-def _tables(plan_json: str, input_json: str) -> dict[str, Any]:
+def _tables(caller: Principal, plan_json: str, input_json: str) -> dict[str, Any]:
     catalog = default_catalog()
     plan = Plan.model_validate_json(plan_json)
     inp = PlanningInput.model_validate_json(input_json, context={"catalog": catalog})
-    return build_tables(plan, catalog, inp, None, load_node_types(None, catalog))
+    mine = visible_workloads(caller, input_json)
+    return build_tables(plan, catalog, inp, None, load_node_types(None, catalog), workloads=mine)
 
 
-def _xlsx(plan_json: str, input_json: str) -> bytes:
+def _xlsx(caller: Principal, plan_json: str, input_json: str) -> bytes:
     with tempfile.TemporaryDirectory() as tmp:
         path = Path(tmp) / "plan.xlsx"
-        write_xlsx(_tables(plan_json, input_json), path)
+        write_xlsx(_tables(caller, plan_json, input_json), path)
         return path.read_bytes()
 
 
-def _csv(plan_json: str, input_json: str, sheet: str) -> str:
-    text: str = _tables(plan_json, input_json)[sheet].to_csv(index=False)
-    return text
+def _csv(caller: Principal, plan_json: str, input_json: str, sheet: str) -> str:
+    return csv_text(_tables(caller, plan_json, input_json)[sheet])
 
 
 @router.get(
@@ -59,7 +63,7 @@ def _csv(plan_json: str, input_json: str, sheet: str) -> str:
 async def export_xlsx(job_id: JobId, caller: Caller, store: StoreDep) -> Response:
     """The plan as an Excel workbook: summary, placements, nodes, pools, fragmentation, waits, teams."""
     plan, data = await finished_plan(store, caller, job_id, "export")
-    content = await asyncio.to_thread(_xlsx, plan, data.input_json)
+    content = await asyncio.to_thread(_xlsx, caller, plan, data.input_json)
     disposition = f'attachment; filename="plan-{job_id}.xlsx"'
     return Response(content, media_type=XLSX, headers={"Content-Disposition": disposition})
 
@@ -77,6 +81,6 @@ async def export_csv(
 ) -> Response:
     """One sheet of the plan workbook as CSV (the placements unless ``?sheet=`` names another)."""
     plan, data = await finished_plan(store, caller, job_id, "export")
-    text = await asyncio.to_thread(_csv, plan, data.input_json, sheet)
+    text = await asyncio.to_thread(_csv, caller, plan, data.input_json, sheet)
     disposition = f'attachment; filename="plan-{job_id}-{sheet}.csv"'
     return Response(text, media_type="text/csv", headers={"Content-Disposition": disposition})

@@ -13,7 +13,7 @@ from gpuplan.api.deps import Caller, JobsDep, RunnerDep, SettingsDep, StoreDep, 
 from gpuplan.api.jobs import SUBMIT_RESPONSES, JobId, Wait, actor, check_active
 from gpuplan.api.schemas import AuditOut, JobOut, JobPage, JobResult, PlanRequest
 from gpuplan.api.store import JobStatus
-from gpuplan.api.views import PLAN, PLANS, job_out, readable, result_body
+from gpuplan.api.views import PLAN, PLANS, job_out, readable, result_body, visible_result
 
 router = APIRouter(prefix=PLANS, tags=["plans"])
 
@@ -90,12 +90,14 @@ async def get_job(job_id: JobId, caller: Caller, store: StoreDep, runner: Runner
     responses={**_AUTH, **_NOT_FOUND, 409: {"description": "the job has no plan (yet)"}},
 )
 async def get_result(job_id: JobId, caller: Caller, store: StoreDep) -> Response:
-    """The plan of a finished job (409 while it is queued or running, or when it failed)."""
+    """The plan of a finished job (409 while it is queued or running, or when it failed); a viewer
+    sees its team's workloads and the fleet as a whole."""
     job = readable(await asyncio.to_thread(store.job, job_id), caller, job_id)
     plan = await asyncio.to_thread(store.result, job_id) if job.status is JobStatus.DONE else None
     if plan is None:
         reason = f": {job.error}" if job.error else ""
         raise HTTPException(status_code=409, detail=f"job '{job_id}' is {job.status.value}{reason}")
+    plan = await visible_result(store, caller, job, plan)
     return Response(result_body(job_out(job), plan), media_type="application/json")
 
 

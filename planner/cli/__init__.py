@@ -32,6 +32,7 @@ GROUPS: tuple[tuple[str, str], ...] = (
     ("gpuplan.planner.cli.rounds", "add_parsers"),
     ("gpuplan.planner.cli.capacity", "add_parsers"),
     ("gpuplan.api.cli", "add_parsers"),
+    ("gpuplan.planner.cli.keys", "add_parsers"),
     ("gpuplan.planner.cli.explain", "add_parsers"),
 )
 

@@ -4,13 +4,15 @@ inputs, results and audit trail, and the API's keys. SQLite by default, PostgreS
 from __future__ import annotations
 
 import json
-from dataclasses import dataclass
+from dataclasses import dataclass, replace
 from datetime import datetime
 from typing import Any
 
 from sqlalchemy import Connection, Engine, RowMapping, func, insert, select, update
 
+from gpuplan.models.base import InputError
 from gpuplan.planner.db import make_engine
+from gpuplan.planner.store.keys import KeyRecord
 from gpuplan.planner.store.migrate import upgrade
 from gpuplan.planner.store.records import (
     ACTIVE,
@@ -23,6 +25,18 @@ from gpuplan.planner.store.records import (
     now,
 )
 from gpuplan.planner.store.tables import JOB_FIELDS, api_keys, audit, job_inputs, job_results, jobs
+
+
+def _key(row: RowMapping) -> KeyRecord:
+    """A key from its row (times read as UTC)."""
+    expires, revoked = row["expires_at"], row["revoked_at"]
+    return KeyRecord(
+        key_hash=row["key_hash"],
+        role=row["role"],
+        created_at=as_utc(row["created_at"]),
+        expires_at=as_utc(expires) if expires is not None else None,
+        revoked_at=as_utc(revoked) if revoked is not None else None,
+    )
 
 
 def _record(row: RowMapping) -> JobRecord:
@@ -64,18 +78,49 @@ class Store:
 
     # --- keys -------------------------------------------------------------------------------------------
 
-    def add_key(self, digest: str, role: str) -> None:
-        """Store a key's hash with its role."""
+    def add_key(self, digest: str, role: str, expires_at: datetime | None = None) -> KeyRecord:
+        """Store a key's hash with its role and expiry (``None``: never)."""
+        record = KeyRecord(digest, role, now(), expires_at)
         with self.engine.begin() as conn:
-            conn.execute(insert(api_keys).values(key_hash=digest, role=role, created_at=now()))
+            conn.execute(
+                insert(api_keys).values(
+                    key_hash=digest, role=role, created_at=record.created_at, expires_at=expires_at
+                )
+            )
+        return record
 
-    def key_role(self, digest: str) -> str | None:
-        """The role of the stored key with hash ``digest``."""
+    def key(self, digest: str) -> KeyRecord | None:
+        """The stored key with hash ``digest`` (revoked and expired ones too)."""
         with self.engine.connect() as conn:
-            role: str | None = conn.execute(
-                select(api_keys.c.role).where(api_keys.c.key_hash == digest)
-            ).scalar_one_or_none()
-        return role
+            row = conn.execute(select(api_keys).where(api_keys.c.key_hash == digest)).one_or_none()
+        return _key(row._mapping) if row is not None else None
+
+    def list_keys(self) -> list[KeyRecord]:
+        """Every stored key, oldest first."""
+        with self.engine.connect() as conn:
+            rows = conn.execute(select(api_keys).order_by(api_keys.c.created_at, api_keys.c.key_hash)).all()
+        return [_key(r._mapping) for r in rows]
+
+    def revoke_key(self, key_id: str) -> KeyRecord | None:
+        """Revoke the key whose hash starts with ``key_id`` (hex digits; a key revoked already keeps its
+        time) and return it; ``None`` when no key has that id, InputError when several have."""
+        if not key_id or any(c not in "0123456789abcdef" for c in key_id):
+            raise InputError(f"key id '{key_id}' is not hex digits")
+        with self.engine.begin() as conn:
+            rows = conn.execute(select(api_keys).where(api_keys.c.key_hash.startswith(key_id))).all()
+            if len(rows) > 1:
+                raise InputError(f"key id '{key_id}' names {len(rows)} keys; give more of its digits")
+            if not rows:
+                return None
+            record = _key(rows[0]._mapping)
+            if record.revoked_at is None:
+                record = replace(record, revoked_at=now())
+                conn.execute(
+                    update(api_keys)
+                    .where(api_keys.c.key_hash == record.key_hash)
+                    .values(revoked_at=record.revoked_at)
+                )
+        return record
 
     # --- jobs -------------------------------------------------------------------------------------------
 

@@ -121,4 +121,6 @@ api_keys = Table(
     Column("key_hash", String(64), primary_key=True),
     Column("role", String(200), nullable=False),
     Column("created_at", DateTime(timezone=True), nullable=False),
+    Column("expires_at", DateTime(timezone=True), nullable=True),
+    Column("revoked_at", DateTime(timezone=True), nullable=True),
 )
