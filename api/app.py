@@ -36,6 +36,7 @@ def create_app(settings: Settings | None = None) -> FastAPI:
             metrics,
             settings.solver_processes,
             settings.solve_grace_s,
+            memory_mib=settings.solver_memory_mib,
             prestart=settings.prestart_solvers,
         )
         app.state.store = store

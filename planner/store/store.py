@@ -4,11 +4,12 @@ inputs, results and audit trail, and the API's keys. SQLite by default, PostgreS
 from __future__ import annotations
 
 import json
+from collections.abc import Collection
 from dataclasses import dataclass
 from datetime import datetime
 from typing import Any
 
-from sqlalchemy import Connection, Engine, RowMapping, func, insert, select, update
+from sqlalchemy import ColumnElement, Connection, Engine, RowMapping, func, insert, select, update
 
 from gpuplan.planner.db import make_engine
 from gpuplan.planner.store.migrate import upgrade
@@ -203,10 +204,17 @@ class Store:
 
     def interrupt_active(self) -> int:
         """Mark every queued or running job ``interrupted`` (at start-up: its solve was lost)."""
+        return self._interrupt()
+
+    def interrupt(self, job_ids: Collection[str]) -> int:
+        """Mark these jobs ``interrupted`` if still queued or running (the server stops without them)."""
+        return self._interrupt(jobs.c.id.in_(list(job_ids)))
+
+    def _interrupt(self, *conds: ColumnElement[bool]) -> int:
         with self.engine.begin() as conn:
             res = conn.execute(
                 update(jobs)
-                .where(jobs.c.status.in_([s.value for s in ACTIVE]))
+                .where(jobs.c.status.in_([s.value for s in ACTIVE]), *conds)
                 .values(
                     status=JobStatus.INTERRUPTED.value,
                     finished_at=now(),
