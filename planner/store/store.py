@@ -23,7 +23,15 @@ from gpuplan.planner.store.records import (
     as_utc,
     now,
 )
-from gpuplan.planner.store.tables import JOB_FIELDS, api_keys, audit, job_inputs, job_results, jobs
+from gpuplan.planner.store.tables import (
+    JOB_FIELDS,
+    api_keys,
+    audit,
+    job_inputs,
+    job_results,
+    jobs,
+    metadata,
+)
 
 
 def _record(row: RowMapping) -> JobRecord:
@@ -57,6 +65,17 @@ class Store:
     def close(self) -> None:
         """Release the connection pool."""
         self.engine.dispose()
+
+    def integrity_problem(self) -> str | None:
+        """The first problem a quick integrity check finds, or None: SQLite's ``quick_check`` (every page
+        and index), on PostgreSQL a read of every table."""
+        with self.engine.connect() as conn:
+            if conn.dialect.name == "sqlite":
+                found = [str(r) for r in conn.exec_driver_sql("PRAGMA quick_check").scalars()]
+                return None if found == ["ok"] else found[0]
+            for table in metadata.sorted_tables:
+                conn.execute(select(table).limit(1)).all()
+        return None
 
     def ping(self) -> None:
         """Raise if the database cannot be reached."""
