@@ -11,7 +11,18 @@ import sys
 from pathlib import Path
 
 from gpuplan.api.store import Actor, JobInput, JobRecord, JobStatus, Store, now
-from tests._api import _MAIN, KEYS, PLANNER, ROOT, Server, free_port, live, tiny_body, wait_status
+from tests._api import (
+    _MAIN,
+    KEYS,
+    PLANNER,
+    ROOT,
+    Server,
+    example_body,
+    free_port,
+    live,
+    tiny_body,
+    wait_status,
+)
 
 __all__ = ["live"]
 
@@ -38,16 +49,19 @@ def _one_line(proc: subprocess.CompletedProcess[str]) -> str:
     return lines[0]
 
 
-def test_a_second_server_on_the_same_database_refuses_to_start(tmp_path: Path) -> None:
-    first = Server(str(tmp_path / "gpuplan.db"), tmp_path / "first.log")
+def test_a_second_server_on_the_same_database_refuses_to_start(db_url: str, tmp_path: Path) -> None:
+    """It would mark the first server's jobs interrupted; it names the server holding the database."""
+    first = Server(db_url, tmp_path / "first.log")
     try:
         with first.client(PLANNER) as c:
-            job_id = c.post("/v1/plans", json=tiny_body(time_limit_s=1.0)).json()["id"]
+            job_id = c.post("/v1/plans", json=example_body(time_limit_s=2.0)).json()["id"]
+            assert wait_status(c, job_id, {"running"})["status"] == "running"
             line = _one_line(_serve("--database", first.database))
             expected = f"database {first.database} is in use by another gpuplan server"
             assert line.startswith(f"gpuplan: error: {expected} (pid {first.proc.pid}, host ")
             assert socket.gethostname() in line
-            # The first server's job was left alone and finishes.
+            # The first server's running job was left alone and finishes.
+            assert c.get(f"/v1/plans/{job_id}").json()["status"] in ("running", "done")
             assert wait_status(c, job_id, {"done", "failed", "interrupted"})["status"] == "done"
     finally:
         first.stop()

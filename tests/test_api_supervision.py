@@ -11,6 +11,7 @@ from collections.abc import Iterator
 from pathlib import Path
 from typing import Any
 
+import annotated_types
 import httpx
 import pytest
 
@@ -107,11 +108,12 @@ def test_an_idle_solver_killed_is_replaced_and_readyz_says_so_meanwhile(server: 
 
 
 def _unlimited() -> dict[str, str]:
-    """Every request limit lifted (through its ``GPUPLAN_LIMIT_*`` variable) except the body size and
-    the time limit, so that an oversized request reaches a solver process."""
+    """Every request limit without an upper bound of its own lifted (through its ``GPUPLAN_LIMIT_*``
+    variable), except the body size and the time limit, so that an oversized request reaches a solver."""
     env = {}
     for name, info in Limits.model_fields.items():
-        if name not in ("max_body_bytes", "max_time_limit_s"):
+        capped = any(isinstance(m, annotated_types.Le | annotated_types.Lt) for m in info.metadata)
+        if name not in ("max_body_bytes", "max_time_limit_s") and not capped:
             env[f"GPUPLAN_LIMIT_{name.upper()}"] = "1000000000" if info.annotation is int else "1e9"
     return env
 
