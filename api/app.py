@@ -16,41 +16,26 @@ from gpuplan.api.middleware import BodyLimit, RequestMetrics
 from gpuplan.api.routers import capacity, explain, exports, health, keys, plans, validate
 from gpuplan.api.runner import Runner
 from gpuplan.api.settings import Settings
+from gpuplan.api.startup import ServerLock
 from gpuplan.api.store import Store
 
 log = logging.getLogger(__name__)
 
 
-def create_app(settings: Settings | None = None) -> FastAPI:
-    """An app serving ``settings`` (by default read from the ``GPUPLAN_*`` environment)."""
+def create_app(settings: Settings | None = None, *, lock: ServerLock | None = None) -> FastAPI:
+    """An app serving ``settings`` (by default read from the ``GPUPLAN_*`` environment). It holds
+    ``lock`` on its database while it runs (taking it at start when none is given) and releases it."""
     settings = settings or Settings()
     metrics = ApiMetrics()
 
     @asynccontextmanager
     async def lifespan(app: FastAPI) -> AsyncIterator[None]:
-        store = Store.open(settings.database)
-        interrupted = store.interrupt_active()
-        if interrupted:
-            log.warning("%d job(s) were cut off by the last shutdown and are marked interrupted", interrupted)
-        runner = Runner(
-            store,
-            metrics,
-            settings.solver_processes,
-            settings.solve_grace_s,
-            prestart=settings.prestart_solvers,
-        )
-        app.state.store = store
-        app.state.runner = runner
-        await runner.start()
-        # What start-up made (the modules, the catalog) lives as long as the server: out of the garbage
-        # collector's sight, so that the full collections a large body triggers do not scan it all
-        # while holding the GIL (hundreds of ms during which the event loop cannot answer).
-        gc.freeze()
+        held = lock or ServerLock.acquire(settings.database)
         try:
-            yield
+            async with _serving(app, settings, metrics):
+                yield
         finally:
-            await runner.stop()
-            store.close()
+            held.release()
 
     app = FastAPI(
         title="gpuplan",
@@ -78,3 +63,32 @@ def create_app(settings: Settings | None = None) -> FastAPI:
     app.add_middleware(BodyLimit, max_bytes=settings.limits.max_body_bytes)
     app.add_middleware(RequestMetrics, metrics=metrics)
     return app
+
+
+@asynccontextmanager
+async def _serving(app: FastAPI, settings: Settings, metrics: ApiMetrics) -> AsyncIterator[None]:
+    """The store and the runner of the app, while it runs (on a database this server holds)."""
+    store = Store.open(settings.database)
+    interrupted = store.interrupt_active()
+    if interrupted:
+        log.warning("%d job(s) were cut off by the last shutdown and are marked interrupted", interrupted)
+    runner = Runner(
+        store,
+        metrics,
+        settings.solver_processes,
+        settings.solve_grace_s,
+        memory_mib=settings.solver_memory_mib,
+        prestart=settings.prestart_solvers,
+    )
+    app.state.store = store
+    app.state.runner = runner
+    await runner.start()
+    # What start-up made (the modules, the catalog) lives as long as the server: out of the garbage
+    # collector's sight, so that the full collections a large body triggers do not scan it all
+    # while holding the GIL (hundreds of ms during which the event loop cannot answer).
+    gc.freeze()
+    try:
+        yield
+    finally:
+        await runner.stop()
+        store.close()

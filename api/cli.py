@@ -5,18 +5,34 @@ from __future__ import annotations
 import argparse
 import logging
 import sys
+from typing import TYPE_CHECKING
 
 from gpuplan.models.base import InputError
+
+if TYPE_CHECKING:
+    from gpuplan.api.settings import Settings
+
+
+def _settings(args: argparse.Namespace) -> Settings:
+    """The settings from the environment and ``--database``; one line naming the variable if wrong."""
+    from pydantic_settings import SettingsError
+
+    from gpuplan.api.settings import Settings
+
+    overrides = {"database": args.database} if args.database else {}
+    try:
+        return Settings(**overrides)
+    except SettingsError as exc:
+        cause = f": {exc.__cause__}" if exc.__cause__ is not None else ""
+        raise InputError(f"settings from the environment (GPUPLAN_*): {exc}{cause}") from None
 
 
 def cmd_serve(args: argparse.Namespace) -> int:
     """Serve the API, or with ``--create-key``/``--create-admin-key`` store a new key and print it."""
     from gpuplan.api.auth import key_hash, new_key, parse_role
-    from gpuplan.api.settings import Settings
-    from gpuplan.api.store import Store
+    from gpuplan.api.startup import ServerLock, open_store, shown
 
-    overrides = {"database": args.database} if args.database else {}
-    settings = Settings(**overrides)
+    settings = _settings(args)
     role = "admin" if args.create_admin_key else args.create_key
     if role is not None:
         try:
@@ -24,26 +40,26 @@ def cmd_serve(args: argparse.Namespace) -> int:
         except ValueError as exc:
             raise InputError(f"--create-key: {exc}") from None
         key = new_key()
-        store = Store.open(settings.database)
+        store = open_store(settings.database)
         store.add_key(key_hash(key), role)
         store.close()
-        sys.stdout.write(f"new {role} key (shown once; only its hash is stored in {settings.database}):\n")
+        where = shown(settings.database)
+        sys.stdout.write(f"new {role} key (shown once; only its hash is stored in {where}):\n")
         sys.stdout.write(key + "\n")
         return 0
     import uvicorn
-    from sqlalchemy.exc import SQLAlchemyError
 
     from gpuplan.api.app import create_app
 
+    lock = ServerLock.acquire(settings.database)
     try:
-        Store.open(settings.database).close()
-    except SQLAlchemyError as exc:
-        reason = str(getattr(exc, "orig", None) or exc).splitlines()[0]
-        raise InputError(f"database '{settings.database}': {reason}") from None
-
+        open_store(settings.database).close()
+    except InputError:
+        lock.release()
+        raise
     logging.getLogger("api").setLevel(logging.INFO)
     uvicorn.run(
-        create_app(settings),
+        create_app(settings, lock=lock),
         host=args.host,
         port=args.port,
         log_level="info" if args.verbose else "warning",

@@ -2,7 +2,11 @@
 
 Each slot owns one process (``api.worker``). A job waits in the queue, runs in a free slot and ends
 ``done``, ``failed`` or ``cancelled``; cancelling a running job kills its process and the slot starts a
-fresh one. The store is written from worker threads so the event loop never waits on the database.
+fresh one. The slots supervise their processes: one that dies (killed, crashed, out of memory) is
+noticed at once from its pipe, its job fails with the reason, and the slot starts a new process; while
+no process is up the runner is not ready. When the server stops, its jobs are marked ``interrupted``
+and the processes are killed. The store is written from worker threads so the event loop never waits
+on the database.
 """
 
 from __future__ import annotations
@@ -10,6 +14,8 @@ from __future__ import annotations
 import asyncio
 import logging
 import multiprocessing
+import os
+import signal
 import time
 import uuid
 from dataclasses import dataclass, field
@@ -26,6 +32,21 @@ log = logging.getLogger(__name__)
 
 _CTX: ForkServerContext = multiprocessing.get_context("forkserver")
 _CTX.set_forkserver_preload(["gpuplan.api.worker"])
+
+#: How long to wait for a dead or killed process's exit status.
+_REAP_S = 5.0
+
+
+def exit_reason(exitcode: int | None) -> str:
+    """How a solver process ended, for a job's error: ``signal 9 (SIGKILL)``, ``exit code 1``."""
+    if exitcode is None:
+        return "exit status unknown"
+    if exitcode < 0:
+        try:
+            return f"signal {-exitcode} ({signal.Signals(-exitcode).name})"
+        except ValueError:
+            return f"signal {-exitcode}"
+    return f"exit code {exitcode}"
 
 
 @dataclass
@@ -46,17 +67,23 @@ class Job:
 class Slot:
     """One solver process and the messages it sends."""
 
-    def __init__(self, number: int) -> None:
+    def __init__(self, number: int, memory_mib: int) -> None:
         self.number = number
+        self.memory_mib = memory_mib
         self.process: BaseProcess | None = None
         self.conn: Connection | None = None
         self.inbox: asyncio.Queue[tuple[Any, ...]] = asyncio.Queue()
         self.ready = False
+        self.died = asyncio.Event()
         self.job: Job | None = None
 
     def _spawn(self) -> tuple[BaseProcess, Connection]:
         parent, child = _CTX.Pipe()
-        process = _CTX.Process(target=worker.main, args=(child,), name=f"gpuplan-solver-{self.number}")
+        process = _CTX.Process(
+            target=worker.main,
+            args=(child, os.getpid(), self.memory_mib),
+            name=f"gpuplan-solver-{self.number}",
+        )
         process.daemon = True
         process.start()
         child.close()
@@ -64,57 +91,86 @@ class Slot:
 
     async def start(self) -> None:
         """Start the process (in a thread: the first start also starts the fork server)."""
-        if self.conn is not None:
-            self.conn.close()
-        self.process, conn = await asyncio.to_thread(self._spawn)
-        self.conn = conn
+        self.release()
+        self.died = asyncio.Event()
         self.inbox = asyncio.Queue()
-        asyncio.get_running_loop().add_reader(conn.fileno(), self._readable, conn, self.inbox)
+        try:
+            self.process, conn = await asyncio.to_thread(self._spawn)
+        except (OSError, EOFError) as exc:
+            log.error("solver process %d could not be started: %s", self.number, exc)
+            return
+        self.conn = conn
+        asyncio.get_running_loop().add_reader(conn.fileno(), self._readable, conn)
         message = await self.inbox.get()
         self.ready = message[0] == "ready"
         if not self.ready:
-            log.error("solver process %d did not start: %s", self.number, message)
+            log.error("solver process %d did not start (%s)", self.number, await self.reap())
 
-    def _readable(self, conn: Connection, inbox: asyncio.Queue[tuple[Any, ...]]) -> None:
+    def _readable(self, conn: Connection) -> None:
         try:
             while conn.poll():
-                inbox.put_nowait(conn.recv())
+                self.inbox.put_nowait(conn.recv())
         except (EOFError, OSError):
             asyncio.get_running_loop().remove_reader(conn.fileno())
-            inbox.put_nowait(("exit",))
+            self.ready = False
+            self.inbox.put_nowait(("exit",))
+            self.died.set()
 
-    def send(self, message: dict[str, Any]) -> None:
-        """Hand a job to the process."""
+    def send(self, message: dict[str, Any]) -> bool:
+        """Hand a job to the process; False when its pipe is broken (the process has died)."""
         assert self.conn is not None
-        self.conn.send(message)
+        try:
+            self.conn.send(message)
+        except OSError:
+            return False
+        return True
 
     def kill(self) -> None:
         """End the process now; its pipe then reports ``exit``."""
         if self.process is not None and self.process.is_alive():
             self.process.kill()
 
-    async def stop(self) -> None:
-        """Kill the process and release the pipe."""
+    async def reap(self) -> str:
+        """Wait for the ended process and say how it ended (see :func:`exit_reason`)."""
+        if self.process is None:
+            return exit_reason(None)
+        await asyncio.to_thread(self.process.join, _REAP_S)
+        return exit_reason(self.process.exitcode)
+
+    def release(self) -> None:
+        """Stop reading the pipe and close it."""
         self.ready = False
-        self.kill()
         if self.conn is not None:
             asyncio.get_running_loop().remove_reader(self.conn.fileno())
             self.conn.close()
+            self.conn = None
+
+    async def stop(self) -> None:
+        """Kill the process and release the pipe."""
+        self.kill()
+        self.release()
         if self.process is not None:
-            await asyncio.to_thread(self.process.join, 5)
+            await asyncio.to_thread(self.process.join, _REAP_S)
 
 
 class Runner:
-    """Queues jobs and runs them in ``size`` solver processes."""
+    """Queues jobs and runs them in ``size`` solver processes of at most ``memory_mib`` MiB each."""
 
     def __init__(
-        self, store: Store, metrics: ApiMetrics, size: int, grace_s: float, *, prestart: bool = True
+        self,
+        store: Store,
+        metrics: ApiMetrics,
+        size: int,
+        grace_s: float,
+        *,
+        memory_mib: int,
+        prestart: bool = True,
     ) -> None:
         self.store = store
         self.prestart = prestart
         self.metrics = metrics
         self.grace_s = grace_s
-        self.slots = [Slot(i) for i in range(size)]
+        self.slots = [Slot(i, memory_mib) for i in range(size)]
         self.queue: asyncio.Queue[Job] = asyncio.Queue()
         self.jobs: dict[str, Job] = {}
         self.tasks: list[asyncio.Task[None]] = []
@@ -149,11 +205,15 @@ class Runner:
         self.tasks = [asyncio.create_task(self._serve(s), name=f"slot-{s.number}") for s in self.slots]
 
     async def stop(self) -> None:
-        """Stop every loop and process (jobs still active are marked interrupted at the next start)."""
+        """Stop every loop and process, and mark the jobs still queued or running ``interrupted``."""
+        held = [j.id for j in self.jobs.values() if j.stored and not j.cancelled]
         for t in self.tasks:
             t.cancel()
         await asyncio.gather(*self.tasks, return_exceptions=True)
         await asyncio.gather(*(s.stop() for s in self.slots))
+        if held:
+            n = await asyncio.to_thread(self.store.interrupt, held)
+            log.warning("%d job(s) still queued or running are marked interrupted", n)
 
     def submit(self, job_id: str, input_json: str, options: dict[str, Any]) -> Job:
         """Queue a job already stored as ``queued``."""
@@ -210,29 +270,71 @@ class Runner:
                 await asyncio.sleep(1.0)
         return slot.ready
 
-    async def _serve(self, slot: Slot) -> None:
-        while True:
-            if self.prestart:
-                await self._ensure(slot)
-            job = await self.queue.get()
-            if job.cancelled or (job.stored and not await asyncio.to_thread(self.store.mark_running, job.id)):
-                self.jobs.pop(job.id, None)
-                job.done.set()
-                continue
-            slot.job = job
-            try:
-                if await self._ensure(slot):
-                    await self._run(slot, job)
-                else:
-                    await self._close(job, JobStatus.FAILED, error="no solver process could be started")
-            finally:
-                slot.job = None
-                self.jobs.pop(job.id, None)
-                job.done.set()
+    async def _next(self, slot: Slot) -> Job | None:
+        """The next job, or None when the slot's (idle) process dies first."""
+        get = asyncio.ensure_future(self.queue.get())
+        if slot.conn is None:
+            return await get
+        died = asyncio.ensure_future(slot.died.wait())
+        try:
+            await asyncio.wait((get, died), return_when=asyncio.FIRST_COMPLETED)
+        finally:
+            died.cancel()
+            if not get.done():
+                get.cancel()
+        return get.result() if get.done() and not get.cancelled() else None
 
-    async def _run(self, slot: Slot, job: Job) -> None:
+    async def _serve(self, slot: Slot) -> None:
+        """The slot's loop: keep a process up, take jobs in order and run them; never ends on an error."""
+        while True:
+            try:
+                await self._serve_one(slot)
+            except asyncio.CancelledError:
+                raise
+            except Exception:
+                log.exception("solver slot %d: unexpected error; its process is restarted", slot.number)
+                await slot.stop()
+
+    async def _serve_one(self, slot: Slot) -> None:
+        if self.prestart:
+            await self._ensure(slot)
+        job = await self._next(slot)
+        if job is None:
+            log.warning("solver process %d died (%s); starting a new one", slot.number, await slot.reap())
+            slot.release()
+            return
+        if job.cancelled or (job.stored and not await asyncio.to_thread(self.store.mark_running, job.id)):
+            self.jobs.pop(job.id, None)
+            job.done.set()
+            return
+        slot.job = job
+        try:
+            # A process that died unseen before taking the job (its pipe broken) is replaced once.
+            for _ in range(2):
+                if not await self._ensure(slot):
+                    await self._close(job, JobStatus.FAILED, error="no solver process could be started")
+                    break
+                if await self._run(slot, job):
+                    break
+            else:
+                await self._close(job, JobStatus.FAILED, error="the solver process could not take the job")
+        except Exception:
+            await self._close(job, JobStatus.FAILED, error="internal error in the job runner; resubmit it")
+            raise
+        finally:
+            if not slot.ready:
+                slot.release()
+            slot.job = None
+            self.jobs.pop(job.id, None)
+            job.done.set()
+
+    async def _run(self, slot: Slot, job: Job) -> bool:
+        """Run ``job`` in the slot's process to its end; False when the process could not take it."""
         started = time.monotonic()
-        slot.send({"job": job.id, "input": job.input_json, "options": job.options})
+        if not slot.send({"job": job.id, "input": job.input_json, "options": job.options}):
+            await self._drain_exit(slot)
+            log.warning("solver process %d had died (%s); starting a new one", slot.number, await slot.reap())
+            return False
         deadline = started + job.time_limit_s + self.grace_s
         while True:
             try:
@@ -243,21 +345,26 @@ class Runner:
                 await self._close(
                     job, JobStatus.FAILED, error=f"the solve ran past its time limit by {self.grace_s:g} s"
                 )
-                return
+                return True
             kind = message[0]
             if kind == "progress":
                 job.progress = message[1]
                 continue
             if kind == "exit":
-                slot.ready = False
+                reason = await slot.reap()
                 if not job.cancelled:
-                    code = slot.process.exitcode if slot.process is not None else None
-                    await self._close(job, JobStatus.FAILED, error=f"the solver process ended (code {code})")
-                return
+                    log.warning("solver process %d died (%s) running job %s", slot.number, reason, job.id)
+                    error = f"solver process died ({reason}) while running this job; resubmit it"
+                    await self._close(job, JobStatus.FAILED, error=error)
+                return True
             wall = time.monotonic() - started
+            if kind == "error" and message[1] == worker.OUT_OF_MEMORY:
+                # Not worth keeping what a failed allocation left half-built: the slot starts anew.
+                slot.kill()
+                await self._drain_exit(slot)
             if not job.stored:
                 job.reply = message
-                return
+                return True
             if kind == "done":
                 _, plan_json, plan_status, label = message
                 self.metrics.solve_seconds.labels(solver=str(job.options["solver"])).observe(wall)
@@ -266,8 +373,9 @@ class Runner:
                 )
             else:
                 _, code, text = message
-                await self._close(job, JobStatus.FAILED, error=f"{code}: {text}")
-            return
+                error = text if code == worker.OUT_OF_MEMORY else f"{code}: {text}"
+                await self._close(job, JobStatus.FAILED, error=error)
+            return True
 
     async def _drain_exit(self, slot: Slot) -> None:
         while (await slot.inbox.get())[0] != "exit":

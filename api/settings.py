@@ -59,6 +59,11 @@ class Settings(BaseSettings):
     default_time_limit_s: float = Field(default=10.0, gt=0)
     solve_grace_s: float = Field(default=30.0, ge=0)
     limits: Limits = Field(default_factory=Limits)
+    solver_memory_mib: int = Field(
+        default=4096,
+        ge=256,
+        description="address-space cap of each solver process (MiB); a job beyond it fails",
+    )
 
     @field_validator("api_keys")
     @classmethod

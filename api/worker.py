@@ -3,17 +3,28 @@
 Solves run here, never in the server's event loop, so that ``DELETE`` can stop one at once by ending the
 process. Progress is read from what the planner logs (``planner/progress.py``): the phase, and the CP-SAT
 search log's incumbent objective and bound of the current lexicographic stage.
+
+The process caps its address space (``solver_memory_mib``): a job beyond it ends with a ``memory`` error
+and the process exits, so the server starts a clean one. It never outlives the server: it is a child of
+the multiprocessing fork server, which exits when the server dies, and the kernel then kills it
+(``PR_SET_PDEATHSIG``); a watcher thread also ends it when its parent or the server is gone.
 """
 
 from __future__ import annotations
 
+import ctypes
 import json
 import logging
+import os
+import resource
+import signal
+import sys
 import threading
 import time
 from dataclasses import dataclass, field
 from datetime import datetime
 from multiprocessing.connection import Connection
+from pathlib import Path
 from typing import Any
 
 from pydantic import ValidationError
@@ -42,6 +53,13 @@ log = logging.getLogger(__name__)
 PROGRESS_INTERVAL_S = 0.2
 
 EXACT_SOLVERS = frozenset({"cpsat", "milp", "milp-highs", "milp-cbc"})
+
+#: How often the watcher thread checks that the server is still there.
+WATCH_INTERVAL_S = 0.5
+#: ``prctl`` option: the signal the kernel sends when the parent dies (``<linux/prctl.h>``).
+_PR_SET_PDEATHSIG = 1
+#: The error code of a job that ran out of memory (the runner then replaces the process).
+OUT_OF_MEMORY = "memory"
 
 
 @dataclass
@@ -205,8 +223,47 @@ def solve(input_json: str, options: dict[str, Any]) -> tuple[str, str, str]:
     return text, plan.status.value, outcome(plan, time_limit)
 
 
-def main(conn: Connection) -> None:
-    """Serve jobs from ``conn`` until the server closes it."""
+def _server_alive(server_pid: int) -> bool:
+    """False once process ``server_pid`` has ended (gone, or a zombie its parent has not reaped)."""
+    try:
+        os.kill(server_pid, 0)
+        stat = Path(f"/proc/{server_pid}/stat").read_text()
+        return stat.rpartition(")")[2].split()[0] not in "ZX"
+    except ProcessLookupError:
+        return False
+    except OSError:  # no /proc (not Linux): the signal check above is all there is
+        return True
+
+
+def _watch(parent_pid: int, server_pid: int) -> None:
+    """End this process when its parent (the fork server) or the server is gone."""
+    while os.getppid() == parent_pid and _server_alive(server_pid):
+        time.sleep(WATCH_INTERVAL_S)
+    os._exit(1)
+
+
+def _die_with_server(server_pid: int) -> None:
+    """Never outlive the server: the kernel kills this process when its parent, the fork server (which
+    exits with the server), dies; a thread checks the parent and the server as well."""
+    parent = os.getppid()
+    if sys.platform == "linux":
+        ctypes.CDLL(None, use_errno=True).prctl(_PR_SET_PDEATHSIG, signal.SIGKILL)
+    threading.Thread(target=_watch, args=(parent, server_pid), name="watch-server", daemon=True).start()
+
+
+def _limit_memory(memory_mib: int) -> None:
+    """Cap the address space: an allocation beyond it raises ``MemoryError`` in the job."""
+    limit = memory_mib * 1024 * 1024
+    _, hard = resource.getrlimit(resource.RLIMIT_AS)
+    if hard != resource.RLIM_INFINITY:
+        limit = min(limit, hard)
+    resource.setrlimit(resource.RLIMIT_AS, (limit, hard))
+
+
+def main(conn: Connection, server_pid: int, memory_mib: int) -> None:
+    """Serve jobs from ``conn`` until the server closes it (or a job runs out of memory)."""
+    _die_with_server(server_pid)
+    _limit_memory(memory_mib)
     channel = Channel(conn)
     handler = JobProgress(channel)
     # CP-SAT also prints its search log to stdout; the progress is read through logging instead.
@@ -215,17 +272,28 @@ def main(conn: Connection) -> None:
         channel.send(("ready",))
         while True:
             try:
-                message: dict[str, Any] = conn.recv()
-            except (EOFError, OSError):
+                _serve_one(conn, channel, handler)
+            except (EOFError, OSError):  # the server closed the pipe
                 return
-            handler.reset()
-            _run(message, channel)
+            except MemoryError:
+                break  # leaving the handler drops the traceback, and with it what the job had allocated
+    channel.send(("error", OUT_OF_MEMORY, f"solver process ran out of memory (limit {memory_mib} MiB)"))
+
+
+def _serve_one(conn: Connection, channel: Channel, handler: JobProgress) -> None:
+    """Receive one job, solve it and send the result or error; ``MemoryError`` when it ran out of memory
+    (the process then ends: what a failed allocation left half-built is not worth keeping)."""
+    message: dict[str, Any] = conn.recv()
+    handler.reset()
+    _run(message, channel)
 
 
 def _run(message: dict[str, Any], channel: Channel) -> None:
-    """Solve one job and send its result or error."""
+    """Solve one job and send its result or error (``MemoryError`` goes to the caller)."""
     try:
         plan_json, status, label = solve(message["input"], message["options"])
+    except MemoryError:
+        raise
     except (InputError, ValidationError, KeyError, ValueError) as exc:
         channel.send(("error", "input", str(exc)))
     except InvalidPlanError as exc:

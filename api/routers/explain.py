@@ -1,4 +1,5 @@
-"""``GET /v1/plans/{id}/explain/{workload}``: why a workload waits or runs on a worse alternative.
+"""``GET /v1/plans/{id}/explain/{workload}``: why a workload waits or runs on a worse alternative (a
+workload id may hold ``/``).
 
 Explanations re-solve to verify their counterfactuals, so they run in a solver process like a job (but
 are not stored): the request waits for the answer. They are read-only work with their own limit,
@@ -41,7 +42,7 @@ def check_reads(limits: Limits, runner: Runner) -> None:
 
 
 @router.get(
-    "/{job_id}/explain/{workload}",
+    "/{job_id}/explain/{workload:path}",
     response_model=list[Explanation],
     responses={
         401: {"description": "no valid API key"},

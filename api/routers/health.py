@@ -26,7 +26,7 @@ async def healthz() -> Health:
 @router.get("/readyz", response_model=Health, responses={503: {"model": Health, "description": "not ready"}})
 async def readyz(store: StoreDep, runner: RunnerDep, response: Response) -> Health:
     """Ready to plan: the database answers and at least one solver process is up."""
-    checks = {"solvers": "ok" if runner.ready else "starting"}
+    checks = {"solvers": "ok" if runner.ready else "no solver process is up"}
     try:
         await asyncio.to_thread(store.ping)
         checks["database"] = "ok"

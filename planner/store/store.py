@@ -4,11 +4,12 @@ inputs, results and audit trail, and the API's keys. SQLite by default, PostgreS
 from __future__ import annotations
 
 import json
+from collections.abc import Collection
 from dataclasses import dataclass, replace
 from datetime import datetime
 from typing import Any
 
-from sqlalchemy import Connection, Engine, RowMapping, func, insert, select, update
+from sqlalchemy import ColumnElement, Connection, Engine, RowMapping, func, insert, select, update
 
 from gpuplan.models.base import InputError
 from gpuplan.planner.db import make_engine
@@ -24,7 +25,15 @@ from gpuplan.planner.store.records import (
     as_utc,
     now,
 )
-from gpuplan.planner.store.tables import JOB_FIELDS, api_keys, audit, job_inputs, job_results, jobs
+from gpuplan.planner.store.tables import (
+    JOB_FIELDS,
+    api_keys,
+    audit,
+    job_inputs,
+    job_results,
+    jobs,
+    metadata,
+)
 
 
 def _key(row: RowMapping) -> KeyRecord:
@@ -70,6 +79,17 @@ class Store:
     def close(self) -> None:
         """Release the connection pool."""
         self.engine.dispose()
+
+    def integrity_problem(self) -> str | None:
+        """The first problem a quick integrity check finds, or None: SQLite's ``quick_check`` (every page
+        and index), on PostgreSQL a read of every table."""
+        with self.engine.connect() as conn:
+            if conn.dialect.name == "sqlite":
+                found = [str(r) for r in conn.exec_driver_sql("PRAGMA quick_check").scalars()]
+                return None if found == ["ok"] else found[0]
+            for table in metadata.sorted_tables:
+                conn.execute(select(table).limit(1)).all()
+        return None
 
     def ping(self) -> None:
         """Raise if the database cannot be reached."""
@@ -248,10 +268,17 @@ class Store:
 
     def interrupt_active(self) -> int:
         """Mark every queued or running job ``interrupted`` (at start-up: its solve was lost)."""
+        return self._interrupt()
+
+    def interrupt(self, job_ids: Collection[str]) -> int:
+        """Mark these jobs ``interrupted`` if still queued or running (the server stops without them)."""
+        return self._interrupt(jobs.c.id.in_(list(job_ids)))
+
+    def _interrupt(self, *conds: ColumnElement[bool]) -> int:
         with self.engine.begin() as conn:
             res = conn.execute(
                 update(jobs)
-                .where(jobs.c.status.in_([s.value for s in ACTIVE]))
+                .where(jobs.c.status.in_([s.value for s in ACTIVE]), *conds)
                 .values(
                     status=JobStatus.INTERRUPTED.value,
                     finished_at=now(),
