@@ -26,18 +26,17 @@ from contextlib import contextmanager
 from dataclasses import dataclass, replace
 from datetime import datetime, timedelta
 
-from gpuplan.models.cluster import Cluster
 from gpuplan.models.hardware import HardwareCatalog
 from gpuplan.models.plan import Assignment, GpuUse, MigLayout, Plan, PlanStatus, SolverReport, Unplaced
 from gpuplan.models.policy import Policy
 from gpuplan.models.problem import PlanningInput
 from gpuplan.models.workload import Workload
-from gpuplan.planner.compile import compile_node
 from gpuplan.planner.deadline import Deadline
 from gpuplan.planner.layouts import cluster_with_layouts
 from gpuplan.planner.occupancy import Holding, Key, Occupancy, holding
 from gpuplan.planner.validate import validate_plan
 from gpuplan.solvers.base import SolveResult
+from gpuplan.solvers.evaluate import with_layouts
 from gpuplan.solvers.greedy import BestFitScorer
 from gpuplan.solvers.placement import Placer
 from gpuplan.solvers.problem import NodeSpec, PlacementProblem, Request, Running
@@ -69,6 +68,8 @@ class _Interval:
     start: float
     end: float
     hold: Holding
+    #: GPU capacity the holding takes per GPU (milli), set when the roll records the interval.
+    take: tuple[tuple[tuple[str, int], int], ...] | None = None
 
 
 def duration_s(w: Workload, policy: Policy) -> float | None:
@@ -91,12 +92,19 @@ class _Roll:
     """The state of one roll-forward: fixed intervals, reservations made so far, and the probes."""
 
     def __init__(
-        self, inp: PlanningInput, problem: PlacementProblem, cluster: Cluster, catalog: HardwareCatalog
+        self,
+        inp: PlanningInput,
+        problem: PlacementProblem,
+        layouts: Sequence[MigLayout],
+        catalog: HardwareCatalog,
     ):
         self.inp = inp
         self.catalog = catalog
-        self.nodes: tuple[NodeSpec, ...] = tuple(compile_node(n, catalog) for n in cluster.nodes)
-        self.base = Occupancy.empty(cluster, catalog)
+        # ``problem`` is compiled from ``inp``: its nodes with the plan's layouts are the compiled cluster
+        # the plan leaves behind.
+        cluster = cluster_with_layouts(inp.cluster, layouts)
+        self.nodes: tuple[NodeSpec, ...] = with_layouts(problem.nodes, layouts)
+        self.base_state = Occupancy.empty(cluster, catalog)
         self.requests = {r.key: r for r in problem.requests}
         # Quotas bind now; later usage is not known well enough to charge reservations against them.
         self.later_policy = inp.policy.model_copy(update={"quotas": ()})
@@ -104,22 +112,39 @@ class _Roll:
         self.intervals: list[_Interval] = []
         self.capacity = 1000 * sum(len(n.gpus) for n in self.nodes)
         # Placers holding every interval that overlaps all time (running from now, no known end); a probe
-        # adds the rest on top and undoes them, instead of rebuilding a placer each time.
+        # adds the rest on top and undoes them, instead of rebuilding a placer each time. The placer for
+        # later times is built at its first probe (many plans never probe a later time).
         self.now_placer = self._placer(inp.policy)
-        self.later_placer = self._placer(self.later_policy)
+        self._later_placer: Placer | None = None
+        self.base: list[_Interval] = []
         self.in_base: set[Key] = set()
+        # The union state of the intervals a probe last asked for (intervals only ever get recorded, so
+        # the next probe at the same time usually asks for the same ones and a few more).
+        self._occ = self.base_state
+        self._occ_ivs: list[_Interval] = []
 
     def _placer(self, policy: Policy) -> Placer:
         allow = policy.mig.allow_create
         return Placer(self.nodes, self.catalog, self.scorer, allow_create=allow, policy=policy)
 
+    @property
+    def later_placer(self) -> Placer:
+        """The base placer for later times (quotas do not bind there), built at first use."""
+        if self._later_placer is None:
+            self._later_placer = self._placer(self.later_policy)
+            for iv in self.base:
+                _keep(self._later_placer, self.requests, iv)
+        return self._later_placer
+
     def add(self, iv: _Interval) -> None:
         """Record an interval (into the base placers when it never ends)."""
+        iv = replace(iv, take=tuple(self.milli(iv.hold).items()))
         self.intervals.append(iv)
         if iv.start == 0 and math.isinf(iv.end):
-            with _quiet_overcommit():
-                for placer in (self.now_placer, self.later_placer):
-                    _keep(placer, self.requests, iv)
+            _keep(self.now_placer, self.requests, iv)
+            if self._later_placer is not None:
+                _keep(self._later_placer, self.requests, iv)
+            self.base.append(iv)
             self.in_base.add(iv.key)
 
     def milli(self, hold: Holding) -> dict[tuple[str, int], int]:
@@ -128,7 +153,7 @@ class _Roll:
         for g in hold.gpus:
             take = g.milli or 1000
             if g.mig_profile is not None:
-                state = self.base.gpus.get((hold.node, g.index))
+                state = self.base_state.gpus.get((hold.node, g.index))
                 if state is None:
                     continue
                 spec = self.catalog.model(state.model)
@@ -137,11 +162,12 @@ class _Roll:
         return out
 
     def free_milli(self, ivs: Iterable[_Interval]) -> int:
-        """GPU capacity left beside the union of ``ivs`` (each GPU counted full at most once, as the
-        placer counts an over-committed GPU)."""
+        """GPU capacity left beside the union of ``ivs``, recorded intervals (each GPU counted full at
+        most once, as the placer counts an over-committed GPU)."""
         used: dict[tuple[str, int], int] = {}
         for iv in ivs:
-            for gpu, take in self.milli(iv.hold).items():
+            assert iv.take is not None
+            for gpu, take in iv.take:
                 used[gpu] = used.get(gpu, 0) + take
         return self.capacity - sum(min(1000, u) for u in used.values())
 
@@ -149,13 +175,23 @@ class _Roll:
         """Intervals that overlap ``[t, t + d)``."""
         return [iv for iv in self.intervals if iv.start < t + d and iv.end > t]
 
-    def occupancy(self, ivs: Iterable[_Interval]) -> Occupancy:
+    def occupancy(self, ivs: Sequence[_Interval]) -> Occupancy:
         """The base state holding the union of ``ivs`` (as the placer sees them: all at once, so a probe is
-        exactly as conservative as the placer's)."""
-        occ = self.base.copy()
-        for iv in ivs:
+        exactly as conservative as the placer's).
+
+        The state is shared with the next call: callers undo what they change. When the last call's
+        intervals begin ``ivs``, only the rest are added (the same starts in the same order as from
+        scratch)."""
+        done = self._occ_ivs
+        if done and len(done) <= len(ivs) and all(a is b for a, b in zip(done, ivs, strict=False)):
+            occ, rest = self._occ, ivs[len(done) :]
+        else:
+            occ, rest = self.base_state.copy(), ivs
+        self._occ_ivs = []  # until every start below is in
+        for iv in rest:
             _ensure_instances(occ, iv.hold, force=True)
             occ.start(iv.key, iv.hold, force=True)
+        self._occ, self._occ_ivs = occ, list(ivs)
         return occ
 
     def probe(
@@ -170,17 +206,15 @@ class _Roll:
         if tries:
             occ = self.occupancy(ivs)
             for holds in tries:
-                trial = occ.copy()
-                if all(_fits(trial, m.key, h) for m, h in zip(members, holds, strict=True)):
+                if _all_fit(occ, [m.key for m in members], holds):
                     return list(holds)
         placer = self.now_placer if t == 0 else self.later_placer
         states = list(placer.cluster.states)
         used = list(placer.rules.used)
         try:
-            with _quiet_overcommit():
-                for iv in ivs:
-                    if iv.key not in self.in_base:
-                        _keep(placer, self.requests, iv)
+            for iv in ivs:
+                if iv.key not in self.in_base:
+                    _keep(placer, self.requests, iv)
             if len(members) == 1:
                 found = placer.place(members[0])
                 return None if found is None else [holding(found)]
@@ -197,7 +231,7 @@ def _keep(placer: Placer, requests: Mapping[Key, Request], iv: _Interval) -> Non
     """Take an interval's resources in ``placer``."""
     req = requests.get(iv.key)
     if req is not None:
-        placer.keep(replace(req, running=Running(iv.hold.node, iv.hold.gpus, iv.hold.alternative)))
+        placer.hold(req, Running(iv.hold.node, iv.hold.gpus, iv.hold.alternative))
 
 
 @contextmanager
@@ -224,6 +258,29 @@ def _ensure_instances(occ: Occupancy, hold: Holding, force: bool = False) -> Non
         missing = state is not None and (state.mig is None or inst not in state.mig)
         if missing and (force or occ.create_problem(hold.node, g.index, inst) is None):
             occ.create(hold.node, g.index, inst, force=True)
+
+
+def _all_fit(occ: Occupancy, keys: Sequence[Key], holds: Sequence[Holding]) -> bool:
+    """Whether every ``keys[i]`` can start at ``holds[i]`` on ``occ`` in turn; ``occ`` is left as it was
+    (cheaper than trying on a copy of the whole cluster)."""
+    started: list[Key] = []
+    layouts: dict[tuple[str, int], set[tuple[str, int]] | None] = {}
+    try:
+        for key, hold in zip(keys, holds, strict=True):
+            for g in hold.gpus:
+                state = occ.gpus.get((hold.node, g.index))
+                if state is not None:
+                    layouts.setdefault((hold.node, g.index), state.mig)
+            if not _fits(occ, key, hold):
+                return False
+            started.append(key)
+        return True
+    finally:
+        for key in started:
+            occ.stop(key)
+        # ``Occupancy.create`` replaces a layout's set rather than changing it, so this restores it.
+        for gpu, mig in layouts.items():
+            occ.gpus[gpu].mig = mig
 
 
 def _fits(occ: Occupancy, key: Key, hold: Holding) -> bool:
@@ -257,7 +314,21 @@ def roll_forward(
 ) -> Timeline:
     """Reserve a start time and GPUs for every replica that does not keep running (see the module);
     stop, ``cut``, when ``deadline`` passes."""
-    roll = _Roll(inp, problem, cluster_with_layouts(inp.cluster, result.mig_layouts), catalog)
+    # Every keep of the roll may over-commit on purpose (see ``_quiet_overcommit``).
+    with _quiet_overcommit():
+        return _roll(inp, problem, result, catalog, now, previous, deadline)
+
+
+def _roll(
+    inp: PlanningInput,
+    problem: PlacementProblem,
+    result: SolveResult,
+    catalog: HardwareCatalog,
+    now: datetime,
+    previous: Mapping[Key, Reservation],
+    deadline: Deadline | None,
+) -> Timeline:
+    roll = _Roll(inp, problem, result.mig_layouts, catalog)
     chosen = {(a.workload, a.replica): a for a in result.assignments}
     workloads = inp.workload_by_id
     for key, a in chosen.items():

@@ -29,7 +29,7 @@ from gpuplan.solvers.placement.state import (
     node_info,
     signature,
 )
-from gpuplan.solvers.problem import NodeSpec, Request, ShapeSpec
+from gpuplan.solvers.problem import NodeSpec, Request, Running, ShapeSpec
 
 log = logging.getLogger(__name__)
 
@@ -139,14 +139,19 @@ class Placer:
         """Take a running replica's resources where it runs and return its unchanged assignment."""
         running = request.running
         assert running is not None
-        shape = request.shapes[running.alternative]
-        n = self._by_name[running.node]
+        self.hold(request, running)
+        return request.assignment(running)
+
+    def hold(self, request: Request, where: Running) -> None:
+        """Take the resources of ``request`` at ``where`` as if it ran there (``keep`` without the
+        assignment, for a replica that does not run there now, such as a reservation)."""
+        shape = request.shapes[where.alternative]
+        n = self._by_name[where.node]
         info = self.infos[n]
         demand = self.rules.demand(request)
-        self.cluster.set(n, keep(info, self.cluster.states[n], shape, running.gpus, demand.tags))
-        positions = [info.position_of[g.index] for g in running.gpus]
+        self.cluster.set(n, keep(info, self.cluster.states[n], shape, where.gpus, demand.tags))
+        positions = [info.position_of[g.index] for g in where.gpus]
         self.rules.charge(info, shape, positions, demand)
-        return request.assignment(running)
 
     def release(
         self, n: int, gone: Sequence[tuple[Request, Assignment]], stay: Sequence[tuple[Request, Assignment]]
