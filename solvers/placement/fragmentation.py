@@ -20,7 +20,7 @@ from dataclasses import dataclass, replace
 from fractions import Fraction
 
 from gpuplan.models.workload import TopologyNeed
-from gpuplan.solvers.placement.options import mig_placements, options, whole_groups
+from gpuplan.solvers.placement.options import mig_starts, model_ok, whole_groups
 from gpuplan.solvers.placement.state import MILLI, NodeInfo, NodeState, frag_key, slice_milli
 from gpuplan.solvers.problem import Request, ShapeSpec
 
@@ -198,12 +198,22 @@ def usable(info: NodeInfo, state: NodeState, shape: ShapeSpec) -> int:
         return 0
     if shape.kind == "whole":
         return MILLI * len({p for g in whole_groups(info, state, shape) for p in g})
-    if shape.kind == "fraction":
-        return sum(state.free[p] for p in {o.gpus[0] for o in options(info, state, shape)})
     if state.mem < shape.memory_mib:
         return 0
-    existing, created = mig_placements(info, state, shape)
-    covered: dict[int, set[int]] = {}
-    for o in existing + created:
-        covered.setdefault(o.gpus[0], set()).update(range(o.start, o.start + o.size))
-    return sum(slice_milli(info.models[p], len(s)) for p, s in covered.items())
+    # The GPUs and instances ``options`` would offer (without sharing tags), without building them.
+    if shape.kind == "fraction":
+        return sum(
+            f
+            for p, f in enumerate(state.free)
+            if f >= shape.milli and state.mig[p] is None and model_ok(info, p, shape)
+        )
+    assert shape.mig_profile is not None
+    total = 0
+    for p, slots in enumerate(state.mig):
+        if slots is None or not model_ok(info, p, shape):
+            continue
+        free, new = mig_starts(info, p, slots, shape.mig_profile)
+        covered = {i for s, size in free + new for i in range(s, s + size)}
+        if covered:
+            total += slice_milli(info.models[p], len(covered))
+    return total

@@ -23,6 +23,7 @@ from gpuplan.solvers.placement.state import (
     ClusterState,
     Group,
     LayoutCache,
+    MigStartCache,
     NodeInfo,
     NodeState,
     initial_state,
@@ -99,6 +100,7 @@ class Placer:
         policy = policy or Policy()
         self.rules = Rules(policy, catalog)
         layouts: LayoutCache = {}
+        starts: MigStartCache = {}
         self.infos = tuple(
             node_info(
                 i,
@@ -106,6 +108,7 @@ class Placer:
                 catalog,
                 allow_create=allow_create,
                 layouts=layouts,
+                mig_starts=starts,
                 reserved=reserved_teams(policy, n),
                 tagged=self.rules.tagged,
             )
@@ -270,14 +273,16 @@ class Placer:
         return all(self._never_fits(s, request.team) for s in request.shapes)
 
     def _never_fits(self, shape: ShapeSpec, team: str) -> bool:
-        found = self._never.get((shape, team))
+        # The team matters only when some node is reserved for teams.
+        key = (shape, team if self._reserved else "")
+        found = self._never.get(key)
         if found is None:
             found = not any(
                 options(i, s, shape)
                 for i, s in self._empty.values()
                 if i.reserved is None or team in i.reserved
             )
-            self._never[(shape, team)] = found
+            self._never[key] = found
         return found
 
     def unplaced(self, request: Request) -> Unplaced:
