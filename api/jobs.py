@@ -9,7 +9,9 @@ from __future__ import annotations
 import asyncio
 import hashlib
 import json
+import math
 import uuid
+import weakref
 from dataclasses import dataclass
 from typing import Annotated, Any
 
@@ -33,7 +35,7 @@ SUBMIT_RESPONSES: dict[int | str, dict[str, Any]] = {
     401: {"description": "no valid API key"},
     403: {"description": "viewers may not submit"},
     413: {"description": "body, nodes, workloads or time limit beyond a limit"},
-    429: {"description": "too many jobs queued or running"},
+    429: {"description": "too many jobs queued or running, or the queue cannot meet ?wait="},
 }
 
 #: What a queued job has not got yet.
@@ -74,6 +76,59 @@ def check_active(limits: Limits, runner: Runner) -> None:
             limits.max_active_jobs,
             f"{runner.active} jobs are queued or running; at most {limits.max_active_jobs}",
         )
+
+
+#: Recent solves: the mean is over at least this many of the last finished solves (and fewer than twice).
+RECENT_SOLVES = 20
+
+
+@dataclass
+class _Recent:
+    """Marks on the solve-time metric's running (seconds, count) totals: the window starts at ``start``
+    and moves to ``mark`` once ``RECENT_SOLVES`` more solves have ended."""
+
+    start: tuple[float, float] = (0.0, 0.0)
+    mark: tuple[float, float] = (0.0, 0.0)
+
+    def mean(self, total: float, count: float) -> float | None:
+        """Mean seconds of the solves in the window; ``None`` before the first one ends."""
+        if count - self.mark[1] >= RECENT_SOLVES:
+            self.start, self.mark = self.mark, (total, count)
+        n = count - self.start[1]
+        return (total - self.start[0]) / n if n > 0 else None
+
+
+_recent: weakref.WeakKeyDictionary[Runner, _Recent] = weakref.WeakKeyDictionary()
+
+
+def check_wait(runner: Runner, wait: float) -> None:
+    """429 with ``Retry-After`` when the queue cannot meet ``wait``: with every job queued or running
+    ahead taking the recent mean solve time on the solver processes, this one would end after ``wait``
+    seconds. Better answered at once than after the wait (a client then retries later or submits
+    without waiting)."""
+    if wait <= 0:
+        return
+    total = count = 0.0
+    for sample in (s for family in runner.metrics.solve_seconds.collect() for s in family.samples):
+        if sample.name.endswith("_sum"):
+            total += sample.value
+        elif sample.name.endswith("_count"):
+            count += sample.value
+    mean = _recent.setdefault(runner, _Recent()).mean(total, count)
+    if mean is None:
+        return
+    expected = (runner.active / len(runner.slots) + 1) * mean
+    if expected <= wait:
+        return
+    runner.metrics.rejected.labels(limit="wait").inc()
+    raise HTTPException(
+        status_code=status.HTTP_429_TOO_MANY_REQUESTS,
+        detail=(
+            f"{runner.active} jobs are queued or running: this one would end in about {expected:.1f} s, "
+            f"after wait={wait:g} s; retry later or submit without wait"
+        ),
+        headers={"Retry-After": str(max(1, math.ceil(expected - wait)))},
+    )
 
 
 def actor(caller: Principal) -> Actor:
@@ -127,6 +182,7 @@ class Jobs:
         check_size(limits, len(body.cluster.nodes), len(body.workloads))
         time_limit = _time_limit(self.settings, body.options.time_limit_s)
         check_active(limits, self.runner)
+        check_wait(self.runner, wait)
         inp = _planning_input(body)
         input_json = inp.model_dump_json()
         options = {
