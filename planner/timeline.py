@@ -21,10 +21,11 @@ from __future__ import annotations
 
 import logging
 import math
-from collections.abc import Iterable, Iterator, Mapping, Sequence
+from collections.abc import Callable, Iterator, Mapping, Sequence
 from contextlib import contextmanager
 from dataclasses import dataclass, replace
 from datetime import datetime, timedelta
+from typing import Generic, TypeVar
 
 from gpuplan.models.hardware import HardwareCatalog
 from gpuplan.models.plan import Assignment, GpuUse, MigLayout, Plan, PlanStatus, SolverReport, Unplaced
@@ -42,6 +43,8 @@ from gpuplan.solvers.placement import Placer
 from gpuplan.solvers.problem import NodeSpec, PlacementProblem, Request, Running
 
 log = logging.getLogger(__name__)
+
+U = TypeVar("U")
 
 #: Reservations beyond this many seconds are not made (the replica's start stays unknown).
 HORIZON_S = 30 * 86400.0
@@ -118,10 +121,12 @@ class _Roll:
         self._later_placer: Placer | None = None
         self.base: list[_Interval] = []
         self.in_base: set[Key] = set()
-        # The union state of the intervals a probe last asked for (intervals only ever get recorded, so
-        # the next probe at the same time usually asks for the same ones and a few more).
-        self._occ = self.base_state
-        self._occ_ivs: list[_Interval] = []
+        # Expected ends within the horizon: the times a waiting replica may start at.
+        self.ends: set[float] = set()
+        # The unions of the intervals that probes last asked for (intervals are only ever added, so the
+        # next probe usually asks for the same ones and a few more): as a state, and as GPU use.
+        self._occ = _Union(self.intervals, self.base_state.copy)
+        self._used: _Union[dict[tuple[str, int], int]] = _Union(self.intervals, dict)
 
     def _placer(self, policy: Policy) -> Placer:
         allow = policy.mig.allow_create
@@ -140,6 +145,8 @@ class _Roll:
         """Record an interval (into the base placers when it never ends)."""
         iv = replace(iv, take=tuple(self.milli(iv.hold).items()))
         self.intervals.append(iv)
+        if iv.end <= HORIZON_S:
+            self.ends.add(iv.end)
         if iv.start == 0 and math.isinf(iv.end):
             _keep(self.now_placer, self.requests, iv)
             if self._later_placer is not None:
@@ -161,14 +168,10 @@ class _Roll:
             out[(hold.node, g.index)] = out.get((hold.node, g.index), 0) + take
         return out
 
-    def free_milli(self, ivs: Iterable[_Interval]) -> int:
+    def free_milli(self, ivs: Sequence[_Interval]) -> int:
         """GPU capacity left beside the union of ``ivs``, recorded intervals (each GPU counted full at
         most once, as the placer counts an over-committed GPU)."""
-        used: dict[tuple[str, int], int] = {}
-        for iv in ivs:
-            assert iv.take is not None
-            for gpu, take in iv.take:
-                used[gpu] = used.get(gpu, 0) + take
+        used = self._used.of(ivs, _use)
         return self.capacity - sum(min(1000, u) for u in used.values())
 
     def overlapping(self, t: float, d: float) -> list[_Interval]:
@@ -179,20 +182,8 @@ class _Roll:
         """The base state holding the union of ``ivs`` (as the placer sees them: all at once, so a probe is
         exactly as conservative as the placer's).
 
-        The state is shared with the next call: callers undo what they change. When the last call's
-        intervals begin ``ivs``, only the rest are added (the same starts in the same order as from
-        scratch)."""
-        done = self._occ_ivs
-        if done and len(done) <= len(ivs) and all(a is b for a, b in zip(done, ivs, strict=False)):
-            occ, rest = self._occ, ivs[len(done) :]
-        else:
-            occ, rest = self.base_state.copy(), ivs
-        self._occ_ivs = []  # until every start below is in
-        for iv in rest:
-            _ensure_instances(occ, iv.hold, force=True)
-            occ.start(iv.key, iv.hold, force=True)
-        self._occ, self._occ_ivs = occ, list(ivs)
-        return occ
+        The state is shared with the next call: callers undo what they change."""
+        return self._occ.of(ivs, _hold)
 
     def probe(
         self,
@@ -225,6 +216,52 @@ class _Roll:
                 if placer.cluster.states[n] is not state:
                     placer.cluster.set(n, state)
             placer.rules.used = used
+
+
+class _Union(Generic[U]):
+    """A value built from a list of recorded intervals, extended when the next list begins with the last
+    one (the same steps in the same order as from scratch, so the same value)."""
+
+    def __init__(self, recorded: list[_Interval], fresh: Callable[[], U]) -> None:
+        self.recorded = recorded
+        self.fresh = fresh
+        self.value = fresh()
+        self.ivs: list[_Interval] = []
+        #: Whether ``ivs`` is the first ``len(ivs)`` recorded intervals (checked without comparing them).
+        self.head = True
+        #: Whether ``value`` holds exactly ``ivs``.
+        self.whole = True
+
+    def of(self, ivs: Sequence[_Interval], step: Callable[[U, _Interval], None]) -> U:
+        """The value for ``ivs`` (a sub-list of the recorded intervals, in their order)."""
+        done = self.ivs
+        everything = len(ivs) == len(self.recorded)
+        if (
+            self.whole
+            and len(done) <= len(ivs)
+            and ((everything and self.head) or all(a is b for a, b in zip(done, ivs, strict=False)))
+        ):
+            value, rest = self.value, ivs[len(done) :]
+        else:
+            value, rest = self.fresh(), ivs
+        self.whole = False  # until every step below is in (a step may raise)
+        for iv in rest:
+            step(value, iv)
+        self.value, self.ivs, self.head, self.whole = value, list(ivs), everything, True
+        return value
+
+
+def _hold(occ: Occupancy, iv: _Interval) -> None:
+    """Add an interval to a union state (over-committing if need be)."""
+    _ensure_instances(occ, iv.hold, force=True)
+    occ.start(iv.key, iv.hold, force=True)
+
+
+def _use(used: dict[tuple[str, int], int], iv: _Interval) -> None:
+    """Add a recorded interval's GPU use to per-GPU totals."""
+    assert iv.take is not None
+    for gpu, take in iv.take:
+        used[gpu] = used.get(gpu, 0) + take
 
 
 def _keep(placer: Placer, requests: Mapping[Key, Request], iv: _Interval) -> None:
@@ -360,7 +397,7 @@ def _roll(
         honoured = fresh and all(m.key in previous for m in members)
         processed.update(m.key for m in members)
         promoted = False
-        times = sorted({0.0, *(iv.end for iv in roll.intervals if iv.end <= HORIZON_S)})
+        times = sorted({0.0, *roll.ends})
         for t in times:
             ivs = roll.overlapping(t, d)
             found = None
