@@ -378,7 +378,13 @@ def _roll(
     done: set[str] = set()
     processed: set[Key] = set()
     requests = roll.requests
-    for req in problem.queue_order():
+    # The solver's starts as intervals from now, made once: a replica it leaves waiting is probed with
+    # those not reached yet.
+    solver_starts = {
+        k: _Interval(k, 0.0, math.inf, holding(a)) for k, a in chosen.items() if requests[k].running is None
+    }
+    order = problem.queue_order()
+    for req in order:
         if req.key in chosen and req.running is not None:
             continue
         if deadline is not None and deadline.expired():
@@ -387,7 +393,7 @@ def _roll(
             if req.gang in done:
                 continue
             done.add(req.gang)
-            members = [r for r in problem.queue_order() if r.gang == req.gang and r.key not in starts]
+            members = [r for r in order if r.gang == req.gang and r.key not in starts]
         else:
             members = [req]
         d = duration_s(workloads[req.workload], inp.policy) or math.inf
@@ -403,11 +409,7 @@ def _roll(
             found = None
             if t == 0 and fresh and not suggested and not honoured:
                 # Now, only idle room the solver leaves is taken, never room of the solver's own starts.
-                pending = [
-                    _Interval(k, 0.0, math.inf, holding(a))
-                    for k, a in chosen.items()
-                    if k not in processed and requests[k].running is None
-                ]
+                pending = [iv for k, iv in solver_starts.items() if k not in processed]
                 found = roll.probe(t, members, ivs + pending, [])
                 promoted = found is not None
                 if not promoted:
