@@ -9,6 +9,7 @@ from __future__ import annotations
 import asyncio
 import hashlib
 import json
+import math
 import uuid
 from collections.abc import Sequence
 from dataclasses import dataclass
@@ -39,7 +40,7 @@ SUBMIT_RESPONSES: dict[int | str, dict[str, Any]] = {
     403: {"description": "viewers may not submit"},
     413: {"description": "body, nodes, workloads, GPUs per node, replicas or time limit beyond a limit"},
     422: {"description": "bad input: the detail names the field"},
-    429: {"description": "too many jobs queued or running"},
+    429: {"description": "too many jobs queued or running, or the queue cannot meet ?wait="},
 }
 
 #: What a queued job has not got yet.
@@ -118,6 +119,28 @@ def check_active(limits: Limits, runner: Runner) -> None:
         )
 
 
+def check_wait(runner: Runner, wait: float) -> None:
+    """429 with ``Retry-After`` when the queue cannot meet ``wait``: with every job queued or running
+    ahead taking the recent mean solve time on the solver processes, this one would end after ``wait``
+    seconds. Better answered at once than after the wait (a client then retries later or submits
+    without waiting)."""
+    mean = runner.mean_solve_s()
+    if wait <= 0 or mean is None:
+        return
+    expected = (runner.active / len(runner.slots) + 1) * mean
+    if expected <= wait:
+        return
+    runner.metrics.rejected.labels(limit="wait").inc()
+    raise HTTPException(
+        status_code=status.HTTP_429_TOO_MANY_REQUESTS,
+        detail=(
+            f"{runner.active} jobs are queued or running: this one would end in about {expected:.1f} s, "
+            f"after wait={wait:g} s; retry later or submit without wait"
+        ),
+        headers={"Retry-After": str(max(1, math.ceil(expected - wait)))},
+    )
+
+
 def actor(caller: Principal) -> Actor:
     """The caller as the audit trail names it."""
     return Actor(caller.key_id, caller.role_text)
@@ -180,6 +203,7 @@ class Jobs:
         check_size(limits, len(body.cluster.nodes), len(body.workloads))
         time_limit = _time_limit(self.settings, body.options.time_limit_s)
         check_active(limits, self.runner)
+        check_wait(self.runner, wait)
         input_json, digest = await asyncio.to_thread(_planning_input, limits, body)
         options = {
             "kind": kind,

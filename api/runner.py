@@ -18,6 +18,7 @@ import os
 import signal
 import time
 import uuid
+from collections import deque
 from dataclasses import dataclass, field
 from multiprocessing.connection import Connection
 from multiprocessing.context import ForkServerContext
@@ -32,6 +33,9 @@ log = logging.getLogger(__name__)
 
 _CTX: ForkServerContext = multiprocessing.get_context("forkserver")
 _CTX.set_forkserver_preload(["gpuplan.api.worker"])
+
+#: Solves whose mean wall time estimates how long a queued job waits (``mean_solve_s``).
+RECENT_SOLVES = 20
 
 #: How long to wait for a dead or killed process's exit status.
 _REAP_S = 5.0
@@ -174,6 +178,7 @@ class Runner:
         self.queue: asyncio.Queue[Job] = asyncio.Queue()
         self.jobs: dict[str, Job] = {}
         self.tasks: list[asyncio.Task[None]] = []
+        self.recent: deque[float] = deque(maxlen=RECENT_SOLVES)
         metrics.queue_depth.set_function(self.queue_depth)
         metrics.running.set_function(self.running)
 
@@ -184,6 +189,10 @@ class Runner:
     def running(self) -> int:
         """Jobs in a solver process now."""
         return sum(1 for s in self.slots if s.job is not None)
+
+    def mean_solve_s(self) -> float | None:
+        """Mean wall seconds of the last ``RECENT_SOLVES`` plans solved; None before the first."""
+        return sum(self.recent) / len(self.recent) if self.recent else None
 
     @property
     def active(self) -> int:
@@ -368,6 +377,7 @@ class Runner:
             if kind == "done":
                 _, plan_json, plan_status, label = message
                 self.metrics.solve_seconds.labels(solver=str(job.options["solver"])).observe(wall)
+                self.recent.append(wall)
                 await self._close(
                     job, JobStatus.DONE, plan_json=plan_json, plan_status=plan_status, outcome=label
                 )

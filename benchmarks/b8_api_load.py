@@ -5,7 +5,8 @@ Each client loops for ``--duration`` seconds: ``POST /v1/plans?wait=W`` with a d
 does not finish within the wait (202) is polled until its plan is there, so that the clients stay a
 closed loop; it counts as an error, as does any answer other than 200 with a plan. At the end the
 server's own metrics give the mean solve time, which bounds the throughput (solver processes / mean
-solve time).
+solve time). CPU time per request is read from ``/proc`` over the measured period for the server
+process, its solver processes and the clients (robust on a shared machine, where wall times are not).
 """
 
 from __future__ import annotations
@@ -30,7 +31,7 @@ import httpx
 
 KEY = "b8-benchmark-planner-key-0123456789"
 ROOT = Path(__file__).resolve().parent.parent
-_MAIN = "import sys; from planner.cli import main; sys.exit(main())"
+_MAIN = "import sys; from gpuplan.planner.cli import main; sys.exit(main())"
 
 
 def cluster() -> dict[str, Any]:
@@ -187,23 +188,57 @@ def start_server(port: int, database: str, processes: int, log: Path) -> subproc
     raise RuntimeError("server did not become ready")
 
 
+def _ticks(pid: int) -> tuple[int, float] | None:
+    """(parent pid, CPU seconds) of a process from ``/proc``; ``None`` once it is gone."""
+    try:
+        stat = Path(f"/proc/{pid}/stat").read_text()
+    except OSError:
+        return None
+    fields = stat[stat.rindex(")") + 2 :].split()
+    return int(fields[1]), (int(fields[11]) + int(fields[12])) / os.sysconf("SC_CLK_TCK")
+
+
+def cpu_seconds(server: int) -> tuple[float, float]:
+    """CPU seconds so far of the server process and of all its descendants (the solver processes and
+    the fork server that starts them)."""
+    table = {}
+    for entry in Path("/proc").iterdir():
+        if entry.name.isdigit() and (found := _ticks(int(entry.name))) is not None:
+            table[int(entry.name)] = found
+    children: dict[int, list[int]] = {}
+    for pid, (parent, _) in table.items():
+        children.setdefault(parent, []).append(pid)
+    below, todo = 0.0, list(children.get(server, []))
+    while todo:
+        pid = todo.pop()
+        below += table[pid][1]
+        todo += children.get(pid, [])
+    return (table[server][1] if server in table else 0.0), below
+
+
 def pct(values: list[float], q: float) -> float:
     """The ``q``-quantile (0..1) by nearest rank."""
     ordered = sorted(values)
     return ordered[min(len(ordered) - 1, max(0, round(q * len(ordered)) - 1))]
 
 
-async def run(args: argparse.Namespace, url: str, bodies: list[bytes]) -> tuple[Tally, float]:
-    """Warm up, then run the clients for the measured period; the tally and that period's length."""
+async def run(
+    args: argparse.Namespace, url: str, bodies: list[bytes], server: int
+) -> tuple[Tally, float, tuple[float, float, float]]:
+    """Warm up, then run the clients for the measured period; the tally, that period's length and the
+    CPU seconds spent in it by the server process, its solver processes and the clients."""
     warm = Tally()
     await asyncio.gather(
         *(client(url, bodies, time.monotonic() + args.warmup, args.wait, warm, i) for i in range(4))
     )
     tally = Tally()
+    before, mine = cpu_seconds(server), time.process_time()
     start = time.monotonic()
     until = start + args.duration
     await asyncio.gather(*(client(url, bodies, until, args.wait, tally, i * 7) for i in range(args.clients)))
-    return tally, time.monotonic() - start
+    wall = time.monotonic() - start
+    after = cpu_seconds(server)
+    return tally, wall, (after[0] - before[0], after[1] - before[1], time.process_time() - mine)
 
 
 def main() -> None:
@@ -227,7 +262,7 @@ def main() -> None:
         url = f"http://127.0.0.1:{port}"
         try:
             bodies = [body(seed, args.solver, args.time_limit) for seed in range(args.bodies)]
-            tally, wall = asyncio.run(run(args, url, bodies))
+            tally, wall, cpu = asyncio.run(run(args, url, bodies, server.pid))
             solve_total, solves = solve_seconds(url)
         finally:
             server.terminate()
@@ -248,6 +283,9 @@ def main() -> None:
         "errors": errors,
         "mean_solve_ms": round(1000 * solve_total / max(1, solves), 1),
         "solve_bound_rps": round(args.processes * solves / solve_total, 2) if solve_total else 0.0,
+        "server_cpu_ms_per_req": round(1000 * cpu[0] / max(1, n), 1),
+        "solver_cpu_ms_per_req": round(1000 * cpu[1] / max(1, n), 1),
+        "client_cpu_ms_per_req": round(1000 * cpu[2] / max(1, n), 1),
         "statuses": json.dumps(tally.statuses, sort_keys=True),
         "plan_statuses": json.dumps(tally.plan_statuses, sort_keys=True),
         "load_avg_1m": round(os.getloadavg()[0], 2),

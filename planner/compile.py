@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+from collections.abc import Hashable
 from datetime import datetime
 
 from gpuplan.models.cluster import Node
@@ -12,11 +13,30 @@ from gpuplan.models.workload import Placement, Shape, Workload
 from gpuplan.planner.topology import link_graph, nvlink_cliques
 from gpuplan.solvers.problem import GpuSlot, NodeSpec, PlacementProblem, Request, Running, ShapeSpec
 
+#: Pair costs and NVLink cliques by node topology (GPU indices and NUMA nodes in order, links), as
+#: :func:`_links` computes them; cleared when it grows past ``_LINKS_MAX`` topologies.
+_LINKS: dict[Hashable, tuple[dict[tuple[int, int], int], tuple[frozenset[int], ...]]] = {}
+_LINKS_MAX = 1024
+
+
+def _links(node: Node) -> tuple[dict[tuple[int, int], int], tuple[frozenset[int], ...]]:
+    """The node's pair costs and NVLink cliques, computed once per distinct topology (fleets and
+    requests repeat a few server types, and the link graph is the dear part of compiling a node)."""
+    key = (tuple((g.index, g.numa) for g in node.gpus), tuple((lk.a, lk.b, lk.kind) for lk in node.links))
+    found = _LINKS.get(key)
+    if found is None:
+        graph = link_graph(node)
+        costs = {(min(a, b), max(a, b)): int(d["cost"]) for a, b, d in graph.edges(data=True)}
+        cliques = tuple(nvlink_cliques(node, graph)) if len(node.gpus) > 1 else ()
+        if len(_LINKS) >= _LINKS_MAX:
+            _LINKS.clear()
+        found = _LINKS[key] = (costs, cliques)
+    return dict(found[0]), found[1]
+
 
 def compile_node(node: Node, catalog: HardwareCatalog) -> NodeSpec:
     """A node with canonical model names, NVLink cliques and pair costs."""
-    graph = link_graph(node)
-    costs = {(min(a, b), max(a, b)): int(d["cost"]) for a, b, d in graph.edges(data=True)}
+    costs, cliques = _links(node)
     gpus = tuple(
         GpuSlot(
             index=g.index,
@@ -33,7 +53,7 @@ def compile_node(node: Node, catalog: HardwareCatalog) -> NodeSpec:
         cpu_milli=node.cpu_milli,
         memory_mib=node.memory_mib,
         gpus=gpus,
-        nvlink_cliques=tuple(nvlink_cliques(node)) if len(node.gpus) > 1 else (),
+        nvlink_cliques=cliques,
         pair_cost=costs,
     )
 

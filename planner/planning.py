@@ -6,6 +6,7 @@ import hashlib
 import json
 import logging
 from datetime import UTC, datetime
+from functools import cache
 from importlib import metadata
 from typing import Any
 
@@ -35,7 +36,9 @@ POST_SOLVE_SHARE = 0.1
 EXPLAIN_SHARE = 0.25
 
 
+@cache
 def _version(dist: str) -> str:
+    """The installed version of ``dist`` (read once per process: reading package metadata is slow)."""
     try:
         return metadata.version(dist)
     except metadata.PackageNotFoundError:

@@ -21,28 +21,30 @@ from __future__ import annotations
 
 import logging
 import math
-from collections.abc import Iterable, Iterator, Mapping, Sequence
+from collections.abc import Callable, Iterator, Mapping, Sequence
 from contextlib import contextmanager
 from dataclasses import dataclass, replace
 from datetime import datetime, timedelta
+from typing import Generic, TypeVar
 
-from gpuplan.models.cluster import Cluster
 from gpuplan.models.hardware import HardwareCatalog
 from gpuplan.models.plan import Assignment, GpuUse, MigLayout, Plan, PlanStatus, SolverReport, Unplaced
 from gpuplan.models.policy import Policy
 from gpuplan.models.problem import PlanningInput
 from gpuplan.models.workload import Workload
-from gpuplan.planner.compile import compile_node
 from gpuplan.planner.deadline import Deadline
 from gpuplan.planner.layouts import cluster_with_layouts
 from gpuplan.planner.occupancy import Holding, Key, Occupancy, holding
 from gpuplan.planner.validate import validate_plan
 from gpuplan.solvers.base import SolveResult
+from gpuplan.solvers.evaluate import with_layouts
 from gpuplan.solvers.greedy import BestFitScorer
 from gpuplan.solvers.placement import Placer
 from gpuplan.solvers.problem import NodeSpec, PlacementProblem, Request, Running
 
 log = logging.getLogger(__name__)
+
+U = TypeVar("U")
 
 #: Reservations beyond this many seconds are not made (the replica's start stays unknown).
 HORIZON_S = 30 * 86400.0
@@ -69,6 +71,8 @@ class _Interval:
     start: float
     end: float
     hold: Holding
+    #: GPU capacity the holding takes per GPU (milli), set when the roll records the interval.
+    take: tuple[tuple[tuple[str, int], int], ...] | None = None
 
 
 def duration_s(w: Workload, policy: Policy) -> float | None:
@@ -91,12 +95,19 @@ class _Roll:
     """The state of one roll-forward: fixed intervals, reservations made so far, and the probes."""
 
     def __init__(
-        self, inp: PlanningInput, problem: PlacementProblem, cluster: Cluster, catalog: HardwareCatalog
+        self,
+        inp: PlanningInput,
+        problem: PlacementProblem,
+        layouts: Sequence[MigLayout],
+        catalog: HardwareCatalog,
     ):
         self.inp = inp
         self.catalog = catalog
-        self.nodes: tuple[NodeSpec, ...] = tuple(compile_node(n, catalog) for n in cluster.nodes)
-        self.base = Occupancy.empty(cluster, catalog)
+        # ``problem`` is compiled from ``inp``: its nodes with the plan's layouts are the compiled cluster
+        # the plan leaves behind.
+        cluster = cluster_with_layouts(inp.cluster, layouts)
+        self.nodes: tuple[NodeSpec, ...] = with_layouts(problem.nodes, layouts)
+        self.base_state = Occupancy.empty(cluster, catalog)
         self.requests = {r.key: r for r in problem.requests}
         # Quotas bind now; later usage is not known well enough to charge reservations against them.
         self.later_policy = inp.policy.model_copy(update={"quotas": ()})
@@ -104,22 +115,43 @@ class _Roll:
         self.intervals: list[_Interval] = []
         self.capacity = 1000 * sum(len(n.gpus) for n in self.nodes)
         # Placers holding every interval that overlaps all time (running from now, no known end); a probe
-        # adds the rest on top and undoes them, instead of rebuilding a placer each time.
+        # adds the rest on top and undoes them, instead of rebuilding a placer each time. The placer for
+        # later times is built at its first probe (many plans never probe a later time).
         self.now_placer = self._placer(inp.policy)
-        self.later_placer = self._placer(self.later_policy)
+        self._later_placer: Placer | None = None
+        self.base: list[_Interval] = []
         self.in_base: set[Key] = set()
+        # Expected ends within the horizon: the times a waiting replica may start at.
+        self.ends: set[float] = set()
+        # The unions of the intervals that probes last asked for (intervals are only ever added, so the
+        # next probe usually asks for the same ones and a few more): as a state, and as GPU use.
+        self._occ = _Union(self.intervals, self.base_state.copy)
+        self._used: _Union[dict[tuple[str, int], int]] = _Union(self.intervals, dict)
 
     def _placer(self, policy: Policy) -> Placer:
         allow = policy.mig.allow_create
         return Placer(self.nodes, self.catalog, self.scorer, allow_create=allow, policy=policy)
 
+    @property
+    def later_placer(self) -> Placer:
+        """The base placer for later times (quotas do not bind there), built at first use."""
+        if self._later_placer is None:
+            self._later_placer = self._placer(self.later_policy)
+            for iv in self.base:
+                _keep(self._later_placer, self.requests, iv)
+        return self._later_placer
+
     def add(self, iv: _Interval) -> None:
         """Record an interval (into the base placers when it never ends)."""
+        iv = replace(iv, take=tuple(self.milli(iv.hold).items()))
         self.intervals.append(iv)
+        if iv.end <= HORIZON_S:
+            self.ends.add(iv.end)
         if iv.start == 0 and math.isinf(iv.end):
-            with _quiet_overcommit():
-                for placer in (self.now_placer, self.later_placer):
-                    _keep(placer, self.requests, iv)
+            _keep(self.now_placer, self.requests, iv)
+            if self._later_placer is not None:
+                _keep(self._later_placer, self.requests, iv)
+            self.base.append(iv)
             self.in_base.add(iv.key)
 
     def milli(self, hold: Holding) -> dict[tuple[str, int], int]:
@@ -128,7 +160,7 @@ class _Roll:
         for g in hold.gpus:
             take = g.milli or 1000
             if g.mig_profile is not None:
-                state = self.base.gpus.get((hold.node, g.index))
+                state = self.base_state.gpus.get((hold.node, g.index))
                 if state is None:
                     continue
                 spec = self.catalog.model(state.model)
@@ -136,27 +168,22 @@ class _Roll:
             out[(hold.node, g.index)] = out.get((hold.node, g.index), 0) + take
         return out
 
-    def free_milli(self, ivs: Iterable[_Interval]) -> int:
-        """GPU capacity left beside the union of ``ivs`` (each GPU counted full at most once, as the
-        placer counts an over-committed GPU)."""
-        used: dict[tuple[str, int], int] = {}
-        for iv in ivs:
-            for gpu, take in self.milli(iv.hold).items():
-                used[gpu] = used.get(gpu, 0) + take
+    def free_milli(self, ivs: Sequence[_Interval]) -> int:
+        """GPU capacity left beside the union of ``ivs``, recorded intervals (each GPU counted full at
+        most once, as the placer counts an over-committed GPU)."""
+        used = self._used.of(ivs, _use)
         return self.capacity - sum(min(1000, u) for u in used.values())
 
     def overlapping(self, t: float, d: float) -> list[_Interval]:
         """Intervals that overlap ``[t, t + d)``."""
         return [iv for iv in self.intervals if iv.start < t + d and iv.end > t]
 
-    def occupancy(self, ivs: Iterable[_Interval]) -> Occupancy:
+    def occupancy(self, ivs: Sequence[_Interval]) -> Occupancy:
         """The base state holding the union of ``ivs`` (as the placer sees them: all at once, so a probe is
-        exactly as conservative as the placer's)."""
-        occ = self.base.copy()
-        for iv in ivs:
-            _ensure_instances(occ, iv.hold, force=True)
-            occ.start(iv.key, iv.hold, force=True)
-        return occ
+        exactly as conservative as the placer's).
+
+        The state is shared with the next call: callers undo what they change."""
+        return self._occ.of(ivs, _hold)
 
     def probe(
         self,
@@ -170,17 +197,15 @@ class _Roll:
         if tries:
             occ = self.occupancy(ivs)
             for holds in tries:
-                trial = occ.copy()
-                if all(_fits(trial, m.key, h) for m, h in zip(members, holds, strict=True)):
+                if _all_fit(occ, [m.key for m in members], holds):
                     return list(holds)
         placer = self.now_placer if t == 0 else self.later_placer
         states = list(placer.cluster.states)
         used = list(placer.rules.used)
         try:
-            with _quiet_overcommit():
-                for iv in ivs:
-                    if iv.key not in self.in_base:
-                        _keep(placer, self.requests, iv)
+            for iv in ivs:
+                if iv.key not in self.in_base:
+                    _keep(placer, self.requests, iv)
             if len(members) == 1:
                 found = placer.place(members[0])
                 return None if found is None else [holding(found)]
@@ -193,11 +218,57 @@ class _Roll:
             placer.rules.used = used
 
 
+class _Union(Generic[U]):
+    """A value built from a list of recorded intervals, extended when the next list begins with the last
+    one (the same steps in the same order as from scratch, so the same value)."""
+
+    def __init__(self, recorded: list[_Interval], fresh: Callable[[], U]) -> None:
+        self.recorded = recorded
+        self.fresh = fresh
+        self.value = fresh()
+        self.ivs: list[_Interval] = []
+        #: Whether ``ivs`` is the first ``len(ivs)`` recorded intervals (checked without comparing them).
+        self.head = True
+        #: Whether ``value`` holds exactly ``ivs``.
+        self.whole = True
+
+    def of(self, ivs: Sequence[_Interval], step: Callable[[U, _Interval], None]) -> U:
+        """The value for ``ivs`` (a sub-list of the recorded intervals, in their order)."""
+        done = self.ivs
+        everything = len(ivs) == len(self.recorded)
+        if (
+            self.whole
+            and len(done) <= len(ivs)
+            and ((everything and self.head) or all(a is b for a, b in zip(done, ivs, strict=False)))
+        ):
+            value, rest = self.value, ivs[len(done) :]
+        else:
+            value, rest = self.fresh(), ivs
+        self.whole = False  # until every step below is in (a step may raise)
+        for iv in rest:
+            step(value, iv)
+        self.value, self.ivs, self.head, self.whole = value, list(ivs), everything, True
+        return value
+
+
+def _hold(occ: Occupancy, iv: _Interval) -> None:
+    """Add an interval to a union state (over-committing if need be)."""
+    _ensure_instances(occ, iv.hold, force=True)
+    occ.start(iv.key, iv.hold, force=True)
+
+
+def _use(used: dict[tuple[str, int], int], iv: _Interval) -> None:
+    """Add a recorded interval's GPU use to per-GPU totals."""
+    assert iv.take is not None
+    for gpu, take in iv.take:
+        used[gpu] = used.get(gpu, 0) + take
+
+
 def _keep(placer: Placer, requests: Mapping[Key, Request], iv: _Interval) -> None:
     """Take an interval's resources in ``placer``."""
     req = requests.get(iv.key)
     if req is not None:
-        placer.keep(replace(req, running=Running(iv.hold.node, iv.hold.gpus, iv.hold.alternative)))
+        placer.hold(req, Running(iv.hold.node, iv.hold.gpus, iv.hold.alternative))
 
 
 @contextmanager
@@ -224,6 +295,29 @@ def _ensure_instances(occ: Occupancy, hold: Holding, force: bool = False) -> Non
         missing = state is not None and (state.mig is None or inst not in state.mig)
         if missing and (force or occ.create_problem(hold.node, g.index, inst) is None):
             occ.create(hold.node, g.index, inst, force=True)
+
+
+def _all_fit(occ: Occupancy, keys: Sequence[Key], holds: Sequence[Holding]) -> bool:
+    """Whether every ``keys[i]`` can start at ``holds[i]`` on ``occ`` in turn; ``occ`` is left as it was
+    (cheaper than trying on a copy of the whole cluster)."""
+    started: list[Key] = []
+    layouts: dict[tuple[str, int], set[tuple[str, int]] | None] = {}
+    try:
+        for key, hold in zip(keys, holds, strict=True):
+            for g in hold.gpus:
+                state = occ.gpus.get((hold.node, g.index))
+                if state is not None:
+                    layouts.setdefault((hold.node, g.index), state.mig)
+            if not _fits(occ, key, hold):
+                return False
+            started.append(key)
+        return True
+    finally:
+        for key in started:
+            occ.stop(key)
+        # ``Occupancy.create`` replaces a layout's set rather than changing it, so this restores it.
+        for gpu, mig in layouts.items():
+            occ.gpus[gpu].mig = mig
 
 
 def _fits(occ: Occupancy, key: Key, hold: Holding) -> bool:
@@ -257,7 +351,21 @@ def roll_forward(
 ) -> Timeline:
     """Reserve a start time and GPUs for every replica that does not keep running (see the module);
     stop, ``cut``, when ``deadline`` passes."""
-    roll = _Roll(inp, problem, cluster_with_layouts(inp.cluster, result.mig_layouts), catalog)
+    # Every keep of the roll may over-commit on purpose (see ``_quiet_overcommit``).
+    with _quiet_overcommit():
+        return _roll(inp, problem, result, catalog, now, previous, deadline)
+
+
+def _roll(
+    inp: PlanningInput,
+    problem: PlacementProblem,
+    result: SolveResult,
+    catalog: HardwareCatalog,
+    now: datetime,
+    previous: Mapping[Key, Reservation],
+    deadline: Deadline | None,
+) -> Timeline:
+    roll = _Roll(inp, problem, result.mig_layouts, catalog)
     chosen = {(a.workload, a.replica): a for a in result.assignments}
     workloads = inp.workload_by_id
     for key, a in chosen.items():
@@ -270,7 +378,13 @@ def roll_forward(
     done: set[str] = set()
     processed: set[Key] = set()
     requests = roll.requests
-    for req in problem.queue_order():
+    # The solver's starts as intervals from now, made once: a replica it leaves waiting is probed with
+    # those not reached yet.
+    solver_starts = {
+        k: _Interval(k, 0.0, math.inf, holding(a)) for k, a in chosen.items() if requests[k].running is None
+    }
+    order = problem.queue_order()
+    for req in order:
         if req.key in chosen and req.running is not None:
             continue
         if deadline is not None and deadline.expired():
@@ -279,7 +393,7 @@ def roll_forward(
             if req.gang in done:
                 continue
             done.add(req.gang)
-            members = [r for r in problem.queue_order() if r.gang == req.gang and r.key not in starts]
+            members = [r for r in order if r.gang == req.gang and r.key not in starts]
         else:
             members = [req]
         d = duration_s(workloads[req.workload], inp.policy) or math.inf
@@ -289,17 +403,13 @@ def roll_forward(
         honoured = fresh and all(m.key in previous for m in members)
         processed.update(m.key for m in members)
         promoted = False
-        times = sorted({0.0, *(iv.end for iv in roll.intervals if iv.end <= HORIZON_S)})
+        times = sorted({0.0, *roll.ends})
         for t in times:
             ivs = roll.overlapping(t, d)
             found = None
             if t == 0 and fresh and not suggested and not honoured:
                 # Now, only idle room the solver leaves is taken, never room of the solver's own starts.
-                pending = [
-                    _Interval(k, 0.0, math.inf, holding(a))
-                    for k, a in chosen.items()
-                    if k not in processed and requests[k].running is None
-                ]
+                pending = [iv for k, iv in solver_starts.items() if k not in processed]
                 found = roll.probe(t, members, ivs + pending, [])
                 promoted = found is not None
                 if not promoted:

@@ -48,9 +48,10 @@ def link_graph(node: Node) -> nx.Graph:
     return graph
 
 
-def nvlink_cliques(node: Node) -> list[frozenset[int]]:
-    """Maximal sets of GPUs in which every pair is joined by NVLink (NVSwitch: the whole board)."""
-    graph = link_graph(node)
+def nvlink_cliques(node: Node, graph: nx.Graph | None = None) -> list[frozenset[int]]:
+    """Maximal sets of GPUs in which every pair is joined by NVLink (NVSwitch: the whole board);
+    ``graph`` is the node's :func:`link_graph` when the caller has it."""
+    graph = link_graph(node) if graph is None else graph
     nv = nx.Graph()
     nv.add_nodes_from(graph.nodes)
     nv.add_edges_from((a, b) for a, b, d in graph.edges(data=True) if d["nvlink"])

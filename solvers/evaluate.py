@@ -17,6 +17,7 @@ The objective is the queue term in the default lexicographic mode, the weighted 
 from __future__ import annotations
 
 import logging
+import weakref
 from collections.abc import Iterable, Sequence
 from dataclasses import dataclass, replace
 
@@ -119,10 +120,31 @@ class NodeFragmentation:
         return self.measure(*self.state(node, assignments))
 
 
+#: The last :func:`fragmented_milli` answer: (problem, assignments, layouts, answer). A plan's report
+#: and its metrics ask for the same plan in turn; the problem is held weakly (it may be a whole fleet).
+_last_fragmented: (
+    tuple[weakref.ref[PlacementProblem], tuple[Assignment, ...], tuple[MigLayout, ...], tuple[float, int]]
+    | None
+) = None
+
+
 def fragmented_milli(
     problem: PlacementProblem, assignments: Sequence[Assignment], layouts: Sequence[MigLayout]
 ) -> tuple[float, int]:
     """(FGD fragmentation in milli-GPU, free GPU milli) of the cluster once the plan is in place."""
+    global _last_fragmented
+    plan, target = tuple(assignments), tuple(layouts)
+    last = _last_fragmented
+    if last is not None and last[0]() is problem and last[1] == plan and last[2] == target:
+        return last[3]
+    found = _fragmented_milli(problem, plan, target)
+    _last_fragmented = (weakref.ref(problem), plan, target, found)
+    return found
+
+
+def _fragmented_milli(
+    problem: PlacementProblem, assignments: Sequence[Assignment], layouts: Sequence[MigLayout]
+) -> tuple[float, int]:
     meter = NodeFragmentation(problem, layouts)
     on: dict[str, list[Assignment]] = {n.name: [] for n in problem.nodes}
     for a in assignments:

@@ -20,7 +20,7 @@ from dataclasses import dataclass, replace
 from fractions import Fraction
 
 from gpuplan.models.workload import TopologyNeed
-from gpuplan.solvers.placement.options import mig_placements, options, whole_groups
+from gpuplan.solvers.placement.options import mig_starts, model_ok, whole_groups
 from gpuplan.solvers.placement.state import MILLI, NodeInfo, NodeState, frag_key, slice_milli
 from gpuplan.solvers.problem import Request, ShapeSpec
 
@@ -87,6 +87,15 @@ class _Plan:
     wholes: tuple[tuple[int, int, float], ...]
 
 
+@dataclass(frozen=True)
+class _Relevant:
+    """The targets that can use a node class's GPUs, as (weight, CPU, index into ``bare``), in target
+    order; ``bare`` are their distinct shapes without CPU."""
+
+    targets: tuple[tuple[float, int, int], ...]
+    bare: tuple[ShapeSpec, ...]
+
+
 class Fragmentation:
     """Expected fragmentation of a node state for a target mix, memoised by node state."""
 
@@ -95,6 +104,7 @@ class Fragmentation:
         self.total_weight = sum(t.weight for t in self.targets)
         self._memo: dict[Hashable, float] = {}
         self._plans: dict[int, _Plan] = {}
+        self._relevant: dict[int, _Relevant] = {}
 
     def __call__(self, info: NodeInfo, state: NodeState) -> float:
         """Popularity-weighted free GPU milli that the targets cannot use."""
@@ -111,10 +121,37 @@ class Fragmentation:
             return 0.0
         if info.symmetric:
             return free * self.total_weight - self._usable_symmetric(info, state)
+        relevant = self._targets_for(info)
+        # ``usable`` depends on a target's CPU only through the node's free CPU, so it is computed once
+        # per shape without CPU; the sum still runs over the targets in order (the same float result).
+        found: list[int | None] = [None] * len(relevant.bare)
         used = 0.0
-        for t in self.targets:
-            used += t.weight * usable(info, state, t.shape)
+        for weight, cpu, k in relevant.targets:
+            if state.cpu < cpu:
+                continue
+            u = found[k]
+            if u is None:
+                u = found[k] = usable(info, state, relevant.bare[k])
+            used += weight * u
         return free * self.total_weight - used
+
+    def _targets_for(self, info: NodeInfo) -> _Relevant:
+        """The targets that could use some GPU of the node's class: the others add nothing (CPU-only
+        targets, and those asking for GPU models the node lacks), so they are left out."""
+        found = self._relevant.get(info.cls)
+        if found is None:
+            names = {m.name for m in info.models}
+            bare: dict[ShapeSpec, int] = {}
+            targets: list[tuple[float, int, int]] = []
+            for t in self.targets:
+                s = t.shape
+                if s.kind == "cpu" or (s.models and names.isdisjoint(s.models)):
+                    continue
+                k = bare.setdefault(replace(s, cpu_milli=0), len(bare))
+                targets.append((t.weight, s.cpu_milli, k))
+            found = _Relevant(tuple(targets), tuple(bare))
+            self._relevant[info.cls] = found
+        return found
 
     def _plan(self, info: NodeInfo) -> _Plan:
         plan = self._plans.get(info.cls)
@@ -161,12 +198,22 @@ def usable(info: NodeInfo, state: NodeState, shape: ShapeSpec) -> int:
         return 0
     if shape.kind == "whole":
         return MILLI * len({p for g in whole_groups(info, state, shape) for p in g})
-    if shape.kind == "fraction":
-        return sum(state.free[p] for p in {o.gpus[0] for o in options(info, state, shape)})
     if state.mem < shape.memory_mib:
         return 0
-    existing, created = mig_placements(info, state, shape)
-    covered: dict[int, set[int]] = {}
-    for o in existing + created:
-        covered.setdefault(o.gpus[0], set()).update(range(o.start, o.start + o.size))
-    return sum(slice_milli(info.models[p], len(s)) for p, s in covered.items())
+    # The GPUs and instances ``options`` would offer (without sharing tags), without building them.
+    if shape.kind == "fraction":
+        return sum(
+            f
+            for p, f in enumerate(state.free)
+            if f >= shape.milli and state.mig[p] is None and model_ok(info, p, shape)
+        )
+    assert shape.mig_profile is not None
+    total = 0
+    for p, slots in enumerate(state.mig):
+        if slots is None or not model_ok(info, p, shape):
+            continue
+        free, new = mig_starts(info, p, slots, shape.mig_profile)
+        covered = {i for s, size in free + new for i in range(s, s + size)}
+        if covered:
+            total += slice_milli(info.models[p], len(covered))
+    return total

@@ -61,7 +61,8 @@ def describe(shape: ShapeSpec) -> str:
     return f"{what}, {shape.cpu_milli} mCPU, {shape.memory_mib} MiB"
 
 
-def _model_ok(info: NodeInfo, pos: int, shape: ShapeSpec) -> bool:
+def model_ok(info: NodeInfo, pos: int, shape: ShapeSpec) -> bool:
+    """Whether the GPU at ``pos`` is of a model the shape accepts."""
     return not shape.models or info.models[pos].name in shape.models
 
 
@@ -84,7 +85,7 @@ def whole_groups(info: NodeInfo, state: NodeState, shape: ShapeSpec) -> list[lis
     cand = [
         p
         for p, f in enumerate(state.free)
-        if f == MILLI and state.mig[p] is None and _model_ok(info, p, shape)
+        if f == MILLI and state.mig[p] is None and model_ok(info, p, shape)
     ]
     if len(cand) < k:
         return []
@@ -138,7 +139,7 @@ def _fractions(info: NodeInfo, state: NodeState, shape: ShapeSpec, tags: tuple[s
         for p, f in enumerate(state.free)
         if f >= shape.milli
         and state.mig[p] is None
-        and _model_ok(info, p, shape)
+        and model_ok(info, p, shape)
         and not conflicts(state, p, tags)
     ]
 
@@ -152,28 +153,42 @@ def mig_placements(
     existing: list[Option] = []
     created: list[Option] = []
     for p, slots in enumerate(state.mig):
-        if slots is None or not _model_ok(info, p, shape) or conflicts(state, p, tags):
+        if slots is None or not model_ok(info, p, shape) or conflicts(state, p, tags):
             continue
-        prof = info.models[p].profile_map.get(name)
-        if prof is None:
-            continue
-        existing.extend(
-            Option("mig", gpus=(p,), profile=name, start=s, size=size)
-            for s, pn, size, occupied in slots
-            if pn == name and not occupied
+        free, new = mig_starts(info, p, slots, name)
+        existing.extend(Option("mig", gpus=(p,), profile=name, start=s, size=size) for s, size in free)
+        created.extend(
+            Option("mig", gpus=(p,), profile=name, start=s, size=size, create=True) for s, size in new
         )
-        if not info.allow_create:
-            continue
-        taken = {i for s, _, size, _ in slots for i in range(s, s + size)}
-        layout = tuple((pn, s) for s, pn, _, _ in slots)
-        for pl in prof.placements:
-            if any(i in taken for i in range(pl.start, pl.start + pl.size)):
-                continue
-            if _layout_ok(info, p, tuple(sorted((*layout, (name, pl.start)), key=lambda x: x[1]))):
-                created.append(
-                    Option("mig", gpus=(p,), profile=name, start=pl.start, size=pl.size, create=True)
-                )
     return existing, created
+
+
+def mig_starts(
+    info: NodeInfo, p: int, slots: tuple[MigSlot, ...], name: str
+) -> tuple[tuple[tuple[int, int], ...], tuple[tuple[int, int], ...]]:
+    """(free instances of profile ``name``, new instances at valid free starts if creating is allowed) on
+    the GPU at ``p`` with ``slots``, as (start, size); memoised per GPU model and slots, which repeat
+    from state to state."""
+    model = info.models[p]
+    key = (model.name, slots, name)
+    found = info.mig_starts.get(key)
+    if found is not None:
+        return found
+    prof = model.profile_map.get(name)
+    free: tuple[tuple[int, int], ...] = ()
+    new: list[tuple[int, int]] = []
+    if prof is not None:
+        free = tuple((s, size) for s, pn, size, occupied in slots if pn == name and not occupied)
+        if info.allow_create:
+            taken = {i for s, _, size, _ in slots for i in range(s, s + size)}
+            layout = tuple((pn, s) for s, pn, _, _ in slots)
+            for pl in prof.placements:
+                if any(i in taken for i in range(pl.start, pl.start + pl.size)):
+                    continue
+                if _layout_ok(info, p, tuple(sorted((*layout, (name, pl.start)), key=lambda x: x[1]))):
+                    new.append((pl.start, pl.size))
+    found = info.mig_starts[key] = (free, tuple(new))
+    return found
 
 
 def _migs(info: NodeInfo, state: NodeState, shape: ShapeSpec, tags: tuple[str, ...]) -> list[Option]:

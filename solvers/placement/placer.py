@@ -23,13 +23,14 @@ from gpuplan.solvers.placement.state import (
     ClusterState,
     Group,
     LayoutCache,
+    MigStartCache,
     NodeInfo,
     NodeState,
     initial_state,
     node_info,
     signature,
 )
-from gpuplan.solvers.problem import NodeSpec, Request, ShapeSpec
+from gpuplan.solvers.problem import NodeSpec, Request, Running, ShapeSpec
 
 log = logging.getLogger(__name__)
 
@@ -99,6 +100,7 @@ class Placer:
         policy = policy or Policy()
         self.rules = Rules(policy, catalog)
         layouts: LayoutCache = {}
+        starts: MigStartCache = {}
         self.infos = tuple(
             node_info(
                 i,
@@ -106,6 +108,7 @@ class Placer:
                 catalog,
                 allow_create=allow_create,
                 layouts=layouts,
+                mig_starts=starts,
                 reserved=reserved_teams(policy, n),
                 tagged=self.rules.tagged,
             )
@@ -139,14 +142,19 @@ class Placer:
         """Take a running replica's resources where it runs and return its unchanged assignment."""
         running = request.running
         assert running is not None
-        shape = request.shapes[running.alternative]
-        n = self._by_name[running.node]
+        self.hold(request, running)
+        return request.assignment(running)
+
+    def hold(self, request: Request, where: Running) -> None:
+        """Take the resources of ``request`` at ``where`` as if it ran there (``keep`` without the
+        assignment, for a replica that does not run there now, such as a reservation)."""
+        shape = request.shapes[where.alternative]
+        n = self._by_name[where.node]
         info = self.infos[n]
         demand = self.rules.demand(request)
-        self.cluster.set(n, keep(info, self.cluster.states[n], shape, running.gpus, demand.tags))
-        positions = [info.position_of[g.index] for g in running.gpus]
+        self.cluster.set(n, keep(info, self.cluster.states[n], shape, where.gpus, demand.tags))
+        positions = [info.position_of[g.index] for g in where.gpus]
         self.rules.charge(info, shape, positions, demand)
-        return request.assignment(running)
 
     def release(
         self, n: int, gone: Sequence[tuple[Request, Assignment]], stay: Sequence[tuple[Request, Assignment]]
@@ -265,14 +273,16 @@ class Placer:
         return all(self._never_fits(s, request.team) for s in request.shapes)
 
     def _never_fits(self, shape: ShapeSpec, team: str) -> bool:
-        found = self._never.get((shape, team))
+        # The team matters only when some node is reserved for teams.
+        key = (shape, team if self._reserved else "")
+        found = self._never.get(key)
         if found is None:
             found = not any(
                 options(i, s, shape)
                 for i, s in self._empty.values()
                 if i.reserved is None or team in i.reserved
             )
-            self._never[(shape, team)] = found
+            self._never[key] = found
         return found
 
     def unplaced(self, request: Request) -> Unplaced:

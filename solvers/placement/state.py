@@ -10,7 +10,7 @@ from __future__ import annotations
 import heapq
 import logging
 from collections.abc import Hashable, Sequence
-from dataclasses import dataclass
+from dataclasses import dataclass, field
 
 from gpuplan.models.hardware import GpuModelSpec, HardwareCatalog
 from gpuplan.solvers.problem import NodeSpec
@@ -28,6 +28,12 @@ _CLASS_IDS: dict[Hashable, int] = {}
 
 #: Validity of MIG layouts already checked, by (GPU model, ((profile, start), ...)).
 LayoutCache = dict[tuple[str, tuple[tuple[str, int], ...]], bool]
+
+#: Free instances and creatable placements of a MIG profile on one GPU, as ((start, size), ...) each, by
+#: (GPU model, the GPU's slots, profile) (see ``options.mig_placements``).
+MigStartCache = dict[
+    tuple[str, tuple[MigSlot, ...], str], tuple[tuple[tuple[int, int], ...], tuple[tuple[int, int], ...]]
+]
 
 
 @dataclass(frozen=True, slots=True)
@@ -63,6 +69,7 @@ class NodeInfo:
     layouts_checked: LayoutCache
     reserved: frozenset[str] | None = None
     tagged: bool = False
+    mig_starts: MigStartCache = field(default_factory=dict)
 
     @property
     def name(self) -> str:
@@ -94,10 +101,12 @@ def node_info(
     layouts: LayoutCache,
     reserved: frozenset[str] | None = None,
     tagged: bool = False,
+    mig_starts: MigStartCache | None = None,
 ) -> NodeInfo:
     """Static description of a node; nodes with equal descriptions share a class id.
 
-    ``layouts`` memoises MIG layout checks for ``catalog`` (a placer shares one dict among its nodes);
+    ``layouts`` memoises MIG layout checks for ``catalog`` and ``mig_starts`` the MIG placements of a
+    GPU's slots (a placer shares one dict of each among its nodes);
     ``reserved`` are the only teams allowed on the node; ``tagged`` makes GPUs remember sharing tags.
     """
     models = tuple(catalog.model(g.model) for g in spec.gpus)
@@ -140,6 +149,7 @@ def node_info(
         layouts_checked=layouts,
         reserved=reserved,
         tagged=tagged,
+        mig_starts={} if mig_starts is None else mig_starts,
     )
 
 
