@@ -86,7 +86,11 @@ def test_an_idle_solver_killed_is_replaced_and_readyz_says_so_meanwhile(server: 
     """The fork server is stopped so that no new process can start until it is continued: the runner is
     not ready while no solver process is up, queues jobs meanwhile, and runs them once one is."""
     solver = _solver(server)
-    assert _readyz(server).status_code == 200
+    # The process may still be starting (the previous test replaced it): ready once it says so.
+    deadline = time.monotonic() + 30
+    while (r := _readyz(server)).status_code != 200 and time.monotonic() < deadline:
+        time.sleep(0.05)
+    assert r.status_code == 200
     fork_server = _fork_server(server)
     os.kill(fork_server, signal.SIGSTOP)
     try:
