@@ -193,9 +193,11 @@ def _break(nodes: dict[str, Any], pods: dict[str, Any], case: str) -> None:
     elif case == "overbooked":
         _item(nodes, "l40s-02")["status"]["allocatable"]["nvidia.com/gpu"] = "1"
         _item(pods, "sft-13b-0")["spec"]["nodeName"] = "l40s-02"
-    elif case == "mig-config":
-        _item(nodes, "dgx-a100-01")["metadata"]["labels"]["nvidia.com/mig.config"] = "all-9g.99gb"
+    elif case == "mig-profile":
         _item(nodes, "dgx-a100-01")["status"]["allocatable"]["nvidia.com/mig-9g.99gb"] = "8"
+    elif case == "mig-config":
+        _item(nodes, "dgx-a100-01")["metadata"]["labels"]["nvidia.com/mig.config"] = "custom-heavy"
+        _item(nodes, "dgx-a100-01")["status"]["allocatable"]["nvidia.com/mig-3g.40gb"] = "24"
     elif case == "node-name":
         _item(pods, "eval-h100-0")["spec"]["nodeName"] = "cpu-01"
     elif case == "selector":
@@ -213,7 +215,11 @@ def _break(nodes: dict[str, Any], pods: dict[str, Any], case: str) -> None:
         ("overbooked", "pod 'llm-train/sft-13b-0': spec.nodeName 'l40s-02': the node cannot hold it"),
         (
             "mig-config",
-            "node 'dgx-a100-01': label nvidia.com/mig.config: A100-SXM4-80GB does not offer MIG profi",
+            "node 'dgx-a100-01': label nvidia.com/mig.config: the MIG devices offered (16x 1g.10gb",
+        ),
+        (
+            "mig-profile",
+            "node 'dgx-a100-01': status.allocatable.nvidia.com/mig-9g.99gb: A100-SXM4-80GB does not offer",
         ),
         (
             "node-name",
@@ -265,6 +271,22 @@ def test_product_names_with_device_plugin_suffixes_and_memory(tmp_path: Path) ->
     assert state.cluster.node_by_name["l40s-02"].gpus[0].model == "H100-94GB"
 
 
+def test_custom_mig_configuration_spreads_the_offered_devices(tmp_path: Path) -> None:
+    nodes = _load("nodes.json")
+    node = _item(nodes, "dgx-a100-01")
+    node["metadata"]["labels"].update({"nvidia.com/mig.config": "inference-mix", "nvidia.com/gpu.count": "8"})
+    alloc = node["status"]["allocatable"]
+    # two GPUs left whole, six in MIG mode with different layouts (a custom mig-parted config)
+    alloc.update({"nvidia.com/gpu": "2", "nvidia.com/mig-3g.40gb": "6", "nvidia.com/mig-2g.20gb": "3",
+                  "nvidia.com/mig-1g.10gb": "5"})  # fmt: skip
+    pods = {"items": [p for p in _load("pods.json")["items"] if p["spec"].get("nodeName") != "dgx-a100-01"]}
+    state = read_state(*_dump(tmp_path, nodes, pods))
+    gpus = state.cluster.node_by_name["dgx-a100-01"].gpus
+    assert len(gpus) == 8 and sum(g.mig is None for g in gpus) == 2
+    offered = Counter(i.profile for g in gpus if g.mig is not None for i in g.mig.instances)
+    assert offered == {"3g.40gb": 6, "2g.20gb": 3, "1g.10gb": 5}
+
+
 @pytest.mark.parametrize(
     ("text", "value"),
     [("64", 64), ("63500m", Decimal("63.5")), ("512Mi", 512 * 2**20), ("1e3", 1000), ("2Gi", 2 * 2**30),
@@ -284,7 +306,8 @@ def test_bad_quantity_names_the_field() -> None:
 
 
 def _gpu_node(kind: str, gpus: int) -> dict[str, Any]:
-    """A node item of one of three kinds: exclusive H100s, time-sliced L40S (4 replicas), A100s in MIG."""
+    """A node item of one of four kinds: exclusive H100s, time-sliced L40S (4 replicas), A100s in MIG
+    (mixed strategy, all-balanced) and A100s in MIG (single strategy, all-1g.10gb)."""
     labels = {"nvidia.com/gpu.count": str(gpus), "nvidia.com/gpu.sharing-strategy": "none"}
     alloc: dict[str, str] = {"cpu": "128", "memory": "1Ti"}
     if kind == "whole":
@@ -294,6 +317,10 @@ def _gpu_node(kind: str, gpus: int) -> dict[str, Any]:
         labels.update({"nvidia.com/gpu.product": "NVIDIA-L40S-SHARED", "nvidia.com/gpu.replicas": "4",
                        "nvidia.com/gpu.sharing-strategy": "time-slicing"})  # fmt: skip
         alloc["nvidia.com/gpu.shared"] = str(4 * gpus)
+    elif kind == "single":
+        labels["nvidia.com/gpu.product"] = "NVIDIA-A100-SXM4-80GB-MIG-1g.10gb"
+        labels.update({"nvidia.com/mig.config": "all-1g.10gb", "nvidia.com/mig.strategy": "single"})
+        alloc["nvidia.com/gpu"] = str(7 * gpus)
     else:
         labels["nvidia.com/gpu.product"] = "NVIDIA-A100-SXM4-80GB"
         labels.update({"nvidia.com/mig.config": "all-balanced", "nvidia.com/mig.strategy": "mixed"})
@@ -316,7 +343,7 @@ def _pod(name: str, node: str, resource: str, count: int, created: int) -> dict[
 @st.composite
 def _node_and_pods(draw: st.DrawFn) -> tuple[str, int, list[tuple[str, int]]]:
     """A node kind, its GPU count and pods (resource, count) that fit its devices, in a random order."""
-    kind = draw(st.sampled_from(["whole", "shared", "mig"]))
+    kind = draw(st.sampled_from(["whole", "shared", "mig", "single"]))
     gpus = draw(st.integers(1, 8))
     if kind == "whole":
         sizes = draw(st.lists(st.sampled_from([1, 2, 4, 8]), max_size=8))
@@ -327,6 +354,8 @@ def _node_and_pods(draw: st.DrawFn) -> tuple[str, int, list[tuple[str, int]]]:
                 used += s
     elif kind == "shared":
         pods = [("nvidia.com/gpu.shared", 1)] * draw(st.integers(0, 4 * gpus))
+    elif kind == "single":
+        pods = [("nvidia.com/gpu", 1)] * draw(st.integers(0, 7 * gpus))
     else:
         free = {"1g.10gb": 2 * gpus, "2g.20gb": gpus, "3g.40gb": gpus}
         pods = [(f"nvidia.com/mig-{p}", 1) for p, n in free.items() for _ in range(draw(st.integers(0, n)))]
@@ -363,6 +392,7 @@ def test_running_placements_never_double_book(
             else:
                 whole[g.index] += 1
         assert len(place.gpus) == (w.gpus or 1)
+        assert (w.mig_profile == "1g.10gb") == (kind == "single") or kind == "mig"
     assert all(n == 1 for n in whole.values()) and all(n == 1 for n in instances.values())
     assert all(m <= 1000 for m in milli.values()) and not set(whole) & set(milli)
     # The same pods in another order give the same placements (completion is deterministic).

@@ -160,8 +160,7 @@ class _NodeInfo:
     name: str
     model: GpuModelSpec
     gpus: int
-    mig_gpus: int
-    layout: tuple[MigInstance, ...]
+    layouts: list[tuple[MigInstance, ...]]
     single_profile: str | None
     replicas: int
     shared_renamed: bool
@@ -232,43 +231,61 @@ def _balanced(spec: GpuModelSpec) -> list[str]:
     return out
 
 
-def _mig_layout(
-    name: str, labels: Mapping[str, str], spec: GpuModelSpec, mig_counts: Counter[str], single: str | None
-) -> tuple[tuple[MigInstance, ...], bool]:
-    """One MIG GPU's layout, and whether MIG is on, from ``nvidia.com/mig.config`` or the device counts."""
-    config = labels.get(MIG_CONFIG, "")
-    where = f"node '{name}': label {MIG_CONFIG}"
-    if config == "all-disabled" or (not config and not mig_counts and single is None):
-        if mig_counts or single:
-            raise InputError(f"{where}: '{config}' but the node offers MIG devices")
-        return (), False
-    if not spec.mig_capable:
-        raise InputError(f"{where}: '{config}' asks for MIG but {spec.name} does not support MIG")
-    if config == "all-enabled" and not mig_counts and single is None:
-        return (), True
-    profiles: list[str] | None = None
-    named = re.fullmatch(r"all-(.+)", config)
+def _config_profiles(config: str, spec: GpuModelSpec) -> list[str] | None:
+    """The MIG devices of one GPU under a MIG manager default configuration (``all-<profile>``,
+    ``all-balanced``); ``None`` for other names."""
     if config == "all-balanced":
-        profiles = _balanced(spec)
-    elif named is not None:
-        wanted = named.group(1).replace(".me", "+me")
-        if wanted in spec.profile_map:
-            return _max_layout(spec, wanted), True
-    if profiles is None:
-        # A custom configuration: every MIG GPU holds the same devices, so divide the counts.
-        kinds = dict(mig_counts) or ({single: 1} if single else {})
-        if not kinds:
-            raise InputError(f"{where}: cannot tell the MIG layout of '{config}' (no MIG devices offered)")
-        profiles = [p for p, n in sorted(kinds.items()) for _ in range(n)]
-        unknown = [p for p in kinds if p not in spec.profile_map]
-        if unknown:
-            raise InputError(f"{where}: {spec.name} does not offer MIG profile '{unknown[0]}'")
-        if single:
-            return _max_layout(spec, single), True
-    layout = _fit_layout(spec, profiles)
-    if layout is None:
-        raise InputError(f"{where}: '{config}' is not a valid MIG layout for {spec.name}")
-    return layout, True
+        return _balanced(spec)
+    named = re.fullmatch(r"all-(.+)", config)
+    wanted = named.group(1).replace(".me", "+me") if named else ""
+    return [i.profile for i in _max_layout(spec, wanted)] if wanted in spec.profile_map else None
+
+
+def _distribute(spec: GpuModelSpec, counts: Counter[str], gpus: int) -> list[tuple[MigInstance, ...]] | None:
+    """``counts`` MIG devices spread over ``gpus`` GPUs: largest first, each on the least filled GPU where a
+    valid layout still exists (``None`` if they do not fit)."""
+    held: list[list[str]] = [[] for _ in range(gpus)]
+    for prof in sorted(counts, key=lambda p: (-spec.profile_map[p].memory_slices, p)):
+        for _ in range(counts[prof]):
+            order = sorted(
+                range(gpus), key=lambda g: (sum(spec.profile_map[p].memory_slices for p in held[g]), g)
+            )
+            target = next((g for g in order if _fit_layout(spec, [*held[g], prof]) is not None), None)
+            if target is None:
+                return None
+            held[target].append(prof)
+    return [_fit_layout(spec, h) or () for h in held]
+
+
+def _mig_layouts(
+    name: str, spec: GpuModelSpec, config: str, counts: Counter[str], mig_gpus: int | None
+) -> list[tuple[MigInstance, ...]]:
+    """The layouts of a node's MIG GPUs (mixed strategy): the default configuration the label names when
+    the offered devices match it, else the offered devices spread over the MIG GPUs."""
+    per_gpu = _config_profiles(config, spec)
+    if per_gpu is not None and counts:
+        need = Counter(per_gpu)
+        multiples = {counts[p] // need[p] for p in need} if set(counts) == set(need) else set()
+        k = next(iter(multiples)) if len(multiples) == 1 else 0
+        if k and all(counts[p] == k * need[p] for p in need) and mig_gpus in (None, k):
+            return [_fit_layout(spec, per_gpu) or ()] * k
+    if not counts:
+        # MIG is on but no device is offered yet (the MIG manager is still applying the configuration).
+        return [(_fit_layout(spec, per_gpu) or ()) if per_gpu else ()] * (mig_gpus or 0)
+    slices = sum(spec.profile_map[p].memory_slices * n for p, n in counts.items())
+    low = max(
+        [-(-slices // spec.memory_slices)]
+        + [-(-n // spec.profile_map[p].max_instances) for p, n in counts.items()]
+    )
+    for gpus in [mig_gpus] if mig_gpus else range(low, sum(counts.values()) + 1):
+        found = _distribute(spec, counts, gpus)
+        if found is not None:
+            return found
+    offered = ", ".join(f"{n}x {p}" for p, n in sorted(counts.items()))
+    raise InputError(
+        f"node '{name}': label {MIG_CONFIG}: the MIG devices offered ({offered}) do not fit "
+        f"{mig_gpus or 'its'} {spec.name} GPUs"
+    )
 
 
 def _node(raw: Mapping[str, Any], catalog: HardwareCatalog) -> _NodeInfo | None:
@@ -282,51 +299,71 @@ def _node(raw: Mapping[str, Any], catalog: HardwareCatalog) -> _NodeInfo | None:
     where = f"node '{name}': status.allocatable"
     gpu_alloc = _count(alloc.get(GPU, 0), f"{where}.{GPU}")
     shared_alloc = _count(alloc.get(SHARED, 0), f"{where}.{SHARED}")
-    mig_counts: Counter[str] = Counter()
+    counts: Counter[str] = Counter()
     for k, v in alloc.items():
         if k.startswith(MIG_PREFIX):
-            mig_counts[k.removeprefix(MIG_PREFIX)] = _count(v, f"{where}.{k}")
-    mig_counts = +mig_counts
-    label_count = labels.get(COUNT, "")
+            counts[k.removeprefix(MIG_PREFIX)] = _count(v, f"{where}.{k}")
+    counts = +counts
     if PRODUCT not in labels:
-        if gpu_alloc or shared_alloc or mig_counts:
+        if gpu_alloc or shared_alloc or counts:
             raise InputError(f"node '{name}': label {PRODUCT}: missing on a node that offers GPUs")
         return None
     spec = _resolve_product(name, labels[PRODUCT], labels.get(MEMORY), catalog)
     single_match = re.search(r"-MIG-([\w.+-]+)$", labels[PRODUCT])
     single = single_match.group(1) if single_match and labels.get(MIG_STRATEGY) == "single" else None
-    if single is not None and single not in spec.profile_map:
-        raise InputError(f"node '{name}': label {PRODUCT}: {spec.name} does not offer MIG profile '{single}'")
-    layout, mig_on = _mig_layout(name, labels, spec, mig_counts, single)
-    sharing = labels.get(SHARING, "none")
-    replicas_text = labels.get(REPLICAS, "1")
-    if not replicas_text.isdigit() or int(replicas_text) < 1:
-        raise InputError(f"node '{name}': label {REPLICAS}: '{replicas_text}' is not a positive whole number")
-    replicas = int(replicas_text) if sharing in _SHARING_MODES or shared_alloc else 1
-    per_gpu = len(layout)
+    config = labels.get(MIG_CONFIG, "")
+    for profile in [*counts, *([single] if single else [])]:
+        if profile not in spec.profile_map:
+            field_name = (
+                f"label {PRODUCT}" if profile == single else f"status.allocatable.{MIG_PREFIX}{profile}"
+            )
+            raise InputError(
+                f"node '{name}': {field_name}: {spec.name} does not offer MIG profile '{profile}'"
+            )
+    mig_on = bool(counts) or single is not None or config not in ("", "all-disabled")
+    if mig_on and not spec.mig_capable:
+        raise InputError(
+            f"node '{name}': label {MIG_CONFIG}: '{config}' asks for MIG but {spec.name} has none"
+        )
+    if config == "all-disabled" and (counts or single):
+        raise InputError(f"node '{name}': label {MIG_CONFIG}: 'all-disabled' but the node offers MIG devices")
+    label_count = labels.get(COUNT, "")
+    label_total = int(label_count) if label_count.isdigit() else None
+    replicas = _replicas(name, labels, gpu_alloc + shared_alloc, label_total, shared=bool(shared_alloc))
     if single is not None:
         # The single strategy offers every MIG device as nvidia.com/gpu (and counts them in gpu.count).
-        devices = gpu_alloc or (int(label_count) if label_count.isdigit() else 0)
-        mig_gpus = -(-devices // per_gpu) if per_gpu else 0
-        full = 0
+        per_gpu = _config_profiles(config, spec)
+        layout = _fit_layout(spec, per_gpu) if per_gpu and set(per_gpu) == {single} else None
+        layout = layout or _max_layout(spec, single)
+        devices = gpu_alloc or label_total or 0
+        layouts, full = [layout] * -(-devices // len(layout)), 0
     else:
-        per_profile = Counter(i.profile for i in layout)
-        mig_gpus = max((-(-n // per_profile[p]) for p, n in mig_counts.items() if per_profile[p]), default=0)
         full = -(-(gpu_alloc + shared_alloc) // replicas)
-        if mig_on and not mig_counts and label_count.isdigit():
-            mig_gpus, full = int(label_count), 0
-    total = mig_gpus + full
-    if total == 0 and label_count.isdigit():
-        total, full = int(label_count), int(label_count) if not mig_on else 0
-        mig_gpus = total - full
-    if total == 0:
+        mig_gpus = label_total - full if label_total is not None and label_total > full else None
+        layouts = _mig_layouts(name, spec, config, counts, mig_gpus) if mig_on else []
+        if not full and not layouts and not mig_on:
+            full = label_total or 0
+    if not full and not layouts:
         return None
     info = _NodeInfo(
-        name=name, model=spec, gpus=total, mig_gpus=mig_gpus, layout=layout, single_profile=single,
+        name=name, model=spec, gpus=len(layouts) + full, layouts=layouts, single_profile=single,
         replicas=replicas, shared_renamed=bool(shared_alloc),
     )  # fmt: skip
     info.entry = _entry(info, labels, alloc, catalog)
     return info
+
+
+def _replicas(name: str, labels: Mapping[str, str], offered: int, gpus: int | None, *, shared: bool) -> int:
+    """Time-sliced (or MPS) replicas per GPU: ``nvidia.com/gpu.replicas``, else offered devices per GPU;
+    1 when the node does not share."""
+    if labels.get(SHARING, "none") not in _SHARING_MODES and not shared:
+        return 1
+    text = labels.get(REPLICAS)
+    if text is None:
+        return max(1, offered // gpus) if gpus else 1
+    if not text.isdigit() or int(text) < 1:
+        raise InputError(f"node '{name}': label {REPLICAS}: '{text}' is not a positive whole number")
+    return int(text)
 
 
 def _entry(
@@ -348,14 +385,24 @@ def _entry(
     machine = re.sub(r"[^0-9a-z]+", "-", labels.get(MACHINE, "").lower()).strip("-").removeprefix("nvidia-")
     ref = next((t for t in catalog.topologies if t.name.lower() == machine), None)
 
-    def mig() -> dict[str, Any]:
-        return {"instances": [inst.model_dump() for inst in info.layout]}
+    def mig(i: int) -> dict[str, Any]:
+        return {"instances": [inst.model_dump() for inst in info.layouts[i]]}
 
     if ref is not None and catalog.canonical(ref.gpu_model) == info.model.name and len(ref.gpus) == info.gpus:
         entry["topology"] = ref.name
-        if info.mig_gpus:
-            entry["gpus"] = [{"index": i, "mig": mig()} for i in range(info.mig_gpus)]
+        if info.layouts:
+            entry["gpus"] = [{"index": i, "mig": mig(i)} for i in range(len(info.layouts))]
         return entry
+    entry["gpus"] = [
+        {
+            "index": i,
+            "model": info.model.name,
+            "numa": 0,
+            **({"mig": mig(i)} if i < len(info.layouts) else {}),
+        }
+        for i in range(info.gpus)
+    ]
+    return entry
     entry["gpus"] = [
         {"index": i, "model": info.model.name, "numa": 0, **({"mig": mig()} if i < info.mig_gpus else {})}
         for i in range(info.gpus)
