@@ -269,6 +269,10 @@ def test_product_names_with_device_plugin_suffixes_and_memory(tmp_path: Path) ->
     labels["nvidia.com/gpu.memory"] = "95830"
     state = read_state(*_dump(tmp_path, nodes, _load("pods.json")))
     assert state.cluster.node_by_name["l40s-02"].gpus[0].model == "H100-94GB"
+    # the GH200 product name counts the Grace CPU's memory; the GPU's own memory names the model
+    labels.update({"nvidia.com/gpu.product": "NVIDIA-GH200-480GB", "nvidia.com/gpu.memory": "97871"})
+    state = read_state(*_dump(tmp_path, nodes, _load("pods.json")))
+    assert state.cluster.node_by_name["l40s-02"].gpus[0].model == "GH200-96GB"
 
 
 def test_custom_mig_configuration_spreads_the_offered_devices(tmp_path: Path) -> None:

@@ -172,16 +172,24 @@ class _NodeInfo:
         return self.replicas > 1
 
 
-def _resolve_product(node: str, product: str, memory: str | None, catalog: HardwareCatalog) -> GpuModelSpec:
-    """The catalog model of a GFD product label (with the device plugin's suffixes dropped).
+def _product_base(product: str) -> str:
+    """A GFD product label without the device plugin's ``-SHARED`` and ``-MIG-<profile>`` suffixes."""
+    return re.sub(r"-MIG-[\w.+-]+$", "", re.sub(r"-SHARED$", "", product.strip()))
 
-    When the name alone is ambiguous (``NVIDIA-H100-PCIe`` fits the 80 and 94 GB models), the
-    ``nvidia.com/gpu.memory`` label (MiB) decides.
+
+def _resolve_product(node: str, product: str, memory: str | None, catalog: HardwareCatalog) -> GpuModelSpec:
+    """The catalog model of a GFD product label.
+
+    When the name alone is unknown or ambiguous (``NVIDIA-H100-PCIe`` fits the 80 and 94 GB models,
+    ``NVIDIA-GH200-480GB`` counts the CPU's memory too), the ``nvidia.com/gpu.memory`` label (MiB) decides.
     """
-    base = re.sub(r"-MIG-[\w.+-]+$", "", re.sub(r"-SHARED$", "", product.strip()))
-    spec = lookup_gpu_model(base, catalog)
-    if spec is None and memory and memory.isdigit():
-        spec = lookup_gpu_model(f"{base} {round(int(memory) / 1024)}GB", catalog)
+    base = _product_base(product)
+    names = [base]
+    if memory and memory.isdigit():
+        size = f"{round(int(memory) / 1024)}GB"
+        sizeless = re.sub(r"(?i)[-_ ]?\d+GB", "", base)
+        names += [f"{base} {size}", f"{sizeless} {size}"]
+    spec = next((m for m in (lookup_gpu_model(n, catalog) for n in names) if m is not None), None)
     if spec is None:
         raise InputError(f"node '{node}': label {PRODUCT}: unknown GPU product '{product}'")
     return spec
@@ -490,8 +498,7 @@ def _wanted_models(spec: Mapping[str, Any], where: str, catalog: HardwareCatalog
             field_name = "spec.affinity.nodeAffinity (nvidia.com/gpu.product In)"
     models: list[str] = []
     for product in products:
-        base = re.sub(r"-MIG-[\w.+-]+$", "", re.sub(r"-SHARED$", "", product))
-        model = lookup_gpu_model(base, catalog)
+        model = lookup_gpu_model(_product_base(product), catalog)
         if model is None:
             raise InputError(f"{where}: {field_name}: unknown GPU product '{product}'")
         models.append(model.name)
