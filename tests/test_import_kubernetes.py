@@ -291,6 +291,55 @@ def test_custom_mig_configuration_spreads_the_offered_devices(tmp_path: Path) ->
     assert offered == {"3g.40gb": 6, "2g.20gb": 3, "1g.10gb": 5}
 
 
+def _gpu_of(state: KubernetesState, pod: str) -> int:
+    return next(w for w in state.workloads if w.id == pod).running_on[0].gpus[0].index
+
+
+def test_pod_resources_say_which_pods_share_a_gpu(tmp_path: Path, capsys: pytest.CaptureFixture[str]) -> None:
+    dump = DATA / "pod-resources-l40s-ts-01.json"
+    files = ["--nodes", str(DATA / "nodes.json"), "--pods", str(DATA / "pods.json")]
+    assert main(["import", "kubernetes", *files, "--pod-resources", str(dump), "--out", str(tmp_path)]) == 0
+    by_id = {
+        w.id: w.running_on[0].gpus[0] for w in load_workloads(tmp_path / "workloads.csv") if w.running_on
+    }
+    gpu = {
+        user: by_id[f"notebooks/vscode-{user}"].index
+        for user in ("erin", "frank", "grace", "heidi", "ivan", "judy")
+    }
+    # kubelet's device IDs pair erin+ivan, frank+judy and grace+heidi on three distinct GPUs
+    assert gpu["erin"] == gpu["ivan"] and gpu["frank"] == gpu["judy"] and gpu["grace"] == gpu["heidi"]
+    assert len({gpu["erin"], gpu["frank"], gpu["grace"]}) == 3
+    # without the dump, the shares are packed first-fit: four on GPU 0
+    plain = read_state(DATA / "nodes.json", DATA / "pods.json")
+    assert [_gpu_of(plain, f"notebooks/vscode-{u}") for u in ("erin", "frank", "grace", "heidi")] == [
+        0,
+        0,
+        0,
+        0,
+    ]
+    # Go field names are read too; a pod whose device count disagrees with its request is one line
+    ids = [f"GPU-0000000{i}-aaaa-bbbb-cccc-dddddddddddd" for i in range(3)]
+    devices = [{"resource_name": "nvidia.com/gpu", "device_ids": ids}]
+    pod = {"name": "pretrain-7b-worker-1", "namespace": "llm-train", "containers": [{"devices": devices}]}
+    go = {"pod_resources": [pod]}
+    (tmp_path / "dgx.json").write_text(json.dumps(go))
+    bad = [
+        "import",
+        "kubernetes",
+        *files,
+        "--pod-resources",
+        str(tmp_path / "dgx.json"),
+        "--out",
+        str(tmp_path),
+    ]
+    code, _, err = _run(bad, capsys)
+    assert code == 2
+    assert err == (
+        "gpuplan: error: pod 'llm-train/pretrain-7b-worker-1': PodResources lists 3 GPU(s) for it, "
+        "but it asks for 4\n"
+    )
+
+
 @pytest.mark.parametrize(
     ("text", "value"),
     [("64", 64), ("63500m", Decimal("63.5")), ("512Mi", 512 * 2**20), ("1e3", 1000), ("2Gi", 2 * 2**30),
@@ -413,6 +462,7 @@ def test_replan_from_kubernetes_state_diffs_against_what_runs(
 ) -> None:
     state = tmp_path / "state"
     _dump(state, _load("nodes.json"), _load("pods.json"))
+    (state / "pod-resources-l40s-ts-01.json").write_text((DATA / "pod-resources-l40s-ts-01.json").read_text())
     args = [
         "replan",
         "--db",
@@ -431,7 +481,10 @@ def test_replan_from_kubernetes_state_diffs_against_what_runs(
     assert "pretrain-7b-worker-0#0" not in starts and "notebooks/vscode-kim#0" in starts
     stored = PlanHistory(db_url).latest()
     assert stored is not None
-    assert stored.inputs.workload_by_id["notebooks/vscode-erin"].running_on[0].node == "l40s-ts-01"
+    erin, ivan = (
+        stored.inputs.workload_by_id[f"notebooks/vscode-{u}"].running_on[0] for u in ("erin", "ivan")
+    )
+    assert erin.node == "l40s-ts-01" and erin.gpus == ivan.gpus  # the PodResources dump in DIR is read
     # Overnight a training worker finished and a notebook started: the next replan reads that state.
     pods = _load("pods.json")
     _item(pods, "pretrain-7b-worker-1")["status"]["phase"] = "Succeeded"

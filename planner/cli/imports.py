@@ -83,6 +83,7 @@ def cmd_kubernetes(args: argparse.Namespace) -> int:
         Path(args.pods),
         tier_map=load_tier_map(Path(args.tier_map) if args.tier_map else None),
         team_label=args.team_label,
+        pod_resources=[Path(f) for f in args.pod_resources],
     )
     cluster_path, workloads_path = write_state(state, Path(args.out))
     print(state.describe())
@@ -126,4 +127,11 @@ def add_parsers(sub: common.Subparsers) -> None:
         "--tier-map", help="YAML mapping of priorityClassName to tier ('*': the rest), over the defaults"
     )
     p.add_argument("--team-label", help="pod label naming the team (default: the namespace)")
+    p.add_argument(
+        "--pod-resources",
+        action="append",
+        default=[],
+        metavar="FILE",
+        help="a node's kubelet PodResources dump (ListPodResourcesResponse JSON); repeat for more nodes",
+    )
     p.set_defaults(func=cmd_kubernetes)

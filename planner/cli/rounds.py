@@ -86,6 +86,7 @@ def _state(args: argparse.Namespace, history: PlanHistory) -> PlanningInput:
             folder / "nodes.json",
             folder / "pods.json",
             tier_map=load_tier_map(tiers if tiers.is_file() else None),
+            pod_resources=sorted(folder.glob("pod-resources*.json")),
         )
         if policy is None:
             stored = history.latest()

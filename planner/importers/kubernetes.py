@@ -17,7 +17,8 @@ share on a node that shares without renaming; ``nvidia.com/gpu.shared`` a share 
 milli-GPU; ``nvidia.com/mig-<profile>`` that MIG profile. The Kubernetes API does not say which GPU a
 pod holds, so running placements are completed per node, deterministically and without double booking
 (whole GPUs first on the lowest free indices, then MIG instances in layout order, then shares first
-fit), checked by the same occupancy rules the executor uses.
+fit), checked by the same occupancy rules the executor uses; kubelet PodResources dumps, when given,
+say which pods hold the same GPU.
 """
 
 from __future__ import annotations
@@ -623,29 +624,62 @@ def _pods(
 _KIND_ORDER = {"whole": 0, "mig": 1, "fraction": 2}
 
 
+def _use(pod: _Pod, index: int) -> GpuUse:
+    """The pod's use of GPU ``index`` (whole or a share)."""
+    return GpuUse(index=index, milli=pod.values.get("gpu_milli") if pod.kind == "fraction" else None)
+
+
+def _pinned_uses(
+    pod: _Pod, occ: Occupancy, node: _NodeInfo, devices: list[str], pinned: dict[str, int]
+) -> tuple[GpuUse, ...]:
+    """The GPUs a pod holds by the device IDs kubelet reports: one GPU per physical device ID (time-sliced
+    IDs ``GPU-<uuid>::<n>`` share their GPU), mapped to the node's GPU indices as they first appear."""
+    uuids = list(dict.fromkeys(d.split("::")[0] for d in devices))
+    need = pod.values["gpus"] if pod.kind == "whole" else 1
+    if len(uuids) != need:
+        raise InputError(
+            f"pod '{pod.key}': PodResources lists {len(uuids)} GPU(s) for it, but it asks for {need}"
+        )
+    taken = set(pinned.values())
+    uses = []
+    for uuid in uuids:
+        index = pinned.get(uuid)
+        if index is None:
+            free = (
+                i
+                for i in range(node.gpus)
+                if i not in taken and occ.problem((pod.key, 0), Holding(node.name, (_use(pod, i),))) is None
+            )
+            index = next(free, None)
+            if index is None:
+                return ()
+            pinned[uuid] = index
+            taken.add(index)
+        uses.append(_use(pod, index))
+    return tuple(uses)
+
+
 def _uses(pod: _Pod, occ: Occupancy, node: _NodeInfo) -> tuple[GpuUse, ...]:
     """The GPUs a running pod takes on its node: the first that are free, in index order."""
     name = node.name
     key = (pod.key, 0)
     indices = range(node.gpus)
-    v = pod.values
     if pod.kind == "whole":
-        free = [i for i in indices if occ.problem(key, Holding(name, (GpuUse(index=i),))) is None]
-        return tuple(GpuUse(index=i) for i in free[: v["gpus"]]) if len(free) >= v["gpus"] else ()
+        free = [i for i in indices if occ.problem(key, Holding(name, (_use(pod, i),))) is None]
+        wanted = pod.values["gpus"]
+        return tuple(_use(pod, i) for i in free[:wanted]) if len(free) >= wanted else ()
     if pod.kind == "mig":
         for i in indices:
             for inst in sorted(occ.gpus[(name, i)].mig or (), key=lambda x: x[1]):
-                if inst[0] != v["mig_profile"]:
+                if inst[0] != pod.values["mig_profile"]:
                     continue
                 use = GpuUse(index=i, mig_profile=inst[0], mig_start=inst[1])
                 if occ.problem(key, Holding(name, (use,))) is None:
                     return (use,)
         return ()
-    for i in indices:
-        use = GpuUse(index=i, milli=v["gpu_milli"])
-        if occ.problem(key, Holding(name, (use,))) is None:
-            return (use,)
-    return ()
+    return next(
+        ((_use(pod, i),) for i in indices if occ.problem(key, Holding(name, (_use(pod, i),))) is None), ()
+    )
 
 
 def _text(node: str, uses: tuple[GpuUse, ...]) -> str:
@@ -662,25 +696,60 @@ def _text(node: str, uses: tuple[GpuUse, ...]) -> str:
 
 
 def complete_placements(
-    pods: list[_Pod], cluster: Cluster, nodes: Mapping[str, _NodeInfo], catalog: HardwareCatalog
+    pods: list[_Pod],
+    cluster: Cluster,
+    nodes: Mapping[str, _NodeInfo],
+    catalog: HardwareCatalog,
+    devices: Mapping[str, list[str]] | None = None,
 ) -> None:
     """Give every bound pod GPU indices on its node (``running_on``), never double booking a GPU.
 
-    Pods are placed node by node, whole GPUs first, then MIG instances, then time-sliced shares, each
-    group oldest first, on the lowest indices the occupancy rules allow. A pod that does not fit is an
-    input error (the node offers fewer devices than its pods hold).
+    Pods are placed node by node, whole GPUs first, then MIG instances, then time-sliced shares; in each
+    group the pods whose GPU device IDs kubelet reported (``devices``, by pod) come first and keep the
+    grouping those IDs give, then the rest, oldest first, on the lowest indices the occupancy rules
+    allow. A pod that does not fit is an input error (the node offers fewer devices than its pods hold).
     """
+    known = devices or {}
     occ = Occupancy.empty(cluster, catalog)
-    bound = sorted((p for p in pods if p.node), key=lambda p: (p.node, _KIND_ORDER[p.kind], p.created, p.key))
-    for pod in bound:
+    pinned: dict[str, dict[str, int]] = {name: {} for name in nodes}
+
+    def order(p: _Pod) -> tuple[str, int, bool, str, str]:
+        return (p.node or "", _KIND_ORDER[p.kind], p.key not in known, p.created, p.key)
+
+    for pod in sorted((p for p in pods if p.node), key=order):
         node = nodes[pod.node or ""]
-        uses = _uses(pod, occ, node)
+        ids = known.get(pod.key) if pod.kind != "mig" else None
+        uses = _pinned_uses(pod, occ, node, ids, pinned[node.name]) if ids else _uses(pod, occ, node)
         hold = Holding(node.name, uses, pod.values["cpu_milli"], pod.values["memory_mib"])
         why = occ.problem((pod.key, 0), hold) if uses else "no free GPU of the kind it asks for"
         if why is not None:
             raise InputError(f"pod '{pod.key}': spec.nodeName '{node.name}': the node cannot hold it ({why})")
         occ.start((pod.key, 0), hold)
         pod.values["running_on"] = _text(node.name, uses)
+
+
+def load_pod_resources(paths: Iterable[Path]) -> dict[str, list[str]]:
+    """GPU device IDs per pod (``<namespace>/<name>``) from kubelet PodResources dumps.
+
+    Each file is a ``ListPodResourcesResponse`` as JSON, with protobuf (``podResources``, ``deviceIds``)
+    or Go (``pod_resources``, ``device_ids``) field names; only ``nvidia.com/gpu`` and
+    ``nvidia.com/gpu.shared`` devices are kept (MIG device IDs do not name their GPU).
+    """
+    out: dict[str, list[str]] = {}
+    for path in paths:
+        raw = read_structured(Path(path))
+        entries = raw.get("pod_resources", raw.get("podResources")) if isinstance(raw, dict) else None
+        if not isinstance(entries, list):
+            raise InputError(f"{path}: expected a ListPodResourcesResponse (a 'pod_resources' list)")
+        for i, entry in enumerate(entries):
+            if not isinstance(entry, dict) or not entry.get("name"):
+                raise InputError(f"{path}: pod_resources[{i}]: expected a pod with a name")
+            ids = out.setdefault(f"{entry.get('namespace', 'default')}/{entry['name']}", [])
+            for container in entry.get("containers") or ():
+                for dev in container.get("devices") or ():
+                    if dev.get("resource_name", dev.get("resourceName")) in (GPU, SHARED):
+                        ids.extend(str(d) for d in dev.get("device_ids", dev.get("deviceIds")) or ())
+    return {k: v for k, v in out.items() if v}
 
 
 # --------------------------------------------------------------------------------------------
@@ -741,9 +810,11 @@ def read_state(
     *,
     tier_map: Mapping[str, str] | None = None,
     team_label: str | None = None,
+    pod_resources: Iterable[Path] = (),
     catalog: HardwareCatalog | None = None,
 ) -> KubernetesState:
-    """The cluster and workloads of ``kubectl get nodes -o json`` and ``kubectl get pods -A -o json``.
+    """The cluster and workloads of ``kubectl get nodes -o json`` and ``kubectl get pods -A -o json``, with
+    the GPUs of running pods from kubelet PodResources dumps when given.
 
     Raises :class:`InputError` naming the node or pod and the field of the first bad value.
     """
@@ -770,7 +841,7 @@ def read_state(
         cluster = Cluster.model_validate({"nodes": entries}, context={"catalog": cat})
     except ValidationError as exc:
         raise InputError(f"{nodes_json}: {describe(exc, {'nodes': entries})}") from None
-    complete_placements(pods, cluster, infos, cat)
+    complete_placements(pods, cluster, infos, cat, load_pod_resources(pod_resources))
     workloads = []
     for pod in pods:
         try:
