@@ -29,7 +29,7 @@ import re
 from collections import Counter
 from collections.abc import Iterable, Mapping
 from dataclasses import dataclass, field
-from decimal import ROUND_CEILING, ROUND_FLOOR, Decimal, InvalidOperation
+from decimal import ROUND_CEILING, ROUND_FLOOR, Decimal
 from pathlib import Path
 from typing import Any
 
@@ -119,10 +119,7 @@ def quantity(text: Any, where: str) -> Decimal:
     if m is None:
         raise InputError(f"{where}: '{text}' is not a Kubernetes quantity")
     number, exponent, suffix = m.groups()
-    try:
-        value = Decimal(number)
-    except InvalidOperation:
-        raise InputError(f"{where}: '{text}' is not a Kubernetes quantity") from None
+    value = Decimal(number)
     if exponent:
         return value.scaleb(int(exponent[1:]))
     if suffix in _BINARY:
@@ -130,24 +127,26 @@ def quantity(text: Any, where: str) -> Decimal:
     return value * _DECIMAL[suffix or ""]
 
 
-def cpu_milli(text: Any, where: str, *, up: bool = True) -> int:
+def cpu_milli(cores: Decimal, *, up: bool = True) -> int:
     """CPU cores as milli-CPU (rounded up for requests, down for capacities)."""
-    value = quantity(text, where) * 1000
-    return int(value.to_integral_value(ROUND_CEILING if up else ROUND_FLOOR))
+    return int((cores * 1000).to_integral_value(ROUND_CEILING if up else ROUND_FLOOR))
 
 
-def memory_mib(text: Any, where: str, *, up: bool = True) -> int:
+def memory_mib(size: Decimal, *, up: bool = True) -> int:
     """Bytes as MiB (rounded up for requests, down for capacities)."""
-    value = quantity(text, where) / _MIB
-    return int(value.to_integral_value(ROUND_CEILING if up else ROUND_FLOOR))
+    return int((size / _MIB).to_integral_value(ROUND_CEILING if up else ROUND_FLOOR))
+
+
+def _whole(value: Decimal, where: str) -> int:
+    """A device count (a whole, non-negative number)."""
+    if value < 0 or value != value.to_integral_value():
+        raise InputError(f"{where}: '{value}' is not a whole number of devices")
+    return int(value)
 
 
 def _count(text: Any, where: str) -> int:
-    """A device count (a whole, non-negative quantity)."""
-    value = quantity(text, where)
-    if value < 0 or value != value.to_integral_value():
-        raise InputError(f"{where}: '{text}' is not a whole number of devices")
-    return int(value)
+    """A device count given as a quantity."""
+    return _whole(quantity(text, where), where)
 
 
 # --------------------------------------------------------------------------------------------
@@ -388,8 +387,8 @@ def _entry(
         "name": info.name,
         "pool": info.model.name,
         "labels": kept,
-        "cpu_milli": cpu_milli(alloc["cpu"], f"{where}.cpu", up=False),
-        "memory_mib": memory_mib(alloc["memory"], f"{where}.memory", up=False),
+        "cpu_milli": cpu_milli(quantity(alloc["cpu"], f"{where}.cpu"), up=False),
+        "memory_mib": memory_mib(quantity(alloc["memory"], f"{where}.memory"), up=False),
     }
     machine = re.sub(r"[^0-9a-z]+", "-", labels.get(MACHINE, "").lower()).strip("-").removeprefix("nvidia-")
     ref = next((t for t in catalog.topologies if t.name.lower() == machine), None)
@@ -409,11 +408,6 @@ def _entry(
             "numa": 0,
             **({"mig": mig(i)} if i < len(info.layouts) else {}),
         }
-        for i in range(info.gpus)
-    ]
-    return entry
-    entry["gpus"] = [
-        {"index": i, "model": info.model.name, "numa": 0, **({"mig": mig()} if i < info.mig_gpus else {})}
         for i in range(info.gpus)
     ]
     return entry
@@ -457,13 +451,6 @@ def _requests(spec: Mapping[str, Any], where: str) -> dict[str, Decimal]:
     for k, v in (spec.get("overhead") or {}).items():
         out[str(k)] = out.get(str(k), Decimal(0)) + quantity(v, f"{where}: spec.overhead.{k}")
     return out
-
-
-def _whole(value: Decimal, where: str) -> int:
-    """A device request as a whole number."""
-    if value < 0 or value != value.to_integral_value():
-        raise InputError(f"{where}: '{value}' is not a whole number of devices")
-    return int(value)
 
 
 def _gang(meta: Mapping[str, Any]) -> str | None:
@@ -524,8 +511,9 @@ def _shape(
             f"{field_of}: asks for {' and '.join(sorted(asked))}; gpuplan takes one GPU kind per pod"
         )
     ((resource, n),) = asked.items()
-    if resource.startswith(MIG_PREFIX) or (resource == GPU and node is not None and node.single_profile):
-        profile = resource.removeprefix(MIG_PREFIX) if resource != GPU else node.single_profile  # type: ignore[union-attr]
+    single = node.single_profile if node is not None else None
+    if resource.startswith(MIG_PREFIX) or (resource == GPU and single):
+        profile = single if resource == GPU else resource.removeprefix(MIG_PREFIX)
         if n != 1:
             raise InputError(
                 f"{field_of}.{resource}: {n} MIG devices; gpuplan places one MIG instance per pod"
@@ -557,6 +545,7 @@ def _pods(
     catalog: HardwareCatalog,
 ) -> tuple[list[_Pod], dict[str, list[int]]]:
     """The pods that ask for GPUs, and the CPU and memory that other pods hold on each GPU node."""
+    # A pending pod's share is the largest any node gives (the fewest replicas per GPU).
     shares = sorted({FULL_MILLI // n.replicas for n in nodes.values() if n.time_sliced})
     share = min(shares[-1], FULL_MILLI - 1) if shares else None
     held: dict[str, list[int]] = {name: [0, 0] for name in nodes}
@@ -580,8 +569,8 @@ def _pods(
         req = _requests(spec, where)
         node = nodes.get(node_name) if node_name else None
         shape = _shape(req, node, share, where)
-        cpu = int((req.get("cpu", Decimal(0)) * 1000).to_integral_value(ROUND_CEILING))
-        mem = int((req.get("memory", Decimal(0)) / _MIB).to_integral_value(ROUND_CEILING))
+        cpu = cpu_milli(req.get("cpu", Decimal(0)))
+        mem = memory_mib(req.get("memory", Decimal(0)))
         if shape is None:
             if node is not None:
                 held[node.name][0] += cpu
@@ -598,7 +587,7 @@ def _pods(
             "id": key,
             "team": team or meta.get("namespace", "default"),
             "tier": tier,
-            "priority": int(spec.get("priority") or 0),
+            "priority": spec.get("priority") or 0,
             **values,
             "cpu_milli": cpu,
             "memory_mib": mem,
