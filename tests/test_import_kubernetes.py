@@ -254,6 +254,18 @@ def test_input_errors_are_one_line_naming_object_and_field(
     assert err.startswith(f"gpuplan: error: {message}") and err.count("\n") == 1, err
 
 
+def test_one_node_object_and_a_yaml_pod_list_are_read(tmp_path: Path) -> None:
+    nodes, pods = _load("nodes.json"), _load("pods.json")
+    (tmp_path / "node.json").write_text(
+        json.dumps(_item(nodes, "l40s-02"))
+    )  # kubectl get node l40s-02 -o json
+    pods["items"] = [p for p in pods["items"] if p["spec"].get("nodeName") == "l40s-02"]
+    (tmp_path / "pods.yaml").write_text(yaml.safe_dump(pods))  # kubectl get pods -A -o yaml
+    state = read_state(tmp_path / "node.json", tmp_path / "pods.yaml")
+    assert [n.name for n in state.cluster.nodes] == ["l40s-02"]
+    assert "inference/whisper-large-7f6d9c8b5-8vn2x" in {w.id for w in state.workloads}
+
+
 def test_tier_map_and_team_label(tmp_path: Path, capsys: pytest.CaptureFixture[str]) -> None:
     tiers = tmp_path / "tiers.yaml"
     tiers.write_text(yaml.safe_dump({"batch-training": "background", "*": "latency-sensitive"}))

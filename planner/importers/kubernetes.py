@@ -776,8 +776,10 @@ class KubernetesState:
 
 
 def _items(path: Path, kind: str) -> list[Mapping[str, Any]]:
-    """The ``items`` of a ``kubectl get … -o json`` list (or a bare list)."""
+    """The ``items`` of a ``kubectl get … -o json`` list (or a bare list, or one object)."""
     raw = read_structured(path)
+    if isinstance(raw, dict) and str(raw.get("kind", "")).lower() == kind.rstrip("s"):
+        raw = [raw]
     items = raw.get("items") if isinstance(raw, dict) else raw
     if not isinstance(items, list) or not all(isinstance(i, dict) for i in items):
         raise InputError(f"{path}: expected the output of `kubectl get {kind} -o json` (a list with 'items')")
