@@ -1,4 +1,5 @@
-"""``gpuplan import …``: nvidia-smi topology and MIG tables, and the Alibaba openb trace."""
+"""``gpuplan import …``: nvidia-smi topology and MIG tables, the Alibaba openb trace, and a Kubernetes fleet's
+nodes and pods."""
 
 from __future__ import annotations
 
@@ -73,9 +74,26 @@ def cmd_openb(args: argparse.Namespace) -> int:
     return 0
 
 
+def cmd_kubernetes(args: argparse.Namespace) -> int:
+    """Convert ``kubectl get nodes/pods -o json`` dumps to a cluster and workloads with ``running_on``."""
+    from gpuplan.planner.importers.kubernetes import load_tier_map, read_state, write_state
+
+    state = read_state(
+        Path(args.nodes),
+        Path(args.pods),
+        tier_map=load_tier_map(Path(args.tier_map) if args.tier_map else None),
+        team_label=args.team_label,
+        pod_resources=[Path(f) for f in args.pod_resources],
+    )
+    cluster_path, workloads_path = write_state(state, Path(args.out))
+    print(state.describe())
+    print(f"wrote {cluster_path} and {workloads_path}")
+    return 0
+
+
 def add_parsers(sub: common.Subparsers) -> None:
-    """Register ``import topo|mig|openb``."""
-    imp = sub.add_parser("import", help="import nvidia-smi outputs or the openb trace")
+    """Register ``import topo|mig|openb|kubernetes``."""
+    imp = sub.add_parser("import", help="import nvidia-smi outputs, the openb trace or a Kubernetes fleet")
     kinds = imp.add_subparsers(dest="kind", required=True)
 
     p = kinds.add_parser("topo", help="a cluster node from `nvidia-smi topo -m` output")
@@ -98,3 +116,22 @@ def add_parsers(sub: common.Subparsers) -> None:
     p.add_argument("--pods", required=True)
     p.add_argument("--out", required=True, help="output directory")
     p.set_defaults(func=cmd_openb)
+
+    p = kinds.add_parser(
+        "kubernetes", help="a Kubernetes GPU fleet (kubectl JSON) as cluster.yaml + workloads.csv"
+    )
+    p.add_argument("--nodes", required=True, help="output of `kubectl get nodes -o json`")
+    p.add_argument("--pods", required=True, help="output of `kubectl get pods -A -o json`")
+    p.add_argument("--out", required=True, help="output directory")
+    p.add_argument(
+        "--tier-map", help="YAML mapping of priorityClassName to tier ('*': the rest), over the defaults"
+    )
+    p.add_argument("--team-label", help="pod label naming the team (default: the namespace)")
+    p.add_argument(
+        "--pod-resources",
+        action="append",
+        default=[],
+        metavar="FILE",
+        help="a node's kubelet PodResources dump (ListPodResourcesResponse JSON); repeat for more nodes",
+    )
+    p.set_defaults(func=cmd_kubernetes)

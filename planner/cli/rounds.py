@@ -20,7 +20,7 @@ from gpuplan.models.policy import DisruptionBudget
 from gpuplan.planner import summary
 from gpuplan.planner.cli import common
 from gpuplan.planner.deadline import solve_share
-from gpuplan.planner.io import write_json
+from gpuplan.planner.io import load_policy, planning_input, write_json
 from gpuplan.planner.progress import SearchLine, SolveProgress, reporting, stdout_silenced
 
 if TYPE_CHECKING:
@@ -71,7 +71,27 @@ def _with_rounds(inp: PlanningInput, rounds: int) -> PlanningInput:
 
 
 def _state(args: argparse.Namespace, history: PlanHistory) -> PlanningInput:
-    """The current state: the files when given, else the inputs of the latest stored plan."""
+    """The current state: a Kubernetes fleet's nodes and pods, or the files, else the inputs of the latest
+    stored plan; ``--policy`` replaces the stored policy (the Kubernetes state keeps the stored one
+    without it)."""
+    policy = load_policy(Path(args.policy)) if args.policy else None
+    if args.kubernetes_state:
+        from gpuplan.planner.importers.kubernetes import load_tier_map, read_state
+
+        if args.cluster or args.workloads:
+            raise InputError("--kubernetes-state: give it instead of --cluster and --workloads")
+        folder = Path(args.kubernetes_state)
+        tiers = folder / "tier-map.yaml"
+        state = read_state(
+            folder / "nodes.json",
+            folder / "pods.json",
+            tier_map=load_tier_map(tiers if tiers.is_file() else None),
+            pod_resources=sorted(folder.glob("pod-resources*.json")),
+        )
+        if policy is None:
+            stored = history.latest()
+            policy = stored.inputs.policy if stored is not None else load_policy(None)
+        return planning_input(state.cluster, state.workloads, policy, source=str(folder))
     if args.cluster and args.workloads:
         return common.input_from_args(args)
     if args.cluster or args.workloads:
@@ -79,7 +99,9 @@ def _state(args: argparse.Namespace, history: PlanHistory) -> PlanningInput:
     stored = history.latest()
     if stored is None:
         raise InputError("no stored plan to replan from: give --cluster and --workloads")
-    return stored.inputs
+    if policy is None:
+        return stored.inputs
+    return planning_input(stored.inputs.cluster, stored.inputs.workloads, policy, source=str(args.policy))
 
 
 def cmd_replan(args: argparse.Namespace) -> int:
@@ -130,7 +152,9 @@ def cmd_replan(args: argparse.Namespace) -> int:
     print(
         f"stored as plan {plan_id} ({'first plan' if previous is None else f'previous: plan {previous.id}'})"
     )
-    print(plan_diff(previous.plan if previous is not None else None, plan, inp).render())
+    # From Kubernetes, the diff is against what runs now, not against the previous plan.
+    before = None if previous is None or args.kubernetes_state else previous.plan
+    print(plan_diff(before, plan, inp).render())
     if args.out:
         write_json(Path(args.out), plan)
         print(f"plan written to {args.out}")
@@ -195,7 +219,14 @@ def add_parsers(sub: common.Subparsers) -> None:
     p = sub.add_parser("replan", help="nightly replanning: long solve, plan history, diff from the last plan")
     p.add_argument("--cluster", help="cluster file (default: the state of the latest stored plan)")
     p.add_argument("--workloads", help="workloads file, with running_on for what runs now")
-    p.add_argument("--policy")
+    p.add_argument(
+        "--kubernetes-state",
+        metavar="DIR",
+        help="replan what runs now on a Kubernetes fleet: DIR holds nodes.json and pods.json (kubectl JSON)",
+    )
+    p.add_argument(
+        "--policy", help="policy file (without --cluster: default the latest stored plan's policy)"
+    )
     p.add_argument("--db", help="plan history: a SQLite file or a PostgreSQL URL (default gpuplan.db)")
     common.add_solve_options(p, 300.0, "seconds for the whole command", deterministic=False)
     p.add_argument(

@@ -1,0 +1,866 @@
+"""Import of a Kubernetes GPU fleet's real state (``kubectl get nodes -o json`` and ``kubectl get pods -A
+-o json``, NVIDIA GPU Operator conventions) into a gpuplan cluster and workload list.
+
+Nodes: the GPU model comes from GPU Feature Discovery's ``nvidia.com/gpu.product`` label (the
+``-SHARED`` and ``-MIG-<profile>`` suffixes the device plugin adds are dropped), the GPU count from the
+allocatable resources (``nvidia.com/gpu``, ``nvidia.com/gpu.shared``, ``nvidia.com/mig-<profile>``) or
+else ``nvidia.com/gpu.count``, the MIG layout from ``nvidia.com/mig.config`` (``all-disabled``,
+``all-<profile>``, ``all-balanced``) or else the ``mig-<profile>`` counts, the node's CPU and memory from
+its allocatable resources less what pods gpuplan does not plan hold there (DaemonSet and static pods,
+and pods without GPUs). ``nvidia.com/gpu.machine`` naming a reference topology of the catalog (``DGX-H100``)
+gives the GPUs' NUMA nodes and links. Nodes without GPUs are left out, as no imported pod needs them.
+
+Pods: each pod that asks for GPUs becomes a one-replica workload ``<namespace>/<name>`` (pods of one
+gang share its ``gang``), Succeeded and Failed pods are skipped. Requests (else limits) give the shape:
+``nvidia.com/gpu`` whole GPUs, or a MIG instance on a ``single``-strategy MIG node, or a time-sliced
+share on a node that shares without renaming; ``nvidia.com/gpu.shared`` a share of ``1000 / replicas``
+milli-GPU; ``nvidia.com/mig-<profile>`` that MIG profile. The Kubernetes API does not say which GPU a
+pod holds, so running placements are completed per node, deterministically and without double booking
+(whole GPUs first on the lowest free indices, then MIG instances in layout order, then shares first
+fit), checked by the same occupancy rules the executor uses; kubelet PodResources dumps, when given,
+say which pods hold the same GPU.
+"""
+
+from __future__ import annotations
+
+import csv
+import logging
+import re
+from collections import Counter
+from collections.abc import Iterable, Mapping
+from dataclasses import dataclass, field
+from decimal import ROUND_CEILING, ROUND_FLOOR, Decimal
+from pathlib import Path
+from typing import Any
+
+import yaml
+from pydantic import ValidationError
+
+from gpuplan.models import (
+    BACKGROUND,
+    LATENCY_SENSITIVE,
+    STANDARD,
+    Cluster,
+    HardwareCatalog,
+    Workload,
+    default_catalog,
+)
+from gpuplan.models.base import InputError
+from gpuplan.models.cluster import MigInstance, Node, mig_layout_problems
+from gpuplan.models.hardware import GpuModelSpec
+from gpuplan.models.plan import GpuUse
+from gpuplan.planner.importers.nvidia_smi import lookup_gpu_model
+from gpuplan.planner.io import WORKLOAD_COLUMNS, describe, read_structured
+from gpuplan.planner.occupancy import FULL_MILLI, Holding, Occupancy
+
+log = logging.getLogger(__name__)
+
+GPU = "nvidia.com/gpu"
+SHARED = "nvidia.com/gpu.shared"
+MIG_PREFIX = "nvidia.com/mig-"
+PRODUCT = "nvidia.com/gpu.product"
+COUNT = "nvidia.com/gpu.count"
+MEMORY = "nvidia.com/gpu.memory"
+MACHINE = "nvidia.com/gpu.machine"
+MIG_CONFIG = "nvidia.com/mig.config"
+MIG_STRATEGY = "nvidia.com/mig.strategy"
+SHARING = "nvidia.com/gpu.sharing-strategy"
+REPLICAS = "nvidia.com/gpu.replicas"
+
+#: Where a pod's gang is named, first match wins: scheduler-plugins coscheduling (current and older
+#: label), Kueue pod groups, then Volcano's annotation.
+GANG_LABELS: tuple[str, ...] = (
+    "scheduling.x-k8s.io/pod-group",
+    "pod-group.scheduling.sigs.k8s.io",
+    "kueue.x-k8s.io/pod-group-name",
+)
+GANG_ANNOTATIONS: tuple[str, ...] = ("scheduling.k8s.io/group-name",)
+
+#: Tier of a ``priorityClassName`` unless ``--tier-map`` says otherwise; the key ``*`` is the tier of
+#: every other class and of pods without one.
+DEFAULT_TIER_MAP: dict[str, str] = {
+    "system-node-critical": LATENCY_SENSITIVE,
+    "system-cluster-critical": LATENCY_SENSITIVE,
+    "latency-sensitive": LATENCY_SENSITIVE,
+    "high-priority": LATENCY_SENSITIVE,
+    "standard": STANDARD,
+    "low-priority": BACKGROUND,
+    "background": BACKGROUND,
+    "*": STANDARD,
+}
+
+#: Node labels kept in the cluster file: topology, and the GPU Operator's view of the node.
+KEPT_LABEL_PREFIXES: tuple[str, ...] = (
+    "topology.kubernetes.io/",
+    "node.kubernetes.io/instance-type",
+    "nvidia.com/gpu.clique",
+    PRODUCT,
+    MIG_CONFIG,
+    MIG_STRATEGY,
+    SHARING,
+    REPLICAS,
+)
+
+_SKIPPED_PHASES = ("Succeeded", "Failed")
+_SHARING_MODES = ("time-slicing", "mps")
+_BINARY = {"Ki": 2**10, "Mi": 2**20, "Gi": 2**30, "Ti": 2**40, "Pi": 2**50, "Ei": 2**60}
+_DECIMAL = {
+    suffix: Decimal(f"1e{exp}")
+    for suffix, exp in (("n", -9), ("u", -6), ("m", -3), ("", 0), ("k", 3), ("M", 6), ("G", 9), ("T", 12),
+                        ("P", 15), ("E", 18))
+}  # fmt: skip
+_QUANTITY = re.compile(r"^([+-]?(?:\d+\.?\d*|\.\d+))(?:([eE][+-]?\d+)|(Ki|Mi|Gi|Ti|Pi|Ei|[numkMGTPE])?)$")
+_MIB = Decimal(2**20)
+
+
+def quantity(text: Any, where: str) -> Decimal:
+    """A Kubernetes resource quantity (``64``, ``63500m``, ``512Mi``, ``1e3``) as a plain number."""
+    m = _QUANTITY.match(str(text).strip())
+    if m is None:
+        raise InputError(f"{where}: '{text}' is not a Kubernetes quantity")
+    number, exponent, suffix = m.groups()
+    value = Decimal(number)
+    if exponent:
+        return value.scaleb(int(exponent[1:]))
+    if suffix in _BINARY:
+        return value * _BINARY[suffix]
+    return value * _DECIMAL[suffix or ""]
+
+
+def cpu_milli(cores: Decimal, *, up: bool = True) -> int:
+    """CPU cores as milli-CPU (rounded up for requests, down for capacities)."""
+    return int((cores * 1000).to_integral_value(ROUND_CEILING if up else ROUND_FLOOR))
+
+
+def memory_mib(size: Decimal, *, up: bool = True) -> int:
+    """Bytes as MiB (rounded up for requests, down for capacities)."""
+    return int((size / _MIB).to_integral_value(ROUND_CEILING if up else ROUND_FLOOR))
+
+
+def _whole(value: Decimal, where: str) -> int:
+    """A device count (a whole, non-negative number)."""
+    if value < 0 or value != value.to_integral_value():
+        raise InputError(f"{where}: '{value}' is not a whole number of devices")
+    return int(value)
+
+
+def _count(text: Any, where: str) -> int:
+    """A device count given as a quantity."""
+    return _whole(quantity(text, where), where)
+
+
+# --------------------------------------------------------------------------------------------
+# Nodes
+
+
+@dataclass
+class _NodeInfo:
+    """What the importer knows about one GPU node beyond its cluster entry."""
+
+    name: str
+    model: GpuModelSpec
+    gpus: int
+    layouts: list[tuple[MigInstance, ...]]
+    single_profile: str | None
+    replicas: int
+    shared_renamed: bool
+    entry: dict[str, Any] = field(default_factory=dict)
+
+    @property
+    def time_sliced(self) -> bool:
+        """Whether the device plugin offers the node's non-MIG GPUs as time-sliced replicas."""
+        return self.replicas > 1
+
+
+def _product_base(product: str) -> str:
+    """A GFD product label without the device plugin's ``-SHARED`` and ``-MIG-<profile>`` suffixes."""
+    return re.sub(r"-MIG-[\w.+-]+$", "", re.sub(r"-SHARED$", "", product.strip()))
+
+
+def _resolve_product(node: str, product: str, memory: str | None, catalog: HardwareCatalog) -> GpuModelSpec:
+    """The catalog model of a GFD product label.
+
+    When the name alone is unknown or ambiguous (``NVIDIA-H100-PCIe`` fits the 80 and 94 GB models,
+    ``NVIDIA-GH200-480GB`` counts the CPU's memory too), the ``nvidia.com/gpu.memory`` label (MiB) decides.
+    """
+    base = _product_base(product)
+    names = [base]
+    if memory and memory.isdigit():
+        size = f"{round(int(memory) / 1024)}GB"
+        sizeless = re.sub(r"(?i)[-_ ]?\d+GB", "", base)
+        names += [f"{base} {size}", f"{sizeless} {size}"]
+    spec = next((m for m in (lookup_gpu_model(n, catalog) for n in names) if m is not None), None)
+    if spec is None:
+        raise InputError(f"node '{node}': label {PRODUCT}: unknown GPU product '{product}'")
+    return spec
+
+
+def _fit_layout(spec: GpuModelSpec, profiles: list[str]) -> tuple[MigInstance, ...] | None:
+    """A valid placement of ``profiles`` on one GPU of ``spec`` (largest first, lowest starts), if any."""
+    order = sorted(profiles, key=lambda p: (-spec.profile_map[p].memory_slices, p))
+
+    def place(i: int, taken: tuple[MigInstance, ...]) -> tuple[MigInstance, ...] | None:
+        if i == len(order):
+            return taken
+        prof = spec.profile_map[order[i]]
+        for start in sorted(prof.starts):
+            trial = (*taken, MigInstance(profile=prof.name, start=start))
+            if not mig_layout_problems(spec, trial):
+                found = place(i + 1, trial)
+                if found is not None:
+                    return found
+        return None
+
+    found = place(0, ())
+    return None if found is None else tuple(sorted(found, key=lambda i: i.start))
+
+
+def _max_layout(spec: GpuModelSpec, profile: str) -> tuple[MigInstance, ...]:
+    """As many instances of ``profile`` as one GPU of ``spec`` holds (MIG manager's ``all-<profile>``)."""
+    best: tuple[MigInstance, ...] = ()
+    for n in range(1, spec.profile_map[profile].max_instances + 1):
+        found = _fit_layout(spec, [profile] * n)
+        if found is None:
+            break
+        best = found
+    return best
+
+
+def _balanced(spec: GpuModelSpec) -> list[str]:
+    """MIG manager's ``all-balanced``: two of the smallest 1g profile, one 2g and (8-slice models) one 3g."""
+    plain = [p for p in spec.profiles if "+" not in p.name and "-" not in p.name]
+    smallest = {
+        c: min((p for p in plain if p.compute_slices == c), key=lambda p: p.memory_slices, default=None)
+        for c in (1, 2, 3)
+    }
+    out = [p.name for p in (smallest[1], smallest[1], smallest[2]) if p is not None]
+    if spec.memory_slices >= 8 and smallest[3] is not None:
+        out.append(smallest[3].name)
+    return out
+
+
+def _config_profiles(config: str, spec: GpuModelSpec) -> list[str] | None:
+    """The MIG devices of one GPU under a MIG manager default configuration (``all-<profile>``,
+    ``all-balanced``); ``None`` for other names."""
+    if config == "all-balanced":
+        return _balanced(spec)
+    named = re.fullmatch(r"all-(.+)", config)
+    wanted = named.group(1).replace(".me", "+me") if named else ""
+    return [i.profile for i in _max_layout(spec, wanted)] if wanted in spec.profile_map else None
+
+
+def _distribute(spec: GpuModelSpec, counts: Counter[str], gpus: int) -> list[tuple[MigInstance, ...]] | None:
+    """``counts`` MIG devices spread over ``gpus`` GPUs: largest first, each on the least filled GPU where a
+    valid layout still exists (``None`` if they do not fit)."""
+    held: list[list[str]] = [[] for _ in range(gpus)]
+    for prof in sorted(counts, key=lambda p: (-spec.profile_map[p].memory_slices, p)):
+        for _ in range(counts[prof]):
+            order = sorted(
+                range(gpus), key=lambda g: (sum(spec.profile_map[p].memory_slices for p in held[g]), g)
+            )
+            target = next((g for g in order if _fit_layout(spec, [*held[g], prof]) is not None), None)
+            if target is None:
+                return None
+            held[target].append(prof)
+    return [_fit_layout(spec, h) or () for h in held]
+
+
+def _mig_layouts(
+    name: str, spec: GpuModelSpec, config: str, counts: Counter[str], mig_gpus: int | None
+) -> list[tuple[MigInstance, ...]]:
+    """The layouts of a node's MIG GPUs (mixed strategy): the default configuration the label names when
+    the offered devices match it, else the offered devices spread over the MIG GPUs."""
+    per_gpu = _config_profiles(config, spec)
+    if per_gpu is not None and counts:
+        need = Counter(per_gpu)
+        multiples = {counts[p] // need[p] for p in need} if set(counts) == set(need) else set()
+        k = next(iter(multiples)) if len(multiples) == 1 else 0
+        if k and all(counts[p] == k * need[p] for p in need) and mig_gpus in (None, k):
+            return [_fit_layout(spec, per_gpu) or ()] * k
+    if not counts:
+        # MIG is on but no device is offered yet (the MIG manager is still applying the configuration).
+        return [(_fit_layout(spec, per_gpu) or ()) if per_gpu else ()] * (mig_gpus or 0)
+    slices = sum(spec.profile_map[p].memory_slices * n for p, n in counts.items())
+    low = max(
+        [-(-slices // spec.memory_slices)]
+        + [-(-n // spec.profile_map[p].max_instances) for p, n in counts.items()]
+    )
+    for gpus in [mig_gpus] if mig_gpus else range(low, sum(counts.values()) + 1):
+        found = _distribute(spec, counts, gpus)
+        if found is not None:
+            return found
+    offered = ", ".join(f"{n}x {p}" for p, n in sorted(counts.items()))
+    raise InputError(
+        f"node '{name}': label {MIG_CONFIG}: the MIG devices offered ({offered}) do not fit "
+        f"{mig_gpus or 'its'} {spec.name} GPUs"
+    )
+
+
+def _node(raw: Mapping[str, Any], catalog: HardwareCatalog) -> _NodeInfo | None:
+    """The GPU node of a ``kubectl get nodes`` item (``None`` for a node without GPUs)."""
+    meta = raw.get("metadata") or {}
+    name = str(meta.get("name") or "")
+    if not name:
+        raise InputError("a node has no metadata.name")
+    labels: dict[str, str] = {str(k): str(v) for k, v in (meta.get("labels") or {}).items()}
+    alloc: dict[str, Any] = (raw.get("status") or {}).get("allocatable") or {}
+    where = f"node '{name}': status.allocatable"
+    gpu_alloc = _count(alloc.get(GPU, 0), f"{where}.{GPU}")
+    shared_alloc = _count(alloc.get(SHARED, 0), f"{where}.{SHARED}")
+    counts: Counter[str] = Counter()
+    for k, v in alloc.items():
+        if k.startswith(MIG_PREFIX):
+            counts[k.removeprefix(MIG_PREFIX)] = _count(v, f"{where}.{k}")
+    counts = +counts
+    if PRODUCT not in labels:
+        if gpu_alloc or shared_alloc or counts:
+            raise InputError(f"node '{name}': label {PRODUCT}: missing on a node that offers GPUs")
+        return None
+    spec = _resolve_product(name, labels[PRODUCT], labels.get(MEMORY), catalog)
+    single_match = re.search(r"-MIG-([\w.+-]+)$", labels[PRODUCT])
+    single = single_match.group(1) if single_match and labels.get(MIG_STRATEGY) == "single" else None
+    config = labels.get(MIG_CONFIG, "")
+    for profile in [*counts, *([single] if single else [])]:
+        if profile not in spec.profile_map:
+            field_name = (
+                f"label {PRODUCT}" if profile == single else f"status.allocatable.{MIG_PREFIX}{profile}"
+            )
+            raise InputError(
+                f"node '{name}': {field_name}: {spec.name} does not offer MIG profile '{profile}'"
+            )
+    mig_on = bool(counts) or single is not None or config not in ("", "all-disabled")
+    if mig_on and not spec.mig_capable:
+        raise InputError(
+            f"node '{name}': label {MIG_CONFIG}: '{config}' asks for MIG but {spec.name} has none"
+        )
+    if config == "all-disabled" and (counts or single):
+        raise InputError(f"node '{name}': label {MIG_CONFIG}: 'all-disabled' but the node offers MIG devices")
+    label_count = labels.get(COUNT, "")
+    label_total = int(label_count) if label_count.isdigit() else None
+    replicas = _replicas(name, labels, gpu_alloc + shared_alloc, label_total, shared=bool(shared_alloc))
+    if single is not None:
+        # The single strategy offers every MIG device as nvidia.com/gpu (and counts them in gpu.count).
+        per_gpu = _config_profiles(config, spec)
+        layout = _fit_layout(spec, per_gpu) if per_gpu and set(per_gpu) == {single} else None
+        layout = layout or _max_layout(spec, single)
+        devices = gpu_alloc or label_total or 0
+        layouts, full = [layout] * -(-devices // len(layout)), 0
+    else:
+        full = -(-(gpu_alloc + shared_alloc) // replicas)
+        mig_gpus = label_total - full if label_total is not None and label_total > full else None
+        layouts = _mig_layouts(name, spec, config, counts, mig_gpus) if mig_on else []
+        if not full and not layouts and not mig_on:
+            full = label_total or 0
+    if not full and not layouts:
+        return None
+    info = _NodeInfo(
+        name=name, model=spec, gpus=len(layouts) + full, layouts=layouts, single_profile=single,
+        replicas=replicas, shared_renamed=bool(shared_alloc),
+    )  # fmt: skip
+    info.entry = _entry(info, labels, alloc, catalog)
+    return info
+
+
+def _replicas(name: str, labels: Mapping[str, str], offered: int, gpus: int | None, *, shared: bool) -> int:
+    """Time-sliced (or MPS) replicas per GPU: ``nvidia.com/gpu.replicas``, else offered devices per GPU;
+    1 when the node does not share."""
+    if labels.get(SHARING, "none") not in _SHARING_MODES and not shared:
+        return 1
+    text = labels.get(REPLICAS)
+    if text is None:
+        return max(1, offered // gpus) if gpus else 1
+    if not text.isdigit() or int(text) < 1:
+        raise InputError(f"node '{name}': label {REPLICAS}: '{text}' is not a positive whole number")
+    return int(text)
+
+
+def _entry(
+    info: _NodeInfo, labels: Mapping[str, str], alloc: Mapping[str, Any], catalog: HardwareCatalog
+) -> dict[str, Any]:
+    """The node's cluster-file entry (CPU and memory are the allocatable amounts; pods not planned are
+    taken off later)."""
+    where = f"node '{info.name}': status.allocatable"
+    if "cpu" not in alloc or "memory" not in alloc:
+        raise InputError(f"{where}: cpu and memory are required")
+    kept = {k: v for k, v in sorted(labels.items()) if k.startswith(KEPT_LABEL_PREFIXES)}
+    entry: dict[str, Any] = {
+        "name": info.name,
+        "pool": info.model.name,
+        "labels": kept,
+        "cpu_milli": cpu_milli(quantity(alloc["cpu"], f"{where}.cpu"), up=False),
+        "memory_mib": memory_mib(quantity(alloc["memory"], f"{where}.memory"), up=False),
+    }
+    if "sharing" in Node.model_fields and info.gpus > len(info.layouts):
+        # How the device plugin offers the non-MIG GPUs (FORMATS.md), once the cluster model has the field.
+        entry["sharing"] = {"time-slicing": {"replicas": info.replicas}} if info.time_sliced else "exclusive"
+    machine = re.sub(r"[^0-9a-z]+", "-", labels.get(MACHINE, "").lower()).strip("-").removeprefix("nvidia-")
+    ref = next((t for t in catalog.topologies if t.name.lower() == machine), None)
+
+    def mig(i: int) -> dict[str, Any]:
+        return {"instances": [inst.model_dump() for inst in info.layouts[i]]}
+
+    if ref is not None and catalog.canonical(ref.gpu_model) == info.model.name and len(ref.gpus) == info.gpus:
+        entry["topology"] = ref.name
+        if info.layouts:
+            entry["gpus"] = [{"index": i, "mig": mig(i)} for i in range(len(info.layouts))]
+        return entry
+    entry["gpus"] = [
+        {
+            "index": i,
+            "model": info.model.name,
+            "numa": 0,
+            **({"mig": mig(i)} if i < len(info.layouts) else {}),
+        }
+        for i in range(info.gpus)
+    ]
+    return entry
+
+
+# --------------------------------------------------------------------------------------------
+# Pods
+
+
+@dataclass
+class _Pod:
+    """A pod that asks for GPUs: its workload fields, and the node it is bound to."""
+
+    key: str
+    node: str | None
+    values: dict[str, Any]
+    kind: str
+    created: str
+
+
+def _requests(spec: Mapping[str, Any], where: str) -> dict[str, Decimal]:
+    """The pod's effective requests: per resource the larger of the containers' sum and the largest init
+    container, plus the pod overhead; a container's limit stands in for a missing request."""
+
+    def of(container: Mapping[str, Any]) -> dict[str, Decimal]:
+        res = container.get("resources") or {}
+        merged = {**(res.get("limits") or {}), **(res.get("requests") or {})}
+        name = container.get("name", "?")
+        return {
+            str(k): quantity(v, f"{where}: container '{name}' resources.requests.{k}")
+            for k, v in merged.items()
+        }
+
+    out: dict[str, Decimal] = {}
+    for c in spec.get("containers") or ():
+        for k, v in of(c).items():
+            out[k] = out.get(k, Decimal(0)) + v
+    for c in spec.get("initContainers") or ():
+        for k, v in of(c).items():
+            out[k] = max(out.get(k, Decimal(0)), v)
+    for k, v in (spec.get("overhead") or {}).items():
+        out[str(k)] = out.get(str(k), Decimal(0)) + quantity(v, f"{where}: spec.overhead.{k}")
+    return out
+
+
+def _gang(meta: Mapping[str, Any]) -> str | None:
+    """The pod's gang (``<namespace>/<group>``) from coscheduling, Kueue or Volcano metadata."""
+    labels = meta.get("labels") or {}
+    annotations = meta.get("annotations") or {}
+    group = next((labels[k] for k in GANG_LABELS if labels.get(k)), None) or next(
+        (annotations[k] for k in GANG_ANNOTATIONS if annotations.get(k)), None
+    )
+    return f"{meta.get('namespace', 'default')}/{group}" if group else None
+
+
+def _wanted_models(spec: Mapping[str, Any], where: str, catalog: HardwareCatalog) -> list[str]:
+    """GPU models a pod's ``nodeSelector`` or required node affinity on ``nvidia.com/gpu.product`` allows."""
+    products: list[str] = []
+    selector = (spec.get("nodeSelector") or {}).get(PRODUCT)
+    field_name = f"spec.nodeSelector.{PRODUCT}"
+    if selector:
+        products.append(str(selector))
+    else:
+        affinity = ((spec.get("affinity") or {}).get("nodeAffinity") or {}).get(
+            "requiredDuringSchedulingIgnoredDuringExecution"
+        ) or {}
+        terms = affinity.get("nodeSelectorTerms") or []
+        found = [
+            [str(v) for v in e.get("values") or ()]
+            for t in terms
+            for e in t.get("matchExpressions") or ()
+            if e.get("key") == PRODUCT and e.get("operator") == "In"
+        ]
+        if terms and len(found) == len(terms):
+            products = [v for vs in found for v in vs]
+            field_name = "spec.affinity.nodeAffinity (nvidia.com/gpu.product In)"
+    models: list[str] = []
+    for product in products:
+        model = lookup_gpu_model(_product_base(product), catalog)
+        if model is None:
+            raise InputError(f"{where}: {field_name}: unknown GPU product '{product}'")
+        models.append(model.name)
+    return list(dict.fromkeys(models))
+
+
+def _shape(
+    req: Mapping[str, Decimal], node: _NodeInfo | None, share: int | None, where: str
+) -> tuple[str, dict[str, Any]] | None:
+    """The pod's GPU shape as (kind, workload fields), ``None`` when it asks for no GPU."""
+    field_of = f"{where}: resources.requests"
+    asked = {
+        k: _whole(v, f"{field_of}.{k}")
+        for k, v in req.items()
+        if k in (GPU, SHARED) or k.startswith(MIG_PREFIX)
+    }
+    asked = {k: v for k, v in asked.items() if v}
+    if not asked:
+        return None
+    if len(asked) > 1:
+        raise InputError(
+            f"{field_of}: asks for {' and '.join(sorted(asked))}; gpuplan takes one GPU kind per pod"
+        )
+    ((resource, n),) = asked.items()
+    single = node.single_profile if node is not None else None
+    if resource.startswith(MIG_PREFIX) or (resource == GPU and single):
+        profile = single if resource == GPU else resource.removeprefix(MIG_PREFIX)
+        if n != 1:
+            raise InputError(
+                f"{field_of}.{resource}: {n} MIG devices; gpuplan places one MIG instance per pod"
+            )
+        return "mig", {"mig_profile": profile}
+    if resource == SHARED or (
+        resource == GPU and node is not None and node.time_sliced and not node.shared_renamed
+    ):
+        replicas = node.replicas if node is not None else None
+        milli = FULL_MILLI // replicas if replicas else share
+        if milli is None:
+            raise InputError(f"{field_of}.{resource}: a time-sliced share, but no node shares its GPUs")
+        if n != 1:
+            raise InputError(
+                f"{field_of}.{resource}: {n} time-sliced shares; gpuplan places one share per pod"
+            )
+        return "fraction", {"gpu_milli": min(milli, FULL_MILLI - 1)}
+    values: dict[str, Any] = {"gpus": n}
+    if n > 1:
+        values["topology"] = "same-node"
+    return "whole", values
+
+
+def _pods(
+    items: Iterable[Mapping[str, Any]],
+    nodes: Mapping[str, _NodeInfo],
+    tier_map: Mapping[str, str],
+    team_label: str | None,
+    catalog: HardwareCatalog,
+) -> tuple[list[_Pod], dict[str, list[int]]]:
+    """The pods that ask for GPUs, and the CPU and memory that other pods hold on each GPU node."""
+    # A pending pod's share is the largest any node gives (the fewest replicas per GPU).
+    shares = sorted({FULL_MILLI // n.replicas for n in nodes.values() if n.time_sliced})
+    share = min(shares[-1], FULL_MILLI - 1) if shares else None
+    held: dict[str, list[int]] = {name: [0, 0] for name in nodes}
+    pods: list[_Pod] = []
+    seen: set[str] = set()
+    for raw in items:
+        meta = raw.get("metadata") or {}
+        spec = raw.get("spec") or {}
+        status = raw.get("status") or {}
+        key = f"{meta.get('namespace', 'default')}/{meta.get('name', '')}"
+        where = f"pod '{key}'"
+        if not meta.get("name"):
+            raise InputError("a pod has no metadata.name")
+        if key in seen:
+            raise InputError(f"{where}: appears more than once")
+        seen.add(key)
+        phase = status.get("phase", "Pending")
+        if phase in _SKIPPED_PHASES:
+            continue
+        node_name = spec.get("nodeName") or None
+        req = _requests(spec, where)
+        node = nodes.get(node_name) if node_name else None
+        shape = _shape(req, node, share, where)
+        cpu = cpu_milli(req.get("cpu", Decimal(0)))
+        mem = memory_mib(req.get("memory", Decimal(0)))
+        if shape is None:
+            if node is not None:
+                held[node.name][0] += cpu
+                held[node.name][1] += mem
+            continue
+        if node_name and node is None:
+            raise InputError(f"{where}: spec.nodeName: '{node_name}' is not a GPU node of the node list")
+        kind, values = shape
+        labels = meta.get("labels") or {}
+        klass = str(spec.get("priorityClassName") or "")
+        tier = tier_map.get(klass) or tier_map.get("*") or STANDARD
+        team = str(labels.get(team_label) or "") if team_label else ""
+        values = {
+            "id": key,
+            "team": team or meta.get("namespace", "default"),
+            "tier": tier,
+            "priority": spec.get("priority") or 0,
+            **values,
+            "cpu_milli": cpu,
+            "memory_mib": mem,
+        }
+        if node is None:
+            models = _wanted_models(spec, where, catalog)
+            if models:
+                values["gpu_models"] = "|".join(models)
+        gang = _gang(meta)
+        if gang:
+            values["gang"] = gang
+        created = str(meta.get("creationTimestamp") or "")
+        if created:
+            values["queued_since"] = created
+        pods.append(_Pod(key=key, node=node_name, values=values, kind=kind, created=created))
+    return pods, held
+
+
+# --------------------------------------------------------------------------------------------
+# Running placements
+
+
+_KIND_ORDER = {"whole": 0, "mig": 1, "fraction": 2}
+
+
+def _use(pod: _Pod, index: int) -> GpuUse:
+    """The pod's use of GPU ``index`` (whole or a share)."""
+    return GpuUse(index=index, milli=pod.values.get("gpu_milli") if pod.kind == "fraction" else None)
+
+
+def _pinned_uses(
+    pod: _Pod, occ: Occupancy, node: _NodeInfo, devices: list[str], pinned: dict[str, int]
+) -> tuple[GpuUse, ...]:
+    """The GPUs a pod holds by the device IDs kubelet reports: one GPU per physical device ID (time-sliced
+    IDs ``GPU-<uuid>::<n>`` share their GPU), mapped to the node's GPU indices as they first appear."""
+    uuids = list(dict.fromkeys(d.split("::")[0] for d in devices))
+    need = pod.values["gpus"] if pod.kind == "whole" else 1
+    if len(uuids) != need:
+        raise InputError(
+            f"pod '{pod.key}': PodResources lists {len(uuids)} GPU(s) for it, but it asks for {need}"
+        )
+    taken = set(pinned.values())
+    uses = []
+    for uuid in uuids:
+        index = pinned.get(uuid)
+        if index is None:
+            free = (
+                i
+                for i in range(node.gpus)
+                if i not in taken and occ.problem((pod.key, 0), Holding(node.name, (_use(pod, i),))) is None
+            )
+            index = next(free, None)
+            if index is None:
+                return ()
+            pinned[uuid] = index
+            taken.add(index)
+        uses.append(_use(pod, index))
+    return tuple(uses)
+
+
+def _uses(pod: _Pod, occ: Occupancy, node: _NodeInfo) -> tuple[GpuUse, ...]:
+    """The GPUs a running pod takes on its node: the first that are free, in index order."""
+    name = node.name
+    key = (pod.key, 0)
+    indices = range(node.gpus)
+    if pod.kind == "whole":
+        free = [i for i in indices if occ.problem(key, Holding(name, (_use(pod, i),))) is None]
+        wanted = pod.values["gpus"]
+        return tuple(_use(pod, i) for i in free[:wanted]) if len(free) >= wanted else ()
+    if pod.kind == "mig":
+        for i in indices:
+            for inst in sorted(occ.gpus[(name, i)].mig or (), key=lambda x: x[1]):
+                if inst[0] != pod.values["mig_profile"]:
+                    continue
+                use = GpuUse(index=i, mig_profile=inst[0], mig_start=inst[1])
+                if occ.problem(key, Holding(name, (use,))) is None:
+                    return (use,)
+        return ()
+    return next(
+        ((_use(pod, i),) for i in indices if occ.problem(key, Holding(name, (_use(pod, i),))) is None), ()
+    )
+
+
+def _text(node: str, uses: tuple[GpuUse, ...]) -> str:
+    """A ``running_on`` entry: ``node:0,1``, ``node:2=250`` or ``node:0/1g.10gb@6``."""
+    parts = []
+    for u in uses:
+        if u.mig_profile is not None:
+            parts.append(f"{u.index}/{u.mig_profile}@{u.mig_start}")
+        elif u.milli is not None:
+            parts.append(f"{u.index}={u.milli}")
+        else:
+            parts.append(str(u.index))
+    return f"{node}:{','.join(parts)}"
+
+
+def complete_placements(
+    pods: list[_Pod],
+    cluster: Cluster,
+    nodes: Mapping[str, _NodeInfo],
+    catalog: HardwareCatalog,
+    devices: Mapping[str, list[str]] | None = None,
+) -> None:
+    """Give every bound pod GPU indices on its node (``running_on``), never double booking a GPU.
+
+    Pods are placed node by node, whole GPUs first, then MIG instances, then time-sliced shares; in each
+    group the pods whose GPU device IDs kubelet reported (``devices``, by pod) come first and keep the
+    grouping those IDs give, then the rest, oldest first, on the lowest indices the occupancy rules
+    allow. A pod that does not fit is an input error (the node offers fewer devices than its pods hold).
+    """
+    known = devices or {}
+    occ = Occupancy.empty(cluster, catalog)
+    pinned: dict[str, dict[str, int]] = {name: {} for name in nodes}
+
+    def order(p: _Pod) -> tuple[str, int, bool, str, str]:
+        return (p.node or "", _KIND_ORDER[p.kind], p.key not in known, p.created, p.key)
+
+    for pod in sorted((p for p in pods if p.node), key=order):
+        node = nodes[pod.node or ""]
+        ids = known.get(pod.key) if pod.kind != "mig" else None
+        uses = _pinned_uses(pod, occ, node, ids, pinned[node.name]) if ids else _uses(pod, occ, node)
+        hold = Holding(node.name, uses, pod.values["cpu_milli"], pod.values["memory_mib"])
+        why = occ.problem((pod.key, 0), hold) if uses else "no free GPU of the kind it asks for"
+        if why is not None:
+            raise InputError(f"pod '{pod.key}': spec.nodeName '{node.name}': the node cannot hold it ({why})")
+        occ.start((pod.key, 0), hold)
+        pod.values["running_on"] = _text(node.name, uses)
+
+
+def load_pod_resources(paths: Iterable[Path]) -> dict[str, list[str]]:
+    """GPU device IDs per pod (``<namespace>/<name>``) from kubelet PodResources dumps.
+
+    Each file is a ``ListPodResourcesResponse`` as JSON, with protobuf (``podResources``, ``deviceIds``)
+    or Go (``pod_resources``, ``device_ids``) field names; only ``nvidia.com/gpu`` and
+    ``nvidia.com/gpu.shared`` devices are kept (MIG device IDs do not name their GPU).
+    """
+    out: dict[str, list[str]] = {}
+    for path in paths:
+        raw = read_structured(Path(path))
+        entries = raw.get("pod_resources", raw.get("podResources")) if isinstance(raw, dict) else None
+        if not isinstance(entries, list):
+            raise InputError(f"{path}: expected a ListPodResourcesResponse (a 'pod_resources' list)")
+        for i, entry in enumerate(entries):
+            if not isinstance(entry, dict) or not entry.get("name"):
+                raise InputError(f"{path}: pod_resources[{i}]: expected a pod with a name")
+            ids = out.setdefault(f"{entry.get('namespace', 'default')}/{entry['name']}", [])
+            for container in entry.get("containers") or ():
+                for dev in container.get("devices") or ():
+                    if dev.get("resource_name", dev.get("resourceName")) in (GPU, SHARED):
+                        ids.extend(str(d) for d in dev.get("device_ids", dev.get("deviceIds")) or ())
+    return {k: v for k, v in out.items() if v}
+
+
+# --------------------------------------------------------------------------------------------
+# Files
+
+
+@dataclass(frozen=True)
+class KubernetesState:
+    """A fleet's state as gpuplan inputs: the cluster, the workloads, and counts for the report."""
+
+    cluster: Cluster
+    workloads: tuple[Workload, ...]
+    node_entries: tuple[dict[str, Any], ...]
+    rows: tuple[dict[str, Any], ...]
+    skipped_nodes: int
+
+    def describe(self) -> str:
+        """A short human-readable report of what was read."""
+        running = sum(1 for w in self.workloads if w.running_on)
+        kinds = Counter(w.shapes[0].kind for w in self.workloads)
+        gangs = len({w.gang for w in self.workloads if w.gang})
+        return "\n".join(
+            [
+                f"cluster: {len(self.cluster.nodes)} GPU nodes, {self.cluster.gpu_count} GPUs "
+                f"({self.skipped_nodes} nodes without GPUs left out)",
+                f"workloads: {len(self.workloads)} pods asking for GPUs ({running} running, "
+                f"{len(self.workloads) - running} pending; "
+                + ", ".join(f"{k} {n}" for k, n in sorted(kinds.items()))
+                + f"; {gangs} gangs)",
+            ]
+        )
+
+
+def _items(path: Path, kind: str) -> list[Mapping[str, Any]]:
+    """The ``items`` of a ``kubectl get … -o json`` list (or a bare list, or one object)."""
+    raw = read_structured(path)
+    if isinstance(raw, dict) and str(raw.get("kind", "")).lower() == kind.rstrip("s"):
+        raw = [raw]
+    items = raw.get("items") if isinstance(raw, dict) else raw
+    if not isinstance(items, list) or not all(isinstance(i, dict) for i in items):
+        raise InputError(f"{path}: expected the output of `kubectl get {kind} -o json` (a list with 'items')")
+    return items
+
+
+def load_tier_map(path: Path | None) -> dict[str, str]:
+    """The default priority-class → tier map, updated by a YAML/JSON mapping file when given."""
+    out = dict(DEFAULT_TIER_MAP)
+    if path is None:
+        return out
+    raw = read_structured(path)
+    if not isinstance(raw, dict) or not all(isinstance(v, str) and v for v in raw.values()):
+        raise InputError(f"{path}: expected a mapping of priorityClassName to tier name ('*' for the rest)")
+    out.update({str(k): v for k, v in raw.items()})
+    return out
+
+
+def read_state(
+    nodes_json: Path,
+    pods_json: Path,
+    *,
+    tier_map: Mapping[str, str] | None = None,
+    team_label: str | None = None,
+    pod_resources: Iterable[Path] = (),
+    catalog: HardwareCatalog | None = None,
+) -> KubernetesState:
+    """The cluster and workloads of ``kubectl get nodes -o json`` and ``kubectl get pods -A -o json``, with
+    the GPUs of running pods from kubelet PodResources dumps when given.
+
+    Raises :class:`InputError` naming the node or pod and the field of the first bad value.
+    """
+    cat = catalog or default_catalog()
+    node_items = _items(Path(nodes_json), "nodes")
+    infos: dict[str, _NodeInfo] = {}
+    skipped = 0
+    for raw in node_items:
+        info = _node(raw, cat)
+        if info is None:
+            skipped += 1
+        elif info.name in infos:
+            raise InputError(f"node '{info.name}': appears more than once")
+        else:
+            infos[info.name] = info
+    pods, held = _pods(_items(Path(pods_json), "pods"), infos, tier_map or DEFAULT_TIER_MAP, team_label, cat)
+    entries = []
+    for info in infos.values():
+        cpu, mem = held[info.name]
+        entry = {**info.entry, "cpu_milli": max(0, info.entry["cpu_milli"] - cpu),
+                 "memory_mib": max(0, info.entry["memory_mib"] - mem)}  # fmt: skip
+        entries.append(entry)
+    try:
+        cluster = Cluster.model_validate({"nodes": entries}, context={"catalog": cat})
+    except ValidationError as exc:
+        raise InputError(f"{nodes_json}: {describe(exc, {'nodes': entries})}") from None
+    complete_placements(pods, cluster, infos, cat, load_pod_resources(pod_resources))
+    workloads = []
+    for pod in pods:
+        try:
+            workloads.append(Workload.model_validate(pod.values))
+        except ValidationError as exc:
+            raise InputError(f"pod '{pod.key}': {describe(exc, pod.values)}") from None
+    return KubernetesState(
+        cluster=cluster,
+        workloads=tuple(workloads),
+        node_entries=tuple(entries),
+        rows=tuple(p.values for p in pods),
+        skipped_nodes=skipped,
+    )
+
+
+def write_state(state: KubernetesState, out_dir: Path) -> tuple[Path, Path]:
+    """Write ``out_dir/cluster.yaml`` and ``out_dir/workloads.csv`` (FORMATS.md columns, ``running_on``)."""
+    out = Path(out_dir)
+    out.mkdir(parents=True, exist_ok=True)
+    cluster_path = out / "cluster.yaml"
+    workloads_path = out / "workloads.csv"
+    cluster_path.write_text(yaml.safe_dump({"nodes": list(state.node_entries)}, sort_keys=False))
+    with workloads_path.open("w", newline="", encoding="utf-8") as fh:
+        writer = csv.writer(fh, lineterminator="\n")
+        writer.writerow(WORKLOAD_COLUMNS)
+        writer.writerows([str(r.get(c, "")) for c in WORKLOAD_COLUMNS] for r in state.rows)
+    log.info("kubernetes import: %s", state.describe().replace("\n", "; "))
+    return cluster_path, workloads_path
