@@ -15,9 +15,9 @@ import kubernetes_validate
 import pytest
 import yaml
 
-from gpuplan.models import Cluster, Plan, PlanningInput, Policy, Workload, data_dir
+from gpuplan.models import Cluster, Plan, PlanningInput, Policy, Workload, data_dir, default_catalog
 from gpuplan.models.base import InputError
-from gpuplan.planner.actions import CREATE, DESTROY, MIGRATE, PREEMPT, START
+from gpuplan.planner.actions import CREATE, DESTROY, MIGRATE, PREEMPT, START, plan_actions
 from gpuplan.planner.cli import main
 from gpuplan.planner.executor import kubernetes, migparted
 from gpuplan.planner.history import PlanHistory
@@ -159,9 +159,9 @@ def _check_order_and_objects(inp: PlanningInput, plan: Plan, rounds: list[list[d
             if d["kind"] == "Pod" and d["spec"]["nodeSelector"] == {kubernetes.HOSTNAME: node}
         ]
         assert on_node and label < min(on_node)
-    # PriorityClasses once, in the first file, one per tier of the pods.
+    # PriorityClasses once, alone in the first file, one per tier of the pods.
     classes = [i for i, r in enumerate(rounds) for d in r if d["kind"] == "PriorityClass"]
-    assert set(classes) <= {0}
+    assert set(classes) <= {0} and {d["kind"] for d in rounds[0]} <= {"PriorityClass"}
     assert {d["spec"]["priorityClassName"] for d in pods} == {
         d["metadata"]["name"] for d in rounds[0] if d["kind"] == "PriorityClass"
     }
@@ -276,6 +276,44 @@ def test_each_pod_carries_the_planned_device_plugin_resources(
         assert limits["cpu"] == "1000m" and limits["memory"] == "4096Mi"
 
 
+def test_plan_rounds_become_files_in_order(tmp_path: Path) -> None:
+    """Two moves under a budget of one move per round (rescheduled as ``replan --rounds`` does): the
+    second move and the start it makes room for come in files after the first round's."""
+    cluster = Cluster.model_validate({"nodes": [{**CLUSTER["nodes"][0], "name": f"n{k}"} for k in range(3)]})
+    work = [
+        {"id": "a", "gpus": 1, "running_on": "n0:0"},
+        {"id": "b", "gpus": 1, "running_on": "n0:1"},
+        {"id": "c", "gpus": 3, "running_on": "n1:0,1,2"},
+        {"id": "d", "gpus": 3, "running_on": "n2:0,1,2"},
+        {"id": "big", "gpus": 4, "tier": "latency-sensitive"},
+    ]
+    budget = {"disruption": {"max_moves_per_round": 2}}
+    inp = PlanningInput(
+        cluster=cluster,
+        workloads=tuple(Workload.model_validate({**_COMMON, **w}) for w in work),
+        policy=Policy.model_validate(budget),
+    )
+    plan = make_plan(inp, solver="cpsat", now=NOW, time_limit_s=10, deterministic=True)
+    one = inp.model_copy(update={"policy": Policy.model_validate({"disruption": {"max_moves_per_round": 1}})})
+    plan = plan.model_copy(
+        update={"actions": plan_actions(one, plan.assignments, plan.mig_layouts, default_catalog(), NOW)}
+    )
+    assert sorted(a.round for a in plan.actions if a.kind == MIGRATE) == [1, 2]
+    rounds = _exported(inp, plan, tmp_path)
+    _check_order_and_objects(inp, plan, rounds)
+    heads = [p.read_text().splitlines()[0] for p in sorted((tmp_path / "k8s").glob("round-*.yaml"))]
+    assert [h.split(": ", 1)[1].split(".")[0] for h in heads] == [
+        "plan round 1, setup",
+        "plan round 1, evict",
+        "plan round 1, start",
+        "plan round 2, evict",
+        "plan round 2, start",
+    ]
+    last = [d["metadata"]["labels"]["gpuplan.io/workload"] for d in rounds[4] if d["kind"] == "Pod"]
+    assert last[-1] == "big"
+    assert _check_schemas(rounds) > 0
+
+
 def test_a_plan_without_actions_still_stops_before_it_starts(
     scenario: tuple[PlanningInput, Plan], tmp_path: Path
 ) -> None:
@@ -284,7 +322,7 @@ def test_a_plan_without_actions_still_stops_before_it_starts(
     bare = plan.model_copy(update={"actions": ()})
     rounds = _exported(inp, bare, tmp_path)
     kinds = [{d["kind"] for d in r} - {"PriorityClass"} for r in rounds]
-    assert kinds == [{"Eviction"}, {"ConfigMap", "Node"}, {"PodGroup", "Pod"}]
+    assert kinds == [set(), {"Eviction"}, {"ConfigMap", "Node"}, {"PodGroup", "Pod"}]
 
 
 def test_a_missing_image_names_the_workload(scenario: tuple[PlanningInput, Plan]) -> None:
@@ -338,7 +376,7 @@ def test_export_kubernetes_writes_the_round_files(tmp_path: Path, capsys: pytest
         if d["kind"] == "Pod"
     }
     assert images["svc"] == "registry.example/svc:2" and images["need3"] == IMAGE
-    assert (out / "round-01.yaml").read_text().startswith("# round-01.yaml: plan round 1, evict.")
+    assert (out / "round-01.yaml").read_text().startswith("# round-01.yaml: plan round 1, setup.")
 
 
 def test_export_kubernetes_bad_input_is_one_line_and_writes_nothing(

@@ -212,6 +212,10 @@ def add_parsers(sub: common.Subparsers) -> None:
     out = p.add_mutually_exclusive_group(required=True)
     out.add_argument("--xlsx", help="workbook path")
     out.add_argument("--csv", help="directory for one CSV per sheet")
-    out.add_argument("--kubernetes", help="directory for round-01.yaml, round-02.yaml, ... (with the inputs)")
+    out.add_argument(
+        "--kubernetes",
+        metavar="DIR",
+        help="directory for round-01.yaml, round-02.yaml, ... (with the inputs)",
+    )
     common.add_kubernetes_options(p)
     p.set_defaults(func=cmd_export)

@@ -15,7 +15,8 @@ to three steps, each finished before the next one is applied; each step is one f
 3. ``start``: a ``scheduling.x-k8s.io/v1alpha1`` PodGroup per gang (coscheduling, ``minMember`` the
    gang's placed replicas) the first time it appears, and a Pod per started or moved replica.
 
-Empty steps are left out. The PriorityClasses of the pods' tiers come once, in ``round-01.yaml``. Work
+Empty steps are left out. The PriorityClasses of the pods' tiers come first, alone in ``round-01.yaml``
+(so that every file of Evictions holds nothing else: ``kubectl apply`` does not take those). Work
 that stays where it runs gets no object. A plan without actions (an older plan file) gets them from
 :func:`~planner.actions.ordered_actions`, all in one round.
 
@@ -65,10 +66,11 @@ MIG_NAMESPACE = "gpu-operator"
 PRIORITY_PER_WEIGHT = 1000
 #: The largest value a user-defined PriorityClass may have.
 MAX_PRIORITY = 1_000_000_000
-#: Step kinds inside a plan round, in the order they are applied.
-EVICT, MIG, STARTS = "evict", "mig", "start"
+#: Step kinds: the PriorityClasses first, then inside each plan round in the order they are applied.
+SETUP, EVICT, MIG, STARTS = "setup", "evict", "mig", "start"
 #: What to do after applying a step of each kind, written at the top of its file.
 AFTER = {
+    SETUP: "kubectl apply -f",
     EVICT: "post each Eviction to its pod's eviction subresource; wait until those pods are gone",
     MIG: f"kubectl apply -f; wait until each node listed has label {MIG_CONFIG_LABEL}.state=success",
     STARTS: "kubectl apply -f; wait until the pods run",
@@ -326,8 +328,7 @@ def steps(plan: Plan, inp: PlanningInput, images: Images, namespace: str = "defa
     tiers = sorted({inp.workload_by_id[a.workload or ""].tier for a in started})
     classes = [priority_class(t, inp.policy.tier(t).weight) for t in tiers]
     if classes:
-        first = out[0]
-        out[0] = Step(first.plan_round, first.kind, (*classes, *first.objects))
+        out.insert(0, Step(out[0].plan_round, SETUP, tuple(classes)))
     problems = [p for s in out for d in s.objects for p in check_object(d)]
     if problems:
         more = f" (and {len(problems) - 1} more)" if len(problems) > 1 else ""
