@@ -306,7 +306,8 @@ def steps(plan: Plan, inp: PlanningInput, images: Images, namespace: str = "defa
                 now = mig_state.get((a.node, a.gpu), frozenset())
                 change = frozenset({instance(a)})
                 mig_state[(a.node, a.gpu)] = now - change if a.kind == DESTROY else now | change
-                repartitioned.extend([a.node] if a.node not in repartitioned else [])
+                if a.node not in repartitioned:
+                    repartitioned.append(a.node)
         pods: list[dict[str, Any]] = []
         for a in here:
             if a.kind not in (MIGRATE, START):
