@@ -6,7 +6,6 @@ from collections import Counter
 from datetime import UTC, datetime
 from typing import Any
 
-import pytest
 import yaml
 
 from gpuplan.models import Cluster, DisruptionBudget, Plan, PlanningInput, Policy, Workload, default_catalog
@@ -190,13 +189,13 @@ def _mixed_plan() -> tuple[PlanningInput, Plan]:
 
 def test_kubernetes_export_parses_and_carries_the_planned_resources() -> None:
     inp, plan = _mixed_plan()
-    docs = list(
-        yaml.safe_load_all(kubernetes.render(plan, inp, namespace="ml", image="registry.example/run:1"))
-    )
+    images = kubernetes.Images(default="registry.example/run:1")
+    docs = [d for step in kubernetes.steps(plan, inp, images, namespace="ml") for d in step.objects]
+    tag = kubernetes.plan_digest(plan)
     pods = {d["metadata"]["name"]: d for d in docs if d["kind"] == "Pod"}
     assert len(pods) == len(plan.assignments)
     for a in plan.assignments:
-        p = pods[f"{a.workload}-{a.replica}"]
+        p = pods[f"{a.workload}-{a.replica}-{tag}"]
         assert p["spec"]["nodeSelector"] == {"kubernetes.io/hostname": a.node}
         assert p["metadata"]["namespace"] == "ml"
         limits = p["spec"]["containers"][0]["resources"]["limits"]
@@ -214,16 +213,18 @@ def test_kubernetes_export_parses_and_carries_the_planned_resources() -> None:
     assert set(labels) == {"n0", "n1"}
     assert {v["nvidia.com/mig.config"] for v in labels.values()} == set(config["mig-configs"])
     assert all(not kubernetes.check_object(d) for d in docs)
-    with pytest.raises(ValueError, match="image"):
-        kubernetes.render(plan, inp)
 
 
 def test_mig_parted_export_matches_the_target_layouts_and_its_spec() -> None:
     inp, plan = _mixed_plan()
     doc = yaml.safe_load(migparted.render(inp.cluster, plan.mig_layouts))
     assert doc["version"] == "v1" and not migparted.check_config(doc)
+    names = {
+        n: migparted.config_name(n, e)
+        for n, e in migparted.node_configs(inp.cluster, plan.mig_layouts).items()
+    }
     for node in ("n0", "n1"):
-        entries = doc["mig-configs"][migparted.config_name(node)]
+        entries = doc["mig-configs"][names[node]]
         got: dict[int, dict[str, int]] = {}
         for e in entries:
             assert set(e) <= {"devices", "mig-enabled", "mig-devices"}

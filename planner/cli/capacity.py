@@ -153,10 +153,34 @@ def write_plan_workbook(plan: Plan, inp: PlanningInput, path: Path) -> None:
     write_xlsx(build_tables(plan, catalog, inp, None, load_node_types(None, catalog)), path)
 
 
+def export_kubernetes(args: argparse.Namespace, plan: Plan, catalog: HardwareCatalog) -> int:
+    """Write the plan as Kubernetes objects, one file per round (:mod:`planner.executor.kubernetes`)."""
+    from gpuplan.planner.executor import kubernetes
+    from gpuplan.planner.validate import check_plan
+
+    if not (args.cluster and args.workloads):
+        raise InputError("--kubernetes: give --cluster and --workloads (what runs now, tiers, teams, gangs)")
+    inp = common.input_from_args(args, catalog)
+    report = check_plan(plan, inp, catalog)
+    if not report.valid:
+        v = report.violations[0]
+        why = f"[{v.rule}] {v.subject}: {v.message}"
+        raise InputError(f"--plan {args.plan}: not a valid plan of these inputs: {why}")
+    steps = kubernetes.steps(plan, inp, common.images_from_args(args), args.namespace)
+    paths = kubernetes.write_rounds(steps, Path(args.kubernetes))
+    print(f"{len(paths)} round files written to {args.kubernetes}")
+    for path, step in zip(paths, steps, strict=True):
+        print(f"  {path.name}: plan round {step.plan_round}, {step.kind}, {len(step.objects)} object(s)")
+    return 0
+
+
 def cmd_export(args: argparse.Namespace) -> int:
-    """Export a plan (and a capacity gap) as an Excel workbook or CSV files."""
+    """Export a plan (and a capacity gap) as an Excel workbook or CSV files, or as Kubernetes objects."""
     catalog = default_catalog()
-    return export_tables(args, load_plan(Path(args.plan)), catalog)
+    plan = load_plan(Path(args.plan))
+    if args.kubernetes:
+        return export_kubernetes(args, plan, catalog)
+    return export_tables(args, plan, catalog)
 
 
 def add_parsers(sub: common.Subparsers) -> None:
@@ -175,7 +199,9 @@ def add_parsers(sub: common.Subparsers) -> None:
     )
     p.set_defaults(func=cmd_capacity_gap)
 
-    p = sub.add_parser("export", help="a plan (and capacity gap) as an Excel workbook or CSV files")
+    p = sub.add_parser(
+        "export", help="a plan (and capacity gap) as an Excel workbook or CSV files, or Kubernetes objects"
+    )
     p.add_argument("--plan", required=True)
     p.add_argument("--cluster")
     p.add_argument("--workloads")
@@ -186,4 +212,10 @@ def add_parsers(sub: common.Subparsers) -> None:
     out = p.add_mutually_exclusive_group(required=True)
     out.add_argument("--xlsx", help="workbook path")
     out.add_argument("--csv", help="directory for one CSV per sheet")
+    out.add_argument(
+        "--kubernetes",
+        metavar="DIR",
+        help="directory for round-01.yaml, round-02.yaml, ... (with the inputs)",
+    )
+    common.add_kubernetes_options(p)
     p.set_defaults(func=cmd_export)

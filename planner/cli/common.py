@@ -6,16 +6,19 @@ from __future__ import annotations
 import argparse
 from datetime import datetime
 from pathlib import Path
-from typing import TypeAlias
+from typing import TYPE_CHECKING, Any, TypeAlias
 
 from gpuplan.models.base import InputError
 from gpuplan.models.catalog import default_catalog
 from gpuplan.models.hardware import HardwareCatalog
 from gpuplan.models.problem import PlanningInput
 from gpuplan.planner.deadline import Deadline
-from gpuplan.planner.io import load_cluster, load_policy, load_workloads, planning_input
+from gpuplan.planner.io import load_cluster, load_policy, load_workloads, planning_input, read_structured
 from gpuplan.planner.occupancy import running_conflicts
 from gpuplan.solvers.base import solver_names
+
+if TYPE_CHECKING:
+    from gpuplan.planner.executor.kubernetes import Images
 
 EXIT_OK, EXIT_FAIL, EXIT_INPUT = 0, 1, 2
 
@@ -92,3 +95,26 @@ def add_solve_options(
             action="store_true",
             help="same seed and input give the same plan (CP-SAT stops on deterministic time; slower)",
         )
+
+
+def add_kubernetes_options(p: argparse.ArgumentParser) -> None:
+    """``--image``, ``--images`` and ``--namespace`` of the exported pods."""
+    p.add_argument("--image", default="", help="container image of the exported pods")
+    p.add_argument("--images", help="YAML or JSON file: workload id -> image (overrides --image)")
+    p.add_argument("--namespace", default="default", help="namespace of the pods (default: default)")
+
+
+def images_from_args(args: argparse.Namespace) -> Images:
+    """The images named by ``--image`` and ``--images``."""
+    from gpuplan.planner.executor.kubernetes import Images
+
+    per_workload: dict[str, str] = {}
+    if args.images:
+        raw: Any = read_structured(Path(args.images))
+        if not isinstance(raw, dict):
+            raise InputError(f"--images {args.images}: expected a mapping of workload id to image")
+        for wid, image in raw.items():
+            if not isinstance(image, str) or not image.strip():
+                raise InputError(f"--images {args.images}: workload '{wid}': not an image name")
+            per_workload[str(wid)] = image.strip()
+    return Images(default=args.image, per_workload=per_workload)

@@ -116,6 +116,9 @@ def cmd_replan(args: argparse.Namespace) -> int:
     deadline = common.command_deadline(args)
     history = PlanHistory(args.db)
     inp = _state(args, history)
+    images = common.images_from_args(args)
+    if args.k8s_out:  # before anything is planned or stored
+        images.require(w.id for w in inp.workloads)
     previous = history.latest()
     now = common.parse_now(args.now) or datetime.now(UTC)
     solve_s = solve_share(args.time_limit, deadline)
@@ -159,10 +162,9 @@ def cmd_replan(args: argparse.Namespace) -> int:
         write_json(Path(args.out), plan)
         print(f"plan written to {args.out}")
     if args.k8s_out:
-        Path(args.k8s_out).write_text(
-            kubernetes.render(plan, inp, namespace=args.namespace, image=args.image)
-        )
-        print(f"Kubernetes objects written to {args.k8s_out}")
+        steps = kubernetes.steps(plan, inp, images, args.namespace)
+        paths = kubernetes.write_rounds(steps, Path(args.k8s_out))
+        print(f"Kubernetes objects written to {args.k8s_out} ({len(paths)} round files)")
     if args.mig_parted_out:
         Path(args.mig_parted_out).write_text(migparted.render(inp.cluster, plan.mig_layouts))
         print(f"mig-parted config written to {args.mig_parted_out}")
@@ -236,9 +238,8 @@ def add_parsers(sub: common.Subparsers) -> None:
         help="rounds the plan may take: moves allowed = budget per round x rounds",
     )
     p.add_argument("--out", help="write the plan JSON here")
-    p.add_argument("--k8s-out", help="write Kubernetes pods and node labels (YAML) here")
-    p.add_argument("--image", default="", help="container image of the exported pods")
-    p.add_argument("--namespace", default="default")
+    p.add_argument("--k8s-out", help="write the Kubernetes objects, one file per round, to this directory")
+    common.add_kubernetes_options(p)
     p.add_argument("--mig-parted-out", help="write the NVIDIA MIG manager config (YAML) here")
     p.add_argument("-q", "--quiet", action="store_true", help="no solver progress lines")
     p.set_defaults(func=cmd_replan)

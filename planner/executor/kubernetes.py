@@ -1,39 +1,94 @@
-"""Export a plan as the Kubernetes objects a real cluster applies: pods and node MIG labels.
+"""Export a plan as the Kubernetes objects a GPU Operator cluster applies, one file per step.
 
-Each placed replica becomes a ``v1`` Pod pinned to its node (``nodeSelector``
-``kubernetes.io/hostname``) that asks the NVIDIA device plugin for what the plan gives it:
+**Order.** The plan numbers its actions by round (:mod:`planner.actions`: each round keeps the
+disruption budget and replays without over-committing anything) and runs a round in phases: stops, MIG
+destroys and creates, starts. The export keeps that order (a GPU is drained before it is
+re-partitioned, and a replica is stopped before it starts elsewhere) and splits each plan round into up
+to three steps, each finished before the next one is applied; each step is one file, ``round-01.yaml``,
+``round-02.yaml``, ...:
+
+1. ``evict``: a ``policy/v1`` Eviction of each preempted, moved or drained replica's pod;
+2. ``mig``: the MIG manager's config as the ConfigMap :data:`MIG_CONFIGMAP` in :data:`MIG_NAMESPACE`
+   (every node's config as it stands after the step) and, per node re-partitioned in the round (every
+   MIG node in the first such step), a minimal Node (name and the ``nvidia.com/mig.config`` label, a
+   strategic-merge patch);
+3. ``start``: a ``scheduling.x-k8s.io/v1alpha1`` PodGroup per gang (coscheduling, ``minMember`` the
+   gang's placed replicas) the first time it appears, and a Pod per started or moved replica.
+
+Empty steps are left out. The PriorityClasses of the pods' tiers come first, alone in ``round-01.yaml``
+(so that every file of Evictions holds nothing else: ``kubectl apply`` does not take those). Work
+that stays where it runs gets no object. A plan without actions (an older plan file) gets them from
+:func:`~planner.actions.ordered_actions`, all in one round.
+
+**Pods.** A Pod is named ``<workload>-<replica>-<plan digest>`` (a moved replica's new pod never
+collides with the old one), pinned to its node (``nodeSelector`` ``kubernetes.io/hostname``), tolerates
+the GPU Operator's ``nvidia.com/gpu`` NoSchedule taint, has the PriorityClass of its tier
+(:func:`priority_class_name`) and asks the NVIDIA device plugin for what the plan gives it:
 ``nvidia.com/gpu: N`` for whole GPUs, ``nvidia.com/mig-<profile>: 1`` for a MIG instance (the
-plugin's ``mixed`` strategy), and ``nvidia.com/gpu.shared: 1`` for a fraction (time-slicing with
-``renameByDefault``), with the planned GPU indices and milli-GPU in annotations. Each node with MIG
-GPUs gets the label ``nvidia.com/mig.config`` naming its config in the mig-parted file
-(:mod:`planner.executor.migparted`), which the NVIDIA MIG manager watches. The container image is the
-caller's: the planner decides placement and resources, not what runs.
+``mixed`` strategy), ``nvidia.com/gpu.shared: 1`` for a fraction (time-slicing with
+``renameByDefault``), with the planned GPU indices and milli-GPU in annotations. The image is the
+caller's (:class:`Images`): the planner decides placement and resources, not what runs.
+
+**Evictions** name the running pod: the workload id for a one-replica workload (one pod, one
+workload), else ``<workload>-<replica>``; see :func:`running_pod`.
 """
 
 from __future__ import annotations
 
 import hashlib
 import re
-from collections.abc import Mapping
+from collections import Counter
+from collections.abc import Iterable, Mapping, Sequence
+from dataclasses import dataclass, field
+from pathlib import Path
 from typing import Any
 
 import yaml
 
-from gpuplan.models.plan import Assignment, Plan
+from gpuplan.models.base import InputError
+from gpuplan.models.cluster import MigInstance
+from gpuplan.models.plan import CREATE, DESTROY, MIGRATE, PREEMPT, START, Action, Assignment, MigLayout, Plan
 from gpuplan.models.problem import PlanningInput
-from gpuplan.planner.actions import where
-from gpuplan.planner.executor.migparted import config_name, node_configs
+from gpuplan.models.workload import Workload
+from gpuplan.planner.actions import PHASE, instance, ordered_actions, where
+from gpuplan.planner.executor.migparted import config_document, config_name, node_configs
 
 GPU = "nvidia.com/gpu"
 SHARED_GPU = "nvidia.com/gpu.shared"
 MIG_PREFIX = "nvidia.com/mig-"
 MIG_CONFIG_LABEL = "nvidia.com/mig.config"
 HOSTNAME = "kubernetes.io/hostname"
+POD_GROUP_LABEL = "scheduling.x-k8s.io/pod-group"
+#: The MIG manager's config: the GPU Operator's ClusterPolicy ``migManager.config.name`` names it.
+MIG_CONFIGMAP = "gpuplan-mig-parted-config"
+MIG_NAMESPACE = "gpu-operator"
+#: PriorityClass value per unit of tier weight (latency-sensitive 10 -> 10000, standard 3 -> 3000, ...).
+PRIORITY_PER_WEIGHT = 1000
+#: The largest value a user-defined PriorityClass may have.
+MAX_PRIORITY = 1_000_000_000
+#: Step kinds: the PriorityClasses first, then inside each plan round in the order they are applied.
+SETUP, EVICT, MIG, STARTS = "setup", "evict", "mig", "start"
+#: What to do after applying a step of each kind, written at the top of its file.
+AFTER = {
+    SETUP: "kubectl apply -f",
+    EVICT: "post each Eviction to its pod's eviction subresource; wait until those pods are gone",
+    MIG: f"kubectl apply -f; wait until each node listed has label {MIG_CONFIG_LABEL}.state=success",
+    STARTS: "kubectl apply -f; wait until the pods run",
+}
 
 _SUBDOMAIN = re.compile(r"^[a-z0-9]([-a-z0-9]*[a-z0-9])?(\.[a-z0-9]([-a-z0-9]*[a-z0-9])?)*$")
 _DNS_LABEL = re.compile(r"^[a-z0-9]([-a-z0-9]*[a-z0-9])?$")
 _LABEL_VALUE = re.compile(r"^([A-Za-z0-9]([-A-Za-z0-9_.]*[A-Za-z0-9])?)?$")
 _QUANTITY = re.compile(r"^[0-9]+(m|Ki|Mi|Gi|Ti)?$")
+#: The apiVersion of each kind the export writes.
+API_VERSIONS = {
+    "Pod": "v1",
+    "Node": "v1",
+    "ConfigMap": "v1",
+    "Eviction": "policy/v1",
+    "PriorityClass": "scheduling.k8s.io/v1",
+    "PodGroup": "scheduling.x-k8s.io/v1alpha1",
+}
 
 
 def dns_name(text: str, limit: int = 63) -> str:
@@ -43,6 +98,40 @@ def dns_name(text: str, limit: int = 63) -> str:
         return name
     digest = hashlib.sha256(text.encode()).hexdigest()[:8]
     return f"{name[: limit - 9].rstrip('-.')}-{digest}"
+
+
+@dataclass(frozen=True)
+class Images:
+    """The container image of each workload's pods: ``per_workload`` (``--images``), else ``default``."""
+
+    default: str = ""
+    per_workload: Mapping[str, str] = field(default_factory=dict)
+
+    def of(self, workload: str) -> str:
+        """The image of ``workload`` (empty when none is known)."""
+        return self.per_workload.get(workload) or self.default
+
+    def require(self, workloads: Iterable[str]) -> None:
+        """Raise :class:`InputError` naming the first of ``workloads`` without an image."""
+        for w in workloads:
+            if not self.of(w):
+                raise InputError(f"--image: no container image for workload '{w}' (give --image or --images)")
+
+
+def priority_class_name(tier: str) -> str:
+    """The PriorityClass of a tier: ``gpuplan-<tier>``."""
+    return dns_name(f"gpuplan-{tier}", 253)
+
+
+def running_pod(w: Workload, replica: int, namespace: str) -> tuple[str, str]:
+    """The (namespace, name) of the pod a running replica is taken to have: a workload imported from
+    Kubernetes (``gpuplan import kubernetes``) is its pod ``<namespace>/<pod>``; otherwise the pod is in
+    ``namespace``, named by the workload id for a one-replica workload, else ``<workload>-<replica>``
+    (pods carry no gpuplan id until gpuplan starts them)."""
+    pod_namespace, slash, name = w.id.partition("/")
+    if slash and w.replicas == 1 and _DNS_LABEL.match(pod_namespace) and _SUBDOMAIN.match(name):
+        return pod_namespace, name
+    return namespace, dns_name(w.id if w.replicas == 1 else f"{w.id}-{replica}", 253)
 
 
 def gpu_resources(a: Assignment) -> dict[str, str]:
@@ -57,29 +146,29 @@ def gpu_resources(a: Assignment) -> dict[str, str]:
     return {GPU: str(len(a.gpus))}
 
 
-def pod(a: Assignment, inp: PlanningInput, namespace: str, image: str) -> dict[str, Any]:
+def pod(a: Assignment, inp: PlanningInput, namespace: str, image: str, name: str) -> dict[str, Any]:
     """The pod of one placed replica."""
     w = inp.workload_by_id[a.workload]
     requests = {"cpu": f"{a.cpu_milli}m", "memory": f"{a.memory_mib}Mi"}
     annotations = {"gpuplan.io/placement": where(a.node, a.gpus)}
     if a.gpus and a.gpus[0].milli is not None:
         annotations["gpuplan.io/gpu-milli"] = str(a.gpus[0].milli)
+    labels = {
+        "gpuplan.io/workload": dns_name(a.workload),
+        "gpuplan.io/replica": str(a.replica),
+        "gpuplan.io/tier": dns_name(w.tier),
+        "gpuplan.io/team": dns_name(w.team),
+    }
+    if w.gang_id is not None:
+        labels[POD_GROUP_LABEL] = dns_name(w.gang_id)
     return {
         "apiVersion": "v1",
         "kind": "Pod",
-        "metadata": {
-            "name": dns_name(f"{a.workload}-{a.replica}", 253),
-            "namespace": namespace,
-            "labels": {
-                "gpuplan.io/workload": dns_name(a.workload),
-                "gpuplan.io/replica": str(a.replica),
-                "gpuplan.io/tier": dns_name(w.tier),
-                "gpuplan.io/team": dns_name(w.team),
-            },
-            "annotations": annotations,
-        },
+        "metadata": {"name": name, "namespace": namespace, "labels": labels, "annotations": annotations},
         "spec": {
             "nodeSelector": {HOSTNAME: a.node},
+            "priorityClassName": priority_class_name(w.tier),
+            "tolerations": [{"key": GPU, "operator": "Exists", "effect": "NoSchedule"}],
             "containers": [
                 {
                     "name": "main",
@@ -91,34 +180,181 @@ def pod(a: Assignment, inp: PlanningInput, namespace: str, image: str) -> dict[s
     }
 
 
-def node_labels(plan: Plan, inp: PlanningInput) -> list[dict[str, Any]]:
-    """A Node object (for ``kubectl apply`` as a label patch) per node with MIG GPUs."""
-    return [
+def eviction(a: Action, w: Workload, namespace: str) -> dict[str, Any]:
+    """The Eviction of the pod of a replica that is preempted, moved or drained."""
+    assert a.replica is not None
+    annotations = {"gpuplan.io/action": a.detail or a.kind, "gpuplan.io/placement": a.from_ or ""}
+    pod_namespace, name = running_pod(w, a.replica, namespace)
+    return {
+        "apiVersion": "policy/v1",
+        "kind": "Eviction",
+        "metadata": {
+            "name": name,
+            "namespace": pod_namespace,
+            "annotations": annotations,
+        },
+    }
+
+
+def eviction_path(doc: Mapping[str, Any]) -> str:
+    """The API path an Eviction is posted to (``kubectl apply`` does not take Evictions)."""
+    meta = doc["metadata"]
+    return f"/api/v1/namespaces/{meta['namespace']}/pods/{meta['name']}/eviction"
+
+
+def priority_class(tier: str, weight: int) -> dict[str, Any]:
+    """The PriorityClass of a tier. ``preemptionPolicy: Never``: the plan preempts, through Evictions;
+    the scheduler must not preempt on its own."""
+    return {
+        "apiVersion": "scheduling.k8s.io/v1",
+        "kind": "PriorityClass",
+        "metadata": {"name": priority_class_name(tier)},
+        "value": min(MAX_PRIORITY, PRIORITY_PER_WEIGHT * weight),
+        "preemptionPolicy": "Never",
+        "globalDefault": False,
+        "description": f"gpuplan tier '{tier}'",
+    }
+
+
+def pod_group(gang: str, members: int, namespace: str) -> dict[str, Any]:
+    """The coscheduling PodGroup of a gang: its ``members`` pods start together or not at all."""
+    return {
+        "apiVersion": "scheduling.x-k8s.io/v1alpha1",
+        "kind": "PodGroup",
+        "metadata": {"name": dns_name(gang), "namespace": namespace},
+        "spec": {"minMember": members},
+    }
+
+
+def mig_objects(
+    inp: PlanningInput,
+    layouts: Mapping[tuple[str, int], frozenset[tuple[str, int]]],
+    nodes: Sequence[str] | None = None,
+) -> list[dict[str, Any]]:
+    """The MIG manager's ConfigMap for ``layouts`` (the instances of each MIG GPU) and a label patch per
+    node of ``nodes`` (default: every node in the ConfigMap)."""
+    configs = node_configs(
+        inp.cluster,
+        tuple(
+            MigLayout(node=n, gpu=g, instances=tuple(MigInstance(profile=p, start=s) for p, s in sorted(i)))
+            for (n, g), i in layouts.items()
+        ),
+    )
+    config_map = {
+        "apiVersion": "v1",
+        "kind": "ConfigMap",
+        "metadata": {"name": MIG_CONFIGMAP, "namespace": MIG_NAMESPACE},
+        "data": {"config.yaml": yaml.safe_dump(config_document(configs), sort_keys=False)},
+    }
+    labels = [
         {
             "apiVersion": "v1",
             "kind": "Node",
-            "metadata": {"name": node, "labels": {MIG_CONFIG_LABEL: config_name(node)}},
+            "metadata": {"name": n, "labels": {MIG_CONFIG_LABEL: config_name(n, configs[n])}},
         }
-        for node in node_configs(inp.cluster, plan.mig_layouts)
+        for n in (configs if nodes is None else nodes)
     ]
+    return [config_map, *labels]
 
 
-def objects(
-    plan: Plan, inp: PlanningInput, namespace: str = "default", image: str = ""
-) -> list[dict[str, Any]]:
-    """Node labels first (the MIG manager re-partitions), then one pod per placed replica."""
-    if not image:
-        raise ValueError("a container image is needed for the exported pods")
-    docs = node_labels(plan, inp) + [pod(a, inp, namespace, image) for a in plan.assignments]
-    problems = [p for d in docs for p in check_object(d)]
+@dataclass(frozen=True)
+class Step:
+    """One file of the export: the objects of one step (``kind``) of plan round ``plan_round``."""
+
+    plan_round: int
+    kind: str
+    objects: tuple[dict[str, Any], ...]
+
+    def render(self, number: int) -> str:
+        """The step as a YAML stream, headed by a comment saying what it is and what to do after it."""
+        what = f"plan round {self.plan_round}, {self.kind}"
+        head = [f"# round-{number:02d}.yaml: {what}. Then: {AFTER[self.kind]}"]
+        head.extend(
+            f"#   kubectl create --raw {eviction_path(d)} -f <this Eviction as JSON>"
+            for d in self.objects
+            if d["kind"] == "Eviction"
+        )
+        return "\n".join(head) + "\n" + yaml.safe_dump_all(self.objects, sort_keys=False)
+
+
+def plan_digest(plan: Plan) -> str:
+    """Six hex digits that tell this plan's pods from another plan's."""
+    return hashlib.sha256(plan.model_dump_json().encode()).hexdigest()[:6]
+
+
+def steps(plan: Plan, inp: PlanningInput, images: Images, namespace: str = "default") -> list[Step]:
+    """The plan as steps (see the module docstring); raises :class:`InputError` when a pod has no image
+    or an object would break the API's rules (a node name Kubernetes does not allow)."""
+    actions = list(plan.actions) or ordered_actions(inp, plan.assignments, plan.mig_layouts)
+    target = {(a.workload, a.replica): a for a in plan.assignments}
+    started = [a for a in actions if a.kind in (MIGRATE, START)]
+    images.require(dict.fromkeys(a.workload or "" for a in started))
+    tag = plan_digest(plan)
+    gang_size = Counter(
+        g for g in (inp.workload_by_id[p.workload].gang_id for p in plan.assignments) if g is not None
+    )
+    mig_state = {
+        (n.name, g.index): frozenset((i.profile, i.start) for i in g.mig.instances)
+        for n in inp.cluster.nodes
+        for g in n.gpus
+        if g.mig is not None
+    }
+    out: list[Step] = []
+    gangs_done: set[str] = set()
+    for rnd in sorted({a.round for a in actions}):
+        here = sorted((a for a in actions if a.round == rnd), key=lambda a: PHASE[a.kind])
+        stops = [a for a in here if a.kind in (PREEMPT, MIGRATE)]
+        evictions = [eviction(a, inp.workload_by_id[a.workload or ""], namespace) for a in stops]
+        repartitioned: list[str] = []
+        for a in here:
+            if a.kind in (DESTROY, CREATE):
+                assert a.node is not None and a.gpu is not None
+                now = mig_state.get((a.node, a.gpu), frozenset())
+                change = frozenset({instance(a)})
+                mig_state[(a.node, a.gpu)] = now - change if a.kind == DESTROY else now | change
+                if a.node not in repartitioned:
+                    repartitioned.append(a.node)
+        pods: list[dict[str, Any]] = []
+        for a in here:
+            if a.kind not in (MIGRATE, START):
+                continue
+            placed = target[(a.workload or "", a.replica or 0)]
+            gang = inp.workload_by_id[placed.workload].gang_id
+            if gang is not None and gang not in gangs_done:
+                gangs_done.add(gang)
+                pods.append(pod_group(gang, gang_size[gang], namespace))
+            name = dns_name(f"{placed.workload}-{placed.replica}-{tag}")
+            pods.append(pod(placed, inp, namespace, images.of(placed.workload), name))
+        # The first MIG step labels every MIG node, so that all of them select a config of this ConfigMap
+        # (the MIG manager does nothing on a node whose layout is already the one selected).
+        first_mig = not any(s.kind == MIG for s in out)
+        mig = mig_objects(inp, mig_state, None if first_mig else repartitioned) if repartitioned else []
+        for kind, objs in ((EVICT, evictions), (MIG, mig), (STARTS, pods)):
+            if objs:
+                out.append(Step(rnd, kind, tuple(objs)))
+    tiers = sorted({inp.workload_by_id[a.workload or ""].tier for a in started})
+    classes = [priority_class(t, inp.policy.tier(t).weight) for t in tiers]
+    if classes:
+        out.insert(0, Step(out[0].plan_round, SETUP, tuple(classes)))
+    problems = [p for s in out for d in s.objects for p in check_object(d)]
     if problems:
-        raise ValueError("; ".join(problems))
-    return docs
+        more = f" (and {len(problems) - 1} more)" if len(problems) > 1 else ""
+        raise InputError(f"Kubernetes export: {problems[0]}{more}")
+    return out
 
 
-def render(plan: Plan, inp: PlanningInput, namespace: str = "default", image: str = "") -> str:
-    """The objects as one multi-document YAML stream."""
-    return yaml.safe_dump_all(objects(plan, inp, namespace, image), sort_keys=False)
+def write_rounds(out: Sequence[Step], directory: Path) -> list[Path]:
+    """Write ``round-01.yaml``, ``round-02.yaml``, ... to ``directory`` (made if missing), removing the
+    round files of an earlier export there first."""
+    directory.mkdir(parents=True, exist_ok=True)
+    for old in directory.glob("round-*.yaml"):
+        old.unlink()
+    paths = []
+    for number, step in enumerate(out, start=1):
+        path = directory / f"round-{number:02d}.yaml"
+        path.write_text(step.render(number))
+        paths.append(path)
+    return paths
 
 
 def _labels(where_: str, labels: Any) -> list[str]:
@@ -135,19 +371,16 @@ def _labels(where_: str, labels: Any) -> list[str]:
 
 
 def check_object(doc: Any) -> list[str]:
-    """Every way a pod or node object we write breaks the Kubernetes API's rules for those fields."""
-    if (
-        not isinstance(doc, Mapping)
-        or doc.get("apiVersion") != "v1"
-        or doc.get("kind") not in ("Pod", "Node")
-    ):
-        return ["not a v1 Pod or Node"]
+    """Every way an object we write breaks the Kubernetes API's rules for its name, labels and (of a
+    pod) containers and resources; the OpenAPI schemas are checked in the tests."""
+    if not isinstance(doc, Mapping) or API_VERSIONS.get(doc.get("kind", "")) != doc.get("apiVersion"):
+        return [f"not one of the kinds the export writes: {sorted(API_VERSIONS)}"]
     meta = doc.get("metadata") or {}
     name = meta.get("name", "")
     what = f"{doc['kind']} '{name}'"
     problems = [] if _SUBDOMAIN.match(name) and len(name) <= 253 else [f"{what}: invalid name"]
     problems.extend(_labels(what, meta.get("labels", {})))
-    if doc["kind"] == "Node":
+    if doc["kind"] != "Pod":
         return problems
     containers = (doc.get("spec") or {}).get("containers") or []
     if not containers:

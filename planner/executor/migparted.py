@@ -4,7 +4,7 @@ The file follows mig-parted's ``v1`` spec (``api/spec/v1/spec.go`` in ``NVIDIA/m
 
     version: v1
     mig-configs:
-      gpuplan-dgx-01:        # one config per node; the node label nvidia.com/mig.config selects it
+      gpuplan-dgx-01-5d41402a:   # one config per node and layout; the label nvidia.com/mig.config selects it
         - devices: [0, 1]
           mig-enabled: true
           mig-devices: {"3g.40gb": 1, "4g.40gb": 1}
@@ -12,12 +12,16 @@ The file follows mig-parted's ``v1`` spec (``api/spec/v1/spec.go`` in ``NVIDIA/m
           mig-enabled: false
 
 mig-parted takes instance counts per profile and chooses the memory-slice positions itself; gpuplan's
-layouts are valid placements for the same counts, so the counts are what carries over.
+layouts are valid placements for the same counts, so the counts are what carries over. A config's name
+ends in a digest of its entries, so a node's label changes exactly when its layout does: the MIG manager
+acts on a change of the label.
 :func:`check_config` applies the spec's own parsing rules to what we write.
 """
 
 from __future__ import annotations
 
+import hashlib
+import json
 import re
 from collections import Counter
 from collections.abc import Mapping
@@ -35,9 +39,12 @@ _PROFILE = re.compile(r"^(\d+c\.)?\d+g\.\d+gb(\+[a-z]+)?$")
 _ENTRY_FIELDS = {"device-filter", "devices", "mig-enabled", "mig-devices"}
 
 
-def config_name(node: str) -> str:
-    """The mig-parted config of ``node``, usable as a Kubernetes label value (at most 63 characters)."""
-    return re.sub(r"[^A-Za-z0-9_.-]+", "-", f"{PREFIX}{node}")[:63].rstrip("-_.")
+def config_name(node: str, entries: list[dict[str, Any]]) -> str:
+    """The mig-parted config of ``node`` with ``entries``, usable as a Kubernetes label value (at most 63
+    characters): the node's name and a digest of the entries."""
+    digest = hashlib.sha256(json.dumps(entries, sort_keys=True).encode()).hexdigest()[:8]
+    node_part = re.sub(r"[^A-Za-z0-9_.-]+", "-", f"{PREFIX}{node}")[: 63 - 9].rstrip("-_.")
+    return f"{node_part}-{digest}"
 
 
 def node_configs(cluster: Cluster, layouts: tuple[MigLayout, ...]) -> dict[str, list[dict[str, Any]]]:
@@ -68,14 +75,18 @@ def node_configs(cluster: Cluster, layouts: tuple[MigLayout, ...]) -> dict[str, 
     return configs
 
 
-def render(cluster: Cluster, layouts: tuple[MigLayout, ...]) -> str:
-    """The mig-parted config file for the target layouts (checked with :func:`check_config`)."""
-    configs = node_configs(cluster, layouts)
-    doc = {"version": VERSION, "mig-configs": {config_name(n): e for n, e in configs.items()}}
+def config_document(configs: Mapping[str, list[dict[str, Any]]]) -> dict[str, Any]:
+    """The mig-parted file holding the per-node ``configs`` (checked with :func:`check_config`)."""
+    doc = {"version": VERSION, "mig-configs": {config_name(n, e): e for n, e in configs.items()}}
     problems = check_config(doc)
     if problems:
         raise ValueError("; ".join(problems))
-    return yaml.safe_dump(doc, sort_keys=False)
+    return doc
+
+
+def render(cluster: Cluster, layouts: tuple[MigLayout, ...]) -> str:
+    """The mig-parted config file for the target layouts."""
+    return yaml.safe_dump(config_document(node_configs(cluster, layouts)), sort_keys=False)
 
 
 def check_config(doc: Any) -> list[str]:
