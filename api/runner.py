@@ -179,6 +179,7 @@ class Runner:
         self.jobs: dict[str, Job] = {}
         self.tasks: list[asyncio.Task[None]] = []
         self.recent: deque[float] = deque(maxlen=RECENT_SOLVES)
+        self.stopping = False
         metrics.queue_depth.set_function(self.queue_depth)
         metrics.running.set_function(self.running)
 
@@ -216,9 +217,19 @@ class Runner:
     async def stop(self) -> None:
         """Stop every loop and process, and mark the jobs still queued or running ``interrupted``."""
         held = [j.id for j in self.jobs.values() if j.stored and not j.cancelled]
+        # Processes first, so that no job goes on; then the loops. A cancellation can be lost in
+        # Python 3.11 (``wait_for`` returning a result that came at the same moment): the loops also
+        # see ``stopping``, and are waited for a bounded time.
+        self.stopping = True
+        for slot in self.slots:
+            slot.kill()
         for t in self.tasks:
             t.cancel()
-        await asyncio.gather(*self.tasks, return_exceptions=True)
+        if self.tasks:
+            _, pending = await asyncio.wait(self.tasks, timeout=2 * _REAP_S)
+            for t in pending:
+                log.warning("solver slot loop %s did not stop; abandoned", t.get_name())
+                t.cancel()
         await asyncio.gather(*(s.stop() for s in self.slots))
         if held:
             n = await asyncio.to_thread(self.store.interrupt, held)
@@ -272,8 +283,8 @@ class Runner:
     async def _ensure(self, slot: Slot) -> bool:
         """Start the slot's process unless it runs; False after three failed tries."""
         for _ in range(3):
-            if slot.ready:
-                return True
+            if slot.ready or self.stopping:
+                return slot.ready
             await slot.start()
             if not slot.ready:
                 await asyncio.sleep(1.0)
@@ -294,8 +305,9 @@ class Runner:
         return get.result() if get.done() and not get.cancelled() else None
 
     async def _serve(self, slot: Slot) -> None:
-        """The slot's loop: keep a process up, take jobs in order and run them; never ends on an error."""
-        while True:
+        """The slot's loop: keep a process up, take jobs in order and run them; never ends on an error,
+        only when the runner stops."""
+        while not self.stopping:
             try:
                 await self._serve_one(slot)
             except asyncio.CancelledError:
@@ -308,6 +320,8 @@ class Runner:
         if self.prestart:
             await self._ensure(slot)
         job = await self._next(slot)
+        if self.stopping:
+            return  # the job stays active: the runner marks it interrupted
         if job is None:
             log.warning("solver process %d died (%s); starting a new one", slot.number, await slot.reap())
             slot.release()
@@ -321,7 +335,8 @@ class Runner:
             # A process that died unseen before taking the job (its pipe broken) is replaced once.
             for _ in range(2):
                 if not await self._ensure(slot):
-                    await self._close(job, JobStatus.FAILED, error="no solver process could be started")
+                    if not self.stopping:  # else the runner marks it interrupted
+                        await self._close(job, JobStatus.FAILED, error="no solver process could be started")
                     break
                 if await self._run(slot, job):
                     break
@@ -361,7 +376,7 @@ class Runner:
                 continue
             if kind == "exit":
                 reason = await slot.reap()
-                if not job.cancelled:
+                if not job.cancelled and not self.stopping:
                     log.warning("solver process %d died (%s) running job %s", slot.number, reason, job.id)
                     error = f"solver process died ({reason}) while running this job; resubmit it"
                     await self._close(job, JobStatus.FAILED, error=error)
