@@ -173,7 +173,9 @@ class CapacityGap(Strict):
     placement solver placed all purchased-for demand on the purchased nodes (the plan passes the
     validator). ``cut_short`` names the phases the time limit stopped before they finished (the
     fleet plan, the re-partition re-plan, the purchase MILP, the placement check, the repair rounds):
-    their best result so far is used and ``notes`` say what that means.
+    their best result so far is used and ``notes`` say what that means. ``inputs_sha256`` is the digest
+    of the planning input the gap was computed for (absent in files written before it was recorded), so
+    that a gap is never shown beside a plan of other inputs.
     """
 
     demand_replicas: int = Field(ge=0)
@@ -198,6 +200,7 @@ class CapacityGap(Strict):
     unservable: tuple[Unservable, ...] = ()
     cut_short: tuple[str, ...] = ()
     notes: tuple[str, ...] = ()
+    inputs_sha256: str | None = None
 
 
 class ScenarioResult(Strict):

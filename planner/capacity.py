@@ -43,7 +43,7 @@ from gpuplan.planner.deadline import Deadline, Phases
 from gpuplan.planner.io import describe, read_structured
 from gpuplan.planner.layouts import cluster_with_layouts
 from gpuplan.planner.metrics import gpu_equivalents
-from gpuplan.planner.planning import make_plan
+from gpuplan.planner.planning import inputs_digest, make_plan
 from gpuplan.planner.purchase import NO_SOLUTION, PurchaseSolution, TypeSpec, shape_fits, solve_purchase
 from gpuplan.solvers.fleet.purchase import Offer, configure_purchase
 from gpuplan.solvers.problem import PlacementProblem, Request
@@ -654,6 +654,7 @@ def capacity_gap(
         unservable=unservable,
         cut_short=tuple(run.labels.cut),
         notes=tuple(run.labels.notes),
+        inputs_sha256=inputs_digest(inp),
     )
 
 

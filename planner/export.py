@@ -1,8 +1,11 @@
 """Plans and capacity gaps as spreadsheet tables (pandas): an Excel workbook with charts, or CSV files.
 
 Every sheet is one table with its header in the first row, so that reading the workbook (or the CSV
-of the sheet) back with pandas gives the same numbers. Percent and currency formats change only how
-Excel shows a cell, never the value stored.
+of the sheet) back with pandas gives the same numbers: numbers are stored as numbers (integer columns
+as integers, in the CSV too), text is readable words (never JSON). Percent and currency formats change
+only how the spreadsheet shows a cell, never the value stored. The workbook adds what a reader needs on
+top: a bold frozen header with filters, column widths, charts (Summary, Pools, CapacityGap, Teams,
+Scenarios) and, on a sheet with no rows, a line saying how to fill it.
 
 Names come from the input (workload ids, node names, teams), so no text is ever a live formula: the
 workbook stores every text cell as a string, and CSV text cells that a spreadsheet would read as a
@@ -11,21 +14,25 @@ formula get a leading ``'`` (the OWASP advice against CSV injection).
 
 from __future__ import annotations
 
-import json
 import logging
-from collections import defaultdict
+import math
+from collections import Counter, defaultdict
+from datetime import datetime
 from pathlib import Path
 from typing import TYPE_CHECKING, Any
 
 import pandas as pd
-from openpyxl.chart import BarChart, Reference
+from openpyxl.chart import BarChart, Reference, Series
+from openpyxl.chart.data_source import AxDataSource, MultiLevelStrRef, StrRef
+from openpyxl.styles import Alignment, Font, PatternFill
 from openpyxl.utils import get_column_letter
 from openpyxl.worksheet.worksheet import Worksheet
 
+from gpuplan.models.base import InputError
 from gpuplan.models.capacity import CapacityReport, NodeTypeCatalog
 from gpuplan.models.cluster import Cluster, Node
 from gpuplan.models.hardware import HardwareCatalog
-from gpuplan.models.plan import Plan
+from gpuplan.models.plan import Counterfactual, GpuUse, Plan, Unplaced
 from gpuplan.models.problem import PlanningInput
 from gpuplan.planner.metrics import gpu_equivalents
 from gpuplan.planner.scenarios import scenario_row
@@ -51,6 +58,33 @@ HOURS_PER_YEAR = 8760
 _PERCENT = ("utilisation", "share", "gap", "rate", "fraction")
 _MONEY = ("cost", "lower_bound", "price")
 
+#: Number formats: a ratio as a percentage, whole numbers and decimals with thousands separators.
+PERCENT_FORMAT = "0.0%"
+INTEGER_FORMAT = "#,##0"
+DECIMAL_FORMAT = "#,##0.00##"
+
+#: Widest column (characters; longer text wraps) and the height of one line of text (points).
+WIDEST = 60
+LINE_HEIGHT = 15
+
+#: The Summary's unit of a ratio (shown as a percentage in the workbook) and its total rows.
+FRACTION = "fraction"
+TOTAL = "total"
+
+#: What a sheet without rows says in the workbook: why it is empty and how to fill it.
+EMPTY_HINTS: dict[str, str] = {
+    "Placements": "The plan places no replica.",
+    "Nodes": "No GPU to show: export with the plan's inputs (--cluster C --workloads W).",
+    "Pools": "No GPU to show: export with the plan's inputs (--cluster C --workloads W).",
+    "Fragmentation": "Free capacity per node needs the plan's inputs: export with --cluster C --workloads W.",
+    "Waiting": "No replica waits in this plan.",
+    "CapacityGap": "No capacity gap in this export: run `gpuplan capacity-gap --cluster C --workloads W "
+    "--out gap.json` on the plan's inputs, then `gpuplan export ... --gap gap.json`.",
+    "Teams": "No placed replica to show back: export with the plan's inputs (--cluster C --workloads W).",
+    "Scenarios": "No scenarios in this export: run `gpuplan capacity-gap --cluster C --workloads W "
+    "--scenarios S --out gap.json`, then `gpuplan export ... --gap gap.json`.",
+}
+
 _COLUMNS: dict[str, tuple[str, ...]] = {
     "Placements": (
         "workload", "replica", "team", "tier", "node", "pool", "gpu_model", "kind", "gpus", "mig_profile",
@@ -65,7 +99,10 @@ _COLUMNS: dict[str, tuple[str, ...]] = {
         "node", "pool", "free_whole_gpus", "partly_used_gpus", "stranded_gpu_equivalents", "free_mig_slices",
         "free_cpu_milli", "free_memory_mib",
     ),
-    "Waiting": ("workload", "replica", "team", "tier", "code", "reason", "predicted_start"),
+    "Waiting": (
+        "workload", "replica", "team", "tier", "code", "reason", "predicted_start", "wait_h", "reserved",
+        "resources", "alternatives", "best_counterfactual", "counterfactuals",
+    ),
     "CapacityGap": (
         "section", "key", "replicas", "served_by_repartition", "served_by_purchase", "unservable",
         "still_unplaced", "gpu_equivalents", "nodes_added", "gpus_added", "cost", "lead_time_days", "detail",
@@ -78,11 +115,24 @@ _COLUMNS: dict[str, tuple[str, ...]] = {
         "nodes_added", "gpus_added", "cost", "lower_bound", "gap", "max_lead_time_days", "verified",
         "cut_short", "wall_s",
     ),
+    "Summary": ("section", "metric", "value", "unit"),
 }  # fmt: skip
 
 
-def _where(node: str, gpus: list[str]) -> str:
-    return f"{node}:{','.join(gpus)}"
+def _is_percent(name: str) -> bool:
+    return any(name == p or name.endswith(p) for p in _PERCENT)
+
+
+def _is_money(name: str) -> bool:
+    return name.startswith(_MONEY)
+
+
+def _where(node: str, gpus: tuple[GpuUse, ...]) -> str:
+    """``node GPU 0,1`` (MIG instances as ``profile@start``) in words."""
+    if not gpus:
+        return node
+    parts = [f"{g.index} ({g.mig_profile}@{g.mig_start})" if g.mig_profile else str(g.index) for g in gpus]
+    return f"{node} GPU {','.join(parts)}"
 
 
 class _Context:
@@ -140,7 +190,8 @@ def _placements(ctx: _Context) -> list[dict[str, Any]]:
                 "pool": (node.pool or "") if node else "",
                 "gpu_model": ctx.model(a.node, a.gpus[0].index) or "" if a.gpus else "",
                 "kind": "/".join(sorted(kinds)),
-                "gpus": ",".join(str(g.index) for g in a.gpus),
+                # One GPU index is a number; several are a list, as text.
+                "gpus": a.gpus[0].index if len(a.gpus) == 1 else ",".join(str(g.index) for g in a.gpus),
                 "mig_profile": ",".join(f"{g.mig_profile}@{g.mig_start}" for g in a.gpus if g.mig_profile),
                 "milli": sum(g.milli or 0 for g in a.gpus),
                 "gpu_equivalents": round(sum(ctx.equivalents(a.node, g) for g in a.gpus), 6),
@@ -279,21 +330,51 @@ def _fragmentation(ctx: _Context, gpus: list[dict[str, Any]]) -> list[dict[str, 
     return rows
 
 
-def _cell(value: Any) -> Any:
-    if isinstance(value, list | tuple | dict):
-        return json.dumps(value, default=str)
-    return value
+def _counterfactual_text(c: Counterfactual) -> str:
+    """A counterfactual in words: the change, where the replica would then run, how it was checked."""
+    then = f"; it then runs on {_where(c.placement.node, c.placement.gpus)}" if c.placement else ""
+    check = f"verified by a {c.verified_by} re-solve" if c.verified and c.verified_by else "not verified"
+    return f"{c.summary}{then} ({check}; disruption {c.disruption}, cost {c.cost:g})"
+
+
+def _wait_h(plan: Plan, u: Unplaced) -> float | None:
+    """Hours from the plan's time to the replica's predicted start."""
+    stamp = plan.provenance.get("now")
+    if u.predicted_start is None or not isinstance(stamp, str):
+        return None
+    delta = datetime.fromisoformat(u.predicted_start) - datetime.fromisoformat(stamp)
+    return round(delta.total_seconds() / 3600, 2)
 
 
 def _waiting(ctx: _Context) -> list[dict[str, Any]]:
-    """Waiting replicas with every field the plan gives them (explanations included, as JSON)."""
+    """Waiting replicas in words: reason code and sentence, predicted start, reservation, each
+    alternative's reason, and the best counterfactual (the plan ranks them, best first)."""
     rows = []
     for u in ctx.plan.unplaced:
         team, tier = ctx.team_tier(u.workload)
-        fields = u.model_dump(mode="json", by_alias=True)
-        row: dict[str, Any] = {"workload": u.workload, "replica": u.replica, "team": team, "tier": tier}
-        row.update({k: _cell(v) for k, v in fields.items() if k not in row})
-        rows.append(row)
+        rows.append(
+            {
+                "workload": u.workload,
+                "replica": u.replica,
+                "team": team,
+                "tier": tier,
+                "code": u.code,
+                "reason": u.reason,
+                "predicted_start": u.predicted_start or "",
+                "wait_h": _wait_h(ctx.plan, u),
+                "reserved": _where(u.reserved_node, u.reserved_gpus) if u.reserved_node else "",
+                "resources": ", ".join(u.resources),
+                "alternatives": "; ".join(
+                    f"alternative {d.alternative}: {d.code}, {d.reason}" for d in u.details
+                )
+                if len(u.details) > 1
+                else "",
+                "best_counterfactual": _counterfactual_text(u.counterfactuals[0])
+                if u.counterfactuals
+                else "",
+                "counterfactuals": len(u.counterfactuals),
+            }
+        )
     return rows
 
 
@@ -309,7 +390,7 @@ def _gap(ctx: _Context) -> list[dict[str, Any]]:
             "still_unplaced": gap.still_unplaced, "nodes_added": gap.nodes_added,
             "gpus_added": gap.gpus_added,
             "cost": gap.cost, "lead_time_days": gap.max_lead_time_days,
-            "detail": f"lower bound {gap.lower_bound:.2f} {gap.currency}, gap {gap.gap:.4f}, "
+            "detail": f"lower bound {gap.lower_bound:,.2f} {gap.currency}, gap {gap.gap:.2%}, "
             f"{'verified' if gap.verified else 'NOT verified'} by placement"
             + (f"; cut short by the time limit: {', '.join(gap.cut_short)}" if gap.cut_short else ""),
         }
@@ -382,33 +463,78 @@ def _teams(ctx: _Context, placements: list[dict[str, Any]]) -> list[dict[str, An
     ]
 
 
-def _summary(ctx: _Context) -> list[dict[str, Any]]:
+def _unit(name: str, currency: str) -> str:
+    """The unit of a Summary number, from its name (a ratio is a ``fraction``, money the currency)."""
+    if _is_percent(name):
+        return FRACTION
+    if _is_money(name):
+        return currency
+    for part, unit in (("_days", "days"), ("_s", "seconds")):
+        if name.endswith(part):
+            return unit
+    for part, unit in (("gpus", "GPUs"), ("nodes", "nodes"), ("gpu_hours", "GPU-hours")):
+        if part in name:
+            return unit
+    if "replicas" in name or name.startswith("served") or name in ("unservable", "still_unplaced"):
+        return "replicas"
+    return ""
+
+
+def _number(value: Any) -> Any:
+    """A whole float as an integer (counts arrive as floats in the plan's metrics)."""
+    return int(value) if isinstance(value, float) and value.is_integer() else value
+
+
+def _by_tier(ctx: _Context) -> tuple[Counter[str], Counter[str]]:
+    """Replicas placed and waiting per tier (tiers in the policy's order when the inputs are given)."""
+    placed = Counter(ctx.team_tier(a.workload)[1] or "(unknown tier)" for a in ctx.plan.assignments)
+    waiting = Counter(ctx.team_tier(u.workload)[1] or "(unknown tier)" for u in ctx.plan.unplaced)
+    order = [t.name for t in ctx.inp.policy.tiers] if ctx.inp else []
+    tiers = sorted(
+        set(placed) | set(waiting), key=lambda t: (t not in order, order.index(t) if t in order else 0, t)
+    )
+    return Counter({t: placed[t] for t in tiers}), Counter({t: waiting[t] for t in tiers})
+
+
+def _summary(ctx: _Context, teams: list[dict[str, Any]]) -> list[dict[str, Any]]:
+    """The plan's headline numbers by section, each with its unit; replicas placed and waiting per
+    tier with their totals; the whole fleet's showback (``teams``) and the capacity gap when given."""
     plan = ctx.plan
-    rows: list[tuple[str, Any]] = [
-        ("status", plan.status.value),
-        ("solver", plan.solver.name),
-        ("objective", plan.solver.objective),
-        ("best_bound", plan.solver.best_bound),
-        ("solver_gap", plan.solver.gap),
-        ("wall_s", plan.solver.wall_s),
-        ("assignments", len(plan.assignments)),
-        ("waiting", len(plan.unplaced)),
-        ("actions", len(plan.actions)),
+    rows: list[tuple[str, str, Any]] = [
+        ("plan", "status", plan.status.value),
+        ("plan", "solver", plan.solver.name),
+        ("plan", "objective", plan.solver.objective),
+        ("plan", "best_bound", plan.solver.best_bound),
+        ("plan", "solver_gap", plan.solver.gap),
+        ("plan", "wall_s", plan.solver.wall_s),
+        ("plan", "actions", len(plan.actions)),
     ]
-    rows.extend(sorted(plan.metrics.items()))
+    for section, counts in zip(("replicas placed", "replicas waiting"), _by_tier(ctx), strict=True):
+        rows.extend((section, tier, n) for tier, n in counts.items())
+        rows.append((section, TOTAL, counts.total()))
+    # The per-tier counts are the blocks above.
+    rows.extend(
+        ("fleet", k, v) for k, v in sorted(plan.metrics.items()) if not k.startswith(("placed_", "unplaced_"))
+    )
+    currency = ctx.types.currency if ctx.types else ""
+    if teams:
+        rows.append(("showback", "gpu_hours", round(sum(t["gpu_hours"] for t in teams), 4)))
+        if ctx.types is not None:
+            rows.append(("showback", "cost", round(sum(t["cost"] for t in teams), 2)))
     if ctx.report is not None:
-        gap = ctx.report.gap
-        rows.extend(
-            [
-                ("gap_demand_replicas", gap.demand_replicas),
-                ("gap_served_by_repartition", gap.served_by_repartition),
-                ("gap_nodes_added", gap.nodes_added),
-                ("gap_gpus_added", gap.gpus_added),
-                (f"gap_cost_{gap.currency}", gap.cost),
-                (f"gap_lower_bound_{gap.currency}", gap.lower_bound),
-            ]
-        )
-    return [{"metric": k, "value": v} for k, v in rows]
+        currency = ctx.report.gap.currency
+        gap = scenario_row("", ctx.report.gap)
+        rows.extend(("capacity gap", k, v) for k, v in gap.items() if k != "scenario")
+    units = {"showback": ctx.types.currency if ctx.types else "", "capacity gap": currency}
+    return [
+        {
+            "section": sec,
+            "metric": k,
+            "value": _number(v),
+            "unit": "replicas" if sec.startswith("replicas") else _unit(k, units.get(sec, "")),
+        }
+        for sec, k, v in rows
+    ]
 
 
 def _scenarios(ctx: _Context) -> list[dict[str, Any]]:
@@ -418,6 +544,27 @@ def _scenarios(ctx: _Context) -> list[dict[str, Any]]:
     if not results:
         return [scenario_row("(this gap)", ctx.report.gap)]
     return [scenario_row(r.name, r.gap) for r in results]
+
+
+def check_gap(plan: Plan, report: CapacityReport) -> None:
+    """Refuse a capacity gap computed from other inputs than the plan (when both record their digest)."""
+    mine = plan.provenance.get("inputs_sha256")
+    theirs = report.gap.inputs_sha256
+    if mine and theirs and mine != theirs:
+        raise InputError(
+            f"capacity gap: computed from other inputs than the plan (inputs_sha256 {theirs[:12]}... in "
+            f"the gap, {str(mine)[:12]}... in the plan); run gpuplan capacity-gap on the plan's inputs"
+        )
+
+
+def _frame(rows: list[dict[str, Any]], columns: list[str]) -> pd.DataFrame:
+    """The table; a column whose values are all integers (some missing) is an integer column."""
+    frame = pd.DataFrame(rows, columns=columns)
+    for col in columns:
+        values = [r[col] for r in rows if r.get(col) is not None]
+        if values and all(isinstance(v, int) and not isinstance(v, bool) for v in values):
+            frame[col] = frame[col].astype("Int64")
+    return frame
 
 
 def build_tables(
@@ -431,7 +578,10 @@ def build_tables(
 ) -> dict[str, pd.DataFrame]:
     """Every sheet as a DataFrame, in workbook order; with ``workloads`` (a team's view) the placements,
     waits and showback hold only those workloads, and the fleet sheets (summary, nodes, pools,
-    fragmentation) the whole plan."""
+    fragmentation) the whole plan. A gap ``report`` of other inputs than the plan is refused
+    (:func:`check_gap`). Money columns carry their currency in ``frame.attrs["currency"]``."""
+    if report is not None:
+        check_gap(plan, report)
     ctx = _Context(plan, inp, report, types, catalog, period_h)
     own = (
         ctx
@@ -439,60 +589,253 @@ def build_tables(
         else _Context(team_plan(plan, workloads), inp, report, types, catalog, period_h)
     )
     placements = _placements(own)
+    teams = _teams(own, placements)
     gpus = _gpu_rows(ctx)
     rows: dict[str, list[dict[str, Any]]] = {
-        "Summary": _summary(ctx),
+        "Summary": _summary(ctx, teams if workloads is None else _teams(ctx, _placements(ctx))),
         "Placements": placements,
         "Nodes": _nodes(ctx, gpus),
         "Pools": _pools(gpus),
         "Fragmentation": _fragmentation(ctx, gpus),
         "Waiting": _waiting(own),
         "CapacityGap": _gap(ctx),
-        "Teams": _teams(own, placements),
+        "Teams": teams,
         "Scenarios": _scenarios(ctx),
     }
+    currency = {"Teams": types.currency if types else ""}
+    if report is not None:
+        currency.update(dict.fromkeys(("CapacityGap", "Scenarios"), report.gap.currency))
     tables = {}
     for name in SHEETS:
-        columns = list(_COLUMNS.get(name, ("metric", "value")))
+        columns = list(_COLUMNS[name])
         extra = [c for r in rows[name] for c in r if c not in columns]
         columns.extend(dict.fromkeys(extra))
-        tables[name] = pd.DataFrame(rows[name], columns=columns)
+        tables[name] = _frame(rows[name], columns)
+        tables[name].attrs["currency"] = currency.get(name, "")
     return tables
 
 
+def _money(currency: str) -> str:
+    """A currency number format: thousands, cents and the currency code (``1,234.50 "USD"``)."""
+    code = currency.replace('"', "")
+    return f'#,##0.00 "{code}"' if code else "#,##0.00"
+
+
+def _plain(value: Any) -> str | None:
+    """The format of a number by its type (text and truth values keep the default)."""
+    if isinstance(value, bool) or not isinstance(value, int | float):
+        return None
+    return INTEGER_FORMAT if isinstance(value, int) else DECIMAL_FORMAT
+
+
+def _column_format(frame: pd.DataFrame, col: str) -> str | None:
+    if _is_percent(col):
+        return PERCENT_FORMAT
+    if _is_money(col):
+        return _money(str(frame.attrs.get("currency", "")))
+    if pd.api.types.is_bool_dtype(frame[col]):
+        return None
+    if pd.api.types.is_integer_dtype(frame[col]):
+        return INTEGER_FORMAT
+    if pd.api.types.is_float_dtype(frame[col]):
+        return DECIMAL_FORMAT
+    return None
+
+
+def _shown(value: Any, fmt: str | None) -> str:
+    """About the text a spreadsheet shows for ``value`` in format ``fmt`` (for column widths)."""
+    if fmt is None or isinstance(value, bool) or not isinstance(value, int | float) or math.isnan(value):
+        return str(value)
+    if fmt == PERCENT_FORMAT:
+        return f"{value:.1%}"
+    if fmt == INTEGER_FORMAT:
+        return f"{value:,.0f}"
+    return f"{value:,.4f}" if fmt == DECIMAL_FORMAT else f"{value:,.2f} {fmt.rpartition(' ')[2]}"
+
+
 def _format(ws: Worksheet, frame: pd.DataFrame) -> None:
-    """Frozen header, column widths from the content, number formats by column name."""
+    """Bold frozen header with filters, column widths from the content, number formats by column name
+    and type (the Summary's by each row's unit), long text wrapped, a hint on an empty sheet, landscape
+    pages one sheet wide."""
     ws.freeze_panes = "A2"
+    # Printed (or saved as PDF), a sheet is one page wide, charts included.
+    ws.page_setup.orientation = "landscape"
+    ws.sheet_properties.pageSetUpPr.fitToPage = True
+    ws.page_setup.fitToWidth, ws.page_setup.fitToHeight = 1, 0
+    header = PatternFill("solid", fgColor="DDE4EE")
+    for cell in ws[1]:
+        cell.font = Font(bold=True)
+        cell.fill = header
+    wrap = Alignment(wrap_text=True, vertical="top")
+    lines = [1] * len(frame)
     for i, col in enumerate(frame.columns, start=1):
-        values = [str(col)] + [str(v) for v in frame[col].head(500) if v is not None]
-        ws.column_dimensions[get_column_letter(i)].width = min(60, max(len(v) for v in values) + 2)
-        fmt = None
-        if any(col == p or col.endswith(p) for p in _PERCENT):
-            fmt = "0.0%"
-        elif any(col.startswith(p) for p in _MONEY):
-            fmt = "#,##0.00"
-        elif pd.api.types.is_float_dtype(frame[col]):
-            fmt = "0.00##"
-        if fmt:
-            for cell in ws.iter_rows(min_row=2, min_col=i, max_col=i):
-                cell[0].number_format = fmt
-
-
-def _bar(ws: Worksheet, frame: pd.DataFrame, label: str, values: list[str], title: str, anchor: str) -> None:
-    """A native Excel bar chart of ``values`` columns against the ``label`` column."""
+        fmt = _column_format(frame, col)
+        values = [_shown(v, fmt) for v in frame[col].head(500) if v is not None and v is not pd.NA]
+        longest = max([len(str(col)), *(len(v) for v in values)])
+        ws.column_dimensions[get_column_letter(i)].width = min(WIDEST, longest + 2)
+        for r, (cell,) in enumerate(ws.iter_rows(min_row=2, min_col=i, max_col=i)):
+            if fmt and cell.data_type == "n":
+                cell.number_format = fmt
+            if longest > WIDEST:
+                cell.alignment = wrap
+                lines[r] = max(lines[r], math.ceil(len(str(cell.value or "")) / WIDEST))
+    # Spreadsheets do not size wrapped rows on opening: give them the lines their text needs.
+    top = Alignment(vertical="top")
+    for r, n in enumerate(lines, start=2):
+        if n > 1:
+            ws.row_dimensions[r].height = LINE_HEIGHT * n
+            for cell in ws[r]:
+                if not cell.alignment.wrap_text:
+                    cell.alignment = top
+    if "unit" in frame.columns and "value" in frame.columns:
+        _format_values(ws, frame)
     if frame.empty:
-        return
+        hint = ws.cell(row=2, column=1, value=EMPTY_HINTS.get(ws.title, "No rows."))
+        hint.font = Font(italic=True, color="555555")
+    else:
+        ws.auto_filter.ref = ws.dimensions
+
+
+def _format_values(ws: Worksheet, frame: pd.DataFrame) -> None:
+    """The Summary's ``value`` column: each row formatted by its unit, total rows bold."""
+    col = list(frame.columns).index("value") + 1
+    shown = [len("value")]
+    for r, (metric, value, unit) in enumerate(
+        zip(frame["metric"], frame["value"], frame["unit"], strict=True), start=2
+    ):
+        cell = ws.cell(row=r, column=col)
+        if unit == FRACTION:
+            cell.number_format = PERCENT_FORMAT
+        elif _is_money(str(metric)):
+            cell.number_format = _money(str(unit))
+        else:
+            cell.number_format = _plain(value) or "General"
+        shown.append(len(_shown(value, cell.number_format)))
+        if metric == TOTAL:
+            for c in ws[r]:
+                c.font = Font(bold=True)
+    ws.column_dimensions[get_column_letter(col)].width = min(WIDEST, max(shown) + 2)
+
+
+def _rows(frame: pd.DataFrame, column: str, value: str) -> tuple[int, int] | None:
+    """First and last sheet row of the contiguous rows whose ``column`` is ``value`` (totals left out)."""
+    hits = [
+        i + 2
+        for i, (v, m) in enumerate(zip(frame[column], frame.get("metric", frame[column]), strict=True))
+        if v == value and m != TOTAL
+    ]
+    return (hits[0], hits[-1]) if hits else None
+
+
+def _bar(
+    ws: Worksheet,
+    title: str,
+    anchor: str,
+    categories: tuple[int, int, int, int],
+    series: list[tuple[str, int, int, int]],
+    *,
+    stacked: bool = False,
+    percent: bool = False,
+) -> None:
+    """A native column chart: ``categories`` (first column, last column, first row, last row; two
+    columns give two-level labels) and ``series`` (title, column, first row, last row)."""
+    c1, c2, r1, r2 = categories
+    labels = str(Reference(ws, min_col=c1, max_col=c2, min_row=r1, max_row=r2))
     chart = BarChart()
+    chart.type = "col"
     chart.title = title
-    chart.height, chart.width = 8, 16
-    cols = list(frame.columns)
-    n = len(frame) + 1
-    for v in values:
-        c = cols.index(v) + 1
-        chart.add_data(Reference(ws, min_col=c, min_row=1, max_row=n), titles_from_data=True)
-    c = cols.index(label) + 1
-    chart.set_categories(Reference(ws, min_col=c, min_row=2, max_row=n))
+    # Two-level labels (team and tier) need the room.
+    chart.height, chart.width = 8, 18 if c1 == c2 else 26
+    chart.x_axis.delete = chart.y_axis.delete = False
+    if stacked:
+        chart.grouping, chart.overlap = "stacked", 100
+    if percent:
+        chart.y_axis.number_format = "0%"
+    for name, col, first, last in series:
+        s = Series(Reference(ws, min_col=col, min_row=first, max_row=last), title=name)
+        s.cat = AxDataSource(
+            strRef=StrRef(f=labels) if c1 == c2 else None,
+            multiLvlStrRef=MultiLevelStrRef(f=labels) if c1 != c2 else None,
+        )
+        chart.series.append(s)
     ws.add_chart(chart, anchor)
+
+
+def _charts(sheets: dict[str, Worksheet], tables: dict[str, pd.DataFrame]) -> None:
+    """Replicas by tier (Summary), utilisation by pool, the gap's demand by tier and cost by team,
+    GPU-hours by team and tier, and GPUs and cost by scenario."""
+
+    def col(sheet: str, name: str) -> int:
+        return list(tables[sheet].columns).index(name) + 1
+
+    def beside(sheet: str, row: int = 2) -> str:
+        return f"{get_column_letter(len(tables[sheet].columns) + 2)}{row}"
+
+    summary = tables["Summary"]
+    placed, waiting = (
+        _rows(summary, "section", "replicas placed"),
+        _rows(summary, "section", "replicas waiting"),
+    )
+    if placed and waiting:
+        v = col("Summary", "value")
+        _bar(
+            sheets["Summary"],
+            "Replicas by tier",
+            beside("Summary"),
+            (2, 2, *placed),
+            [("placed", v, *placed), ("waiting", v, *waiting)],
+        )
+    n = len(tables["Pools"]) + 1
+    if n > 1:
+        _bar(
+            sheets["Pools"],
+            "GPU utilisation by pool",
+            beside("Pools"),
+            (1, 1, 2, n),
+            [("utilisation", col("Pools", "utilisation"), 2, n)],
+            percent=True,
+        )
+    gap = tables["CapacityGap"]
+    tiers, teams = _rows(gap, "section", "tier"), _rows(gap, "section", "team")
+    key = col("CapacityGap", "key")
+    if tiers:
+        how = ("served_by_repartition", "served_by_purchase", "unservable", "still_unplaced")
+        _bar(
+            sheets["CapacityGap"],
+            "Gap demand by tier: how it is served",
+            beside("CapacityGap"),
+            (key, key, *tiers),
+            [(h.replace("_", " "), col("CapacityGap", h), *tiers) for h in how],
+            stacked=True,
+        )
+    if teams:
+        _bar(
+            sheets["CapacityGap"],
+            "Purchase cost by team",
+            beside("CapacityGap", 20),
+            (key, key, *teams),
+            [("cost", col("CapacityGap", "cost"), *teams)],
+        )
+    n = len(tables["Teams"]) + 1
+    if n > 1:
+        _bar(
+            sheets["Teams"],
+            "GPU-hours by team and tier",
+            beside("Teams"),
+            (1, 2, 2, n),
+            [("GPU-hours", col("Teams", "gpu_hours"), 2, n)],
+        )
+    n = len(tables["Scenarios"]) + 1
+    if n > 1:
+        shown = (("gpus_added", "GPUs to add by scenario", 2), ("cost", "Purchase cost by scenario", 20))
+        for name, title, row in shown:
+            _bar(
+                sheets["Scenarios"],
+                title,
+                beside("Scenarios", row),
+                (1, 1, 2, n),
+                [(name.replace("_", " "), col("Scenarios", name), 2, n)],
+            )
 
 
 def _as_text(ws: Worksheet) -> None:
@@ -504,7 +847,7 @@ def _as_text(ws: Worksheet) -> None:
 
 
 def write_xlsx(tables: dict[str, pd.DataFrame], path: Path) -> None:
-    """The workbook: one formatted sheet per table, charts for pool utilisation and gap by scenario."""
+    """The workbook: one formatted sheet per table, with charts."""
     path.parent.mkdir(parents=True, exist_ok=True)
     with pd.ExcelWriter(path, engine="openpyxl") as writer:
         for name, frame in tables.items():
@@ -512,21 +855,7 @@ def write_xlsx(tables: dict[str, pd.DataFrame], path: Path) -> None:
             ws = writer.sheets[name]
             _as_text(ws)
             _format(ws, frame)
-        pools, scen = tables["Pools"], tables["Scenarios"]
-        anchor = get_column_letter(len(pools.columns) + 2) + "2"
-        _bar(writer.sheets["Pools"], pools, "pool", ["utilisation"], "GPU utilisation by pool", anchor)
-        anchor = get_column_letter(len(scen.columns) + 2)
-        _bar(
-            writer.sheets["Scenarios"],
-            scen,
-            "scenario",
-            ["gpus_added"],
-            "GPUs to add by scenario",
-            anchor + "2",
-        )
-        _bar(
-            writer.sheets["Scenarios"], scen, "scenario", ["cost"], "Purchase cost by scenario", anchor + "20"
-        )
+        _charts(writer.sheets, tables)
     log.info("workbook written to %s", path)
 
 

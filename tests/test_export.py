@@ -4,7 +4,7 @@ from __future__ import annotations
 
 import csv
 import io
-import math
+import json
 from datetime import UTC, datetime
 from pathlib import Path
 from typing import Any
@@ -18,7 +18,15 @@ from gpuplan.models import Plan, PlanningInput, default_catalog
 from gpuplan.models.capacity import CapacityReport, NodeTypeCatalog, ScenarioResult
 from gpuplan.planner.capacity import GapOptions, capacity_gap, load_node_types
 from gpuplan.planner.cli import main
-from gpuplan.planner.export import SHEETS, build_tables, gpu_hour_rates, write_csv, write_xlsx
+from gpuplan.planner.export import (
+    EMPTY_HINTS,
+    PERCENT_FORMAT,
+    SHEETS,
+    build_tables,
+    gpu_hour_rates,
+    write_csv,
+    write_xlsx,
+)
 from gpuplan.planner.io import write_json
 from gpuplan.planner.planning import make_plan
 from gpuplan.planner.validate import validate_plan
@@ -55,6 +63,8 @@ def planned() -> tuple[PlanningInput, Plan, CapacityReport, NodeTypeCatalog]:
     assert validate_plan(plan, inp, default_catalog()) == []
     types = load_node_types(None)
     gap = capacity_gap(inp, types, GapOptions(time_limit_s=3.0, now=NOW), baseline=plan)
+    # The gap records the inputs it was computed for: those of the plan.
+    assert gap.inputs_sha256 == plan.provenance["inputs_sha256"]
     report = CapacityReport(
         gap=gap,
         scenarios=(
@@ -70,20 +80,27 @@ def _tables(planned: tuple[PlanningInput, Plan, CapacityReport, NodeTypeCatalog]
     return build_tables(plan, default_catalog(), inp, report, types)
 
 
+def _empty(value: Any) -> bool:
+    return value == "" if isinstance(value, str) else value is None or bool(pd.isna(value))
+
+
 def _same(written: pd.DataFrame, read: pd.DataFrame) -> None:
     """Equal cell by cell (an empty string and a missing value both read back as missing)."""
     assert list(read.columns) == list(written.columns)
     assert len(read) == len(written)
     for col in written.columns:
         for a, b in zip(written[col].tolist(), read[col].tolist(), strict=True):
-            empty_a = a is None or a == "" or (isinstance(a, float) and math.isnan(a))
-            empty_b = b is None or b == "" or (isinstance(b, float) and math.isnan(b))
+            empty_a, empty_b = _empty(a), _empty(b)
             if empty_a or empty_b:
                 assert empty_a and empty_b, (col, a, b)
             elif isinstance(a, int | float) and not isinstance(a, bool):
                 assert float(b) == pytest.approx(float(a), rel=1e-9, abs=1e-9), (col, a, b)
             else:
                 assert str(a) == str(b), (col, a, b)
+
+
+def _column(frame: pd.DataFrame, name: str) -> int:
+    return list(frame.columns).index(name) + 1
 
 
 def test_workbook_sheets_headers_charts_and_formats(
@@ -97,15 +114,130 @@ def test_workbook_sheets_headers_charts_and_formats(
     for name in SHEETS:
         ws = wb[name]
         assert [c.value for c in ws[1]] == list(tables[name].columns)
+        assert all(c.font.b for c in ws[1]), name
         assert ws.freeze_panes == "A2"
         assert ws.column_dimensions["A"].width >= len(str(tables[name].columns[0]))
-    assert len(wb["Pools"]._charts) == 1
-    assert len(wb["Scenarios"]._charts) == 2
-    pools = wb["Pools"]
-    util_col = list(tables["Pools"].columns).index("utilisation") + 1
-    assert pools.cell(row=2, column=util_col).number_format == "0.0%"
-    cost_col = list(tables["CapacityGap"].columns).index("cost") + 1
-    assert wb["CapacityGap"].cell(row=2, column=cost_col).number_format == "#,##0.00"
+    charts = {name: len(wb[name]._charts) for name in SHEETS}
+    assert charts == {"Summary": 1, "Placements": 0, "Nodes": 0, "Pools": 1, "Fragmentation": 0,
+                      "Waiting": 0, "CapacityGap": 2, "Teams": 1, "Scenarios": 2}  # fmt: skip
+    util_col = _column(tables["Pools"], "utilisation")
+    assert wb["Pools"].cell(row=2, column=util_col).number_format == PERCENT_FORMAT
+    # Money shows the gap's currency (the showback the node types' currency).
+    cost_col = _column(tables["CapacityGap"], "cost")
+    assert wb["CapacityGap"].cell(row=2, column=cost_col).number_format == '#,##0.00 "USD"'
+    assert wb["Teams"].cell(row=2, column=_column(tables["Teams"], "cost")).number_format.endswith('"USD"')
+    assert wb["Teams"].cell(row=2, column=_column(tables["Teams"], "share")).number_format == PERCENT_FORMAT
+
+
+def test_summary_formats_each_row_by_its_unit_with_totals(
+    planned: tuple[PlanningInput, Plan, CapacityReport, NodeTypeCatalog], tmp_path: Path
+) -> None:
+    inp, plan, report, _ = planned
+    write_xlsx(_tables(planned), tmp_path / "out.xlsx")
+    ws = load_workbook(tmp_path / "out.xlsx")["Summary"]
+    assert [c.value for c in ws[1]] == ["section", "metric", "value", "unit"]
+    cells = {(r[0].value, r[1].value): r[2] for r in ws.iter_rows(min_row=2)}
+    fraction = cells[("fleet", "allocated_gpu_fraction")]
+    assert fraction.data_type == "n" and fraction.number_format == PERCENT_FORMAT
+    assert fraction.value == pytest.approx(plan.metrics["allocated_gpu_fraction"])
+    assert cells[("plan", "solver_gap")].number_format == PERCENT_FORMAT
+    assert cells[("capacity gap", "gap")].number_format == PERCENT_FORMAT
+    cost = cells[("capacity gap", "cost")]
+    assert cost.value == pytest.approx(report.gap.cost) and cost.number_format == '#,##0.00 "USD"'
+    assert cells[("showback", "cost")].number_format == '#,##0.00 "USD"'
+    # Counts are whole numbers (the plan's metrics hold them as floats).
+    total = cells[("fleet", "gpus_total")].value
+    assert total == inp.cluster.gpu_count and isinstance(total, int)
+    placed = {m: c.value for (s, m), c in cells.items() if s == "replicas placed"}
+    waiting = {m: c.value for (s, m), c in cells.items() if s == "replicas waiting"}
+    assert placed.pop("total") == len(plan.assignments) == sum(placed.values())
+    assert waiting.pop("total") == len(plan.unplaced) == sum(waiting.values())
+    assert list(placed) == ["latency-sensitive", "standard", "background"]  # the policy's tier order
+    assert cells[("replicas placed", "total")].font.b and cells[("replicas waiting", "total")].font.b
+
+
+def test_numbers_are_numbers_and_csv_integers_are_integers(
+    planned: tuple[PlanningInput, Plan, CapacityReport, NodeTypeCatalog], tmp_path: Path
+) -> None:
+    tables = _tables(planned)
+    write_xlsx(tables, tmp_path / "out.xlsx")
+    write_csv(tables, tmp_path / "csv")
+    book = load_workbook(tmp_path / "out.xlsx")
+    for name in SHEETS:
+        frame = tables[name]
+        for i, col in enumerate(frame.columns, start=1):
+            numeric = pd.api.types.is_numeric_dtype(frame[col]) and not pd.api.types.is_bool_dtype(frame[col])
+            for (cell,) in book[name].iter_rows(min_row=2, min_col=i, max_col=i):
+                if numeric:
+                    assert cell.value is None or cell.data_type == "n", (name, col, cell.value)
+                    assert cell.value is None or cell.number_format != "General", (name, col)
+                elif isinstance(cell.value, str):
+                    # No number is stored as text.
+                    with pytest.raises(ValueError):
+                        float(cell.value)
+    integer = {
+        "Nodes": ("gpu", "used_slices", "free_slices", "used_milli", "free_milli"),
+        "CapacityGap": ("replicas", "served_by_purchase", "lead_time_days"),
+        "Waiting": ("replica",),
+        "Placements": ("replica", "milli", "cpu_milli", "memory_mib"),
+        "Scenarios": ("demand_replicas", "gpus_added"),
+    }
+    for name, columns in integer.items():
+        rows = list(csv.DictReader(io.StringIO((tmp_path / "csv" / f"{name}.csv").read_text())))
+        assert rows, name
+        for col in columns:
+            values = [r[col] for r in rows if r[col] != ""]
+            assert values and all(v.lstrip("-").isdigit() for v in values), (name, col, values)
+    summary = list(csv.DictReader(io.StringIO((tmp_path / "csv" / "Summary.csv").read_text())))
+    counts = [r["value"] for r in summary if r["unit"] == "replicas"]
+    assert counts and all(v.isdigit() for v in counts)
+
+
+def test_waiting_in_words_with_the_best_counterfactual(tmp_path: Path) -> None:
+    """Reason code and sentence, predicted start and wait, reservation and counterfactual as text."""
+    cluster = {
+        "nodes": [{"name": "l40s-1", "cpu_milli": 32000, "memory_mib": 262144,
+                   "gpus": [{"index": 0, "model": "L40S-48GB"}, {"index": 1, "model": "L40S-48GB"}]}]
+    }  # fmt: skip
+    workloads = [
+        {"id": "serve", "team": "search", "tier": "latency-sensitive", "gpus": 2, "duration_s": 3600},
+        {"id": "batch", "team": "vision", "tier": "background", "duration_s": 3600,
+         "alternatives": [{"gpus": 1}, {"gpu_milli": 500}]},
+    ]  # fmt: skip
+    inp = PlanningInput.model_validate({"cluster": cluster, "workloads": workloads})
+    plan = make_plan(inp, now=NOW, time_limit_s=3.0, explain=True)
+    (waiting,) = plan.unplaced
+    assert waiting.counterfactuals and waiting.predicted_start and waiting.reserved_node
+    write_xlsx(build_tables(plan, default_catalog(), inp), tmp_path / "out.xlsx")
+    ws = load_workbook(tmp_path / "out.xlsx")["Waiting"]
+    row = dict(zip([c.value for c in ws[1]], [c.value for c in ws[2]], strict=True))
+    assert not [v for v in row.values() if isinstance(v, str) and ("{" in v or "[" in v)], row
+    assert row["code"] == waiting.code and row["reason"] == waiting.reason
+    assert row["best_counterfactual"].startswith(waiting.counterfactuals[0].summary)
+    assert "verified by a greedy-fgd re-solve" in row["best_counterfactual"]
+    assert row["counterfactuals"] == len(waiting.counterfactuals)
+    assert row["reserved"].startswith(f"{waiting.reserved_node} GPU ")
+    # It starts when serve ends, an hour after the plan's time.
+    assert row["wait_h"] == pytest.approx(1.0)
+    if len(waiting.details) > 1:
+        assert row["alternatives"].startswith("alternative 0: ")
+
+
+def test_empty_sheets_say_how_to_fill_them(
+    planned: tuple[PlanningInput, Plan, CapacityReport, NodeTypeCatalog], tmp_path: Path
+) -> None:
+    inp, plan, _, types = planned
+    tables = build_tables(plan, default_catalog(), inp, None, types)
+    write_xlsx(tables, tmp_path / "out.xlsx")
+    book = load_workbook(tmp_path / "out.xlsx")
+    for name in ("CapacityGap", "Scenarios"):
+        assert tables[name].empty
+        hint = book[name]["A2"].value
+        assert hint == EMPTY_HINTS[name] and "gpuplan capacity-gap" in hint and "--gap gap.json" in hint
+        assert not book[name]._charts
+    # The CSV of an empty sheet is its header alone.
+    write_csv(tables, tmp_path / "csv")
+    assert (tmp_path / "csv" / "CapacityGap.csv").read_text().count("\n") == 1
 
 
 def test_workbook_values_equal_the_plan(
@@ -119,11 +251,16 @@ def test_workbook_values_equal_the_plan(
     assert sorted(
         zip(placements["workload"], placements["replica"], placements["node"], strict=True)
     ) == sorted((a.workload, a.replica, a.node) for a in plan.assignments)
-    summary = dict(zip(sheets["Summary"]["metric"], sheets["Summary"]["value"], strict=True))
-    assert summary["status"] == plan.status.value
-    assert float(summary["allocated_gpu_fraction"]) == pytest.approx(plan.metrics["allocated_gpu_fraction"])
+    frame = sheets["Summary"]
+    summary = dict(zip(zip(frame["section"], frame["metric"], strict=True), frame["value"], strict=True))
+    assert summary[("plan", "status")] == plan.status.value
+    assert float(summary[("fleet", "allocated_gpu_fraction")]) == pytest.approx(
+        plan.metrics["allocated_gpu_fraction"]
+    )
     # The plan's metrics are rounded to 4 decimals.
-    assert float(summary["gpus_allocated"]) == pytest.approx(placements["gpu_equivalents"].sum(), abs=1e-4)
+    assert float(summary[("fleet", "gpus_allocated")]) == pytest.approx(
+        placements["gpu_equivalents"].sum(), abs=1e-4
+    )
     waiting = sheets["Waiting"]
     assert sorted(zip(waiting["workload"], waiting["code"], strict=True)) == sorted(
         (u.workload, u.code) for u in plan.unplaced
@@ -241,3 +378,35 @@ def test_names_that_look_like_formulas_stay_text(tmp_path: Path) -> None:
     ]
     assert not [f for f in fields if f.startswith(("=", "+", "-", "@", "\t", "\r"))]
     assert {"'" + name for name in FORMULA_NAMES.values()} <= set(fields)
+
+
+def test_export_refuses_a_gap_of_other_inputs(
+    planned: tuple[PlanningInput, Plan, CapacityReport, NodeTypeCatalog],
+    tmp_path: Path,
+    capsys: pytest.CaptureFixture[str],
+) -> None:
+    """A gap records the digest of its inputs; one of other inputs is refused in one line (exit 2), and a
+    gap written before the digest was recorded still loads."""
+    _, plan, report, _ = planned
+    cluster, work, plan_path = (tmp_path / f for f in ("c.yaml", "w.yaml", "plan.json"))
+    cluster.write_text(yaml.safe_dump(CLUSTER))
+    work.write_text(yaml.safe_dump({"workloads": WORKLOADS}))
+    write_json(plan_path, plan)
+    args = ["export", "--plan", str(plan_path), "--cluster", str(cluster), "--workloads", str(work)]
+    # The gap of the same fleet with one workload more.
+    other = PlanningInput.model_validate(
+        {"cluster": CLUSTER, "workloads": [*WORKLOADS, {"id": "extra", "gpus": 1}]}
+    )
+    foreign = capacity_gap(other, load_node_types(None), GapOptions(time_limit_s=3.0, now=NOW))
+    assert foreign.inputs_sha256 and foreign.inputs_sha256 != plan.provenance["inputs_sha256"]
+    write_json(tmp_path / "other.json", CapacityReport(gap=foreign))
+    capsys.readouterr()
+    assert main([*args, "--gap", str(tmp_path / "other.json"), "--xlsx", str(tmp_path / "x.xlsx")]) == 2
+    err = capsys.readouterr().err
+    assert err.count("\n") == 1 and "other inputs than the plan" in err and "Traceback" not in err
+    assert not (tmp_path / "x.xlsx").exists()
+    # A gap file without the digest (written before it was recorded) is exported as before.
+    old = report.model_dump(mode="json")
+    del old["gap"]["inputs_sha256"]
+    (tmp_path / "old.json").write_text(json.dumps(old))
+    assert main([*args, "--gap", str(tmp_path / "old.json"), "--csv", str(tmp_path / "csv")]) == 0

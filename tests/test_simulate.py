@@ -3,15 +3,20 @@
 from __future__ import annotations
 
 import csv
+import fnmatch
 import itertools
 import math
 import statistics
+import tomllib
+from importlib import resources
 from pathlib import Path
 
 import pytest
 
 from gpuplan.planner.cli import main
-from gpuplan.planner.simulate import POLICIES, SimConfig, arrivals, gpu_demand, sample_cluster
+from gpuplan.planner.simulate import POLICIES, TRACE_DIR, SimConfig, arrivals, gpu_demand, sample_cluster
+
+PYPROJECT = Path(__file__).resolve().parents[1] / "pyproject.toml"
 
 
 def test_arrivals_offer_the_load_asked_for_with_lognormal_run_times() -> None:
@@ -50,3 +55,26 @@ def test_simulate_runs_every_policy_on_the_same_arrivals(
     assert "prediction_mae_median_s" in rows["gpuplan"]
     assert "results written to" in capsys.readouterr().out
     assert main(["simulate", "--rho", "0"]) == 2
+
+
+def test_the_default_trace_ships_in_the_wheel() -> None:
+    """``gpuplan simulate`` after ``pip install .``: the files its default trace directory holds are
+    package data of ``gpuplan.data.traces`` (pyproject's globs) and found through the installed package."""
+    traces = Path(str(resources.files("gpuplan.data.traces")))
+    assert TRACE_DIR.parent == traces
+    config = tomllib.loads(PYPROJECT.read_text())["tool"]["setuptools"]["package-data"]["gpuplan.data.traces"]
+    needed = ["openb_node_list_gpu_node.csv", "LICENSE", "README.md"]
+    needed += [f"openb_pod_list_{t}.csv" for t in ("default", "gpushare100", "multigpu50")]
+    for name in needed:
+        path = TRACE_DIR / name
+        assert path.is_file(), path
+        relative = path.relative_to(traces).as_posix()
+        assert any(fnmatch.fnmatch(relative, glob) for glob in config), relative
+
+
+def test_simulate_names_a_trace_dir_without_the_trace(
+    tmp_path: Path, capsys: pytest.CaptureFixture[str]
+) -> None:
+    assert main(["simulate", "--trace-dir", str(tmp_path), "-q"]) == 2
+    err = capsys.readouterr().err
+    assert err.count("\n") == 1 and err.startswith("gpuplan: error: --trace-dir: ")
