@@ -28,6 +28,7 @@ from typing import Any
 from gpuplan.api import worker
 from gpuplan.api.metrics import ApiMetrics
 from gpuplan.api.store import JobStatus, Store
+from gpuplan.planner.store.records import PLAN_KIND
 
 log = logging.getLogger(__name__)
 
@@ -210,7 +211,10 @@ class Runner:
         return not self.prestart or any(s.ready for s in self.slots)
 
     async def start(self) -> None:
-        """Start the solver processes and their loops."""
+        """Show the latest stored plan in the fleet gauges, start the solver processes and their loops."""
+        latest = await asyncio.to_thread(self.store.latest_done, PLAN_KIND)
+        if latest is not None:
+            await asyncio.to_thread(self.metrics.fleet.show, latest.result_json, latest.input.input_json)
         self.tasks = [asyncio.create_task(self._serve(s), name=f"slot-{s.number}") for s in self.slots]
 
     async def stop(self) -> None:
@@ -401,3 +405,5 @@ class Runner:
             self.metrics.jobs_finished.labels(
                 status=status.value, plan_status=str(fields.get("plan_status") or "")
             ).inc()
+        if closed and status is JobStatus.DONE and job.options.get("kind") == PLAN_KIND:
+            await asyncio.to_thread(self.metrics.fleet.show, fields["plan_json"], job.input_json)
