@@ -9,7 +9,6 @@ from collections.abc import Iterator
 from prometheus_client import CollectorRegistry, Counter, Gauge, Histogram
 from prometheus_client.core import GaugeMetricFamily
 from prometheus_client.registry import Collector
-from pydantic import ValidationError
 
 from gpuplan.models.plan import Plan
 from gpuplan.models.problem import PlanningInput
@@ -36,22 +35,23 @@ FLEET_GAUGES: dict[str, tuple[str, tuple[str, ...]]] = {
 }
 
 
+def read_fleet(plan_json: str, input_json: str) -> FleetMetrics | None:
+    """The fleet figures of the plan in ``plan_json`` (made from ``input_json``); ``None``, logged, for a
+    plan that cannot be read (stored by another gpuplan version). Parses both: call it off the loop."""
+    try:
+        plan, inp = Plan.model_validate_json(plan_json), PlanningInput.model_validate_json(input_json)
+        return fleet_metrics(plan, inp)
+    except (KeyError, ValueError) as exc:
+        log.warning("a plan the fleet gauges cannot read is not shown (%s)", exc)
+        return None
+
+
 class FleetGauges(Collector):
-    """The fleet gauges of the latest plan; nothing before the first plan. Each scrape reads them from one
-    :class:`FleetMetrics`, so that it never mixes two plans."""
+    """The fleet gauges of the latest plan (:attr:`latest`); nothing before the first plan. Each scrape
+    reads them from one :class:`FleetMetrics`, so that it never mixes two plans."""
 
     def __init__(self) -> None:
         self.latest: FleetMetrics | None = None
-
-    def show(self, plan_json: str, input_json: str) -> None:
-        """Show the plan in ``plan_json`` (made from ``input_json``); a plan that cannot be read (stored by
-        another gpuplan version) is logged and leaves the gauges as they were."""
-        try:
-            plan = Plan.model_validate_json(plan_json)
-            inp = PlanningInput.model_validate_json(input_json)
-            self.latest = fleet_metrics(plan, inp)
-        except (ValidationError, KeyError, ValueError) as exc:
-            log.warning("the fleet gauges keep the previous plan: this one cannot be read (%s)", exc)
 
     def collect(self) -> Iterator[GaugeMetricFamily]:
         """The gauges of :attr:`latest`."""
