@@ -30,7 +30,8 @@ def _settings(args: argparse.Namespace) -> Settings:
 def cmd_serve(args: argparse.Namespace) -> int:
     """Serve the API, or with ``--create-key``/``--create-admin-key`` store a new key and print it."""
     from gpuplan.api.auth import key_hash, new_key, parse_role
-    from gpuplan.api.startup import ServerLock, open_store, shown
+    from gpuplan.api.startup import ServerLock, open_store
+    from gpuplan.planner.db import shown
 
     settings = _settings(args)
     role = "admin" if args.create_admin_key else args.create_key

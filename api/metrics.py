@@ -1,8 +1,80 @@
-"""Prometheus metrics of one app: requests, solve durations, queue depth and job outcomes."""
+"""Prometheus metrics of one app: requests, solve durations, queue depth, job outcomes, and the fleet
+gauges of the latest plan (``planner.fleet_metrics``)."""
 
 from __future__ import annotations
 
+import logging
+from collections.abc import Iterator
+
 from prometheus_client import CollectorRegistry, Counter, Gauge, Histogram
+from prometheus_client.core import GaugeMetricFamily
+from prometheus_client.registry import Collector
+
+from gpuplan.models.plan import Plan
+from gpuplan.models.problem import PlanningInput
+from gpuplan.planner.fleet_metrics import FleetMetrics, fleet_metrics
+
+log = logging.getLogger(__name__)
+
+#: The fleet gauges: name, help text and labels.
+FLEET_GAUGES: dict[str, tuple[str, tuple[str, ...]]] = {
+    "gpuplan_allocated_gpu_ratio": ("Share of the fleet's GPUs the latest plan allocates", ()),
+    "gpuplan_pool_allocated_gpu_ratio": ("Share of a pool's GPUs the latest plan allocates", ("pool",)),
+    "gpuplan_pool_gpus": ("GPUs of a pool in the latest plan's cluster", ("pool",)),
+    "gpuplan_fragmentation_rate": (
+        "Share of free GPU capacity the latest plan's demand mix cannot use (FGD)",
+        (),
+    ),
+    "gpuplan_waiting_replicas": ("Replicas the latest plan leaves waiting", ("tier", "team")),
+    "gpuplan_quota_used_gpus": ("GPU-equivalents a team's placed replicas use in the latest plan", ("team",)),
+    "gpuplan_quota_limit_gpus": ("A team's fleet-wide quota in GPU-equivalents", ("team",)),
+    "gpuplan_predicted_wait_p95_seconds": (
+        "95th percentile of the predicted waits of a tier's waiting replicas (+Inf: unknown)",
+        ("tier",),
+    ),
+}
+
+
+def read_fleet(plan_json: str, input_json: str) -> FleetMetrics | None:
+    """The fleet figures of the plan in ``plan_json`` (made from ``input_json``); ``None``, logged, for a
+    plan that cannot be read (stored by another gpuplan version). Parses both: call it off the loop."""
+    try:
+        plan, inp = Plan.model_validate_json(plan_json), PlanningInput.model_validate_json(input_json)
+        return fleet_metrics(plan, inp)
+    except (KeyError, ValueError) as exc:
+        log.warning("a plan the fleet gauges cannot read is not shown (%s)", exc)
+        return None
+
+
+class FleetGauges(Collector):
+    """The fleet gauges of the latest plan (:attr:`latest`); nothing before the first plan. Each scrape
+    reads them from one :class:`FleetMetrics`, so that it never mixes two plans."""
+
+    def __init__(self) -> None:
+        self.latest: FleetMetrics | None = None
+
+    def collect(self) -> Iterator[GaugeMetricFamily]:
+        """The gauges of :attr:`latest`."""
+        m = self.latest
+        if m is None:
+            return
+        Samples = list[tuple[tuple[str, ...], float]]
+        fragmentation: Samples = [] if m.fragmentation_rate is None else [((), m.fragmentation_rate)]
+        values: dict[str, Samples] = {
+            "gpuplan_allocated_gpu_ratio": [((), m.allocated_gpu_ratio)],
+            "gpuplan_pool_allocated_gpu_ratio": [((p,), u.ratio) for p, u in m.pools.items()],
+            "gpuplan_pool_gpus": [((p,), float(u.gpus)) for p, u in m.pools.items()],
+            "gpuplan_fragmentation_rate": fragmentation,
+            "gpuplan_waiting_replicas": [((tier, team), float(n)) for (tier, team), n in m.waiting.items()],
+            "gpuplan_quota_used_gpus": [((t,), v) for t, v in m.team_gpus.items()],
+            "gpuplan_quota_limit_gpus": [((t,), v) for t, v in m.team_quota_gpus.items()],
+            "gpuplan_predicted_wait_p95_seconds": [((t,), v) for t, v in m.predicted_wait_p95_s.items()],
+        }
+        for name, (text, labels) in FLEET_GAUGES.items():
+            family = GaugeMetricFamily(name, text, labels=list(labels))
+            for label_values, value in values[name]:
+                family.add_metric(list(label_values), value)
+            yield family
 
 
 class ApiMetrics:
@@ -49,3 +121,5 @@ class ApiMetrics:
         self.rejected = Counter(
             "gpuplan_limit_rejections", "Requests refused by a limit", ["limit"], registry=self.registry
         )
+        self.fleet = FleetGauges()
+        self.registry.register(self.fleet)

@@ -26,8 +26,9 @@ from multiprocessing.process import BaseProcess
 from typing import Any
 
 from gpuplan.api import worker
-from gpuplan.api.metrics import ApiMetrics
+from gpuplan.api.metrics import ApiMetrics, read_fleet
 from gpuplan.api.store import JobStatus, Store
+from gpuplan.planner.store.records import PLAN_KIND
 
 log = logging.getLogger(__name__)
 
@@ -211,7 +212,11 @@ class Runner:
         return not self.prestart or any(s.ready for s in self.slots)
 
     async def start(self) -> None:
-        """Start the solver processes and their loops."""
+        """Show the latest stored plan in the fleet gauges, start the solver processes and their loops."""
+        latest = await asyncio.to_thread(self.store.latest_done, PLAN_KIND)
+        if latest is not None:
+            plan_json, input_json = latest.result_json, latest.input.input_json
+            self.metrics.fleet.latest = await asyncio.to_thread(read_fleet, plan_json, input_json)
         self.tasks = [asyncio.create_task(self._serve(s), name=f"slot-{s.number}") for s in self.slots]
 
     async def stop(self) -> None:
@@ -411,8 +416,14 @@ class Runner:
         if not job.stored:
             job.reply = ("error", "internal", str(fields.get("error", status.value)))
             return
+        fleet = None
+        if status is JobStatus.DONE and job.options.get("kind") == PLAN_KIND:
+            # Read before the job is closed: once a client sees it done, /metrics shows its plan.
+            fleet = await asyncio.to_thread(read_fleet, fields["plan_json"], job.input_json)
         closed = await asyncio.to_thread(self.store.finish, job.id, status, **fields)
         if closed:
             self.metrics.jobs_finished.labels(
                 status=status.value, plan_status=str(fields.get("plan_status") or "")
             ).inc()
+            if fleet is not None:
+                self.metrics.fleet.latest = fleet

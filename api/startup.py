@@ -17,33 +17,17 @@ from pathlib import Path
 from typing import IO
 
 from sqlalchemy import Connection, create_engine, text
-from sqlalchemy.engine import make_url
-from sqlalchemy.exc import ArgumentError, SQLAlchemyError
+from sqlalchemy.exc import SQLAlchemyError
 from sqlalchemy.pool import NullPool
 
 from gpuplan.api.store import Store
 from gpuplan.models.base import InputError
-from gpuplan.planner.db import ADVISORY_LOCK, database_url
+from gpuplan.planner.db import ADVISORY_LOCK, database_url, driver_reason, shown
 
 #: The PostgreSQL session advisory lock of a running server (the schema upgrade takes ``ADVISORY_LOCK``).
 SERVER_LOCK = ADVISORY_LOCK + 1
 #: What a server writes in its lock (the lock file, or its connection's ``application_name``).
 _OWNER_PREFIX = "gpuplan serve: "
-
-
-def shown(target: str) -> str:
-    """``target`` as it may be printed: a URL's password masked (``postgresql://user:***@host/db``)."""
-    if "://" not in target:
-        return target
-    try:
-        return make_url(target).render_as_string(hide_password=True)
-    except ArgumentError:
-        return target.split("://", 1)[0] + "://***"
-
-
-def _reason(exc: SQLAlchemyError) -> str:
-    """The first line of the driver's message (without SQLAlchemy's statement and background link)."""
-    return str(getattr(exc, "orig", None) or exc).strip().splitlines()[0]
 
 
 def _owner() -> str:
@@ -110,7 +94,7 @@ class ServerLock:
                 ).scalar_one_or_none()
             conn.commit()
         except SQLAlchemyError as exc:
-            raise InputError(f"database {shown(target)}: {_reason(exc)}") from None
+            raise InputError(f"database {shown(target)}: {driver_reason(exc)}") from None
         if not got:
             conn.close()
             raise _in_use(target, str(holder or "pid unknown").removeprefix(_OWNER_PREFIX))
@@ -132,11 +116,11 @@ def open_store(target: str) -> Store:
     try:
         store = Store.open(target)
     except SQLAlchemyError as exc:
-        raise InputError(f"database {shown(target)}: {_reason(exc)}") from None
+        raise InputError(f"database {shown(target)}: {driver_reason(exc)}") from None
     try:
         problem = store.integrity_problem()
     except SQLAlchemyError as exc:
-        problem = _reason(exc)
+        problem = driver_reason(exc)
     if problem is not None:
         store.close()
         raise InputError(f"database {shown(target)} is damaged ({problem}); restore it from a backup")

@@ -11,7 +11,7 @@ from typing import Any
 
 from sqlalchemy import Connection, Engine, create_engine, event, text
 from sqlalchemy.engine import make_url
-from sqlalchemy.exc import ArgumentError
+from sqlalchemy.exc import ArgumentError, SQLAlchemyError
 
 from gpuplan.models.base import InputError
 
@@ -36,6 +36,21 @@ def database_url(target: str | None) -> str:
             url = url.set(drivername="postgresql+psycopg")
         return url.render_as_string(hide_password=False)
     return f"sqlite:///{Path(target).expanduser().resolve()}"
+
+
+def shown(target: str) -> str:
+    """``target`` as it may be printed: a URL's password masked (``postgresql://user:***@host/db``)."""
+    if "://" not in target:
+        return target
+    try:
+        return make_url(target).render_as_string(hide_password=True)
+    except ArgumentError:
+        return target.split("://", 1)[0] + "://***"
+
+
+def driver_reason(exc: SQLAlchemyError) -> str:
+    """The first line of the driver's message (without SQLAlchemy's statement and background link)."""
+    return str(getattr(exc, "orig", None) or exc).strip().splitlines()[0]
 
 
 def _sqlite_pragmas(dbapi_conn: Any, _record: Any) -> None:

@@ -14,12 +14,13 @@ from datetime import datetime
 
 from sqlalchemy import Engine
 
+from gpuplan.models.base import InputError
 from gpuplan.models.plan import GpuUse, Plan
 from gpuplan.models.problem import PlanningInput
 from gpuplan.planner.actions import where
 from gpuplan.planner.db import make_engine
 from gpuplan.planner.store.records import CLI, PLAN_KIND, JobInput, JobRecord, JobSource, JobStatus, now
-from gpuplan.planner.store.store import Store
+from gpuplan.planner.store.store import Store, StoredJob
 from gpuplan.planner.timeline import predicted_waits
 
 
@@ -32,6 +33,18 @@ class StoredPlan:
     created_at: datetime
     plan: Plan
     inputs: PlanningInput
+    job: JobRecord
+
+
+def _stored(found: StoredJob) -> StoredPlan:
+    return StoredPlan(
+        id=found.number,
+        job_id=found.job.id,
+        created_at=found.job.created_at,
+        plan=Plan.model_validate_json(found.result_json),
+        inputs=PlanningInput.model_validate_json(found.input.input_json),
+        job=found.job,
+    )
 
 
 def _team(inputs: PlanningInput) -> str | None:
@@ -94,15 +107,21 @@ class PlanHistory:
     def latest(self) -> StoredPlan | None:
         """The plan that was stored last, by replan or by the API, if any."""
         found = self.store.latest_done(PLAN_KIND)
+        return None if found is None else _stored(found)
+
+    def plan(self, number: int) -> StoredPlan:
+        """Plan ``number``; an input error when the store holds no plan of that number."""
+        found = self.store.done_job(PLAN_KIND, number)
         if found is None:
-            return None
-        return StoredPlan(
-            id=found.number,
-            job_id=found.job.id,
-            created_at=found.job.created_at,
-            plan=Plan.model_validate_json(found.result_json),
-            inputs=PlanningInput.model_validate_json(found.input.input_json),
-        )
+            raise InputError(f"no plan {number} in the plan history (gpuplan history list shows them)")
+        return _stored(found)
+
+    def recent(self, limit: int) -> list[tuple[int, JobRecord, Plan]]:
+        """The last ``limit`` plans, newest first: number, job and plan."""
+        return [
+            (number, job, Plan.model_validate_json(text))
+            for number, job, text in self.store.done_results(PLAN_KIND, limit)
+        ]
 
     def count(self) -> int:
         """Number of stored plans."""
@@ -117,17 +136,24 @@ class PlanDiff:
     new_starts: tuple[str, ...]
     stops: tuple[str, ...]
     wait_changes: tuple[str, ...]
+    layouts: tuple[str, ...] = ()
+    waits_started: tuple[str, ...] = ()
+    waits_ended: tuple[str, ...] = ()
 
     def render(self) -> str:
         """Human-readable lines (one section per kind of change)."""
         out = [
             f"{len(self.moves)} move(s), {len(self.new_starts)} new start(s), {len(self.stops)} stop(s), "
-            f"{len(self.wait_changes)} predicted wait(s) changed"
+            f"{len(self.layouts)} MIG layout(s) changed, {len(self.waits_started)} wait(s) started, "
+            f"{len(self.waits_ended)} wait(s) ended, {len(self.wait_changes)} predicted wait(s) changed"
         ]
         for title, lines in (
             ("moves", self.moves),
             ("new starts", self.new_starts),
             ("stops", self.stops),
+            ("MIG layouts", self.layouts),
+            ("waits started", self.waits_started),
+            ("waits ended", self.waits_ended),
             ("predicted waits", self.wait_changes),
         ):
             if lines:
@@ -144,9 +170,31 @@ def _wait(seconds: float | None) -> str:
     return "unknown" if seconds is None else f"{seconds / 60:.0f} min"
 
 
+def _layouts(plan: Plan) -> dict[tuple[str, int], str]:
+    return {
+        (m.node, m.gpu): " ".join(f"{i.profile}@{i.start}" for i in m.instances) or "no instances"
+        for m in plan.mig_layouts
+    }
+
+
+def _layout_changes(previous: Plan, current: Plan) -> list[str]:
+    """MIG layouts the current plan sets differently from the previous one (``none``: not in the plan)."""
+    old, new = _layouts(previous), _layouts(current)
+    return [
+        f"{node}:{gpu}: {old.get((node, gpu), 'none')} -> {new.get((node, gpu), 'none')}"
+        for node, gpu in sorted(old.keys() | new.keys())
+        if old.get((node, gpu)) != new.get((node, gpu))
+    ]
+
+
+def _waits(plan: Plan) -> dict[tuple[str, int], str]:
+    return {(u.workload, u.replica): u.code for u in plan.unplaced}
+
+
 def plan_diff(previous: Plan | None, current: Plan, running: PlanningInput | None = None) -> PlanDiff:
-    """Moves, new starts, stops and changed predicted waits from ``previous`` to ``current``; without a
-    previous plan, from what ``running`` says runs now."""
+    """Moves, new starts, stops, changed MIG layouts, waits started and ended, and changed predicted waits
+    from ``previous`` to ``current``; without a previous plan, only the placements, from what ``running``
+    says runs now."""
     if previous is not None:
         before = _where(previous)
     elif running is not None:
@@ -166,7 +214,18 @@ def plan_diff(previous: Plan | None, current: Plan, running: PlanningInput | Non
     starts = [f"{k[0]}#{k[1]}: {v}" for k, v in sorted(after.items()) if k not in before]
     stops = [f"{k[0]}#{k[1]}: was {v}" for k, v in sorted(before.items()) if k not in after]
     changes: list[str] = []
+    layouts: list[str] = []
+    started: list[str] = []
+    ended: list[str] = []
     if previous is not None:
+        layouts = _layout_changes(previous, current)
+        old_waits, new_waits = _waits(previous), _waits(current)
+        started = [f"{k[0]}#{k[1]}: {code}" for k, code in sorted(new_waits.items()) if k not in old_waits]
+        ended = [
+            f"{k[0]}#{k[1]}: {f'runs on {after[k]}' if k in after else 'no longer asked for'}"
+            for k in sorted(old_waits)
+            if k not in new_waits
+        ]
         old_now = datetime.fromisoformat(str(previous.provenance.get("now")))
         new_now = datetime.fromisoformat(str(current.provenance.get("now")))
         old = predicted_waits(previous, old_now)
@@ -179,4 +238,7 @@ def plan_diff(previous: Plan | None, current: Plan, running: PlanningInput | Non
             b = None if new[k] is None else new_now.timestamp() + (new[k] or 0.0)
             if a != b:
                 changes.append(f"{k[0]}#{k[1]}: {_wait(old[k])} -> {_wait(new[k])} from now")
-    return PlanDiff(tuple(moves), tuple(starts), tuple(stops), tuple(changes))
+    return PlanDiff(
+        tuple(moves), tuple(starts), tuple(stops), tuple(changes),
+        layouts=tuple(layouts), waits_started=tuple(started), waits_ended=tuple(ended),
+    )  # fmt: skip

@@ -30,6 +30,7 @@ GROUPS: tuple[tuple[str, str], ...] = (
     ("gpuplan.planner.cli.plan", "add_parsers"),
     ("gpuplan.planner.cli.imports", "add_parsers"),
     ("gpuplan.planner.cli.rounds", "add_parsers"),
+    ("gpuplan.planner.cli.history", "add_parsers"),
     ("gpuplan.planner.cli.capacity", "add_parsers"),
     ("gpuplan.api.cli", "add_parsers"),
     ("gpuplan.planner.cli.keys", "add_parsers"),

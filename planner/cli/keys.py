@@ -27,6 +27,7 @@ def _with_store(args: argparse.Namespace, run: Callable[[Store], int]) -> int:
     """Open the store named by ``--database`` and run ``run`` on it; a database error is one line."""
     from sqlalchemy.exc import SQLAlchemyError
 
+    from gpuplan.planner.db import driver_reason
     from gpuplan.planner.store.store import Store
 
     target = args.database or os.environ.get(DATABASE_ENV) or None
@@ -37,8 +38,7 @@ def _with_store(args: argparse.Namespace, run: Callable[[Store], int]) -> int:
         finally:
             store.close()
     except SQLAlchemyError as exc:
-        reason = str(getattr(exc, "orig", None) or exc).splitlines()[0]
-        raise InputError(f"--database: {reason}") from None
+        raise InputError(f"--database: {driver_reason(exc)}") from None
 
 
 def _when(value: datetime | None) -> str:

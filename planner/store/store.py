@@ -9,7 +9,7 @@ from dataclasses import dataclass, replace
 from datetime import datetime
 from typing import Any
 
-from sqlalchemy import ColumnElement, Connection, Engine, RowMapping, func, insert, select, update
+from sqlalchemy import ColumnElement, Connection, Engine, RowMapping, Select, func, insert, select, update
 
 from gpuplan.models.base import InputError
 from gpuplan.planner.db import make_engine
@@ -348,36 +348,47 @@ class Store:
 
     # --- finished jobs of a kind, whatever their source -------------------------------------------------
 
-    def latest_done(self, kind: str) -> StoredJob | None:
-        """The job of ``kind`` that finished last with a result, with its input and result."""
-        with self.engine.connect() as conn:
-            row = (
-                conn.execute(
-                    select(
-                        jobs.c.number,
-                        *JOB_FIELDS,
-                        job_inputs.c.inputs_sha256,
-                        job_inputs.c.input_json,
-                        job_inputs.c.options_json,
-                        job_results.c.plan_json,
-                    )
-                    .join(job_inputs, job_inputs.c.job_id == jobs.c.id)
-                    .join(job_results, job_results.c.job_id == jobs.c.id)
-                    .where(jobs.c.kind == kind, jobs.c.status == JobStatus.DONE.value)
-                    .order_by(jobs.c.finished_at.desc(), jobs.c.number.desc())
-                    .limit(1)
-                )
-                .mappings()
-                .first()
-            )
-        if row is None:
-            return None
+    @staticmethod
+    def _done(kind: str, *, inputs: bool = True) -> Select[Any]:
+        """Finished jobs of ``kind`` with a result, newest first: number, job, result and (unless not
+        ``inputs``, which may be large) input."""
+        columns = [job_inputs.c.inputs_sha256, job_inputs.c.input_json, job_inputs.c.options_json]
+        query = select(jobs.c.number, *JOB_FIELDS, job_results.c.plan_json, *(columns if inputs else []))
+        if inputs:
+            query = query.join(job_inputs, job_inputs.c.job_id == jobs.c.id)
+        return (
+            query.join(job_results, job_results.c.job_id == jobs.c.id)
+            .where(jobs.c.kind == kind, jobs.c.status == JobStatus.DONE.value)
+            .order_by(jobs.c.finished_at.desc(), jobs.c.number.desc())
+        )
+
+    @staticmethod
+    def _stored(row: RowMapping) -> StoredJob:
         return StoredJob(
             number=int(row["number"]),
             job=_record(row),
             input=JobInput(row["inputs_sha256"], row["input_json"], json.loads(row["options_json"])),
             result_json=row["plan_json"],
         )
+
+    def latest_done(self, kind: str) -> StoredJob | None:
+        """The job of ``kind`` that finished last with a result, with its input and result."""
+        with self.engine.connect() as conn:
+            row = conn.execute(self._done(kind).limit(1)).mappings().first()
+        return None if row is None else self._stored(row)
+
+    def done_job(self, kind: str, number: int) -> StoredJob | None:
+        """The finished job of ``kind`` with number ``number`` and a result, if there is one."""
+        with self.engine.connect() as conn:
+            row = conn.execute(self._done(kind).where(jobs.c.number == number)).mappings().first()
+        return None if row is None else self._stored(row)
+
+    def done_results(self, kind: str, limit: int) -> list[tuple[int, JobRecord, str]]:
+        """The last ``limit`` finished jobs of ``kind`` (newest first): number, job and result, without
+        their inputs (which may be large)."""
+        with self.engine.connect() as conn:
+            rows = conn.execute(self._done(kind, inputs=False).limit(limit)).mappings()
+            return [(int(r["number"]), _record(r), r["plan_json"]) for r in rows]
 
     def count_done(self, kind: str) -> int:
         """How many jobs of ``kind`` finished with a result."""
