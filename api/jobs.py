@@ -120,14 +120,15 @@ def check_active(limits: Limits, runner: Runner) -> None:
 
 
 def check_wait(runner: Runner, wait: float) -> None:
-    """429 with ``Retry-After`` when the queue cannot meet ``wait``: with every job queued or running
-    ahead taking the recent mean solve time on the solver processes, this one would end after ``wait``
-    seconds. Better answered at once than after the wait (a client then retries later or submits
-    without waiting)."""
+    """429 with ``Retry-After`` when the queue cannot meet ``wait``: every solver process is busy and,
+    with the jobs ahead taking the recent mean solve time, this one would end after ``wait`` seconds.
+    Better answered at once than after the wait (a client then retries later or submits without
+    waiting)."""
     mean = runner.mean_solve_s()
-    if wait <= 0 or mean is None:
-        return
-    expected = (runner.active / len(runner.slots) + 1) * mean
+    rounds_ahead = runner.active // len(runner.slots)
+    if wait <= 0 or mean is None or rounds_ahead == 0:
+        return  # a solver process is free: the job starts now, and ?wait= only bounds the wait for it
+    expected = (rounds_ahead + 1) * mean
     if expected <= wait:
         return
     runner.metrics.rejected.labels(limit="wait").inc()
