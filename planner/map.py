@@ -123,11 +123,9 @@ class _Map:
                 self.uses[(a.node, g.index)].append((who, g))
         self.cluster = cluster_with_layouts(inp.cluster, plan.mig_layouts)
         self.tiers = [t.name for t in inp.policy.tiers]
-        self.teams = sorted({self._who(a.workload).team for a in shown.assignments} | self._queue_teams())
+        named = [a.workload for a in shown.assignments] + [u.workload for u in shown.unplaced]
+        self.teams = sorted({self._who(w).team for w in named})
         self.canvas = _Canvas()
-
-    def _queue_teams(self) -> set[str]:
-        return {self._who(u.workload).team for u in self.unplaced}
 
     def _who(self, workload: str, replica: int = 0) -> _Who:
         w = self.inp.workload_by_id.get(workload)
@@ -261,6 +259,7 @@ class _Map:
 
     def svg(self, colour: Colour) -> str:
         """The whole map as one SVG element."""
+        self.canvas = _Canvas()
         top = y = self._legend(8, 24.0) + 12
         pools: dict[str, list[Node]] = defaultdict(list)
         for n in self.cluster.nodes:
