@@ -13,7 +13,7 @@ from gpuplan.api import errors
 from gpuplan.api.auth import Keyring, RateLimiter
 from gpuplan.api.metrics import ApiMetrics
 from gpuplan.api.middleware import BodyLimit, RequestMetrics
-from gpuplan.api.routers import capacity, explain, exports, health, keys, plans, validate
+from gpuplan.api.routers import capacity, explain, exports, health, keys, map, plans, validate
 from gpuplan.api.runner import Runner
 from gpuplan.api.settings import Settings
 from gpuplan.api.startup import ServerLock
@@ -55,6 +55,7 @@ def create_app(settings: Settings | None = None, *, lock: ServerLock | None = No
     errors.install(app)
     app.include_router(plans.router)
     app.include_router(exports.router)
+    app.include_router(map.router)
     app.include_router(capacity.router)
     app.include_router(explain.router)
     app.include_router(validate.router)

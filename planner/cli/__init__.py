@@ -35,6 +35,7 @@ GROUPS: tuple[tuple[str, str], ...] = (
     ("gpuplan.api.cli", "add_parsers"),
     ("gpuplan.planner.cli.keys", "add_parsers"),
     ("gpuplan.planner.cli.explain", "add_parsers"),
+    ("gpuplan.planner.cli.cluster_map", "add_parsers"),
 )
 
 
