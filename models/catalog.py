@@ -1,14 +1,20 @@
-"""Loading the hardware catalog shipped in ``data/hardware`` (or a directory given by the user)."""
+"""Loading the hardware catalog shipped in ``data/hardware`` (or a directory given by the user), extended
+by a user catalog file (``GPUPLAN_CATALOG`` or the CLI's ``--hardware-catalog``)."""
 
 from __future__ import annotations
 
 import json
 import os
-from functools import cache
+from collections.abc import Callable
+from functools import cache, partial
 from importlib import resources
 from pathlib import Path
-from typing import Any
+from typing import TYPE_CHECKING, Any, TypeVar
 
+import yaml
+from pydantic import ValidationError
+
+from gpuplan.models.base import InputError
 from gpuplan.models.hardware import (
     GpuModelSpec,
     HardwareCatalog,
@@ -21,6 +27,13 @@ from gpuplan.models.hardware import (
 
 #: Environment variable naming another data directory (with a ``hardware/`` folder inside).
 DATA_ENV = "GPUPLAN_DATA"
+if TYPE_CHECKING:
+    from gpuplan.models.cluster import Cluster
+
+_T = TypeVar("_T")
+
+#: Environment variable naming a user catalog file whose GPU models and topologies extend the bundled ones.
+CATALOG_ENV = "GPUPLAN_CATALOG"
 
 
 def data_dir() -> Path:
@@ -59,14 +72,34 @@ def _mig_model(raw: dict[str, Any]) -> GpuModelSpec:
     )
 
 
-def _plain_model(raw: dict[str, Any]) -> GpuModelSpec:
+def _plain_model(raw: dict[str, Any], known: dict[str, GpuModelSpec]) -> GpuModelSpec:
+    """A model of ``gpu_models.json``: without MIG, or with the MIG geometry of the model named by
+    ``mig_profiles_of`` (another product with the same profile table, e.g. the PCIe card of an SXM GPU:
+    not an alias, so that a request for one is never placed on the other)."""
+    geometry: dict[str, Any] = {}
+    if raw.get("mig_profiles_of"):
+        base = known.get(str(raw["mig_profiles_of"]).lower())
+        if base is None:
+            raise KeyError(f"mig_profiles_of: unknown GPU model '{raw['mig_profiles_of']}'")
+        geometry = {
+            "compute_slices": base.compute_slices,
+            "memory_slices": base.memory_slices,
+            "max_gpu_instances": base.max_gpu_instances,
+            "profiles": base.profiles,
+        }
     return GpuModelSpec(
         name=raw["name"],
         aliases=tuple(raw.get("aliases") or ()),
         memory_gib=float(raw["memory_gib"]),
         uncertain=bool(raw.get("uncertain", False)),
         source=raw.get("source", ""),
+        **geometry,
     )
+
+
+def _model(raw: dict[str, Any], known: dict[str, GpuModelSpec]) -> GpuModelSpec:
+    """A model entry in either format: with its own MIG ``profiles`` (``mig_profiles.json``) or not."""
+    return _mig_model(raw) if "profiles" in raw else _plain_model(raw, known)
 
 
 def _topology(raw: dict[str, Any], model: str) -> ReferenceTopology:
@@ -92,7 +125,9 @@ def load_catalog(directory: Path) -> HardwareCatalog:
     mig = json.loads((directory / "mig_profiles.json").read_text())
     topo = json.loads((directory / "topologies.json").read_text())
     extra = json.loads((directory / "gpu_models.json").read_text())
-    models = [_mig_model(m) for m in mig["models"]] + [_plain_model(m) for m in extra["models"]]
+    models = [_mig_model(m) for m in mig["models"]]
+    known = {m.name.lower(): m for m in models}
+    models += [_plain_model(m, known) for m in extra["models"]]
     topology_models: dict[str, str] = extra["topology_models"]
     topologies = [
         _topology(t, topology_models[t["name"]]) for t in topo["topologies"] if t["name"] in topology_models
@@ -100,7 +135,89 @@ def load_catalog(directory: Path) -> HardwareCatalog:
     return HardwareCatalog(models=tuple(models), topologies=tuple(topologies))
 
 
+def _where(loc: tuple[int | str, ...]) -> str:
+    """``models[0].memory_gib`` from a location path."""
+    return "".join(f"[{p}]" if isinstance(p, int) else f".{p}" for p in loc).lstrip(".")
+
+
+def _entries(raw: dict[str, Any], key: str) -> list[dict[str, Any]]:
+    """The list of mappings under ``key`` of a user catalog (none when absent)."""
+    found = raw.get(key) or []
+    if not isinstance(found, list) or not all(isinstance(e, dict) for e in found):
+        raise InputError(f"{key}: expected a list of mappings")
+    return found
+
+
+def _entry(key: str, index: int, build: Callable[[], _T]) -> _T:
+    """``build()``, with an error naming the entry (``models[2].memory_gib: ...``) when it fails."""
+    try:
+        return build()
+    except ValidationError as exc:
+        first = exc.errors(include_url=False)[0]
+        raise InputError(f"{_where((key, index, *first['loc']))}: {first['msg']}") from None
+    except KeyError as exc:
+        what = str(exc.args[0])
+        raise InputError(
+            f"{key}[{index}].{what}" if ":" in what else f"{key}[{index}].{what}: field required"
+        ) from None
+    except (TypeError, ValueError) as exc:
+        raise InputError(f"{key}[{index}]: {exc}") from None
+
+
+def extend_catalog(base: HardwareCatalog, path: Path) -> HardwareCatalog:
+    """``base`` with the GPU models and reference topologies of the user catalog file ``path`` (YAML or
+    JSON: ``models`` in the format of ``gpu_models.json`` or ``mig_profiles.json``, ``topologies`` in the
+    format of ``topologies.json`` with a ``gpu_model``). A name or alias already known is an error: a
+    user entry adds a model, it never changes what another name means."""
+    try:
+        raw = yaml.safe_load(path.read_text(encoding="utf-8"))
+    except (OSError, yaml.YAMLError) as exc:
+        raise InputError(f"{path}: cannot read the hardware catalog: {exc}") from None
+    if not isinstance(raw, dict) or not set(raw) <= {"models", "topologies"}:
+        raise InputError(f"{path}: expected a mapping with 'models' and/or 'topologies'")
+    known = {key.lower(): m for m in base.models for key in (m.name, *m.aliases)}
+    try:
+        models = [
+            _entry("models", i, partial(_model, m, known)) for i, m in enumerate(_entries(raw, "models"))
+        ]
+        names = {key.lower() for m in (*base.models, *models) for key in (m.name, *m.aliases)}
+        topologies = []
+        for i, t in enumerate(_entries(raw, "topologies")):
+            if str(t.get("gpu_model", "")).lower() not in names:
+                raise InputError(f"topologies[{i}].gpu_model: unknown GPU model '{t.get('gpu_model')}'")
+            topologies.append(_entry("topologies", i, partial(_topology, t, str(t["gpu_model"]))))
+        return HardwareCatalog(models=(*base.models, *models), topologies=(*base.topologies, *topologies))
+    except ValidationError as exc:
+        raise InputError(f"{path}: {exc.errors(include_url=False)[0]['msg']}") from None
+    except InputError as exc:
+        raise InputError(f"{path}: {exc}") from None
+
+
 @cache
+def _catalog(user_file: str | None) -> HardwareCatalog:
+    """The bundled catalog, extended by ``user_file`` (cached: catalogs are immutable)."""
+    if user_file is None:
+        return load_catalog(data_dir() / "hardware")
+    return extend_catalog(_catalog(None), Path(user_file))
+
+
 def default_catalog() -> HardwareCatalog:
-    """The catalog bundled with gpuplan (cached: it is immutable)."""
-    return load_catalog(data_dir() / "hardware")
+    """The catalog bundled with gpuplan, extended by the user catalog file ``GPUPLAN_CATALOG`` names."""
+    return _catalog(os.environ.get(CATALOG_ENV) or None)
+
+
+def uncertain_in_use(cluster: Cluster, catalog: HardwareCatalog) -> list[str]:
+    """The catalog entries marked ``uncertain`` that ``cluster`` uses (reference topologies, GPU models and
+    MIG profiles), each named once, in cluster order: what a run should ask the user to check."""
+    found: dict[str, None] = {}
+    for node in cluster.nodes:
+        if node.topology and catalog.topology(node.topology).uncertain:
+            found[f"reference topology {catalog.topology(node.topology).name}"] = None
+        for gpu in node.gpus:
+            spec = catalog.model(gpu.model)
+            if spec.uncertain:
+                found[f"GPU model {spec.name}"] = None
+            for inst in gpu.mig.instances if gpu.mig is not None else ():
+                if spec.profile(inst.profile).uncertain:
+                    found[f"MIG profile {inst.profile} of {spec.name}"] = None
+    return list(found)

@@ -2,7 +2,6 @@
 
 from __future__ import annotations
 
-import logging
 import re
 from collections import Counter
 from functools import cached_property
@@ -14,17 +13,7 @@ from gpuplan.models.base import MAX_GPUS_PER_NODE, Name, Strict
 from gpuplan.models.catalog import default_catalog
 from gpuplan.models.hardware import GpuModelSpec, HardwareCatalog
 
-log = logging.getLogger(__name__)
-
 _LINK_RE = re.compile(r"^(NV\d+|PIX|PXB|PHB|NODE|SYS|SOC)$")
-_warned: set[str] = set()
-
-
-def warn_uncertain(what: str) -> None:
-    """Log once per process that a catalog entry marked ``uncertain`` is in use."""
-    if what not in _warned:
-        _warned.add(what)
-        log.warning("%s is marked uncertain in the hardware catalog; check it against the real machine", what)
 
 
 def catalog_from(info: ValidationInfo) -> HardwareCatalog:
@@ -136,22 +125,15 @@ class Gpu(Strict):
         catalog = catalog_from(info)
         if not catalog.has_model(v):
             raise ValueError(f"unknown GPU model '{v}'")
-        if catalog.model(v).uncertain:
-            warn_uncertain(f"GPU model {catalog.canonical(v)}")
         return v
 
     @model_validator(mode="after")
     def _valid_mig(self, info: ValidationInfo) -> Gpu:
         if self.mig is None:
             return self
-        catalog = catalog_from(info)
-        spec = catalog.model(self.model)
-        errors = check_mig_layout(self.model, self.mig.instances, catalog)
+        errors = check_mig_layout(self.model, self.mig.instances, catalog_from(info))
         if errors:
             raise ValueError("; ".join(errors))
-        for inst in self.mig.instances:
-            if spec.profile(inst.profile).uncertain:
-                warn_uncertain(f"MIG profile {inst.profile} of {spec.name}")
         return self
 
 
@@ -202,8 +184,6 @@ class Node(Strict):
             ref = catalog.topology(str(data["topology"]))
         except KeyError as exc:
             raise ValueError(str(exc.args[0])) from None
-        if ref.uncertain:
-            warn_uncertain(f"reference topology {ref.name}")
         model = data.get("gpu_model") or ref.gpu_model
         overrides = {int(g["index"]): g for g in data.get("gpus", []) if isinstance(g, dict)}
         gpus = []

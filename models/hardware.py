@@ -129,13 +129,28 @@ class HardwareCatalog(Strict):
     models: tuple[GpuModelSpec, ...]
     topologies: tuple[ReferenceTopology, ...] = ()
 
+    @model_validator(mode="after")
+    def _names_are_unique(self) -> HardwareCatalog:
+        """Each name or alias means one GPU model, each topology name one topology: a second entry may
+        never turn one product into another (``H20`` is not ``GH200``)."""
+        owner: dict[str, str] = {}
+        for m in self.models:
+            for key in dict.fromkeys(k.lower() for k in (m.name, *m.aliases)):
+                if key in owner:
+                    raise ValueError(
+                        f"GPU model '{m.name}': the name '{key}' already means GPU model {owner[key]}"
+                    )
+                owner[key] = m.name
+        seen: set[str] = set()
+        for t in self.topologies:
+            if t.name.lower() in seen:
+                raise ValueError(f"reference topology '{t.name}' is defined twice")
+            seen.add(t.name.lower())
+        return self
+
     @cached_property
     def _model_index(self) -> dict[str, GpuModelSpec]:
-        index: dict[str, GpuModelSpec] = {}
-        for m in self.models:
-            for key in (m.name, *m.aliases):
-                index.setdefault(key.lower(), m)
-        return index
+        return {key.lower(): m for m in self.models for key in (m.name, *m.aliases)}
 
     @cached_property
     def _topology_index(self) -> dict[str, ReferenceTopology]:

@@ -4,8 +4,8 @@
 CP-SAT back-end routes its search log through ``logging``, one ``#<event> <t>s best:<incumbent>
 next:[<bound>,<upper>]`` line per new incumbent or bound, and logs ``CP-SAT stage ended`` when a
 lexicographic stage stops without a solution. :class:`SolveProgress` turns those records into events for
-a subclass: ``gpuplan replan`` prints a progress line, the API worker sends the job's progress to the
-server.
+a subclass: on a terminal the CLI prints progress lines (:class:`TerminalProgress`), the API worker sends
+the job's progress to the server.
 """
 
 from __future__ import annotations
@@ -14,9 +14,11 @@ import logging
 import os
 import re
 import sys
+import time
 from collections.abc import Iterator, Sequence
-from contextlib import contextmanager
+from contextlib import contextmanager, suppress
 from dataclasses import dataclass
+from typing import TextIO
 
 #: The loggers whose records tell the phase (``planning …``) and the CP-SAT search progress.
 PLANNING_LOGGER = "gpuplan.planner.planning"
@@ -91,6 +93,43 @@ class SolveProgress(logging.Handler):
         """A lexicographic stage ended without a solution (nothing to report by default)."""
 
 
+class TerminalProgress(SolveProgress):
+    """Prints ``progress <elapsed> s  incumbent <objective>  bound <bound>  gap <gap>`` to ``stream`` when
+    CP-SAT reports a new incumbent or bound, at most one line per ``interval_s``; ``elapsed`` counts from
+    ``started`` (the command's start, on the monotonic clock)."""
+
+    def __init__(self, stream: TextIO, started: float, interval_s: float = 0.5) -> None:
+        super().__init__()
+        self.stream = stream
+        self.started = started
+        self.interval_s = interval_s
+        self.last: tuple[str, str] | None = None
+        self.printed_at = float("-inf")
+
+    def searched(self, line: SearchLine) -> None:
+        """Print a line for a new incumbent or bound, unless one was printed less than ``interval_s`` ago."""
+        now = time.monotonic()
+        if (
+            line.incumbent is None
+            or (line.best, line.bound) == self.last
+            or now - self.printed_at < self.interval_s
+        ):
+            return
+        self.last, self.printed_at = (line.best, line.bound), now
+        gap = ""
+        if line.lower is not None:
+            gap = f"  gap {100 * abs(line.incumbent - line.lower) / max(abs(line.incumbent), 1.0):.2f}%"
+        self.stream.write(
+            f"progress {now - self.started:7.1f} s  incumbent {line.best}  bound {line.bound}{gap}\n"
+        )
+        self.stream.flush()
+
+    def note(self, text: str) -> None:
+        """Print a progress message of a command's own (e.g. the rounds of ``gpuplan simulate``)."""
+        self.stream.write(f"progress {time.monotonic() - self.started:7.1f} s  {text}\n")
+        self.stream.flush()
+
+
 @contextmanager
 def reporting(handler: SolveProgress, loggers: Sequence[str] = (CPSAT_LOGGER,)) -> Iterator[None]:
     """Send the DEBUG records of ``loggers`` to ``handler`` alone (CP-SAT logs its search only when its
@@ -125,3 +164,25 @@ def stdout_silenced() -> Iterator[None]:
         os.dup2(saved, 1)
         os.close(saved)
         os.close(devnull)
+
+
+@contextmanager
+def native_stdout_elsewhere(target: int) -> Iterator[None]:
+    """Keep what native code writes to file descriptor 1 (the HiGHS banner, CP-SAT's ``log_to_stdout``)
+    out of the command's stdout: descriptor 1 goes to ``target`` while ``sys.stdout`` writes to the real
+    stdout through a duplicate of it."""
+    saved = sys.stdout
+    saved.flush()
+    real = os.dup(1)
+    os.dup2(target, 1)
+    sys.stdout = os.fdopen(real, "w", encoding=saved.encoding, errors=saved.errors, buffering=1)
+    try:
+        yield
+    finally:
+        try:
+            sys.stdout.flush()
+        finally:
+            os.dup2(real, 1)
+            with suppress(OSError):  # a closed pipe: the command's exit code says what happened
+                sys.stdout.close()
+            sys.stdout = saved

@@ -145,10 +145,10 @@ def test_a_replan_killed_mid_solve_leaves_the_previous_plan_and_the_next_run_com
     history = PlanHistory(db_url)
     before = history.latest()
     assert before is not None and history.count() == 1
-    run = _replan(db_url, files, "--time-limit", "60")
+    run = _replan(db_url, files, "--time-limit", "60", "-v")
     assert run.stderr is not None
-    for line in run.stderr:  # the first solver progress line: the solve is under way
-        if line.startswith("progress"):
+    for line in run.stderr:  # the planner says the solve starts
+        if line.startswith("gpuplan: INFO: planning "):
             break
     run.send_signal(signal.SIGKILL)
     run.wait(timeout=30)

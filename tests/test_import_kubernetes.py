@@ -287,7 +287,7 @@ def test_product_names_with_device_plugin_suffixes_and_memory(tmp_path: Path) ->
     # H100 PCIe exists with 80 and 94 GB: the gpu.memory label decides
     labels.update({"nvidia.com/gpu.product": "NVIDIA-H100-PCIe", "nvidia.com/gpu.memory": "81559"})
     state = read_state(*_dump(tmp_path, nodes, _load("pods.json")))
-    assert state.cluster.node_by_name["l40s-02"].gpus[0].model == "H100-80GB"
+    assert state.cluster.node_by_name["l40s-02"].gpus[0].model == "H100-PCIE-80GB"
     labels["nvidia.com/gpu.memory"] = "95830"
     state = read_state(*_dump(tmp_path, nodes, _load("pods.json")))
     assert state.cluster.node_by_name["l40s-02"].gpus[0].model == "H100-94GB"

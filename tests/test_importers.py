@@ -228,8 +228,8 @@ def test_lgipp_of_older_drivers_lacks_newer_catalog_profiles() -> None:
     a100 = parse_mig_lgipp(smi("mig-lgipp-a100-pcie-40gb-01.txt"), model="A100-PCIE-40GB")
     assert [o.name for o in a100] == ["1g.5gb", "2g.10gb", "3g.20gb", "4g.20gb", "7g.40gb"]
     assert compare_mig_with_catalog(a100, "A100-PCIE-40GB") == [
-        "the catalog's A100-SXM4-40GB offers profile '1g.5gb+me' (ID 20) which the table does not list",
-        "the catalog's A100-SXM4-40GB offers profile '1g.10gb' (ID 15) which the table does not list",
+        "the catalog's A100-PCIE-40GB offers profile '1g.5gb+me' (ID 20) which the table does not list",
+        "the catalog's A100-PCIE-40GB offers profile '1g.10gb' (ID 15) which the table does not list",
     ]
     a30 = parse_mig_lgipp(smi("mig-lgipp-a30-24gb-01.txt"), model="A30")
     assert compare_mig_with_catalog(a30, "A30") == [
@@ -252,14 +252,14 @@ def test_tampered_lgipp_reports_each_difference() -> None:
 
 def test_lgip_tables_identify_the_model_and_agree() -> None:
     assert identify_gpu_model(smi("mig-lgip-h100-nvl-94gb-01.txt")) == "H100-94GB"
-    assert identify_gpu_model(smi("mig-lgip-a100-pcie-40gb-01.txt")) == "A100-SXM4-40GB"
-    # A100 80GB and H100 80GB share profile names and IDs; instance memory sizes tell them apart.
-    assert identify_gpu_model(smi("mig-lgip-h100-sxm-80gb-01.txt")) == "H100-80GB"
-    assert identify_gpu_model(smi("mig-lgip-a100-pcie-80gb-01.txt")) == "A100-SXM4-80GB"
+    # The A100 SXM4 and PCIe cards (other products) print the same table: the text cannot tell them apart.
+    assert identify_gpu_model(smi("mig-lgip-a100-pcie-40gb-01.txt")) is None
+    assert identify_gpu_model(smi("mig-lgip-a100-pcie-80gb-01.txt")) is None
+    assert identify_gpu_model(smi("mig-lgip-h100-sxm-80gb-01.txt")) is None  # nor H100 SXM5, PCIe, H800
     both = smi("mig-lgip-h100-sxm-80gb-01.txt") + "\n" + smi("mig-lgipp-h100-sxm-80gb-01.txt")
     observed = parse_mig_lgipp(both)
     assert all(o.name and o.placements and o.instances_total for o in observed)
-    assert compare_mig_with_catalog(observed, resolve_mig_model(both)) == []
+    assert compare_mig_with_catalog(observed, resolve_mig_model(both, "H100-80GB")) == []
     a30 = parse_mig_lgipp(smi("mig-lgip-a30-24gb-01.txt"))  # Free/Total 0/4: Total is what counts
     assert [o.instances_total for o in a30] == [4, 1, 2, 1]
     tampered = smi("mig-lgip-h100-nvl-94gb-01.txt").replace("3/3 ", "2/3 ").replace("2/2 ", "2/3 ")
@@ -280,11 +280,11 @@ def test_model_named_by_nvidia_smi_list() -> None:
 @pytest.mark.parametrize(
     ("name", "canonical"),
     [
-        ("A100-PCIE-40GB", "A100-SXM4-40GB"),
+        ("A100-PCIE-40GB", "A100-PCIE-40GB"),
         ("H100 80GB HBM3", "H100-80GB"),
         ("NVIDIA H100 80GB HBM3", "H100-80GB"),
         ("H100 NVL", "H100-94GB"),
-        ("NVIDIA A100 80GB PCIe", "A100-SXM4-80GB"),
+        ("NVIDIA A100 80GB PCIe", "A100-PCIE-80GB"),
         ("NVIDIA A30", "A30-24GB"),
         ("V100M32", "V100-SXM2-32GB"),
         ("H100", None),

@@ -17,6 +17,7 @@ from gpuplan.models import (
     check_mig_layout,
     default_catalog,
 )
+from gpuplan.models.catalog import uncertain_in_use
 from gpuplan.models.cluster import MigInstance
 
 
@@ -51,13 +52,11 @@ def test_topology_override_by_index_keeps_other_gpus() -> None:
     assert n.gpu_by_index[2].mig is None
 
 
-def test_uncertain_topology_logs_a_warning(caplog: pytest.LogCaptureFixture) -> None:
-    from gpuplan.models import cluster as cluster_module
-
-    cluster_module._warned.discard("reference topology hgx-h200")
-    with caplog.at_level("WARNING"):
-        Node.model_validate(node(topology="hgx-h200"))
-    assert "hgx-h200 is marked uncertain" in caplog.text
+def test_uncertain_entries_in_use_are_named_once() -> None:
+    cluster = Cluster.model_validate(
+        {"nodes": [node(name="a", topology="hgx-h200"), node(name="b", topology="hgx-h200")]}
+    )
+    assert uncertain_in_use(cluster, default_catalog()) == ["reference topology hgx-h200"]
 
 
 @pytest.mark.parametrize(

@@ -3,16 +3,17 @@ worker)."""
 
 from __future__ import annotations
 
+import io
 import logging
+import re
+import time
 
-import pytest
-
-from gpuplan.planner.cli.rounds import ProgressLines
 from gpuplan.planner.progress import (
     CPSAT_LOGGER,
     PLANNING_LOGGER,
     SearchLine,
     SolveProgress,
+    TerminalProgress,
     reporting,
     search_lines,
 )
@@ -61,13 +62,14 @@ def test_the_handler_reads_the_phase_the_search_and_the_stage_ends() -> None:
     assert (cpsat.level, cpsat.propagate) == before and events not in cpsat.handlers
 
 
-def test_replan_prints_a_line_for_each_new_incumbent_or_bound(capsys: pytest.CaptureFixture[str]) -> None:
-    lines = ProgressLines()
+def test_terminal_progress_prints_each_new_incumbent_with_its_gap() -> None:
+    out = io.StringIO()
+    lines = TerminalProgress(out, started=time.monotonic(), interval_s=0.0)
     for line in search_lines(LOG):
         lines.searched(line)
-        lines.searched(line)
-    err = capsys.readouterr().err.splitlines()
-    assert err == [
-        "progress    0.25 s  incumbent 540652  bound -5927718",
-        "progress    1.91 s  incumbent 521260  bound 146400",
+        lines.searched(line)  # the same incumbent and bound again: no second line
+    printed = [re.sub(r"progress +[\d.]+ s", "progress <t> s", t) for t in out.getvalue().splitlines()]
+    assert printed == [
+        "progress <t> s  incumbent 540652  bound -5927718  gap 1196.40%",
+        "progress <t> s  incumbent 521260  bound 146400  gap 71.91%",
     ]

@@ -227,7 +227,7 @@ def test_base_plan_is_valid() -> None:
 
 def test_default_catalog_and_aliases() -> None:
     s = Scenario()
-    s.workloads[0] = s.workloads[0].model_copy(update={"gpu_models": ("H800-80GB",)})
+    s.workloads[0] = s.workloads[0].model_copy(update={"gpu_models": ("H100-SXM5-80GB (H100 80GB HBM3)",)})
     inp, p = s.build()
     assert validate_plan(p, inp) == []
 

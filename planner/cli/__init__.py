@@ -14,12 +14,12 @@ import argparse
 import importlib
 import logging
 import sys
-from collections.abc import Callable, Sequence
+from collections.abc import Callable, Iterator, Sequence
 
 from pydantic import ValidationError
 
 from gpuplan.models.base import InputError
-from gpuplan.planner.cli.common import EXIT_INPUT, EXIT_OK, Subparsers
+from gpuplan.planner.cli.common import EXIT_INPUT, EXIT_OK, Subparsers, add_common_options, command_context
 from gpuplan.planner.deadline import command_start
 
 #: What ``gpuplan --help`` says first.
@@ -39,14 +39,26 @@ GROUPS: tuple[tuple[str, str], ...] = (
 )
 
 
+def _commands(parser: argparse.ArgumentParser) -> Iterator[argparse.ArgumentParser]:
+    """The parsers of the commands under ``parser`` (``import mig`` under ``import``)."""
+    for action in parser._actions:
+        if isinstance(action, argparse._SubParsersAction):
+            for command in dict.fromkeys(action.choices.values()):
+                subs = list(_commands(command))
+                yield from subs or [command]
+
+
 def build_parser() -> argparse.ArgumentParser:
     """The argument parser of every sub-command."""
     parser = argparse.ArgumentParser(prog="gpuplan", description=DESCRIPTION)
     parser.add_argument("-v", "--verbose", action="store_true", help="log progress")
+    add_common_options(parser, top=True)
     sub = parser.add_subparsers(dest="command", required=True)
     for module, name in GROUPS:
         register: Callable[[Subparsers], None] = getattr(importlib.import_module(module), name)
         register(sub)
+    for command in _commands(parser):
+        add_common_options(command, top=False)
     return parser
 
 
@@ -56,13 +68,15 @@ def main(argv: Sequence[str] | None = None) -> int:
     # A --time-limit counts from the process start when the process runs just this command.
     args.started = command_start(whole_process=argv is None)
     logging.basicConfig(
-        level=logging.INFO if args.verbose else logging.WARNING,
+        level=logging.ERROR if args.quiet else logging.INFO if args.verbose else logging.WARNING,
         format="gpuplan: %(levelname)s: %(message)s",
         stream=sys.stderr,
     )
     func: Callable[[argparse.Namespace], int] = args.func
     try:
-        return func(args)
+        with command_context(args, console=argv is None) as progress:
+            args.progress = progress
+            return func(args)
     except InputError as exc:
         print(f"gpuplan: error: {exc}", file=sys.stderr)
         return EXIT_INPUT

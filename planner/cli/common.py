@@ -1,26 +1,40 @@
-"""What the commands share: exit codes, loading the input files, ``--now``, the ``--time-limit`` deadline
-and the solver options."""
+"""What the commands share: exit codes, the options of every command (``-q``, ``--hardware-catalog``),
+loading the input files, ``--now``, the ``--time-limit`` deadline, the solver options and the progress shown
+on a terminal."""
 
 from __future__ import annotations
 
 import argparse
+import logging
+import os
+import sys
+from collections.abc import Iterator
+from contextlib import ExitStack, contextmanager
 from datetime import datetime
 from pathlib import Path
 from typing import TYPE_CHECKING, Any, TypeAlias
 
 from gpuplan.models.base import InputError
-from gpuplan.models.catalog import default_catalog
+from gpuplan.models.catalog import CATALOG_ENV, default_catalog, uncertain_in_use
 from gpuplan.models.hardware import HardwareCatalog
 from gpuplan.models.problem import PlanningInput
 from gpuplan.planner.deadline import Deadline
 from gpuplan.planner.io import load_cluster, load_policy, load_workloads, planning_input, read_structured
 from gpuplan.planner.occupancy import running_conflicts
+from gpuplan.planner.progress import TerminalProgress, native_stdout_elsewhere, reporting
 from gpuplan.solvers.base import solver_names
 
 if TYPE_CHECKING:
     from gpuplan.planner.executor.kubernetes import Images
 
+log = logging.getLogger(__name__)
+
 EXIT_OK, EXIT_FAIL, EXIT_INPUT = 0, 1, 2
+
+#: The commands whose solves show progress lines on a terminal.
+PROGRESS_COMMANDS = frozenset({"plan", "demo", "replan", "capacity-gap", "simulate", "explain"})
+#: Catalog entries marked uncertain that this run has noted already (each is noted once per run).
+_noted: set[str] = set()
 
 #: What ``add_subparsers`` returns: each command group's ``add_parsers`` adds its commands to it (a string:
 #: the class is not subscriptable at run time).
@@ -41,7 +55,71 @@ def load_input(
     if conflicts:
         more = f" (and {len(conflicts) - 1} more)" if len(conflicts) > 1 else ""
         raise InputError(f"{workloads}: {conflicts[0][2]}{more}")
+    new = [entry for entry in uncertain_in_use(inp.cluster, catalog) if entry not in _noted]
+    if new:
+        _noted.update(new)
+        log.warning(
+            "marked uncertain in the hardware catalog (check against the real machines): %s", "; ".join(new)
+        )
     return inp
+
+
+def add_common_options(p: argparse.ArgumentParser, *, top: bool) -> None:
+    """``-q`` and ``--hardware-catalog``, which every command takes, before or after its name (``top``: the
+    main parser, where they get their defaults; a command's copies leave them alone when not given)."""
+    default: Any = argparse.SUPPRESS
+    p.add_argument(
+        "-q",
+        "--quiet",
+        action="store_true",
+        default=False if top else default,
+        help="no progress lines and no warnings (errors only)",
+    )
+    p.add_argument(
+        "--hardware-catalog",
+        metavar="FILE",
+        default=None if top else default,
+        help=f"a YAML or JSON file of GPU models and reference topologies added to the bundled catalog "
+        f"(default: ${CATALOG_ENV})",
+    )
+
+
+def shows_progress(args: argparse.Namespace) -> bool:
+    """Whether the command prints progress lines: on a terminal, unless ``-q`` (pipes stay quiet)."""
+    return not args.quiet and sys.stderr.isatty()
+
+
+@contextmanager
+def command_context(args: argparse.Namespace, *, console: bool) -> Iterator[TerminalProgress | None]:
+    """What surrounds every command: the user catalog of ``--hardware-catalog`` (through
+    ``$GPUPLAN_CATALOG``, so that worker processes see it too), progress lines on a terminal, and (when the
+    console script runs, or progress is on) a stdout that only the command writes to: what solvers print
+    there natively goes to stderr with ``-v``, else nowhere. Yields the progress printer (None when none is
+    shown)."""
+    with ExitStack() as stack:
+        if args.hardware_catalog:
+            before = os.environ.get(CATALOG_ENV)
+            os.environ[CATALOG_ENV] = args.hardware_catalog
+            stack.callback(_restore_env, before)
+        default_catalog()  # a bad catalog file is an input error before anything runs
+        show = args.command in PROGRESS_COMMANDS and shows_progress(args)
+        if console or show:  # with progress on, CP-SAT also prints its whole search log to stdout
+            sink = 2 if args.verbose else os.open(os.devnull, os.O_WRONLY)
+            if sink != 2:
+                stack.callback(os.close, sink)
+            stack.enter_context(native_stdout_elsewhere(sink))
+        progress = TerminalProgress(sys.stderr, args.started) if show else None
+        if progress is not None:
+            stack.enter_context(reporting(progress))
+        yield progress
+
+
+def _restore_env(value: str | None) -> None:
+    """Put ``$GPUPLAN_CATALOG`` back as it was before the command."""
+    if value is None:
+        os.environ.pop(CATALOG_ENV, None)
+    else:
+        os.environ[CATALOG_ENV] = value
 
 
 def add_input_options(p: argparse.ArgumentParser) -> None:

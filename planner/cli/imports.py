@@ -44,10 +44,14 @@ def cmd_topo(args: argparse.Namespace) -> int:
 
 
 def cmd_mig(args: argparse.Namespace) -> int:
-    """Compare ``nvidia-smi mig -lgipp`` output with the catalog; exit 1 on differences."""
+    """Compare ``nvidia-smi mig -lgipp`` output with the catalog, or read the GPU-instance layout of
+    ``nvidia-smi mig -lgi`` output; exit 1 on differences."""
     from gpuplan.planner.importers import compare_mig_with_catalog, parse_mig_lgipp, resolve_mig_model
+    from gpuplan.planner.importers.nvidia_smi import is_mig_lgi
 
     text = _read(args.file)
+    if is_mig_lgi(text):
+        return _mig_layout(args, text)
     try:
         model = resolve_mig_model(text, args.model)
         diffs = compare_mig_with_catalog(parse_mig_lgipp(text, model=args.model), model)
@@ -60,6 +64,26 @@ def cmd_mig(args: argparse.Namespace) -> int:
     for d in diffs:
         print(f"  {d}")
     return 1
+
+
+def _mig_layout(args: argparse.Namespace, text: str) -> int:
+    """Print the GPU-instance layout of ``mig -lgi`` output as cluster GPUs; exit 1 when the catalog's model
+    does not allow it."""
+    from gpuplan.planner.importers.nvidia_smi import layout_from_lgi, lgi_model, parse_mig_lgi
+
+    try:
+        instances = parse_mig_lgi(text)
+        model = lgi_model(instances, args.model)
+        layout, problems = layout_from_lgi(instances, model)
+    except ValueError as exc:
+        raise InputError(f"{args.file}: {exc}") from None
+    gpus = [{"index": gpu, "model": model, "mig": {"instances": found}} for gpu, found in layout.items()]
+    verdict = f"{len(problems)} difference(s) from the catalog" if problems else "valid in the catalog"
+    print(f"{args.file}: GPU instance layout of {model} ({verdict})")
+    for p in problems:
+        print(f"  {p}")
+    print(yaml.safe_dump({"gpus": gpus}, sort_keys=False), end="")
+    return 1 if problems else 0
 
 
 def cmd_openb(args: argparse.Namespace) -> int:
@@ -106,9 +130,11 @@ def add_parsers(sub: common.Subparsers) -> None:
     p.add_argument("--out", help="write the node as cluster YAML here")
     p.set_defaults(func=cmd_topo)
 
-    p = kinds.add_parser("mig", help="check `nvidia-smi mig -lgipp` output against the catalog")
+    p = kinds.add_parser(
+        "mig", help="check `nvidia-smi mig -lgipp` output against the catalog, or read a `mig -lgi` layout"
+    )
     p.add_argument("file")
-    p.add_argument("--model", help="GPU model, when the text does not say")
+    p.add_argument("--model", help="GPU model, when the text does not tell (catalog name or alias)")
     p.set_defaults(func=cmd_mig)
 
     p = kinds.add_parser("openb", help="the Alibaba openb trace as cluster.yaml + workloads.csv")

@@ -5,10 +5,7 @@ from __future__ import annotations
 import argparse
 import csv
 import logging
-import sys
 import time
-from collections.abc import Iterator
-from contextlib import contextmanager
 from dataclasses import replace
 from datetime import UTC, datetime
 from pathlib import Path
@@ -21,38 +18,12 @@ from gpuplan.planner import summary
 from gpuplan.planner.cli import common
 from gpuplan.planner.deadline import solve_share
 from gpuplan.planner.io import load_policy, planning_input, write_json
-from gpuplan.planner.progress import SearchLine, SolveProgress, reporting, stdout_silenced
 
 if TYPE_CHECKING:
     from gpuplan.models.problem import PlanningInput
     from gpuplan.planner.history import PlanHistory
 
 log = logging.getLogger(__name__)
-
-
-class ProgressLines(SolveProgress):
-    """Prints the solver's incumbent and bound each time CP-SAT's search log reports a new one."""
-
-    def __init__(self) -> None:
-        super().__init__()
-        self.last: tuple[str, str] | None = None
-
-    def searched(self, line: SearchLine) -> None:
-        """Print one progress line for a new incumbent or bound."""
-        if line.best == "inf" or (line.best, line.bound) == self.last:
-            return
-        self.last = (line.best, line.bound)
-        print(f"progress {line.elapsed_s:7.2f} s  incumbent {line.best}  bound {line.bound}", file=sys.stderr)
-
-
-@contextmanager
-def _progress(quiet: bool) -> Iterator[None]:
-    """Progress lines on stderr in place of CP-SAT's whole search log (nothing when ``quiet``)."""
-    if quiet:
-        yield
-        return
-    with reporting(ProgressLines()), stdout_silenced():
-        yield
 
 
 def _with_rounds(inp: PlanningInput, rounds: int) -> PlanningInput:
@@ -123,17 +94,16 @@ def cmd_replan(args: argparse.Namespace) -> int:
     now = common.parse_now(args.now) or datetime.now(UTC)
     solve_s = solve_share(args.time_limit, deadline)
     solve_started = time.perf_counter()
-    with _progress(args.quiet):
-        plan = make_plan(
-            _with_rounds(inp, args.rounds),
-            solver=args.solver,
-            now=now,
-            time_limit_s=solve_s,
-            seed=args.seed,
-            num_workers=args.workers,
-            deterministic=True,
-            previous=previous.plan if previous is not None else None,
-        )
+    plan = make_plan(
+        _with_rounds(inp, args.rounds),
+        solver=args.solver,
+        now=now,
+        time_limit_s=solve_s,
+        seed=args.seed,
+        num_workers=args.workers,
+        deterministic=True,
+        previous=previous.plan if previous is not None else None,
+    )
     if deadline.expired():
         log.warning(
             "the solve took %.1f s, past its %.1f s share: the command ends after --time-limit %g s",
@@ -199,7 +169,7 @@ def cmd_simulate(args: argparse.Namespace) -> int:
     rows: list[dict[str, object]] = []
     for rho in args.rho_list or [args.rho]:
         cfg = replace(base, rho=rho)
-        result = simulate(cfg, progress=None if args.quiet else lambda m: print(m, file=sys.stderr))
+        result = simulate(cfg, progress=args.progress.note if args.progress else None)
         rows.extend({"rho": rho, "policy": name, **metrics} for name, metrics in result.items())
     columns = list(dict.fromkeys(k for r in rows for k in r))
     print("  ".join(columns))
@@ -241,7 +211,6 @@ def add_parsers(sub: common.Subparsers) -> None:
     p.add_argument("--k8s-out", help="write the Kubernetes objects, one file per round, to this directory")
     common.add_kubernetes_options(p)
     p.add_argument("--mig-parted-out", help="write the NVIDIA MIG manager config (YAML) here")
-    p.add_argument("-q", "--quiet", action="store_true", help="no solver progress lines")
     p.set_defaults(func=cmd_replan)
 
     d = SimConfig()
@@ -268,5 +237,4 @@ def add_parsers(sub: common.Subparsers) -> None:
     p.add_argument("--trace", default=d.trace, help="openb pod list (default, gpushare100, multigpu50)")
     p.add_argument("--trace-dir", default=str(d.trace_dir))
     p.add_argument("--out", help="write the metrics as CSV here")
-    p.add_argument("-q", "--quiet", action="store_true", help="no progress lines")
     p.set_defaults(func=cmd_simulate)

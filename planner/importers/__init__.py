@@ -1,13 +1,18 @@
 """Importers turning third-party outputs (nvidia-smi text, the Alibaba openb trace) into gpuplan inputs."""
 
 from gpuplan.planner.importers.nvidia_smi import (
+    GpuInstance,
     ObservedProfile,
     TopoGpu,
     TopoMatrix,
     compare_mig_with_catalog,
     identify_gpu_model,
+    is_mig_lgi,
+    layout_from_lgi,
+    lgi_model,
     lookup_gpu_model,
     node_from_topo,
+    parse_mig_lgi,
     parse_mig_lgipp,
     parse_topo,
     resolve_mig_model,
@@ -15,6 +20,7 @@ from gpuplan.planner.importers.nvidia_smi import (
 from gpuplan.planner.importers.openb import OpenbSummary, import_openb, read_cluster, read_workloads
 
 __all__ = [
+    "GpuInstance",
     "ObservedProfile",
     "OpenbSummary",
     "TopoGpu",
@@ -22,8 +28,12 @@ __all__ = [
     "compare_mig_with_catalog",
     "identify_gpu_model",
     "import_openb",
+    "is_mig_lgi",
+    "layout_from_lgi",
+    "lgi_model",
     "lookup_gpu_model",
     "node_from_topo",
+    "parse_mig_lgi",
     "parse_mig_lgipp",
     "parse_topo",
     "read_cluster",

@@ -16,6 +16,7 @@ from dataclasses import dataclass, replace
 from typing import Any
 
 from gpuplan.models import HardwareCatalog, MigPlacement, default_catalog
+from gpuplan.models.cluster import MigInstance, mig_layout_problems
 from gpuplan.models.hardware import GpuModelSpec, MigProfile
 
 log = logging.getLogger(__name__)
@@ -315,7 +316,7 @@ def lookup_gpu_model(name: str, catalog: HardwareCatalog | None = None) -> GpuMo
     """The catalog model a product name refers to, or ``None`` when unknown or ambiguous.
 
     Exact catalog names and aliases win; otherwise names are compared as word sets, so
-    ``NVIDIA A100 80GB PCIe`` finds the alias ``A100-PCIE-80GB`` and ``H100 80GB HBM3`` the alias
+    ``NVIDIA A100 80GB PCIe`` finds the model ``A100-PCIE-80GB`` and ``H100 80GB HBM3`` the alias
     ``H100-SXM5-80GB (H100 80GB HBM3)``. A name whose words fit only one model (``NVIDIA A30``)
     also resolves.
     """
@@ -477,7 +478,7 @@ def resolve_mig_model(text: str, model: str | None = None, catalog: HardwareCata
     found = identify_gpu_model(text, cat)
     if found is None:
         raise ValueError(
-            "cannot tell the GPU model from this MIG listing; name it explicitly "
+            "cannot tell the GPU model from this MIG listing; give --model "
             "(e.g. 'H100 80GB HBM3' or 'A100-PCIE-40GB')"
         )
     return found
@@ -575,3 +576,108 @@ def compare_mig_with_catalog(
         prefix = f"GPU {gpu}: " if len(gpus) > 1 else ""
         diffs.extend(_compare_one_gpu([o for o in observed if o.gpu == gpu], spec, prefix))
     return diffs
+
+
+# --------------------------------------------------------------------------------------------
+# The current GPU-instance layout (nvidia-smi mig -lgi)
+
+_LGI_TITLE = re.compile(r"^\|\s*GPU instances:\s*\|$")
+_LGI_ROW = re.compile(r"^\|\s*(\d+)\s+MIG\s+(\S+)\s+(\d+)\s+(\d+)\s+(\d+):(\d+)\s*\|$")
+_LGI_NONE = re.compile(r"No GPU instances? (?:was |were )?found", re.IGNORECASE)
+
+
+@dataclass(frozen=True)
+class GpuInstance:
+    """A created MIG GPU instance as ``nvidia-smi mig -lgi`` lists it."""
+
+    gpu: int
+    profile: str
+    profile_id: int
+    instance_id: int
+    start: int
+    size: int
+
+
+def is_mig_lgi(text: str) -> bool:
+    """Whether ``text`` is ``nvidia-smi mig -lgi`` output (the created GPU instances)."""
+    return any(_LGI_TITLE.match(line.strip()) for line in text.splitlines())
+
+
+def parse_mig_lgi(text: str) -> list[GpuInstance]:
+    """The GPU instances of ``nvidia-smi mig -lgi`` output; ``ValueError`` naming the line on other text."""
+    found: list[GpuInstance] = []
+    title = False
+    for no, line in enumerate(text.splitlines(), start=1):
+        stripped = line.strip()
+        if not stripped or _TABLE_DECOR.match(stripped) or _LGI_NONE.search(stripped):
+            continue
+        if _LGI_TITLE.match(stripped):
+            title = True
+        elif m := _LGI_ROW.match(stripped):
+            gpu, profile, pid, gi, start, size = int(m[1]), m[2], int(m[3]), int(m[4]), int(m[5]), int(m[6])
+            found.append(GpuInstance(gpu, profile, pid, gi, start, size))
+        elif not (title and stripped.startswith("|") and "MIG" not in stripped):
+            raise ValueError(f"line {no}: not part of nvidia-smi mig -lgi output: '{stripped[:70]}'")
+    if not title:
+        raise ValueError("not nvidia-smi mig -lgi output: no 'GPU instances:' table")
+    return found
+
+
+def _lgi_candidates(instances: Sequence[GpuInstance], catalog: HardwareCatalog) -> list[str]:
+    """The MIG models whose catalog profiles have every listed name, ID and placement."""
+
+    def fits(spec: GpuModelSpec) -> bool:
+        for gi in instances:
+            p = spec.profile_map.get(gi.profile)
+            if p is None or p.profile_id not in (None, gi.profile_id):
+                return False
+            if MigPlacement(start=gi.start, size=gi.size) not in p.placements:
+                return False
+        return True
+
+    return [spec.name for spec in catalog.models if spec.mig_capable and fits(spec)]
+
+
+def lgi_model(
+    instances: Sequence[GpuInstance], model: str | None, catalog: HardwareCatalog | None = None
+) -> str:
+    """The catalog name of the GPU model of a ``-lgi`` layout: ``model`` if given, else the one model
+    whose profiles fit the listing; ``ValueError`` naming ``--model`` and the candidates when several
+    (other products) or none fit."""
+    cat = catalog or default_catalog()
+    if model is not None:
+        return resolve_mig_model("", model, cat)
+    fits = _lgi_candidates(instances, cat)
+    if len(fits) == 1:
+        return fits[0]
+    if not fits:
+        raise ValueError("no GPU model of the catalog offers these GPU instances; give --model")
+    raise ValueError(f"the GPU instances fit several GPU models; give --model (one of {', '.join(fits)})")
+
+
+def layout_from_lgi(
+    instances: Sequence[GpuInstance], model: str, catalog: HardwareCatalog | None = None
+) -> tuple[dict[int, list[dict[str, Any]]], list[str]]:
+    """The MIG layout of each GPU in cluster-file form (``{profile, start}`` per instance), and every
+    way the listing disagrees with the catalog's ``model`` (profile IDs, sizes, invalid layouts)."""
+    cat = catalog or default_catalog()
+    spec = cat.model(model)
+    gpus = sorted({gi.gpu for gi in instances})
+    layout: dict[int, list[dict[str, Any]]] = {}
+    problems: list[str] = []
+    for gpu in gpus:
+        prefix = f"GPU {gpu}: " if len(gpus) > 1 else ""
+        mine = sorted((gi for gi in instances if gi.gpu == gpu), key=lambda gi: gi.start)
+        for gi in mine:
+            p = spec.profile_map.get(gi.profile)
+            label = f"{prefix}GPU instance {gi.instance_id} ('{gi.profile}')"
+            if p is not None and p.profile_id is not None and p.profile_id != gi.profile_id:
+                problems.append(f"{label} has profile ID {gi.profile_id}, {p.profile_id} in the catalog")
+            if p is not None and gi.start in p.starts and p.size_at(gi.start) != gi.size:
+                problems.append(
+                    f"{label} spans {gi.size} memory slices, {p.size_at(gi.start)} in the catalog"
+                )
+        placed = tuple(MigInstance(profile=gi.profile, start=gi.start) for gi in mine)
+        problems.extend(prefix + msg for _, msg in mig_layout_problems(spec, placed))
+        layout[gpu] = [{"profile": gi.profile, "start": gi.start} for gi in mine]
+    return layout, problems
