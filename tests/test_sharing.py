@@ -6,6 +6,7 @@ from __future__ import annotations
 
 from collections.abc import Iterator
 from datetime import UTC, datetime
+from pathlib import Path
 from typing import Any
 
 import pytest
@@ -14,6 +15,7 @@ from fastapi.testclient import TestClient
 from gpuplan.api import create_app
 from gpuplan.api.settings import Settings
 from gpuplan.models import Cluster, Node, Plan, PlanningInput, TimeSliced, Workload
+from gpuplan.planner.importers.kubernetes import read_state
 from gpuplan.planner.planning import make_plan
 from gpuplan.planner.validate import validate_plan
 from gpuplan.solvers.cpsat import solver as cpsat_solver
@@ -197,3 +199,17 @@ def test_api_names_a_bad_mode_and_validates_the_mode(client: TestClient) -> None
     )
     assert r.status_code == 200, r.text
     assert [(v["rule"], v["subject"]) for v in r.json()["violations"]] == [("sharing-mode", "node ts gpu 0")]
+
+
+def test_an_imported_fleet_is_planned_in_its_modes() -> None:
+    # The Kubernetes fixture has time-sliced and exclusive L40S nodes; its pending shares and whole-GPU
+    # pods go only where the device plugin could serve them.
+    data = Path(__file__).resolve().parent / "data" / "kubernetes"
+    state = read_state(data / "nodes.json", data / "pods.json")
+    modes = {n.name: n.sharing for n in state.cluster.nodes}
+    assert isinstance(modes["l40s-ts-01"], TimeSliced) and modes["l40s-02"] == "exclusive"
+    inp = PlanningInput(cluster=state.cluster, workloads=state.workloads)
+    p = make_plan(inp, solver="cpsat", now=NOW, time_limit_s=10)
+    assert validate_plan(p, inp) == [] and _mode_breaches(inp, p) == []
+    kinds = {a.gpus[0].kind for a in p.assignments if a.node == "l40s-ts-01" and a.gpus}
+    assert kinds == {"fraction"}
