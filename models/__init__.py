@@ -12,8 +12,12 @@ from gpuplan.models.cluster import (
     MigConfig,
     MigInstance,
     Node,
+    Sharing,
+    TimeSliced,
+    TimeSlicing,
     check_mig_layout,
     mig_layout_problems,
+    sharing_offers,
 )
 from gpuplan.models.hardware import (
     LINK_CLASSES,
@@ -92,9 +96,12 @@ __all__ = [
     "Quota",
     "ReferenceTopology",
     "Shape",
+    "Sharing",
     "SolverReport",
     "Strict",
     "Tier",
+    "TimeSliced",
+    "TimeSlicing",
     "TopologyNeed",
     "Unplaced",
     "Workload",
@@ -105,4 +112,5 @@ __all__ = [
     "load_catalog",
     "mig_layout_problems",
     "reference_errors",
+    "sharing_offers",
 ]

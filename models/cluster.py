@@ -5,9 +5,9 @@ from __future__ import annotations
 import re
 from collections import Counter
 from functools import cached_property
-from typing import Any
+from typing import Annotated, Any, Literal
 
-from pydantic import Field, ValidationInfo, field_validator, model_validator
+from pydantic import Discriminator, Field, Tag, ValidationInfo, field_validator, model_validator
 
 from gpuplan.models.base import MAX_GPUS_PER_NODE, Name, Strict
 from gpuplan.models.catalog import default_catalog
@@ -152,8 +152,63 @@ class Link(Strict):
         return "SYS" if v == "SOC" else v
 
 
+#: The sharing mode of a node whose non-MIG GPUs the device plugin offers whole only.
+EXCLUSIVE = "exclusive"
+
+
+class TimeSlicing(Strict):
+    """Time-slicing settings: the device plugin offers each GPU as ``replicas`` shares."""
+
+    replicas: int = Field(ge=1, le=1000)
+
+
+class TimeSliced(Strict):
+    """The sharing mode ``{time-slicing: {replicas: r}}``: the node's non-MIG GPUs take fractions only."""
+
+    time_slicing: TimeSlicing = Field(alias="time-slicing")
+
+
+def _sharing_tag(v: Any) -> str:
+    return "exclusive" if isinstance(v, str) else "time-sliced"
+
+
+#: How the device plugin offers a node's non-MIG GPUs (the mode is per node, as the plugin's is).
+Sharing = Annotated[
+    Annotated[Literal["exclusive"], Tag("exclusive")] | Annotated[TimeSliced, Tag("time-sliced")],
+    Discriminator(_sharing_tag),
+]
+
+
+def sharing_offers(sharing: Sharing | None, kind: str) -> bool:
+    """Whether a non-MIG GPU in mode ``sharing`` takes a use of ``kind`` (``whole`` or ``fraction``).
+
+    The one home of the rule: exclusive GPUs are given whole only, time-sliced GPUs as fractions only,
+    and GPUs of a node without a mode (legacy inputs) either way. Other kinds (MIG, CPU) are not
+    concerned.
+    """
+    if sharing is None:
+        return True
+    if kind == "whole":
+        return sharing == EXCLUSIVE
+    if kind == "fraction":
+        return sharing != EXCLUSIVE
+    return True
+
+
+def describe_sharing(sharing: Sharing) -> str:
+    """A sharing mode in words, e.g. ``time-slicing with 4 replicas (fractions only)``."""
+    if isinstance(sharing, TimeSliced):
+        return f"time-slicing with {sharing.time_slicing.replicas} replicas (fractions only)"
+    return "exclusive (whole GPUs only)"
+
+
 class Node(Strict):
-    """A server: CPU, memory, GPUs and links, optionally filled from a reference topology."""
+    """A server: CPU, memory, GPUs and links, optionally filled from a reference topology.
+
+    ``sharing`` is how the device plugin offers the non-MIG GPUs: ``exclusive`` (whole GPUs only) or
+    ``{time-slicing: {replicas: r}}`` (fractions only); absent, both may share the node as before. The
+    mode is fixed input: the planner does not change it.
+    """
 
     name: Name = Field(min_length=1)
     pool: Name | None = None
@@ -164,6 +219,15 @@ class Node(Strict):
     gpu_model: str | None = None
     gpus: tuple[Gpu, ...] = Field(default=(), json_schema_extra={"maxItems": MAX_GPUS_PER_NODE})
     links: tuple[Link, ...] = ()
+    sharing: Sharing | None = None
+
+    @field_validator("sharing", mode="before")
+    @classmethod
+    def _sharing_form(cls, v: Any) -> Any:
+        """One plain sentence for a mode that is neither form (not the tagged union's own wording)."""
+        if v is None or v == EXCLUSIVE or isinstance(v, dict | TimeSliced):
+            return v
+        raise ValueError(f"{v!r} is not a sharing mode; use exclusive or {{time-slicing: {{replicas: N}}}}")
 
     @field_validator("gpus", mode="before")
     @classmethod

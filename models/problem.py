@@ -8,7 +8,7 @@ from functools import cached_property
 from pydantic import Field, ValidationInfo, model_validator
 
 from gpuplan.models.base import Strict
-from gpuplan.models.cluster import Cluster, catalog_from
+from gpuplan.models.cluster import Cluster, catalog_from, describe_sharing, sharing_offers
 from gpuplan.models.hardware import HardwareCatalog
 from gpuplan.models.policy import Policy
 from gpuplan.models.workload import Workload
@@ -52,8 +52,17 @@ def reference_errors(
                 errors.append(f"{where} field running_on[{r}]: unknown node '{place.node}'")
                 continue
             for g in place.gpus:
-                if g.index not in node.gpu_by_index:
+                gpu = node.gpu_by_index.get(g.index)
+                if gpu is None:
                     errors.append(f"{where} field running_on[{r}]: node '{node.name}' has no GPU {g.index}")
+                elif (
+                    node.sharing is not None and gpu.mig is None and not sharing_offers(node.sharing, g.kind)
+                ):
+                    errors.append(
+                        f"{where} field running_on[{r}]: runs on {'a fraction of' if g.milli else 'whole'} "
+                        f"GPU {g.index} of node "
+                        f"'{node.name}', whose sharing mode is {describe_sharing(node.sharing)}"
+                    )
     nodes = cluster.node_by_name
     pools = {n.pool for n in cluster.nodes if n.pool}
     for i, q in enumerate(policy.quotas):

@@ -81,6 +81,13 @@ class GpuRef(Strict):
     mig_profile: str | None = None
     mig_start: int | None = Field(default=None, ge=0)
 
+    @property
+    def kind(self) -> str:
+        """``whole``, ``fraction`` or ``mig``, as :attr:`models.plan.GpuUse.kind`."""
+        if self.mig_profile is not None:
+            return "mig"
+        return "fraction" if self.milli is not None else "whole"
+
 
 class Placement(Strict):
     """Where one replica runs: a node and the GPUs (or GPU parts) it uses."""

@@ -43,6 +43,7 @@ def compile_node(node: Node, catalog: HardwareCatalog) -> NodeSpec:
             model=catalog.canonical(g.model),
             numa=g.numa,
             mig=None if g.mig is None else tuple((i.profile, i.start) for i in g.mig.instances),
+            sharing=node.sharing if g.mig is None else None,
         )
         for g in sorted(node.gpus, key=lambda g: g.index)
     )

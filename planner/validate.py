@@ -22,7 +22,14 @@ from pydantic import ValidationError
 
 from gpuplan.models.base import InputError
 from gpuplan.models.catalog import default_catalog
-from gpuplan.models.cluster import Gpu, MigInstance, Node, mig_layout_problems
+from gpuplan.models.cluster import (
+    Gpu,
+    MigInstance,
+    Node,
+    describe_sharing,
+    mig_layout_problems,
+    sharing_offers,
+)
 from gpuplan.models.hardware import GpuModelSpec, HardwareCatalog
 from gpuplan.models.plan import DRAIN, MIGRATE, PREEMPT, Assignment, GpuUse, Plan
 from gpuplan.models.policy import IsolationKind, IsolationRule, Policy, Quota
@@ -253,6 +260,7 @@ class _Checker:
         self._layouts()
         self._mig_policy()
         self._gpus()
+        self._sharing()
         if self._checks("gpu-models"):
             self._gpu_models()
         self._node_capacity()
@@ -550,6 +558,25 @@ class _Checker:
                 )
             if migs:
                 self._mig_uses(subject, self._spec(gpu), layout, migs)
+
+    def _sharing(self) -> None:
+        """Rule 14: a node's non-MIG GPUs are used as its sharing mode offers them (the device plugin
+        serves one mode per node): whole on an exclusive node, as fractions on a time-sliced one."""
+        for (node, index), entries in self.loads.items():
+            p = entries[0][0]
+            gpu = p.node.gpu_by_index[index]
+            mode = p.node.sharing
+            if mode is None or self._effective_layout((node, index), gpu) is not None:
+                continue
+            for placed, use in entries:
+                if sharing_offers(mode, use.kind):
+                    continue
+                self._add(
+                    "sharing-mode",
+                    gpu_subject(node, index),
+                    f"{placed.subject} uses {describe_use(use)} of node '{node}', whose sharing mode is "
+                    f"{describe_sharing(mode)}.",
+                )
 
     def _mig_uses(
         self,

@@ -8,6 +8,7 @@ from __future__ import annotations
 from collections.abc import Mapping
 from dataclasses import dataclass, field
 
+from gpuplan.models.cluster import Sharing, sharing_offers
 from gpuplan.models.hardware import HardwareCatalog
 from gpuplan.models.plan import Assignment, GpuUse
 from gpuplan.models.policy import Policy
@@ -16,12 +17,19 @@ from gpuplan.models.workload import TopologyNeed
 
 @dataclass(frozen=True)
 class GpuSlot:
-    """One physical GPU: canonical model, NUMA node and MIG state (``None`` = MIG disabled)."""
+    """One physical GPU: canonical model, NUMA node, MIG state (``None`` = MIG disabled) and, for a
+    MIG-disabled GPU, its node's sharing mode (``None``: none given)."""
 
     index: int
     model: str
     numa: int
     mig: tuple[tuple[str, int], ...] | None = None
+    sharing: Sharing | None = None
+
+    def offers(self, kind: str) -> bool:
+        """Whether the sharing mode lets a shape of ``kind`` use the GPU: every back-end asks this, so
+        a fraction never lands on an exclusive GPU nor a whole GPU on a time-sliced one."""
+        return sharing_offers(self.sharing, kind)
 
 
 @dataclass(frozen=True)

@@ -189,6 +189,8 @@ def _bad_cluster(tmp: Path, gpu: dict[str, object], **node: object) -> Path:
         ("negative-cpu", "nodes[0] (n1).cpu_milli: Input should be greater than or equal to 0"),
         ("workload-profile", "workload 'w' field mig_profile"),
         ("csv-number", "row 2 (id 'w')"),
+        ("sharing-mode", "nodes[0] (n1).sharing: 'timeslice' is not a sharing mode"),
+        ("running-against-sharing", "field running_on[0]: runs on whole GPU 0 of node 'n1', whose sharing"),
     ],
 )
 def test_bad_input_exits_2_with_one_line(
@@ -212,6 +214,12 @@ def test_bad_input_exits_2_with_one_line(
         workloads = write(tmp_path, "w.yaml", yaml.safe_dump([{"id": "w", "mig_profile": "5g.40gb"}]))
     elif case == "csv-number":
         workloads = write(tmp_path, "w.csv", "id,gpus\nw,two\n")
+    elif case == "sharing-mode":
+        cluster = _bad_cluster(tmp_path, {"index": 0, "model": "L40S-48GB"}, sharing="timeslice")
+    elif case == "running-against-sharing":
+        ts = {"time-slicing": {"replicas": 4}}
+        cluster = _bad_cluster(tmp_path, {"index": 0, "model": "L40S-48GB"}, sharing=ts)
+        workloads = write(tmp_path, "w.csv", "id,gpus,running_on\nw,1,n1:0\n")
     code, out, err = run(["plan", "--cluster", str(cluster), "--workloads", str(workloads)], capsys)
     assert code == 2
     assert out == ""

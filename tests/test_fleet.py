@@ -105,11 +105,17 @@ def test_pricing_finds_the_best_pattern_of_a_node(data: st.DataObject) -> None:
     )
     caps = [data.draw(st.integers(1, 3)) for _ in kinds]
     values = [float(data.draw(st.integers(1, 50))) for _ in kinds]
+    # The node's sharing mode: none, or one that offers only whole GPUs or only fractions.
+    offered = data.draw(st.sampled_from([None, "whole", "fraction"]))
     work = []
     for i, (kind, size, c) in enumerate(kinds):
         shape = {"gpu_milli": size} if kind == "fraction" else {"gpus": size}
         work.append({"id": f"w{i}", "replicas": caps[i], "cpu_milli": c, **shape})
-    inp = _inp([_node("n", gpus, cpu)], work)
+    n = _node("n", gpus, cpu)
+    if offered is not None:
+        n["sharing"] = "exclusive" if offered == "whole" else {"time-slicing": {"replicas": 4}}
+        caps = [cap if kinds[i][0] == offered else 0 for i, cap in enumerate(caps)]
+    inp = _inp([n], work)
     problem = compile_problem(inp, default_catalog(), NOW)
     classes = request_classes(problem, range(len(problem.requests)))
     (nc,) = node_classes(_placer(problem))

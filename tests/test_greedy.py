@@ -18,6 +18,7 @@ from gpuplan.models import (
     PlanningInput,
     PlanStatus,
     Policy,
+    TimeSliced,
     TopologyNeed,
     Workload,
     check_mig_layout,
@@ -105,8 +106,11 @@ def check_result(prob: PlacementProblem, result: SolveResult) -> None:
     layouts = {(m.node, m.gpu): m.instances for m in result.mig_layouts}
     mig_gpus = {(n.name, g.index) for n in prob.nodes for g in n.gpus if g.mig is not None}
     assert set(layouts) == mig_gpus
+    modes = {(n.name, g.index): g.sharing for n in prob.nodes for g in n.gpus}
     for key in set(whole) | set(shared):
         assert key not in mig_gpus, f"whole/fractional use of MIG-enabled GPU {key}"
+        assert not (whole[key] and isinstance(modes[key], TimeSliced)), f"whole use of time-sliced GPU {key}"
+        assert not (shared[key] and modes[key] == "exclusive"), f"fractional use of exclusive GPU {key}"
         assert whole[key] <= 1 and (whole[key] == 0 or shared[key] == 0), f"GPU {key} shared with a whole use"
         assert shared[key] <= 1000, f"GPU {key} has {shared[key]} milli"
     for key, instances in layouts.items():
@@ -536,7 +540,9 @@ def instances(draw: st.DrawFn) -> tuple[list[dict[str, Any]], list[dict[str, Any
                 layout = draw(st.sampled_from([[], [("3g.20gb", 4)], [("1g.5gb", 0), ("2g.10gb", 2)]]))
                 entry["mig"] = {"instances": [{"profile": p, "start": s} for p, s in layout]}
             gpu_list.append(entry)
-        nodes.append(node(f"n{n}", gpu_list, cpu_milli=draw(st.sampled_from([8000, 32000]))))
+        sharing = draw(st.sampled_from([None, "exclusive", {"time-slicing": {"replicas": 2}}]))
+        extra = {} if sharing is None else {"sharing": sharing}
+        nodes.append(node(f"n{n}", gpu_list, cpu_milli=draw(st.sampled_from([8000, 32000])), **extra))
     has_mig = any(g["model"] == "A100-SXM4-40GB" for n in nodes for g in n.get("gpus", []))
     kinds = ["whole", "fraction", "cpu"] + (["mig"] if has_mig else [])
     workloads = []

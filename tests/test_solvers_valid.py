@@ -30,6 +30,10 @@ H100_LAYOUTS: list[list[tuple[str, int]]] = [
 ]
 
 
+#: Sharing modes a drawn GPU node may have (``None``: no mode, whole GPUs and fractions both allowed).
+SHARING_MODES: list[Any] = [None, "exclusive", {"time-slicing": {"replicas": 4}}]
+
+
 @st.composite
 def nodes(draw: st.DrawFn) -> list[dict[str, Any]]:
     out: list[dict[str, Any]] = []
@@ -62,6 +66,9 @@ def nodes(draw: st.DrawFn) -> list[dict[str, Any]]:
             node["gpus"] = [
                 {"index": g, "model": "L40S-48GB", "numa": g // 2} for g in range(draw(st.integers(1, 4)))
             ]
+        mode = draw(st.sampled_from(SHARING_MODES))
+        if mode is not None and kind != "cpu":
+            node["sharing"] = mode
         out.append(node)
     return out
 
@@ -141,11 +148,19 @@ def budgets(draw: st.DrawFn) -> dict[str, Any]:
 def _plan_and_check(
     cluster: list[dict[str, Any]], demand: list[dict[str, Any]], policy: dict[str, Any], solver: str
 ) -> None:
-    """Plan with ``solver`` (``make_plan`` validates the plan) and count the replicas."""
+    """Plan with ``solver`` (``make_plan`` validates the plan), count the replicas and check the sharing
+    modes without the validator: no fraction on an exclusive node, no whole GPU on a time-sliced one."""
     inp = PlanningInput.model_validate({"cluster": {"nodes": cluster}, "workloads": demand, "policy": policy})
     plan = make_plan(inp, solver=solver, now=NOW, time_limit_s=5)
     replicas = sum(w.replicas for w in inp.workloads)
     assert len(plan.assignments) + len(plan.unplaced) == replicas
+    modes = {n["name"]: n.get("sharing") for n in cluster}
+    for a in plan.assignments:
+        for g in a.gpus:
+            if modes[a.node] == "exclusive":
+                assert g.milli is None, f"{a.workload} has a fraction of an exclusive GPU"
+            elif modes[a.node] is not None:
+                assert g.milli is not None or g.mig_profile is not None, f"{a.workload} has a time-sliced GPU"
 
 
 @settings(max_examples=25, deadline=None, suppress_health_check=[HealthCheck.too_slow])
@@ -189,6 +204,7 @@ class _Node:
     memory: int
     gpus: dict[int, _Gpu]
     nvlink: list[set[int]]  # NVLink cliques
+    sharing: Any = None  # the node's sharing mode as drawn
 
 
 def _inventory(node: dict[str, Any]) -> _Node:
@@ -205,7 +221,9 @@ def _inventory(node: dict[str, Any]) -> _Node:
         nvlink = [{0, 1}, {2, 3}]
     else:
         gpus = {g["index"]: _Gpu(g["model"], g["numa"]) for g in node.get("gpus", [])}
-    return _Node(node["name"], node["pool"], node["cpu_milli"], node["memory_mib"], gpus, nvlink)
+    return _Node(
+        node["name"], node["pool"], node["cpu_milli"], node["memory_mib"], gpus, nvlink, node.get("sharing")
+    )
 
 
 def _fits_topology(node: _Node, group: tuple[int, ...], need: str) -> bool:
@@ -267,6 +285,8 @@ def _spots(state: _State, w: dict[str, Any]) -> list[tuple[_Node, str, list[tupl
         if w["cpu_milli"] > node.cpu or w["memory_mib"] > node.memory or not state.may_host(node, team):
             continue
         if "gpus" in w:
+            if isinstance(node.sharing, dict):
+                continue  # a time-sliced node offers fractions only
             free = [i for i, g in node.gpus.items() if g.instances is None and not g.whole and not g.milli]
             for group in itertools.combinations(sorted(free), w["gpus"]):
                 model = node.gpus[group[0]].model
@@ -275,7 +295,7 @@ def _spots(state: _State, w: dict[str, Any]) -> list[tuple[_Node, str, list[tupl
                     out.append((node, text, [(i, "whole") for i in group], len(group)))
         elif "gpu_milli" in w:
             m = w["gpu_milli"]
-            for i, g in node.gpus.items():
+            for i, g in node.gpus.items() if node.sharing != "exclusive" else ():
                 fits = g.instances is None and not g.whole and g.milli + m <= 1000
                 if fits and state.may_share(g, team, tier) and state.within_quota(team, g.model, m / 1000):
                     out.append((node, f"{node.name}:{i}={m}", [(i, m)], m / 1000))

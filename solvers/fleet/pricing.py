@@ -29,6 +29,7 @@ from functools import cache
 from ortools.sat.python import cp_model
 
 from gpuplan.solvers.fleet.classes import NodeClass, RequestClass
+from gpuplan.solvers.placement.options import gpu_ok
 from gpuplan.solvers.placement.state import MILLI
 from gpuplan.solvers.problem import ShapeSpec
 
@@ -112,10 +113,6 @@ def _admits(nc: NodeClass, cls: RequestClass) -> bool:
     return reserved is None or cls.team in reserved
 
 
-def _gpu_ok(nc: NodeClass, p: int, shape: ShapeSpec) -> bool:
-    return not shape.models or nc.info.models[p].name in shape.models
-
-
 class _Model:
     """The pricing model of one node class at given reduced values."""
 
@@ -188,7 +185,7 @@ class _Model:
         if shape.kind == "cpu":
             return m.new_int_var(0, cap, tag)
         if shape.kind == "whole":
-            eligible = [p for p in self.whole_free if _gpu_ok(self.nc, p, shape)]
+            eligible = [p for p in self.whole_free if gpu_ok(self.nc.info, p, shape)]
             if len(eligible) < shape.gpus:
                 return None
             total = m.new_int_var(0, min(cap, len(eligible) // shape.gpus), tag)
@@ -204,7 +201,7 @@ class _Model:
                 self.group_uses.setdefault(tuple(g), []).append(shape.gpus * n)
             return total
         if shape.kind == "fraction":
-            gpus = [p for p in self.plain if state.free[p] >= shape.milli and _gpu_ok(self.nc, p, shape)]
+            gpus = [p for p in self.plain if state.free[p] >= shape.milli and gpu_ok(self.nc.info, p, shape)]
             if not gpus:
                 return None
             total = m.new_int_var(0, cap, tag)
@@ -219,7 +216,7 @@ class _Model:
         parts = []
         for p, slots in enumerate(state.mig):
             model = info.models[p]
-            if slots is None or shape.mig_profile not in model.profile_map or not _gpu_ok(self.nc, p, shape):
+            if slots is None or shape.mig_profile not in model.profile_map or not gpu_ok(info, p, shape):
                 continue
             n = m.new_int_var(0, min(cap, model.profile(shape.mig_profile).max_instances), f"{tag}m{p}")
             self.migs.setdefault(p, []).append((shape, n))

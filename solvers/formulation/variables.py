@@ -129,10 +129,11 @@ def exclusive_team(problem: PlacementProblem, node: NodeSpec) -> str | None:
 
 
 def eligible_gpus(problem: PlacementProblem, node: NodeSpec, shape: ShapeSpec) -> list[int]:
-    """GPU positions of ``node`` that ``shape`` may use (model allowed, right MIG mode, profile offered)."""
+    """GPU positions of ``node`` that ``shape`` may use (model allowed, right MIG or sharing mode, profile
+    offered)."""
     out = []
     for p, g in enumerate(node.gpus):
-        if shape.models and g.model not in shape.models:
+        if (shape.models and g.model not in shape.models) or not g.offers(shape.kind):
             continue
         if shape.kind == "mig":
             if g.mig is None or shape.mig_profile not in gpu_spec(problem, node, p).profile_map:

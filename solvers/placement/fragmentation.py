@@ -20,7 +20,7 @@ from dataclasses import dataclass, replace
 from fractions import Fraction
 
 from gpuplan.models.workload import TopologyNeed
-from gpuplan.solvers.placement.options import mig_starts, model_ok, whole_groups
+from gpuplan.solvers.placement.options import gpu_ok, mig_starts, whole_groups
 from gpuplan.solvers.placement.state import MILLI, NodeInfo, NodeState, frag_key, slice_milli
 from gpuplan.solvers.problem import Request, ShapeSpec
 
@@ -160,7 +160,11 @@ class Fragmentation:
             wholes: list[tuple[int, int, float]] = []
             for t in self.targets:
                 s = t.shape
-                if not info.models or (s.models and info.models[0].name not in s.models):
+                if (
+                    not info.models
+                    or (s.models and info.models[0].name not in s.models)
+                    or not info.spec.gpus[0].offers(s.kind)
+                ):
                     continue
                 if s.kind == "fraction":
                     fractions.append((s.cpu_milli, s.milli, t.weight))
@@ -205,12 +209,12 @@ def usable(info: NodeInfo, state: NodeState, shape: ShapeSpec) -> int:
         return sum(
             f
             for p, f in enumerate(state.free)
-            if f >= shape.milli and state.mig[p] is None and model_ok(info, p, shape)
+            if f >= shape.milli and state.mig[p] is None and gpu_ok(info, p, shape)
         )
     assert shape.mig_profile is not None
     total = 0
     for p, slots in enumerate(state.mig):
-        if slots is None or not model_ok(info, p, shape):
+        if slots is None or not gpu_ok(info, p, shape):
             continue
         free, new = mig_starts(info, p, slots, shape.mig_profile)
         covered = {i for s, size in free + new for i in range(s, s + size)}

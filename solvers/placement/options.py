@@ -61,9 +61,11 @@ def describe(shape: ShapeSpec) -> str:
     return f"{what}, {shape.cpu_milli} mCPU, {shape.memory_mib} MiB"
 
 
-def model_ok(info: NodeInfo, pos: int, shape: ShapeSpec) -> bool:
-    """Whether the GPU at ``pos`` is of a model the shape accepts."""
-    return not shape.models or info.models[pos].name in shape.models
+def gpu_ok(info: NodeInfo, pos: int, shape: ShapeSpec) -> bool:
+    """Whether the GPU at ``pos`` is of a model the shape accepts, in a sharing mode that offers it."""
+    return (not shape.models or info.models[pos].name in shape.models) and info.spec.gpus[pos].offers(
+        shape.kind
+    )
 
 
 def _layout_ok(info: NodeInfo, pos: int, layout: tuple[tuple[str, int], ...]) -> bool:
@@ -83,9 +85,7 @@ def whole_groups(info: NodeInfo, state: NodeState, shape: ShapeSpec) -> list[lis
     clique or one NUMA node, as the topology need says; only groups with enough GPUs are returned."""
     k = shape.gpus
     cand = [
-        p
-        for p, f in enumerate(state.free)
-        if f == MILLI and state.mig[p] is None and model_ok(info, p, shape)
+        p for p, f in enumerate(state.free) if f == MILLI and state.mig[p] is None and gpu_ok(info, p, shape)
     ]
     if len(cand) < k:
         return []
@@ -139,7 +139,7 @@ def _fractions(info: NodeInfo, state: NodeState, shape: ShapeSpec, tags: tuple[s
         for p, f in enumerate(state.free)
         if f >= shape.milli
         and state.mig[p] is None
-        and model_ok(info, p, shape)
+        and gpu_ok(info, p, shape)
         and not conflicts(state, p, tags)
     ]
 
@@ -153,7 +153,7 @@ def mig_placements(
     existing: list[Option] = []
     created: list[Option] = []
     for p, slots in enumerate(state.mig):
-        if slots is None or not model_ok(info, p, shape) or conflicts(state, p, tags):
+        if slots is None or not gpu_ok(info, p, shape) or conflicts(state, p, tags):
             continue
         free, new = mig_starts(info, p, slots, name)
         existing.extend(Option("mig", gpus=(p,), profile=name, start=s, size=size) for s, size in free)

@@ -115,7 +115,7 @@ def node_info(
     key = (
         spec.cpu_milli,
         spec.memory_mib,
-        tuple((g.index, g.model, g.numa, g.mig is not None) for g in spec.gpus),
+        tuple((g.index, g.model, g.numa, g.mig is not None, g.sharing) for g in spec.gpus),
         cliques,
         costs,
         allow_create,
