@@ -46,7 +46,7 @@ from gpuplan.models import (
     default_catalog,
 )
 from gpuplan.models.base import InputError
-from gpuplan.models.cluster import MigInstance, Node, mig_layout_problems
+from gpuplan.models.cluster import MigInstance, mig_layout_problems
 from gpuplan.models.hardware import GpuModelSpec
 from gpuplan.models.plan import GpuUse
 from gpuplan.planner.importers.nvidia_smi import lookup_gpu_model
@@ -390,8 +390,8 @@ def _entry(
         "cpu_milli": cpu_milli(quantity(alloc["cpu"], f"{where}.cpu"), up=False),
         "memory_mib": memory_mib(quantity(alloc["memory"], f"{where}.memory"), up=False),
     }
-    if "sharing" in Node.model_fields and info.gpus > len(info.layouts):
-        # How the device plugin offers the non-MIG GPUs (FORMATS.md), once the cluster model has the field.
+    if info.gpus > len(info.layouts):
+        # How the device plugin offers the non-MIG GPUs (FORMATS.md): the planner keeps to it.
         entry["sharing"] = {"time-slicing": {"replicas": info.replicas}} if info.time_sliced else "exclusive"
     machine = re.sub(r"[^0-9a-z]+", "-", labels.get(MACHINE, "").lower()).strip("-").removeprefix("nvidia-")
     ref = next((t for t in catalog.topologies if t.name.lower() == machine), None)
