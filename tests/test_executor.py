@@ -233,6 +233,24 @@ def test_arrivals_are_admitted_at_once_but_never_into_capacity_reserved_for_a_wa
     assert all(g.index != 3 for a in before_round.values() if a.node == "n0" for g in a.gpus)
 
 
+def test_a_higher_tier_arrival_may_take_what_the_plan_reserved_for_a_lower_tier() -> None:
+    """The same state with w in the background tier: a background arrival still may not take n0's GPU 3
+    (w is ahead of it in the queue), a latency-sensitive one may (it is ahead of w)."""
+    sim = SimCluster(_two_nodes(), default_catalog(), NOW)
+    fixed = {"preemptible": False, "duration_s": 600}
+    a, b = _work("a", gpus=1, **fixed), _work("b", gpus=2, **{**fixed, "duration_s": 36000})
+    sim.place(_whole("a", "n0", [2]))
+    sim.place(_whole("b", "n0", [0, 1]))
+    w = _work("w", gpus=2, topology="same-node", tier="background")
+    ex = Executor(sim, _greedy, Policy(), admission=FirstFit())
+    assert len(list(ex.run([[a, b, w]]))) == 1
+    assert [o.ok for o in ex.admit([_work("x", gpus=1, tier="background")])] == [True]
+    assert ex.admit([_work("y", gpus=1, tier="background")]) == []
+    (z,) = ex.admit([_work("z", gpus=1, tier="latency-sensitive")])
+    assert z.ok and z.action.to == "n0:3"
+    assert _running(sim) == {("a", 0), ("b", 0), ("x", 0), ("z", 0)}
+
+
 def test_without_admission_arrivals_wait_for_the_round() -> None:
     """The same arrivals without an admission back-end: nothing starts between rounds."""
     sim = SimCluster(_two_nodes(), default_catalog(), NOW)

@@ -288,11 +288,15 @@ class Executor:
         has not reserved (no preemption, no move, no MIG re-partition: only what a scheduler can do
         between rounds); the rest waits for the next round. Returns the starts' outcomes.
 
-        Running work and the last plan's reservations (targets not reached yet, reserved GPUs of waiting
-        replicas) are taken first, quotas included, so an arrival never takes what the plan holds for
-        work ahead of it; the arrivals are then placed in queue order by the admission back-end's score
-        under the policy's rules. A gang is admitted whole or not at all, and only when all its members
-        arrive together.
+        Running work and the targets of moves not made yet are taken first. The arrivals are then
+        placed in queue order by the admission back-end's score under the policy's rules, each after the
+        last plan's reservations of the waiting replicas ahead of it in the queue (same or better tier
+        and priority: targets not reached yet, reserved GPUs) are taken too, quotas included: an arrival
+        never takes what the plan holds for work ahead of it, while a higher tier may take what it holds
+        for a lower one (the next round plans the lower one again, as the timeline orders the queue). A
+        gang is admitted whole or not at all, and only when all its members arrive together. Work that
+        runs outside the demand (stopped at the next round) is not seen here: the back-end refuses a
+        start on its GPUs, and that arrival waits for the round.
         """
         self.demand.update((w.id, w) for w in arrivals)
         if self.admission is None or not arrivals:
@@ -310,13 +314,20 @@ class Executor:
         for r in problem.requests:
             if r.running is not None:
                 placer.keep(r)
-        self._hold_reserved(placer, problem, obs, state)
+        reserved = self._reserved(problem, obs, state)
         new = {w.id for w in arrivals}
         queue = [r for r in problem.queue_order() if r.workload in new and r.running is None]
         waiting = {r.gang for r in problem.requests if r.gang is not None and r.workload not in new}
         placed: list[Assignment] = []
         gangs: set[str] = set()
         for r in queue:
+            # Reservations are in queue order, so those ahead of each arrival are a growing prefix.
+            while reserved and reserved[0][0] <= _rank(r):
+                _, owner, spot = reserved.pop(0)
+                # Reservations at different times may share a GPU: the union over-commits it, on purpose
+                # (the timeline silences the same warning).
+                with _quiet_overcommit():
+                    placer.hold(owner, spot)
             if r.gang is None:
                 a = placer.place(r)
                 if a is not None:
@@ -334,32 +345,46 @@ class Executor:
         log.info("admitted %d of %d arriving replica(s)", sum(o.ok for o in outcomes), len(queue))
         return outcomes
 
-    def _hold_reserved(
-        self, placer: Placer, problem: PlacementProblem, obs: Observation, state: StateInput
-    ) -> None:
-        """Take in ``placer`` what the last plan reserves: the targets of its replicas that do not run
-        there yet (deferred starts and moves, failed starts) and the reserved GPUs of what waits."""
+    def _reserved(
+        self, problem: PlacementProblem, obs: Observation, state: StateInput
+    ) -> list[tuple[tuple[int, int], Request, Running]]:
+        """What the last plan reserves, in queue order of its owners: the targets of its replicas that do
+        not run there yet (moves first, then deferred or failed starts) and the reserved GPUs of what
+        waits, each with its owner's queue rank and a request of its workload."""
         if self._last is None:
-            return
+            return []
         plan, then = self._last
-        workloads = state.inp.workload_by_id
+        owner: dict[str, Request] = {}
+        for r in problem.requests:
+            owner.setdefault(r.workload, r)
+        moving = {r.workload for r in problem.requests if r.running is not None}
         holds: list[tuple[str, Holding]] = []
         for a in plan.assignments:
             key = then.to_backend.get((a.workload, a.replica))
             now = obs.running.get(key) if key is not None else None
-            if a.workload in workloads and (now is None or (now.node, now.gpus) != (a.node, a.gpus)):
+            if now is None or (now.node, now.gpus) != (a.node, a.gpus):
                 holds.append((a.workload, holding(a)))
         holds.extend((k[0], r.hold) for k, r in previous_reservations(plan, state.inp).items())
-        template: dict[str, Request] = {}
-        for r in problem.requests:
-            template.setdefault(r.workload, r)
         nodes = {n.name for n in problem.nodes}
-        # Reservations at different times may share a GPU: the union over-commits it, on purpose (the
-        # timeline silences the same warning).
-        with _quiet_overcommit():
-            for wid, hold in holds:
-                if hold.node in nodes and wid in template:
-                    placer.hold(template[wid], Running(hold.node, hold.gpus, hold.alternative))
+        out = [
+            (
+                MOVES_FIRST if wid in moving else _rank(owner[wid]),
+                owner[wid],
+                Running(h.node, h.gpus, h.alternative),
+            )
+            for wid, h in holds
+            if wid in owner and h.node in nodes
+        ]
+        return sorted(out, key=lambda x: x[0])
+
+
+#: Queue rank of the targets of running work being moved: held before any arrival is placed.
+MOVES_FIRST = (-1, 0)
+
+
+def _rank(r: Request) -> tuple[int, int]:
+    """A request's place in the queue by tier and priority (lower goes first)."""
+    return (r.tier_rank, -r.priority)
 
 
 def _key(a: Action) -> Key:
