@@ -8,6 +8,10 @@ executor's rounds loop (:meth:`Executor.run`) with ``make_plan``:
 * ``fgd`` — FGD placing the queue in tier-then-FIFO order, nothing ever moves;
 * ``best-fit`` — best-fit placing the queue in FIFO order (every tier weight equal).
 
+With ``admission`` every policy also places each job at its arrival, as a real scheduler does
+(:meth:`Executor.admit`: free capacity the policy's last plan has not reserved, no preemption), with its
+own node score (FGD for gpuplan and fgd, best-fit for best-fit); finished jobs leave at their end.
+
 Shapes and QoS come from the trace's pod list (GPU pods only; QoS ``LS``/``Guaranteed`` →
 latency-sensitive, ``Burstable`` → standard, ``BE`` → background). Run times are lognormal with a median
 of 30 minutes and sigma 1 (mean 49.5 minutes) unless configured; the planner is told only the mean, as
@@ -38,6 +42,7 @@ from gpuplan.planner.executor import Executor, SimCluster, state_input
 from gpuplan.planner.importers.openb import read_cluster, read_workloads
 from gpuplan.planner.metrics import fragmentation
 from gpuplan.planner.planning import make_plan
+from gpuplan.solvers.greedy import BestFit, Fgd, GreedySolver
 
 log = logging.getLogger(__name__)
 
@@ -63,6 +68,7 @@ class SimConfig:
     preemptions_per_round: int = 4
     trace: str = "default"
     trace_dir: Path = TRACE_DIR
+    admission: bool = False
 
     @property
     def mean_duration_s(self) -> float:
@@ -167,9 +173,12 @@ class Track:
     frag: list[float] = field(default_factory=list)
 
 
-def _account(track: Track, demand: list[Workload], t: float) -> None:
+def _account(track: Track, demand: list[Workload], t: float, admitted: dict[str, float]) -> None:
     """Time each job of ``demand`` (arrived, not finished) spends waiting, including time back in the
-    queue after a preemption, and its first start."""
+    queue after a preemption, and its first start; a job ``admitted`` started at its arrival (the time
+    given), without waiting, and may have finished since."""
+    for wid, at in admitted.items():
+        track.started.setdefault(wid, at)
     running = {key[0] for key in track.sim.occ.holders}
     for w in demand:
         if w.id in running:
@@ -201,6 +210,8 @@ def _sample(track: Track, inp: PlanningInput, now: datetime) -> None:
 
 #: Solver and policy of each simulated policy (``fifo``: every tier weight equal).
 SOLVERS = {"gpuplan": ("cpsat", "tiers"), "fgd": ("greedy-fgd", "tiers"), "best-fit": ("best-fit", "fifo")}
+#: The node score each policy admits arriving jobs with (``SimConfig.admission``).
+ADMISSION: dict[str, Callable[[], GreedySolver]] = {"gpuplan": Fgd, "fgd": Fgd, "best-fit": BestFit}
 
 
 def simulate(cfg: SimConfig, progress: Callable[[str], None] | None = None) -> dict[str, dict[str, float]]:
@@ -223,7 +234,8 @@ def simulate(cfg: SimConfig, progress: Callable[[str], None] | None = None) -> d
     tracks = {}
     for name, (solver, policy) in SOLVERS.items():
         track = Track(name, SimCluster(cluster, catalog, EPOCH, duration_of=durations.get))
-        _run(cfg, track, solver, policies[policy], batches, progress)
+        admission = ADMISSION[name]() if cfg.admission else None
+        _run(cfg, track, solver, policies[policy], batches, progress, admission)
         tracks[name] = track
     end = count * cfg.round_s
     return {name: _metrics(cfg, jobs, tr, policies["tiers"], end) for name, tr in tracks.items()}
@@ -236,8 +248,10 @@ def _run(
     policy: Policy,
     batches: list[list[Workload]],
     progress: Callable[[str], None] | None,
+    admission: GreedySolver | None = None,
 ) -> None:
-    """One policy's rounds through the executor, recorded in ``track``."""
+    """One policy's rounds through the executor (admitting arrivals with ``admission``), recorded in
+    ``track``."""
     last: list[Plan] = []
 
     def plan_round(inp: PlanningInput, now: datetime) -> Plan:
@@ -249,13 +263,21 @@ def _run(
         return plan
 
     sim = track.sim
-    executor = Executor(sim, plan_round, policy, default_catalog())
+    executor = Executor(sim, plan_round, policy, default_catalog(), admission=admission)
 
-    def before(k: int) -> None:
-        finished = sim.advance((EPOCH + timedelta(seconds=k * cfg.round_s) - sim.now).total_seconds())
+    def until(t: datetime) -> None:
+        finished = sim.advance((t - sim.now).total_seconds())
         executor.withdraw(key[0] for key in finished)
 
-    for k, report in enumerate(executor.run(batches, before=before), start=1):
+    def before(k: int) -> None:
+        until(EPOCH + timedelta(seconds=k * cfg.round_s))
+
+    def arriving(w: Workload) -> None:
+        assert w.queued_since is not None
+        until(w.queued_since)
+
+    runs = executor.run(batches, before=before, arriving=arriving)
+    for k, report in enumerate(runs, start=1):
         demand = list(executor.demand.values())
         track.walls.append(report.plan_wall_s)
         track.moves.append(report.moves)
@@ -263,7 +285,9 @@ def _run(
             if u.predicted_start and u.workload not in track.predicted:
                 start = datetime.fromisoformat(u.predicted_start)
                 track.predicted[u.workload] = (start - EPOCH).total_seconds()
-        _account(track, demand, k * cfg.round_s)
+        arrived = {w.id: w.queued_since for w in batches[k - 1] if w.queued_since is not None}
+        admitted = {wid: (arrived[wid] - EPOCH).total_seconds() for wid, _ in report.admitted}
+        _account(track, demand, k * cfg.round_s, admitted)
         _sample(track, state_input(sim.observe(), demand, policy).inp, sim.now)
         if progress is not None and k % 12 == 0:
             waiting = sum(1 for w in demand if w.id not in track.started)

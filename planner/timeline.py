@@ -272,7 +272,7 @@ def _keep(placer: Placer, requests: Mapping[Key, Request], iv: _Interval) -> Non
 
 
 @contextmanager
-def _quiet_overcommit() -> Iterator[None]:
+def quiet_overcommit() -> Iterator[None]:
     """Silence the placer's over-commit warning: the union of intervals at different times may
     over-commit a GPU on purpose (the placer only needs it as taken)."""
     quiet = logging.getLogger("gpuplan.solvers.placement.options")
@@ -351,8 +351,8 @@ def roll_forward(
 ) -> Timeline:
     """Reserve a start time and GPUs for every replica that does not keep running (see the module);
     stop, ``cut``, when ``deadline`` passes."""
-    # Every keep of the roll may over-commit on purpose (see ``_quiet_overcommit``).
-    with _quiet_overcommit():
+    # Every keep of the roll may over-commit on purpose (see ``quiet_overcommit``).
+    with quiet_overcommit():
         return _roll(inp, problem, result, catalog, now, previous, deadline)
 
 

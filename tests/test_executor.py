@@ -10,10 +10,12 @@ import yaml
 
 from gpuplan.models import Cluster, DisruptionBudget, Plan, PlanningInput, Policy, Workload, default_catalog
 from gpuplan.models.plan import Assignment
+from gpuplan.models.policy import Quota
 from gpuplan.planner.actions import CREATE, MIGRATE, START
 from gpuplan.planner.executor import Executor, Failure, SimCluster, kubernetes, migparted, state_input, unfit
 from gpuplan.planner.planning import make_plan
 from gpuplan.planner.validate import validate_plan
+from gpuplan.solvers.greedy import BestFit, FirstFit
 
 NOW = datetime(2026, 11, 29, 12, tzinfo=UTC)
 
@@ -171,6 +173,109 @@ def test_the_budget_holds_in_every_round_on_the_way_to_a_target() -> None:
     assert all(r.moves <= 1 and not r.failed for r in reports)
     assert sum(r.moves for r in reports) == sum(a.kind == MIGRATE for a in target.actions) >= 2
     assert sim.occ.assignments() == {(a.workload, a.replica): a for a in target.assignments}
+
+
+def _whole(wid: str, node: str, gpus: list[int]) -> Assignment:
+    """``wid`` replica 0 on whole GPUs ``gpus`` of ``node``."""
+    return Assignment.model_validate(
+        {"workload": wid, "replica": 0, "node": node, "gpus": [{"index": i} for i in gpus], "cpu_milli": 1000}
+    )
+
+
+def _two_nodes() -> Cluster:
+    """n0 with 4 whole GPUs and n1 with 1."""
+    nodes = [("n0", 4), ("n1", 1)]
+    return Cluster.model_validate(
+        {
+            "nodes": [
+                {
+                    "name": name,
+                    "cpu_milli": 64000,
+                    "memory_mib": 262144,
+                    "gpus": [{"index": i, "model": "H100-80GB"} for i in range(count)],
+                }
+                for name, count in nodes
+            ]
+        }
+    )
+
+
+def test_arrivals_are_admitted_at_once_but_never_into_capacity_reserved_for_a_waiting_replica() -> None:
+    """n0 runs b on GPUs 0-1 (long) and a on GPU 2 (ends in 10 min); GPU 3 and n1's only GPU are free.
+    w needs two GPUs of one node, so the round's plan reserves n0's GPUs 2-3 for it at a's end. Between
+    rounds x arrives and goes to n1 at once (the only free GPU nobody holds); y arrives next and waits,
+    although n0's GPU 3 is free: it is w's."""
+    sim = SimCluster(_two_nodes(), default_catalog(), NOW)
+    fixed = {"preemptible": False, "duration_s": 600}
+    a, b = _work("a", gpus=1, **fixed), _work("b", gpus=2, **{**fixed, "duration_s": 36000})
+    sim.place(_whole("a", "n0", [2]))
+    sim.place(_whole("b", "n0", [0, 1]))
+    w = _work("w", gpus=2, topology="same-node", preemptible=False)
+    x, y = _work("x", gpus=1), _work("y", gpus=1)
+    seen: dict[int, dict[tuple[str, int], Assignment]] = {}
+
+    def before(k: int) -> None:
+        seen[k] = sim.occ.assignments()
+
+    def arriving(_w: Workload) -> None:
+        sim.advance(60)
+
+    ex = Executor(sim, _greedy, Policy(), admission=FirstFit())
+    reports = ex.run([[a, b, w], [x, y]], before=before, arriving=arriving)
+    first = next(reports)
+    (waits,) = first.plan.unplaced
+    assert waits.workload == "w" and waits.reserved_node == "n0"
+    assert sorted(g.index for g in waits.reserved_gpus) == [2, 3]
+    second = next(reports)
+    before_round = seen[2]
+    assert set(before_round) == {("a", 0), ("b", 0), ("x", 0)}
+    assert before_round[("x", 0)].node == "n1" and second.admitted == (("x", 0),)
+    assert all(g.index != 3 for a in before_round.values() if a.node == "n0" for g in a.gpus)
+
+
+def test_a_higher_tier_arrival_may_take_what_the_plan_reserved_for_a_lower_tier() -> None:
+    """The same state with w in the background tier: a background arrival still may not take n0's GPU 3
+    (w is ahead of it in the queue), a latency-sensitive one may (it is ahead of w)."""
+    sim = SimCluster(_two_nodes(), default_catalog(), NOW)
+    fixed = {"preemptible": False, "duration_s": 600}
+    a, b = _work("a", gpus=1, **fixed), _work("b", gpus=2, **{**fixed, "duration_s": 36000})
+    sim.place(_whole("a", "n0", [2]))
+    sim.place(_whole("b", "n0", [0, 1]))
+    w = _work("w", gpus=2, topology="same-node", tier="background")
+    ex = Executor(sim, _greedy, Policy(), admission=FirstFit())
+    assert len(list(ex.run([[a, b, w]]))) == 1
+    assert [o.ok for o in ex.admit([_work("x", gpus=1, tier="background")])] == [True]
+    assert ex.admit([_work("y", gpus=1, tier="background")]) == []
+    (z,) = ex.admit([_work("z", gpus=1, tier="latency-sensitive")])
+    assert z.ok and z.action.to == "n0:3"
+    assert _running(sim) == {("a", 0), ("b", 0), ("x", 0), ("z", 0)}
+
+
+def test_without_admission_arrivals_wait_for_the_round() -> None:
+    """The same arrivals without an admission back-end: nothing starts between rounds."""
+    sim = SimCluster(_two_nodes(), default_catalog(), NOW)
+    seen: dict[int, set[tuple[str, int]]] = {}
+    ex = Executor(sim, _greedy, Policy())
+    reports = ex.run([[], [_work("x", gpus=1)]], before=lambda k: seen.update({k: _running(sim)}))
+    assert [r.admitted for r in reports] == [(), ()]
+    assert seen[2] == set() and _running(sim) == {("x", 0)}
+
+
+def test_admission_keeps_quotas_and_the_next_round_replans_what_waits() -> None:
+    """Team ml may hold one GPU and already runs one; an ml arrival waits although 4 GPUs are free,
+    while an arrival of another team is admitted. The next round leaves the ml job waiting too."""
+    sim = SimCluster(_two_nodes(), default_catalog(), NOW)
+    sim.place(_whole("ml-run", "n0", [0]))
+    policy = Policy(quotas=(Quota(team="ml", gpus=1),))
+    running = _work("ml-run", gpus=1, team="ml", preemptible=False)
+    ex = Executor(sim, _greedy, policy, admission=BestFit())
+    assert [r.admitted for r in ex.run([[running]])] == [()]
+    outcomes = ex.admit([_work("ml-new", gpus=1, team="ml"), _work("web", gpus=1, team="web")])
+    assert [(o.action.workload, o.ok) for o in outcomes] == [("web", True)]
+    assert _running(sim) == {("ml-run", 0), ("web", 0)}
+    report = ex.round(list(ex.demand.values()))
+    assert [u.workload for u in report.plan.unplaced] == ["ml-new"]
+    assert _running(sim) == {("ml-run", 0), ("web", 0)}
 
 
 def _mixed_plan() -> tuple[PlanningInput, Plan]:

@@ -165,6 +165,7 @@ def cmd_simulate(args: argparse.Namespace) -> int:
         moves_per_round=args.moves,
         trace=args.trace,
         trace_dir=trace_dir,
+        admission=args.admission == "greedy",
     )
     rows: list[dict[str, object]] = []
     for rho in args.rho_list or [args.rho]:
@@ -236,5 +237,12 @@ def add_parsers(sub: common.Subparsers) -> None:
     p.add_argument("--moves", type=int, default=d.moves_per_round, help="gpuplan's moves per round")
     p.add_argument("--trace", default=d.trace, help="openb pod list (default, gpushare100, multigpu50)")
     p.add_argument("--trace-dir", default=str(d.trace_dir))
+    p.add_argument(
+        "--admission",
+        choices=("none", "greedy"),
+        default="none",
+        help="greedy: every policy places each job at its arrival into capacity its plan has not reserved; "
+        "none: arrivals wait for the next round (default)",
+    )
     p.add_argument("--out", help="write the metrics as CSV here")
     p.set_defaults(func=cmd_simulate)

@@ -6,6 +6,11 @@ waiting again in the next plan, and the back-end refuses to run a replica that a
 :meth:`Executor.run` is the one rounds loop (``gpuplan simulate`` and the benchmarks drive it): arrivals
 join the demand round by round, finished work leaves it, and under the FGD paper's protocol a waiting
 workload that fits nowhere is dropped.
+
+With an ``admission`` back-end the executor also acts between rounds, as a real scheduler does: each
+arriving workload is placed at once (:meth:`Executor.admit`) into free capacity the last plan has not
+reserved, by the placement kernel under the policy's rules (quotas, isolation), and the next round
+re-optimises everything as usual.
 """
 
 from __future__ import annotations
@@ -23,11 +28,14 @@ from gpuplan.models.plan import Action, Assignment, Plan
 from gpuplan.models.policy import Policy
 from gpuplan.models.problem import PlanningInput
 from gpuplan.models.workload import Workload
-from gpuplan.planner.actions import MIGRATE, PREEMPT, ordered_actions, schedule_rounds, where
+from gpuplan.planner.actions import MIGRATE, PREEMPT, START, ordered_actions, schedule_rounds, where
 from gpuplan.planner.compile import compile_problem
 from gpuplan.planner.executor.backend import Backend, Observation, Outcome
-from gpuplan.planner.occupancy import Key, Occupancy
-from gpuplan.solvers.greedy import FirstFit
+from gpuplan.planner.occupancy import Holding, Key, Occupancy, holding
+from gpuplan.planner.timeline import previous_reservations, quiet_overcommit
+from gpuplan.solvers.greedy import FirstFit, GreedySolver
+from gpuplan.solvers.placement import Placer
+from gpuplan.solvers.problem import PlacementProblem, Request, Running
 
 log = logging.getLogger(__name__)
 
@@ -93,6 +101,8 @@ class RoundReport:
     deferred: int = 0
     lost: tuple[Key, ...] = field(default=())
     dropped: tuple[str, ...] = ()
+    #: Replicas admitted on arrival since the previous round (back-end numbering).
+    admitted: tuple[Key, ...] = ()
 
     @property
     def failed(self) -> list[Outcome]:
@@ -166,14 +176,25 @@ class Executor:
     """
 
     def __init__(
-        self, backend: Backend, planner: Planner, policy: Policy, catalog: HardwareCatalog | None = None
+        self,
+        backend: Backend,
+        planner: Planner,
+        policy: Policy,
+        catalog: HardwareCatalog | None = None,
+        *,
+        admission: GreedySolver | None = None,
     ) -> None:
         self.backend = backend
         self.planner = planner
         self.policy = policy
         self.catalog = catalog or default_catalog()
+        #: The greedy back-end whose node score places arriving work between rounds (``None``: arrivals
+        #: wait for the next round).
+        self.admission = admission
         self.rounds = 0
         self.demand: dict[str, Workload] = {}
+        # The last round's plan and the replica numbering it was made with (what its reservations are).
+        self._last: tuple[Plan, StateInput] | None = None
 
     def withdraw(self, ids: Iterable[str]) -> None:
         """Take workloads out of the demand :meth:`run` carries (finished or cancelled between rounds)."""
@@ -185,21 +206,30 @@ class Executor:
         batches: Iterable[Sequence[Workload]],
         *,
         before: Callable[[int], None] | None = None,
+        arriving: Callable[[Workload], None] | None = None,
         drop_unfit: bool = False,
     ) -> Iterator[RoundReport]:
         """One round per batch of arrivals, the demand carried over; yields each round's report.
 
         ``before(k)`` runs before round ``k`` (from 1): the place to move a simulated clock, withdraw
         finished work or change the policy. Each batch joins the demand, which is then planned and the
-        plan's first round applied. With ``drop_unfit``, a waiting workload that fits on no node of the
-        state after the round, on its own, leaves the demand (the FGD paper's protocol drops a pod that
-        does not fit); the report names them.
+        plan's first round applied. With an admission back-end, the batch's workloads arrive one by one
+        before that (``arriving(w)`` runs first: the place to move a simulated clock to ``w``'s arrival)
+        and each is admitted at once where it fits; the report names what was admitted. With
+        ``drop_unfit``, a waiting workload that fits on no node of the state after the round, on its own,
+        leaves the demand (the FGD paper's protocol drops a pod that does not fit); the report names them.
         """
         for k, batch in enumerate(batches, start=1):
+            admitted: list[Key] = []
+            if self.admission is not None:
+                for w in batch:
+                    if arriving is not None:
+                        arriving(w)
+                    admitted.extend(_key(o.action) for o in self.admit([w]) if o.ok)
             if before is not None:
                 before(k)
             self.demand.update((w.id, w) for w in batch)
-            report = self.round(list(self.demand.values()))
+            report = replace(self.round(list(self.demand.values())), admitted=tuple(admitted))
             if drop_unfit:
                 gone = unfit(self.backend.observe(), list(self.demand.values()), self.policy, self.catalog)
                 self.withdraw(gone)
@@ -239,6 +269,7 @@ class Executor:
             for k, a in targets.items()
         }
         outcomes = self.backend.apply(first, backend_targets)
+        self._last = (plan, state)
         self.rounds += 1
         for o in outcomes:
             if not o.ok:
@@ -251,6 +282,114 @@ class Executor:
                     o.reason,
                 )
         return RoundReport(self.rounds, obs.now, plan, tuple(outcomes), wall, len(sched.deferred))
+
+    def admit(self, arrivals: Sequence[Workload]) -> list[Outcome]:
+        """Put ``arrivals`` into the demand and start at once what fits in free capacity the last plan
+        has not reserved (no preemption, no move, no MIG re-partition: only what a scheduler can do
+        between rounds); the rest waits for the next round. Returns the starts' outcomes.
+
+        Running work and the targets of moves not made yet are taken first. The arrivals are then
+        placed in queue order by the admission back-end's score under the policy's rules, each after the
+        last plan's reservations of the waiting replicas ahead of it in the queue (same or better tier
+        and priority: targets not reached yet, reserved GPUs) are taken too, quotas included: an arrival
+        never takes what the plan holds for work ahead of it, while a higher tier may take what it holds
+        for a lower one (the next round plans the lower one again, as the timeline orders the queue). A
+        gang is admitted whole or not at all, and only when all its members arrive together. Work that
+        runs outside the demand (stopped at the next round) is not seen here: the back-end refuses a
+        start on its GPUs, and that arrival waits for the round.
+        """
+        self.demand.update((w.id, w) for w in arrivals)
+        if self.admission is None or not arrivals:
+            return []
+        obs = self.backend.observe()
+        state = state_input(obs, list(self.demand.values()), self.policy)
+        problem = compile_problem(state.inp, self.catalog, obs.now)
+        placer = Placer(
+            problem.nodes,
+            self.catalog,
+            self.admission.scorer(problem),
+            allow_create=False,
+            policy=self.policy,
+        )
+        for r in problem.requests:
+            if r.running is not None:
+                placer.keep(r)
+        reserved = self._reserved(problem, obs, state)
+        new = {w.id for w in arrivals}
+        queue = [r for r in problem.queue_order() if r.workload in new and r.running is None]
+        waiting = {r.gang for r in problem.requests if r.gang is not None and r.workload not in new}
+        placed: list[Assignment] = []
+        gangs: set[str] = set()
+        for r in queue:
+            # Reservations are in queue order, so those ahead of each arrival are a growing prefix.
+            while reserved and reserved[0][0] <= _rank(r):
+                _, owner, spot = reserved.pop(0)
+                # Reservations at different times may share a GPU: the union over-commits it, on purpose
+                # (the timeline silences the same warning).
+                with quiet_overcommit():
+                    placer.hold(owner, spot)
+            if r.gang is None:
+                a = placer.place(r)
+                if a is not None:
+                    placed.append(a)
+            elif r.gang not in gangs and r.gang not in waiting:
+                gangs.add(r.gang)
+                placed.extend(placer.place_gang([m for m in queue if m.gang == r.gang])[0])
+        targets = {state.to_backend[(a.workload, a.replica)]: a for a in placed}
+        starts = [
+            Action(kind=START, workload=k[0], replica=k[1], to=where(a.node, a.gpus), detail="admitted")
+            for k, a in targets.items()
+        ]
+        backend_targets = {k: a.model_copy(update={"replica": k[1]}) for k, a in targets.items()}
+        outcomes = self.backend.apply(starts, backend_targets) if starts else []
+        log.info("admitted %d of %d arriving replica(s)", sum(o.ok for o in outcomes), len(queue))
+        return outcomes
+
+    def _reserved(
+        self, problem: PlacementProblem, obs: Observation, state: StateInput
+    ) -> list[tuple[tuple[int, int], Request, Running]]:
+        """What the last plan reserves, in queue order of its owners: the targets of its replicas that do
+        not run there yet (moves first, then deferred or failed starts) and the reserved GPUs of what
+        waits, each with its owner's queue rank and a request of its workload."""
+        if self._last is None:
+            return []
+        plan, then = self._last
+        owner: dict[str, Request] = {}
+        for r in problem.requests:
+            owner.setdefault(r.workload, r)
+        moving = {r.workload for r in problem.requests if r.running is not None}
+        holds: list[tuple[str, Holding]] = []
+        for a in plan.assignments:
+            key = then.to_backend.get((a.workload, a.replica))
+            now = obs.running.get(key) if key is not None else None
+            if now is None or (now.node, now.gpus) != (a.node, a.gpus):
+                holds.append((a.workload, holding(a)))
+        holds.extend((k[0], r.hold) for k, r in previous_reservations(plan, state.inp).items())
+        nodes = {n.name for n in problem.nodes}
+        out = [
+            (
+                MOVES_FIRST if wid in moving else _rank(owner[wid]),
+                owner[wid],
+                Running(h.node, h.gpus, h.alternative),
+            )
+            for wid, h in holds
+            if wid in owner and h.node in nodes
+        ]
+        return sorted(out, key=lambda x: x[0])
+
+
+#: Queue rank of the targets of running work being moved: held before any arrival is placed.
+MOVES_FIRST = (-1, 0)
+
+
+def _rank(r: Request) -> tuple[int, int]:
+    """A request's place in the queue by tier and priority (lower goes first)."""
+    return (r.tier_rank, -r.priority)
+
+
+def _key(a: Action) -> Key:
+    assert a.workload is not None and a.replica is not None
+    return (a.workload, a.replica)
 
 
 def _to_backend(a: Action, mapping: dict[Key, Key]) -> Action:
