@@ -119,6 +119,17 @@ def check_active(limits: Limits, runner: Runner) -> None:
         )
 
 
+def check_reads(limits: Limits, runner: Runner) -> None:
+    """429 when ``max_read_jobs`` explanations are already queued or running."""
+    if runner.reading >= limits.max_read_jobs:
+        raise LimitExceeded(
+            429,
+            "max_read_jobs",
+            limits.max_read_jobs,
+            f"{runner.reading} explanations are queued or running; at most {limits.max_read_jobs}",
+        )
+
+
 def check_wait(runner: Runner, wait: float) -> None:
     """429 with ``Retry-After`` when the queue cannot meet ``wait``: every solver process is busy and,
     with the jobs ahead taking the recent mean solve time, this one would end after ``wait`` seconds.

@@ -16,10 +16,7 @@ from typing import Annotated, Any
 from fastapi import APIRouter, HTTPException, Path, Query
 
 from gpuplan.api.deps import Caller, RunnerDep, SettingsDep, StoreDep
-from gpuplan.api.errors import LimitExceeded
-from gpuplan.api.jobs import JobId, check_time_limit, finished_plan
-from gpuplan.api.runner import Runner
-from gpuplan.api.settings import Limits
+from gpuplan.api.jobs import JobId, check_reads, check_time_limit, finished_plan
 from gpuplan.api.views import PLANS, visible_workloads
 from gpuplan.models.plan import Explanation
 from gpuplan.planner.team_view import team_explanations
@@ -28,17 +25,6 @@ from gpuplan.solvers.base import solver_names
 router = APIRouter(prefix=PLANS, tags=["explain"])
 
 _SOLVERS = f"^({'|'.join(solver_names())})$"
-
-
-def check_reads(limits: Limits, runner: Runner) -> None:
-    """429 when ``max_read_jobs`` explanations are already queued or running."""
-    if runner.reading >= limits.max_read_jobs:
-        raise LimitExceeded(
-            429,
-            "max_read_jobs",
-            limits.max_read_jobs,
-            f"{runner.reading} explanations are queued or running; at most {limits.max_read_jobs}",
-        )
 
 
 @router.get(

@@ -49,6 +49,7 @@ from gpuplan.models.base import InputError
 from gpuplan.models.cluster import MigInstance, mig_layout_problems
 from gpuplan.models.hardware import GpuModelSpec
 from gpuplan.models.plan import GpuUse
+from gpuplan.planner.actions import where
 from gpuplan.planner.importers.nvidia_smi import lookup_gpu_model
 from gpuplan.planner.io import WORKLOAD_COLUMNS, describe, read_structured
 from gpuplan.planner.occupancy import FULL_MILLI, Holding, Occupancy
@@ -674,19 +675,6 @@ def _uses(pod: _Pod, occ: Occupancy, node: _NodeInfo) -> tuple[GpuUse, ...]:
     )
 
 
-def _text(node: str, uses: tuple[GpuUse, ...]) -> str:
-    """A ``running_on`` entry: ``node:0,1``, ``node:2=250`` or ``node:0/1g.10gb@6``."""
-    parts = []
-    for u in uses:
-        if u.mig_profile is not None:
-            parts.append(f"{u.index}/{u.mig_profile}@{u.mig_start}")
-        elif u.milli is not None:
-            parts.append(f"{u.index}={u.milli}")
-        else:
-            parts.append(str(u.index))
-    return f"{node}:{','.join(parts)}"
-
-
 def complete_placements(
     pods: list[_Pod],
     cluster: Cluster,
@@ -717,7 +705,7 @@ def complete_placements(
         if why is not None:
             raise InputError(f"pod '{pod.key}': spec.nodeName '{node.name}': the node cannot hold it ({why})")
         occ.start((pod.key, 0), hold)
-        pod.values["running_on"] = _text(node.name, uses)
+        pod.values["running_on"] = where(node.name, uses)
 
 
 def load_pod_resources(paths: Iterable[Path]) -> dict[str, list[str]]:
