@@ -72,6 +72,32 @@ class GpuModelSpec(Strict):
         return self
 
     @property
+    def memory_mib(self) -> int:
+        """GPU memory in whole MiB (the unit of ``gpu_memory_mib`` asks)."""
+        return round(self.memory_gib * 1024)
+
+    def instance_memory_mib(self, profile: str) -> int:
+        """Memory of one MIG instance of ``profile`` in MiB: the catalog's observed size, else the
+        profile's share of the GPU's memory slices."""
+        prof = self.profile(profile)
+        if prof.memory_gib is not None:
+            return round(prof.memory_gib * 1024)
+        return self.memory_mib * prof.memory_slices // self.memory_slices
+
+    def fits_memory(self, kind: str, profile: str | None, gpu_memory_mib: int) -> bool:
+        """Whether one GPU of this model (or one ``profile`` instance, for ``kind`` ``mig``) has
+        ``gpu_memory_mib`` MiB: the single rule for which GPUs a memory ask may use at all."""
+        if not gpu_memory_mib:
+            return True
+        if kind == "mig":
+            return (
+                profile is not None
+                and profile in self.profile_map
+                and (self.instance_memory_mib(profile) >= gpu_memory_mib)
+            )
+        return self.memory_mib >= gpu_memory_mib
+
+    @property
     def mig_capable(self) -> bool:
         """Whether the model supports MIG partitioning."""
         return bool(self.profiles)

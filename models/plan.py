@@ -52,6 +52,8 @@ class Assignment(Strict):
     gpus: tuple[GpuUse, ...] = ()
     cpu_milli: int = Field(default=0, ge=0)
     memory_mib: int = Field(default=0, ge=0)
+    #: GPU memory (MiB) the replica holds on each GPU it uses (its shape's ``gpu_memory_mib``).
+    gpu_memory_mib: int = Field(default=0, ge=0)
     alternative: int = Field(default=0, ge=0)
 
 

@@ -9,9 +9,25 @@ from pydantic import Field, ValidationInfo, model_validator
 
 from gpuplan.models.base import Strict
 from gpuplan.models.cluster import Cluster, catalog_from, describe_sharing, sharing_offers
-from gpuplan.models.hardware import HardwareCatalog
+from gpuplan.models.hardware import GpuModelSpec, HardwareCatalog
 from gpuplan.models.policy import Policy
-from gpuplan.models.workload import Workload
+from gpuplan.models.workload import Shape, Workload
+
+
+def _memory_errors(where: str, shape: Shape, allowed: list[GpuModelSpec]) -> list[str]:
+    """A GPU memory ask that no allowed GPU model (or MIG profile) has room for, ever."""
+    if not shape.gpu_memory_mib or shape.kind == "cpu" or not allowed:
+        return []
+    if any(m.fits_memory(shape.kind, shape.mig_profile, shape.gpu_memory_mib) for m in allowed):
+        return []
+    if shape.kind == "mig":
+        sizes = [m.instance_memory_mib(p) for m in allowed for p in m.profile_map if p == shape.mig_profile]
+        if not sizes:
+            return []  # the MIG profile error says it all
+        room = f"a {shape.mig_profile} instance has at most {max(sizes)} MiB"
+    else:
+        room = f"the largest allowed GPU model has {max(m.memory_mib for m in allowed)} MiB"
+    return [f"{where}: asks for {shape.gpu_memory_mib} MiB of GPU memory per GPU, but {room}"]
 
 
 def reference_errors(
@@ -32,11 +48,12 @@ def reference_errors(
             for m in shape.gpu_models:
                 if not catalog.has_model(m):
                     errors.append(f"{where} field {field}gpu_models: unknown GPU model '{m}'")
-            if shape.mig_profile is None:
-                continue
             allowed = [catalog.model(m) for m in shape.gpu_models if catalog.has_model(m)]
             if not shape.gpu_models:
                 allowed = list(catalog.models)
+            errors.extend(_memory_errors(f"{where} field {field}gpu_memory_mib", shape, allowed))
+            if shape.mig_profile is None:
+                continue
             offering = [s for s in allowed if shape.mig_profile in s.profile_map]
             if not offering:
                 names = (

@@ -12,6 +12,11 @@ from pydantic import Field, field_validator, model_validator
 
 from gpuplan.models.base import Name, Seconds, Strict
 
+#: Compute share (milli-GPU) a memory-only ask (``gpu_memory_mib`` without ``gpu_milli``) is planned
+#: with: the smallest fraction, so it marks the GPU as shared everywhere a fraction does while its
+#: memory, not its compute, is what limits how much fits on the GPU.
+MEMORY_ONLY_MILLI = 1
+
 #: Default tier names, best first.
 LATENCY_SENSITIVE = "latency-sensitive"
 STANDARD = "standard"
@@ -36,6 +41,9 @@ class ShapeFields(Strict):
     gpu_models: tuple[str, ...] = ()
     cpu_milli: int = Field(default=0, ge=0)
     memory_mib: int = Field(default=0, ge=0)
+    #: GPU memory (MiB) on each GPU the replica uses: shared with the other fractions of that GPU, and
+    #: within the GPU model's (or MIG profile's) memory for whole GPUs and MIG instances.
+    gpu_memory_mib: int = Field(default=0, ge=0)
     topology: TopologyNeed = TopologyNeed.ANY
 
     @field_validator("gpu_models", mode="before")
@@ -58,19 +66,27 @@ class Shape(ShapeFields):
 
     @property
     def kind(self) -> str:
-        """``whole``, ``fraction``, ``mig`` or ``cpu``."""
+        """``whole``, ``fraction``, ``mig`` or ``cpu`` (GPU memory alone asks for a fraction)."""
         if self.gpus:
             return "whole"
-        if self.gpu_milli:
-            return "fraction"
         if self.mig_profile is not None:
             return "mig"
+        if self.gpu_milli or self.gpu_memory_mib:
+            return "fraction"
         return "cpu"
+
+    @property
+    def share_milli(self) -> int:
+        """The milli-GPU a fraction is planned with (:data:`MEMORY_ONLY_MILLI` for a memory-only
+        ask), 0 for other kinds."""
+        if self.kind != "fraction":
+            return 0
+        return self.gpu_milli or MEMORY_ONLY_MILLI
 
     @property
     def gpu_milli_total(self) -> int:
         """GPU request in milli-GPU for non-MIG shapes (a MIG shape counts 0 here)."""
-        return self.gpus * 1000 + self.gpu_milli
+        return self.gpus * 1000 + self.share_milli
 
 
 class GpuRef(Strict):
@@ -191,6 +207,7 @@ class Workload(ShapeFields):
                     "gpu_models": s.gpu_models or self.gpu_models,
                     "cpu_milli": s.cpu_milli or self.cpu_milli,
                     "memory_mib": s.memory_mib or self.memory_mib,
+                    "gpu_memory_mib": s.gpu_memory_mib or self.gpu_memory_mib,
                 }
             )
             for s in self.alternatives

@@ -5,6 +5,7 @@ from __future__ import annotations
 from collections.abc import Hashable
 from datetime import datetime
 
+from gpuplan.models.base import InputError
 from gpuplan.models.cluster import Node
 from gpuplan.models.hardware import HardwareCatalog
 from gpuplan.models.plan import GpuUse
@@ -44,6 +45,7 @@ def compile_node(node: Node, catalog: HardwareCatalog) -> NodeSpec:
             numa=g.numa,
             mig=None if g.mig is None else tuple((i.profile, i.start) for i in g.mig.instances),
             sharing=node.sharing if g.mig is None else None,
+            memory_mib=catalog.model(g.model).memory_mib,
         )
         for g in sorted(node.gpus, key=lambda g: g.index)
     )
@@ -59,17 +61,35 @@ def compile_node(node: Node, catalog: HardwareCatalog) -> NodeSpec:
     )
 
 
+def _memory_models(shape: Shape, models: frozenset[str], catalog: HardwareCatalog) -> frozenset[str]:
+    """The allowed models narrowed to those whose GPU (or MIG profile) holds the shape's GPU memory ask,
+    so every back-end applies the memory rule for whole GPUs and MIG instances through the model set."""
+    if not shape.gpu_memory_mib or shape.kind == "cpu":
+        return models
+    names = models or frozenset(m.name for m in catalog.models)
+    fits = frozenset(
+        n for n in names if catalog.model(n).fits_memory(shape.kind, shape.mig_profile, shape.gpu_memory_mib)
+    )
+    if not fits:
+        raise InputError(
+            f"gpu_memory_mib: {shape.gpu_memory_mib} MiB per GPU fits no allowed GPU model"
+            + (f" with MIG profile {shape.mig_profile}" if shape.mig_profile else "")
+        )
+    return fits
+
+
 def compile_shape(shape: Shape, catalog: HardwareCatalog) -> ShapeSpec:
-    """A shape with canonical GPU model names."""
+    """A shape with canonical GPU model names (only those with room for its GPU memory ask)."""
     return ShapeSpec(
         kind=shape.kind,
         gpus=shape.gpus,
-        milli=shape.gpu_milli,
+        milli=shape.share_milli,
         mig_profile=shape.mig_profile,
-        models=frozenset(catalog.canonical(m) for m in shape.gpu_models),
+        models=_memory_models(shape, frozenset(catalog.canonical(m) for m in shape.gpu_models), catalog),
         cpu_milli=shape.cpu_milli,
         memory_mib=shape.memory_mib,
         topology=shape.topology,
+        gpu_memory_mib=shape.gpu_memory_mib,
     )
 
 

@@ -34,7 +34,7 @@ from gpuplan.models.cluster import Cluster, Node
 from gpuplan.models.hardware import HardwareCatalog
 from gpuplan.models.plan import Counterfactual, GpuUse, Plan, Unplaced
 from gpuplan.models.problem import PlanningInput
-from gpuplan.planner.metrics import gpu_equivalents
+from gpuplan.planner.metrics import gpu_equivalents, gpu_memory_held
 from gpuplan.planner.scenarios import scenario_row
 from gpuplan.planner.team_view import team_plan
 
@@ -88,11 +88,11 @@ EMPTY_HINTS: dict[str, str] = {
 _COLUMNS: dict[str, tuple[str, ...]] = {
     "Placements": (
         "workload", "replica", "team", "tier", "node", "pool", "gpu_model", "kind", "gpus", "mig_profile",
-        "milli", "gpu_equivalents", "cpu_milli", "memory_mib", "alternative",
+        "milli", "gpu_equivalents", "cpu_milli", "memory_mib", "gpu_memory_mib", "alternative",
     ),
     "Nodes": (
         "level", "node", "pool", "gpu", "model", "mig_layout", "used_slices", "free_slices", "used_milli",
-        "free_milli", "gpu_equivalents_used", "utilisation",
+        "free_milli", "used_gpu_memory_mib", "free_gpu_memory_mib", "gpu_equivalents_used", "utilisation",
     ),
     "Pools": ("pool", "nodes", "gpus", "gpu_equivalents_used", "utilisation"),
     "Fragmentation": (
@@ -197,6 +197,7 @@ def _placements(ctx: _Context) -> list[dict[str, Any]]:
                 "gpu_equivalents": round(sum(ctx.equivalents(a.node, g) for g in a.gpus), 6),
                 "cpu_milli": a.cpu_milli,
                 "memory_mib": a.memory_mib,
+                "gpu_memory_mib": a.gpu_memory_mib,
                 "alternative": a.alternative,
             }
         )
@@ -209,6 +210,17 @@ def _gpu_use(ctx: _Context) -> dict[tuple[str, int], list[Any]]:
         for g in a.gpus:
             use[(a.node, g.index)].append(g)
     return use
+
+
+def _gpu_memory(ctx: _Context) -> dict[tuple[str, int], int]:
+    """GPU memory (MiB) the plan's assignments hold per GPU of a known model."""
+    held: dict[tuple[str, int], int] = defaultdict(int)
+    for a in ctx.plan.assignments:
+        for g in a.gpus:
+            model = ctx.model(a.node, g.index)
+            if model is not None:
+                held[(a.node, g.index)] += gpu_memory_held(g, model, a.gpu_memory_mib, ctx.catalog)
+    return held
 
 
 def _layouts(ctx: _Context) -> dict[tuple[str, int], tuple[tuple[str, int], ...]]:
@@ -225,7 +237,7 @@ def _layouts(ctx: _Context) -> dict[tuple[str, int], tuple[tuple[str, int], ...]
 
 def _gpu_rows(ctx: _Context) -> list[dict[str, Any]]:
     """One row per GPU: MIG layout, used/free memory slices (MIG) or milli (shared), utilisation."""
-    use, layouts = _gpu_use(ctx), _layouts(ctx)
+    use, layouts, memory = _gpu_use(ctx), _layouts(ctx), _gpu_memory(ctx)
     keys = sorted({(n.name, g.index) for n in ctx.cluster.nodes for g in n.gpus} if ctx.cluster else set(use))
     rows = []
     for node_name, index in keys:
@@ -235,9 +247,12 @@ def _gpu_rows(ctx: _Context) -> list[dict[str, Any]]:
         row: dict[str, Any] = {
             "level": "gpu", "node": node_name, "pool": (node.pool or "") if node else "", "gpu": index,
             "model": model or "", "mig_layout": "", "used_slices": None, "free_slices": None,
-            "used_milli": None, "free_milli": None, "gpu_equivalents_used": round(eq, 6),
-            "utilisation": round(min(eq, 1.0), 6),
+            "used_milli": None, "free_milli": None, "used_gpu_memory_mib": None, "free_gpu_memory_mib": None,
+            "gpu_equivalents_used": round(eq, 6), "utilisation": round(min(eq, 1.0), 6),
         }  # fmt: skip
+        if model is not None:
+            row["used_gpu_memory_mib"] = memory.get((node_name, index), 0)
+            row["free_gpu_memory_mib"] = ctx.catalog.model(model).memory_mib - row["used_gpu_memory_mib"]
         layout = layouts.get((node_name, index))
         if layout is not None and model is not None:
             spec = ctx.catalog.model(model)
@@ -275,6 +290,8 @@ def _nodes(ctx: _Context, gpus: list[dict[str, Any]]) -> list[dict[str, Any]]:
                 "free_slices": None,
                 "used_milli": None,
                 "free_milli": None,
+                "used_gpu_memory_mib": None,
+                "free_gpu_memory_mib": None,
                 "gpu_equivalents_used": round(eq, 6),
                 "utilisation": round(eq / len(rs), 6) if rs else 0.0,
             }

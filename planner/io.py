@@ -20,8 +20,8 @@ from gpuplan.models.workload import Workload
 
 #: Column order of the workloads CSV (FORMATS.md).
 WORKLOAD_COLUMNS: tuple[str, ...] = (
-    "id", "team", "tier", "priority", "replicas", "gpus", "gpu_milli", "mig_profile", "gpu_models",
-    "cpu_milli", "memory_mib", "topology", "gang", "preemptible", "queued_since", "duration_s",
+    "id", "team", "tier", "priority", "replicas", "gpus", "gpu_milli", "gpu_memory_mib", "mig_profile",
+    "gpu_models", "cpu_milli", "memory_mib", "topology", "gang", "preemptible", "queued_since", "duration_s",
     "running_on",
 )  # fmt: skip
 

@@ -20,6 +20,17 @@ def gpu_equivalents(use: GpuUse, model: str, catalog: HardwareCatalog) -> float:
     return 1.0
 
 
+def gpu_memory_held(use: GpuUse, model: str, gpu_memory_mib: int, catalog: HardwareCatalog) -> int:
+    """GPU memory (MiB) a GPU entry holds: a whole GPU's or MIG instance's memory, or a fraction's ask
+    (``gpu_memory_mib``, 0 for a fraction that asks for none)."""
+    spec = catalog.model(model)
+    if use.mig_profile is not None:
+        return spec.instance_memory_mib(use.mig_profile)
+    if use.milli is not None:
+        return gpu_memory_mib
+    return spec.memory_mib
+
+
 def plan_metrics(
     inp: PlanningInput, assignments: tuple[Assignment, ...], catalog: HardwareCatalog
 ) -> dict[str, float]:
@@ -27,10 +38,14 @@ def plan_metrics(
     nodes = inp.cluster.node_by_name
     total_gpus = inp.cluster.gpu_count
     used = 0.0
+    memory = 0
     for a in assignments:
         node = nodes[a.node]
         for g in a.gpus:
-            used += gpu_equivalents(g, node.gpu_by_index[g.index].model, catalog)
+            model = node.gpu_by_index[g.index].model
+            used += gpu_equivalents(g, model, catalog)
+            memory += gpu_memory_held(g, model, a.gpu_memory_mib, catalog)
+    memory_total = sum(catalog.model(g.model).memory_mib for n in inp.cluster.nodes for g in n.gpus)
     placed: Counter[str] = Counter()
     for a in assignments:
         placed[inp.workload_by_id[a.workload].tier] += 1
@@ -41,6 +56,9 @@ def plan_metrics(
         "gpus_total": float(total_gpus),
         "gpus_allocated": round(used, 4),
         "allocated_gpu_fraction": round(used / total_gpus, 6) if total_gpus else 0.0,
+        "gpu_memory_total_mib": float(memory_total),
+        "gpu_memory_allocated_mib": float(memory),
+        "allocated_gpu_memory_fraction": round(memory / memory_total, 6) if memory_total else 0.0,
         "replicas_total": float(sum(wanted.values())),
         "replicas_placed": float(sum(placed.values())),
     }

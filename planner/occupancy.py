@@ -34,6 +34,8 @@ class Holding:
     cpu_milli: int = 0
     memory_mib: int = 0
     alternative: int = 0
+    #: GPU memory (MiB) held on each GPU used (shared by the fractions of a GPU).
+    gpu_memory_mib: int = 0
 
 
 def running_holdings(w: Workload) -> Iterator[tuple[Key, Holding]]:
@@ -42,7 +44,10 @@ def running_holdings(w: Workload) -> Iterator[tuple[Key, Holding]]:
         alt = place.alternative or 0
         shape = w.shapes[min(alt, len(w.shapes) - 1)]
         gpus = tuple(GpuUse(**g.model_dump()) for g in place.gpus)
-        yield (w.id, r), Holding(place.node, gpus, shape.cpu_milli, shape.memory_mib, alt)
+        yield (
+            (w.id, r),
+            Holding(place.node, gpus, shape.cpu_milli, shape.memory_mib, alt, shape.gpu_memory_mib),
+        )
 
 
 @dataclass
@@ -132,7 +137,24 @@ class Occupancy:
                 sum(u.milli or 0 for u in others) + use.milli > FULL_MILLI
             ):
                 return f"{hold.node}:{use.index} lacks {use.milli} milli-GPU"
+            else:
+                short = self._memory_problem(key, hold, gpu, use.index)
+                if short is not None:
+                    return short
         return None
+
+    def _memory_problem(self, key: Key, hold: Holding, gpu: GpuState, index: int) -> str | None:
+        """Why the GPU memory of a fraction does not fit beside the other fractions of ``gpu``."""
+        if not hold.gpu_memory_mib:
+            return None
+        used = sum(self.holders[k].gpu_memory_mib for k in gpu.users if k != key and k in self.holders)
+        capacity = self.catalog.model(gpu.model).memory_mib
+        if used + hold.gpu_memory_mib <= capacity:
+            return None
+        return (
+            f"{hold.node}:{index} lacks GPU memory: {used} MiB used + "
+            f"{hold.gpu_memory_mib} MiB asked > {capacity} MiB"
+        )
 
     def start(self, key: Key, hold: Holding, *, force: bool = False) -> None:
         """Run ``key`` at ``hold``; raises :class:`OverCommitError` if it does not fit. ``force`` records
@@ -218,6 +240,7 @@ class Occupancy:
                 gpus=h.gpus,
                 cpu_milli=h.cpu_milli,
                 memory_mib=h.memory_mib,
+                gpu_memory_mib=h.gpu_memory_mib,
                 alternative=h.alternative,
             )
             for k, h in self.holders.items()
@@ -226,7 +249,7 @@ class Occupancy:
 
 def holding(a: Assignment) -> Holding:
     """The resources a plan assignment takes."""
-    return Holding(a.node, a.gpus, a.cpu_milli, a.memory_mib, a.alternative)
+    return Holding(a.node, a.gpus, a.cpu_milli, a.memory_mib, a.alternative, a.gpu_memory_mib)
 
 
 def running_conflicts(

@@ -31,7 +31,9 @@ def _origin(req: Request) -> Holding:
     run = req.running
     assert run is not None
     shape = req.shapes[run.alternative]
-    return Holding(run.node, run.gpus, shape.cpu_milli, shape.memory_mib, run.alternative)
+    return Holding(
+        run.node, run.gpus, shape.cpu_milli, shape.memory_mib, run.alternative, shape.gpu_memory_mib
+    )
 
 
 def _idle_created(

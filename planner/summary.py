@@ -9,7 +9,8 @@ from gpuplan.models.problem import PlanningInput
 
 
 def render(plan: Plan, inp: PlanningInput) -> str:
-    """Status, solver figures, placements per tier, allocation and the main reasons for waiting."""
+    """Status, solver figures, placements per tier, allocation (compute and GPU memory) and the main reasons
+    for waiting."""
     s = plan.solver
     lines = [f"status: {plan.status.value}   solver: {s.name}   wall: {s.wall_s:.2f}s"]
     if s.objective is not None:
@@ -30,6 +31,11 @@ def render(plan: Plan, inp: PlanningInput) -> str:
         f"GPU allocation: {m.get('gpus_allocated', 0):.2f} of {int(m.get('gpus_total', 0))} GPUs "
         f"({m.get('allocated_gpu_fraction', 0):.1%})"
     )
+    if m.get("gpu_memory_total_mib"):
+        lines.append(
+            f"GPU memory: {m.get('gpu_memory_allocated_mib', 0) / 1024:.1f} of "
+            f"{m['gpu_memory_total_mib'] / 1024:.0f} GiB ({m.get('allocated_gpu_memory_fraction', 0):.1%})"
+        )
     if "fragmentation_rate" in m:
         lines.append(
             f"fragmentation: {m['fragmentation_rate']:.1%} of free GPU capacity unusable by the demand mix"

@@ -503,6 +503,7 @@ def with_reservations(
                 gpus=hold.gpus,
                 cpu_milli=hold.cpu_milli,
                 memory_mib=hold.memory_mib,
+                gpu_memory_mib=hold.gpu_memory_mib,
                 alternative=hold.alternative,
             )
         )
@@ -581,7 +582,9 @@ def previous_reservations(plan: Plan, inp: PlanningInput) -> dict[Key, Reservati
             continue
         alt = _alternative(w, u.reserved_gpus)
         shape = w.shapes[alt]
-        hold = Holding(u.reserved_node, u.reserved_gpus, shape.cpu_milli, shape.memory_mib, alt)
+        hold = Holding(
+            u.reserved_node, u.reserved_gpus, shape.cpu_milli, shape.memory_mib, alt, shape.gpu_memory_mib
+        )
         out[(u.workload, u.replica)] = Reservation((u.workload, u.replica), 0.0, hold)
     return out
 
@@ -591,7 +594,7 @@ def _alternative(w: Workload, gpus: Sequence[GpuUse]) -> int:
     for k, s in enumerate(w.shapes):
         if s.kind == "mig" and gpus and gpus[0].mig_profile == s.mig_profile:
             return k
-        if s.kind == "fraction" and gpus and gpus[0].milli == s.gpu_milli:
+        if s.kind == "fraction" and gpus and gpus[0].milli == s.share_milli:
             return k
         if (
             s.kind == "whole"

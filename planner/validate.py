@@ -159,7 +159,7 @@ def _describe_shape(shape: Shape) -> str:
     if shape.kind == "whole":
         return f"{shape.gpus} whole GPU(s)"
     if shape.kind == "fraction":
-        return f"{shape.gpu_milli} milli of one GPU"
+        return f"{shape.share_milli} milli of one GPU"
     if shape.kind == "mig":
         return f"one MIG {shape.mig_profile} instance"
     return "no GPU"
@@ -174,7 +174,7 @@ def _shape_fits(shape: Shape, uses: Sequence[GpuUse]) -> bool:
             and len({u.index for u in uses}) == len(uses)
         )
     if shape.kind == "fraction":
-        return len(uses) == 1 and uses[0].kind == "fraction" and uses[0].milli == shape.gpu_milli
+        return len(uses) == 1 and uses[0].kind == "fraction" and uses[0].milli == shape.share_milli
     if shape.kind == "mig":
         return (
             len(uses) == 1
@@ -261,6 +261,8 @@ class _Checker:
         self._mig_policy()
         self._gpus()
         self._sharing()
+        if self._checks("gpu-memory"):
+            self._gpu_memory()
         if self._checks("gpu-models"):
             self._gpu_models()
         self._node_capacity()
@@ -435,6 +437,13 @@ class _Checker:
                     f"Alternative {a.alternative} asks for {_describe_shape(p.shape)} but the plan gives "
                     f"{_describe_uses(a.gpus)}.",
                 )
+            if a.gpu_memory_mib != p.shape.gpu_memory_mib:
+                self._add(
+                    "shape-mismatch",
+                    p.subject,
+                    f"The assignment holds {a.gpu_memory_mib} MiB of GPU memory per GPU but alternative "
+                    f"{a.alternative} asks for {p.shape.gpu_memory_mib} MiB.",
+                )
             if a.cpu_milli != p.shape.cpu_milli or a.memory_mib != p.shape.memory_mib:
                 self._add(
                     "shape-mismatch",
@@ -576,6 +585,39 @@ class _Checker:
                     gpu_subject(node, index),
                     f"{placed.subject} uses {describe_use(use)} of node '{node}', whose sharing mode is "
                     f"{describe_sharing(mode)}.",
+                )
+
+    def _gpu_memory(self) -> None:
+        """Rule 15: GPU memory. The fractions sharing a non-MIG GPU hold at most the model's memory
+        together; a whole GPU or MIG instance has at least the memory its replica asks for."""
+        for (node, index), entries in self.loads.items():
+            spec = self._spec(entries[0][0].node.gpu_by_index[index])
+            shared: list[tuple[_Placed, int]] = []
+            for p, u in entries:
+                ask = p.shape.gpu_memory_mib if p.shape is not None else p.assignment.gpu_memory_mib
+                if not ask:
+                    continue
+                if u.milli is not None and u.mig_profile is None:
+                    shared.append((p, ask))
+                    continue
+                if u.mig_profile is not None and u.mig_profile not in spec.profile_map:
+                    continue  # reported as gpu-model
+                has = spec.memory_mib if u.mig_profile is None else spec.instance_memory_mib(u.mig_profile)
+                if ask > has:
+                    self._add(
+                        "gpu-memory",
+                        gpu_subject(node, index),
+                        f"Workload '{p.workload.id}' replica {p.assignment.replica} asks for {ask} MiB of "
+                        f"GPU memory but {describe_use(u)} of node '{node}' ({spec.name}) has {has} MiB.",
+                    )
+            used = sum(ask for _, ask in shared)
+            if used > spec.memory_mib:
+                users = ", ".join(f"{p.subject} {ask} MiB" for p, ask in shared)
+                self._add(
+                    "gpu-memory",
+                    gpu_subject(node, index),
+                    f"Fractions on node '{node}' GPU {index} ({spec.name}) hold {used} MiB of GPU memory, "
+                    f"more than its {spec.memory_mib} MiB ({users}).",
                 )
 
     def _mig_uses(
@@ -1072,7 +1114,11 @@ def implied_workloads(plan: Plan, policy: Policy | None = None) -> tuple[Workloa
     for i, a in enumerate(plan.assignments):
         replicas[a.workload] = max(replicas.get(a.workload, 0), a.replica + 1)
         first.setdefault(a.workload, ("assignments", i))
-        shape: dict[str, object] = {"cpu_milli": a.cpu_milli, "memory_mib": a.memory_mib}
+        shape: dict[str, object] = {
+            "cpu_milli": a.cpu_milli,
+            "memory_mib": a.memory_mib,
+            "gpu_memory_mib": a.gpu_memory_mib,
+        }
         if a.gpus and a.gpus[0].mig_profile is not None:
             shape["mig_profile"] = a.gpus[0].mig_profile
         elif a.gpus and a.gpus[0].milli is not None:

@@ -14,6 +14,9 @@ from gpuplan.models.plan import Assignment, GpuUse
 from gpuplan.models.policy import Policy
 from gpuplan.models.workload import TopologyNeed
 
+#: Room reported for shapes that ask for no GPU memory (more than any GPU's fractions).
+MEMORY_UNBOUNDED = 1 << 30
+
 
 @dataclass(frozen=True)
 class GpuSlot:
@@ -25,11 +28,22 @@ class GpuSlot:
     numa: int
     mig: tuple[tuple[str, int], ...] | None = None
     sharing: Sharing | None = None
+    #: GPU memory in MiB (the model's): the second per-GPU capacity, shared by fractions that ask for it.
+    memory_mib: int = 0
 
     def offers(self, kind: str) -> bool:
         """Whether the sharing mode lets a shape of ``kind`` use the GPU: every back-end asks this, so
         a fraction never lands on an exclusive GPU nor a whole GPU on a time-sliced one."""
         return sharing_offers(self.sharing, kind)
+
+
+def memory_room(shape: ShapeSpec, free_mib: int) -> int:
+    """How many replicas of fraction ``shape`` fit in ``free_mib`` MiB of one GPU's memory (unbounded, as
+    :data:`MEMORY_UNBOUNDED`, when the shape asks for no GPU memory). Every back-end bounds the fractions
+    of one GPU by this, the second per-GPU capacity next to milli-GPU."""
+    if not shape.gpu_memory_mib:
+        return MEMORY_UNBOUNDED
+    return max(0, free_mib) // shape.gpu_memory_mib
 
 
 @dataclass(frozen=True)
@@ -76,6 +90,8 @@ class ShapeSpec:
     cpu_milli: int
     memory_mib: int
     topology: TopologyNeed
+    #: GPU memory (MiB) per GPU used; only models (and MIG profiles) with that much are in ``models``.
+    gpu_memory_mib: int = 0
 
     @property
     def gpu_milli_total(self) -> int:
@@ -127,6 +143,7 @@ class Request:
             gpus=where.gpus,
             cpu_milli=shape.cpu_milli,
             memory_mib=shape.memory_mib,
+            gpu_memory_mib=shape.gpu_memory_mib,
             alternative=where.alternative,
         )
 

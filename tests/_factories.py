@@ -71,8 +71,9 @@ def assign(
     cpu: int = 0,
     mem: int = 0,
     alt: int = 0,
+    gpu_mem: int = 0,
 ) -> Assignment:
-    """One assignment."""
+    """One assignment (``gpu_mem``: GPU memory in MiB held on each GPU used)."""
     return Assignment(
         workload=workload,
         replica=replica,
@@ -80,6 +81,7 @@ def assign(
         gpus=uses,
         cpu_milli=cpu,
         memory_mib=mem,
+        gpu_memory_mib=gpu_mem,
         alternative=alt,
     )
 

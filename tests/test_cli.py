@@ -67,7 +67,7 @@ def test_plan_then_validate(
         ["plan", "--cluster", str(cluster), "--workloads", str(workloads), "--out", str(out_plan)], capsys
     )
     assert code == 0
-    assert "latency-sensitive" in out and "GPU allocation" in out
+    assert "latency-sensitive" in out and "GPU allocation" in out and "GPU memory: " in out
     plan = json.loads(out_plan.read_text())
     placed = {a["workload"]: a for a in plan["assignments"]}
     assert placed["w2"]["gpus"] == [{"index": 1, "mig_profile": "3g.40gb", "mig_start": 4}]

@@ -176,10 +176,18 @@ def test_numbers_are_numbers_and_csv_integers_are_integers(
                     with pytest.raises(ValueError):
                         float(cell.value)
     integer = {
-        "Nodes": ("gpu", "used_slices", "free_slices", "used_milli", "free_milli"),
+        "Nodes": (
+            "gpu",
+            "used_slices",
+            "free_slices",
+            "used_milli",
+            "free_milli",
+            "used_gpu_memory_mib",
+            "free_gpu_memory_mib",
+        ),
         "CapacityGap": ("replicas", "served_by_purchase", "lead_time_days"),
         "Waiting": ("replica",),
-        "Placements": ("replica", "milli", "cpu_milli", "memory_mib"),
+        "Placements": ("replica", "milli", "cpu_milli", "memory_mib", "gpu_memory_mib"),
         "Scenarios": ("demand_replicas", "gpus_added"),
     }
     for name, columns in integer.items():

@@ -87,14 +87,20 @@ def workloads(draw: st.DrawFn) -> list[dict[str, Any]]:
             "preemptible": draw(st.booleans()),
             "queued_since": f"2026-11-29T{draw(st.integers(0, 11)):02d}:00:00Z",
         }
-        kind = draw(st.sampled_from(["whole", "frac", "mig", "alt", "gang", "cpu"]))
+        kind = draw(st.sampled_from(["whole", "frac", "mig", "alt", "gang", "cpu", "memory"]))
         if kind == "whole":
             w.update(
                 gpus=draw(st.integers(1, 4)),
                 topology=draw(st.sampled_from(["any", "nvlink", "numa", "same-node"])),
             )
+            if draw(st.integers(0, 3)) == 0:
+                w["gpu_memory_mib"] = 60000  # fits an H100 (81920 MiB), not an L40S (49152 MiB)
         elif kind == "frac":
             w.update(gpu_milli=draw(st.sampled_from([100, 250, 500, 700])), replicas=draw(st.integers(1, 3)))
+            if draw(st.booleans()):
+                w["gpu_memory_mib"] = draw(st.sampled_from([12288, 20480, 30720]))
+        elif kind == "memory":  # a memory-only ask: a fraction limited by GPU memory, not compute
+            w.update(gpu_memory_mib=draw(st.sampled_from([16384, 30720])), replicas=draw(st.integers(1, 3)))
         elif kind == "mig":
             w.update(mig_profile=draw(st.sampled_from(["1g.10gb", "2g.20gb", "3g.40gb", "7g.80gb"])))
             w["gpu_models"] = "H100-80GB"
@@ -177,6 +183,8 @@ def test_every_solver_plan_is_valid(
 # Running work: a current state that keeps every rule, which the plan may keep, move or preempt.
 
 H100 = "H100-80GB"
+#: GPU memory (MiB) of the drawn GPU models, as the catalog has it.
+GPU_MEMORY = {H100: 81920, "L40S-48GB": 49152}
 #: Compute slices (of 7) of the MIG profiles ``workloads`` draws.
 MIG_SLICES = {"1g.10gb": 1, "2g.20gb": 2, "3g.40gb": 3, "7g.80gb": 7}
 
@@ -190,6 +198,7 @@ class _Gpu:
     instances: list[tuple[str, int]] | None = None  # MIG layout, None when MIG is off
     whole: bool = False
     milli: int = 0
+    memory: int = 0  # GPU memory (MiB) held by its fractions
     used: set[tuple[str, int]] = field(default_factory=set)
     groups: set[tuple[str, str]] = field(default_factory=set)  # (team, tier) of its users
 
@@ -290,13 +299,17 @@ def _spots(state: _State, w: dict[str, Any]) -> list[tuple[_Node, str, list[tupl
             free = [i for i, g in node.gpus.items() if g.instances is None and not g.whole and not g.milli]
             for group in itertools.combinations(sorted(free), w["gpus"]):
                 model = node.gpus[group[0]].model
+                if w.get("gpu_memory_mib", 0) > GPU_MEMORY[model]:
+                    continue
                 if _fits_topology(node, group, w["topology"]) and state.within_quota(team, model, len(group)):
                     text = f"{node.name}:{','.join(map(str, group))}"
                     out.append((node, text, [(i, "whole") for i in group], len(group)))
-        elif "gpu_milli" in w:
-            m = w["gpu_milli"]
+        elif "gpu_milli" in w or "gpu_memory_mib" in w:
+            m = w.get("gpu_milli", 1)  # a memory-only ask runs as a 1 milli-GPU fraction
+            mib = w.get("gpu_memory_mib", 0)
             for i, g in node.gpus.items() if node.sharing != "exclusive" else ():
                 fits = g.instances is None and not g.whole and g.milli + m <= 1000
+                fits = fits and g.memory + mib <= GPU_MEMORY[g.model]
                 if fits and state.may_share(g, team, tier) and state.within_quota(team, g.model, m / 1000):
                     out.append((node, f"{node.name}:{i}={m}", [(i, m)], m / 1000))
         elif "mig_profile" in w:
@@ -327,6 +340,7 @@ def _run(state: _State, w: dict[str, Any], spot: tuple[_Node, str, list[tuple[in
             g.whole = True
         elif isinstance(what, int):
             g.milli += what
+            g.memory += w.get("gpu_memory_mib", 0)
         else:
             g.used.add(what)
         state.count(w["team"], g.model, equivalents / len(taken))

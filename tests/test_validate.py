@@ -494,6 +494,44 @@ def _mig_repartition(s: Scenario) -> None:
     s.layouts.append(layout("dgx-02", 7, ("3g.40gb", 4)))
 
 
+def _kv_cache(s: Scenario, mib: int) -> None:
+    """Two fractions of L40S GPU 1 (49152 MiB) asking for ``mib`` MiB of GPU memory each."""
+    for name in ("kv1", "kv2"):
+        s.add(
+            Workload(id=name, team="ds", gpu_milli=200, gpu_memory_mib=mib),
+            assign(name, 0, "l40s-01", frac(1, 200), gpu_mem=mib),
+        )
+
+
+def _gpu_memory_overcommit(s: Scenario) -> None:
+    _kv_cache(s, 30000)
+
+
+def _whole_gpu_too_small(s: Scenario) -> None:
+    s.add(
+        Workload(id="big", team="ds", gpus=1, gpu_memory_mib=60000),
+        assign("big", 0, "l40s-01", whole(1), gpu_mem=60000),
+    )
+
+
+def _mig_instance_too_small(s: Scenario) -> None:
+    """A100-80GB's 3g.40gb has 40192 MiB (H100-80GB's 40448 MiB): an ask of 40400 fits only the H100."""
+    s.nodes.append(
+        node("a100-01", gpus=[{"index": 0, "model": "A100-SXM4-80GB", **mig_gpu(0, ("3g.40gb", 4))}])
+    )
+    s.add(
+        Workload(id="q", team="ds", mig_profile="3g.40gb", gpu_memory_mib=40400),
+        assign("q", 0, "a100-01", mig(0, "3g.40gb", 4), gpu_mem=40400),
+    )
+
+
+def _gpu_memory_not_reserved(s: Scenario) -> None:
+    s.add(
+        Workload(id="kv", team="ds", gpu_milli=200, gpu_memory_mib=8192),
+        assign("kv", 0, "l40s-01", frac(1, 200)),
+    )
+
+
 BROKEN: list[tuple[Callable[[Scenario], None], str, str]] = [
     (_unknown_workload, "unknown-ref", "workload ghost replica 0"),
     (_unknown_node, "unknown-ref", "workload etl replica 0"),
@@ -548,6 +586,10 @@ BROKEN: list[tuple[Callable[[Scenario], None], str, str]] = [
     (_drain_over_budget, "disruption-budget", "round 1"),
     (_mig_create, "mig-create-forbidden", "node dgx-01 gpu 7"),
     (_mig_repartition, "mig-repartition-forbidden", "node dgx-02 gpu 7"),
+    (_gpu_memory_overcommit, "gpu-memory", "node l40s-01 gpu 1"),
+    (_whole_gpu_too_small, "gpu-memory", "node l40s-01 gpu 1"),
+    (_mig_instance_too_small, "gpu-memory", "node a100-01 gpu 0"),
+    (_gpu_memory_not_reserved, "shape-mismatch", "workload kv replica 0"),
 ]
 
 
@@ -640,6 +682,22 @@ def _stays_in_other_gpu_order(s: Scenario) -> None:
     s.budget(min_runtime_s=600)
 
 
+def _gpu_memory_fills_the_gpu(s: Scenario) -> None:
+    _kv_cache(s, 24576)
+
+
+def _memory_only_fraction(s: Scenario) -> None:
+    """A memory-only ask is planned as a 1 milli-GPU fraction; a whole H100 has 81920 MiB."""
+    s.add(
+        Workload(id="mo", team="ds", gpu_memory_mib=49152),
+        assign("mo", 0, "l40s-01", frac(1, 1), gpu_mem=49152),
+    )
+    s.add(
+        Workload(id="big", team="ds", gpus=1, gpu_memory_mib=81920),
+        assign("big", 0, "dgx-01", whole(5), gpu_mem=81920),
+    )
+
+
 # Each change keeps the base plan valid: the allowed counterpart of a broken case above.
 ALLOWED: list[Callable[[Scenario], None]] = [
     _preempt_preemptible,
@@ -653,6 +711,8 @@ ALLOWED: list[Callable[[Scenario], None]] = [
     _repartition_allowed,
     _destroy_without_create,
     _stays_in_other_gpu_order,
+    _gpu_memory_fills_the_gpu,
+    _memory_only_fraction,
 ]
 
 

@@ -8,7 +8,7 @@ counts replicas per class, never one variable per replica:
   chooses how many GPUs take each fill, how many are given whole, and which classes use the slots.
   This is the Gilmore-Gomory view of the GPUs inside one node, exact and with a tight relaxation.
 - Other nodes get one count per class and GPU: whole GPUs by topology group, fractions within each
-  GPU's free milli.
+  GPU's free milli and free GPU memory (fractions that ask for GPU memory always take this form).
 - MIG GPUs count instances by profile within free memory and compute slices and the instances they
   already have, ignoring start positions.
 
@@ -31,7 +31,7 @@ from ortools.sat.python import cp_model
 from gpuplan.solvers.fleet.classes import NodeClass, RequestClass
 from gpuplan.solvers.placement.options import gpu_ok
 from gpuplan.solvers.placement.state import MILLI
-from gpuplan.solvers.problem import ShapeSpec
+from gpuplan.solvers.problem import ShapeSpec, memory_room
 
 log = logging.getLogger(__name__)
 
@@ -132,17 +132,23 @@ class _Model:
                 if shape.cpu_milli <= state.cpu and shape.memory_mib <= state.mem:
                     items.append((cls, k, shape, round(SCALE * r)))
         sizes = tuple(sorted({s.milli for _, _, s, _ in items if s.kind == "fraction"}))
-        # Fills need interchangeable GPUs and a manageable number of fills per free capacity.
-        grouped = info.symmetric and all(
-            state.free[p] < min(sizes, default=MILLI + 1)
-            or fills(state.free[p], _usable(sizes, state.free[p]))
-            for p in self.plain
+        # Fills need interchangeable GPUs, fractions limited by milli-GPU alone (fills do not count GPU
+        # memory) and a manageable number of fills per free capacity.
+        grouped = (
+            info.symmetric
+            and not _asks_gpu_memory(items)
+            and all(
+                state.free[p] < min(sizes, default=MILLI + 1)
+                or fills(state.free[p], _usable(sizes, state.free[p]))
+                for p in self.plain
+            )
         )
         # Whole shapes: (GPUs per replica, count) when grouped, else GPUs used per topology group.
         self.whole: list[tuple[int, cp_model.IntVar]] = []
         self.group_uses: dict[tuple[int, ...], list[cp_model.LinearExpr]] = {}
-        # Fractions: (size, GPU position or -1 when grouped, count).
+        # Fractions: (size, GPU position or -1 when grouped, count); GPU memory asks: (MiB, position, count).
         self.fractions: list[tuple[int, int, cp_model.IntVar]] = []
+        self.gpu_memory: list[tuple[int, int, cp_model.IntVar]] = []
         self.migs: dict[int, list[tuple[ShapeSpec, cp_model.IntVar]]] = {}
         objective: list[cp_model.LinearExpr] = []
         cpu: list[cp_model.LinearExpr] = []
@@ -166,6 +172,7 @@ class _Model:
             self._by_fills(sizes)
         else:
             self._by_gpu()
+            self._gpu_memory()
         self._mig()
         self.m.maximize(sum(objective))
 
@@ -201,17 +208,30 @@ class _Model:
                 self.group_uses.setdefault(tuple(g), []).append(shape.gpus * n)
             return total
         if shape.kind == "fraction":
-            gpus = [p for p in self.plain if state.free[p] >= shape.milli and gpu_ok(self.nc.info, p, shape)]
+            gpus = [
+                p
+                for p in self.plain
+                if state.free[p] >= shape.milli
+                and memory_room(shape, state.gmem[p]) > 0
+                and gpu_ok(self.nc.info, p, shape)
+            ]
             if not gpus:
                 return None
             total = m.new_int_var(0, cap, tag)
             if grouped:
                 self.fractions.append((shape.milli, -1, total))
                 return total
-            parts = [m.new_int_var(0, min(cap, state.free[p] // shape.milli), f"{tag}p{p}") for p in gpus]
+            parts = [
+                m.new_int_var(
+                    0, min(cap, state.free[p] // shape.milli, memory_room(shape, state.gmem[p])), f"{tag}p{p}"
+                )
+                for p in gpus
+            ]
             m.add(total == sum(parts))
             for p, n in zip(gpus, parts, strict=True):
                 self.fractions.append((shape.milli, p, n))
+                if shape.gpu_memory_mib:
+                    self.gpu_memory.append((shape.gpu_memory_mib, p, n))
             return total
         parts = []
         for p, slots in enumerate(state.mig):
@@ -264,6 +284,14 @@ class _Model:
         for p, load in loads.items():
             m.add(sum(load) <= (state.free[p] * (1 - given[p]) if p in given else state.free[p]))
 
+    def _gpu_memory(self) -> None:
+        """GPU by GPU: the fractions asking for GPU memory hold at most the GPU's free memory."""
+        loads: dict[int, list[cp_model.LinearExpr]] = {}
+        for mib, p, n in self.gpu_memory:
+            loads.setdefault(p, []).append(mib * n)
+        for p, load in loads.items():
+            self.m.add(sum(load) <= self.nc.state.gmem[p])
+
     def _mig(self) -> None:
         """Per MIG GPU: free instances of a profile serve it; new ones take free memory and compute."""
         info, state = self.nc.info, self.nc.state
@@ -293,6 +321,11 @@ class _Model:
                 new_compute.append(spec.compute_slices * created)
             self.m.add(sum(new_mem) <= model.memory_slices - held_mem)
             self.m.add(sum(new_compute) <= model.compute_slices - held_compute)
+
+
+def _asks_gpu_memory(items: Sequence[tuple[RequestClass, int, ShapeSpec, int]]) -> bool:
+    """Whether a fraction among the pricing items asks for GPU memory."""
+    return any(s.kind == "fraction" and s.gpu_memory_mib for _, _, s, _ in items)
 
 
 def price(

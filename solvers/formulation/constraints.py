@@ -79,6 +79,20 @@ def capacity(problem: PlacementProblem, v: Variables) -> None:
             m.add(m.sum(terms) <= v.free_milli((n, p)))
 
 
+def gpu_memory(problem: PlacementProblem, v: Variables) -> None:
+    """GPU memory per non-MIG GPU: the fractions sharing it hold at most its free memory."""
+    m = v.model
+    for (n, p), uses in _gpu_uses(v).items():
+        terms = []
+        for cand, _, var in uses:
+            shape = problem.requests[cand.req].shapes[cand.alt]
+            if shape.kind == "fraction" and shape.gpu_memory_mib:
+                terms.append((shape.gpu_memory_mib, var))
+        free = v.free_gpu_memory(problem, (n, p))
+        if sum(mib for mib, _ in terms) > free:
+            m.add(m.sum([mib * var for mib, var in terms]) <= free)
+
+
 def mig(v: Variables) -> None:
     """Instances at valid starts only, no shared memory slice, compute and instance-count limits;
     each instance serves at most one replica, exists if it serves one, and a new one only if it does."""
@@ -313,6 +327,7 @@ def add_all(problem: PlacementProblem, v: Variables) -> None:
     one_alternative(v)
     gpu_links(problem, v)
     capacity(problem, v)
+    gpu_memory(problem, v)
     mig(v)
     gangs(problem, v)
     isolation(problem, v)

@@ -220,6 +220,7 @@ def _assignment(problem: PlacementProblem, cand: Candidate, get: Callable[[Var],
         gpus=tuple(gpus),
         cpu_milli=shape.cpu_milli,
         memory_mib=shape.memory_mib,
+        gpu_memory_mib=shape.gpu_memory_mib,
         alternative=cand.alt,
     )
 

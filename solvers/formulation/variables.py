@@ -14,7 +14,15 @@ from gpuplan.models.hardware import GpuModelSpec
 from gpuplan.models.plan import GpuUse
 from gpuplan.models.policy import IsolationKind
 from gpuplan.solvers.formulation.builder import LinearBuilder, Var
-from gpuplan.solvers.problem import NodeSpec, PlacementProblem, Request, Running, ShapeSpec, disturbable
+from gpuplan.solvers.problem import (
+    NodeSpec,
+    PlacementProblem,
+    Request,
+    Running,
+    ShapeSpec,
+    disturbable,
+    memory_room,
+)
 
 #: One GPU of the cluster: (node position, GPU position on the node).
 GpuKey = tuple[int, int]
@@ -73,6 +81,7 @@ class Baseline:
     cpu: dict[int, int] = field(default_factory=dict)
     memory: dict[int, int] = field(default_factory=dict)
     milli: dict[GpuKey, int] = field(default_factory=dict)
+    gpu_memory: dict[GpuKey, int] = field(default_factory=dict)
     busy: dict[GpuKey, set[Slot]] = field(default_factory=dict)
     users: dict[GpuKey, list[int]] = field(default_factory=dict)
 
@@ -89,6 +98,8 @@ class Baseline:
                 self.busy.setdefault(key, set()).add((use.mig_profile, use.mig_start))
             else:
                 self.milli[key] = self.milli.get(key, 0) + (MILLI if use.milli is None else use.milli)
+                if use.milli is not None:
+                    self.gpu_memory[key] = self.gpu_memory.get(key, 0) + shape.gpu_memory_mib
 
 
 @dataclass
@@ -111,6 +122,10 @@ class Variables:
     def free_milli(self, key: GpuKey) -> int:
         """Milli-GPU of a GPU not held by fixed work."""
         return MILLI - self.baseline.milli.get(key, 0)
+
+    def free_gpu_memory(self, problem: PlacementProblem, key: GpuKey) -> int:
+        """GPU memory (MiB) of a GPU not held by fixed fractions."""
+        return problem.nodes[key[0]].gpus[key[1]].memory_mib - self.baseline.gpu_memory.get(key, 0)
 
 
 def gpu_spec(problem: PlacementProblem, node: NodeSpec, pos: int) -> GpuModelSpec:
@@ -199,6 +214,8 @@ def add_candidate(
         cand = Candidate(r, k, n, m.bool_var(f"x[{tag}]"))
     else:
         gpus = _free_gpus(v, n, shape, eligible_gpus(problem, node, shape))
+        if shape.kind == "fraction":
+            gpus = [p for p in gpus if memory_room(shape, v.free_gpu_memory(problem, (n, p))) > 0]
         if shape.kind == "whole":
             if len(gpus) < shape.gpus:
                 return None

@@ -22,7 +22,7 @@ from fractions import Fraction
 from gpuplan.models.workload import TopologyNeed
 from gpuplan.solvers.placement.options import gpu_ok, mig_starts, whole_groups
 from gpuplan.solvers.placement.state import MILLI, NodeInfo, NodeState, frag_key, slice_milli
-from gpuplan.solvers.problem import Request, ShapeSpec
+from gpuplan.solvers.problem import Request, ShapeSpec, memory_room
 
 #: Share of the demand the target mix covers (the simulator's ``podPopularityThreshold`` of 95%).
 COVERAGE = 0.95
@@ -119,7 +119,7 @@ class Fragmentation:
         free = sum(state.free)
         if free == 0:
             return 0.0
-        if info.symmetric:
+        if info.symmetric and _memory_untouched(info, state):
             return free * self.total_weight - self._usable_symmetric(info, state)
         relevant = self._targets_for(info)
         # ``usable`` depends on a target's CPU only through the node's free CPU, so it is computed once
@@ -196,6 +196,11 @@ class Fragmentation:
         return used
 
 
+def _memory_untouched(info: NodeInfo, state: NodeState) -> bool:
+    """Whether no fraction holds GPU memory on the node (the symmetric shortcut counts milli only)."""
+    return all(f == g.memory_mib for f, g in zip(state.gmem, info.spec.gpus, strict=True))
+
+
 def usable(info: NodeInfo, state: NodeState, shape: ShapeSpec) -> int:
     """Free GPU milli on the node that ``shape`` could use (0 when it cannot fit at all)."""
     if shape.kind == "cpu" or state.cpu < shape.cpu_milli:
@@ -209,7 +214,10 @@ def usable(info: NodeInfo, state: NodeState, shape: ShapeSpec) -> int:
         return sum(
             f
             for p, f in enumerate(state.free)
-            if f >= shape.milli and state.mig[p] is None and gpu_ok(info, p, shape)
+            if f >= shape.milli
+            and state.mig[p] is None
+            and memory_room(shape, state.gmem[p]) > 0
+            and gpu_ok(info, p, shape)
         )
     assert shape.mig_profile is not None
     total = 0

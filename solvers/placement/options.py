@@ -19,7 +19,7 @@ from gpuplan.solvers.placement.state import (
     slice_milli,
     with_tags,
 )
-from gpuplan.solvers.problem import ShapeSpec
+from gpuplan.solvers.problem import ShapeSpec, memory_room
 
 log = logging.getLogger(__name__)
 
@@ -54,6 +54,8 @@ def describe(shape: ShapeSpec) -> str:
     notes = []
     if shape.kind == "whole" and shape.gpus > 1 and shape.topology is not TopologyNeed.ANY:
         notes.append(str(shape.topology))
+    if shape.gpu_memory_mib:
+        notes.append(f"{shape.gpu_memory_mib} MiB of GPU memory")
     if shape.models:
         notes.append("|".join(sorted(shape.models)))
     if notes:
@@ -139,6 +141,7 @@ def _fractions(info: NodeInfo, state: NodeState, shape: ShapeSpec, tags: tuple[s
         for p, f in enumerate(state.free)
         if f >= shape.milli
         and state.mig[p] is None
+        and memory_room(shape, state.gmem[p]) > 0
         and gpu_ok(info, p, shape)
         and not conflicts(state, p, tags)
     ]
@@ -223,6 +226,7 @@ def apply(
 ) -> NodeState:
     """The node state after taking ``option`` for ``shape`` (a shared GPU also takes ``tags``)."""
     free = list(state.free)
+    gmem = state.gmem
     mig = state.mig
     gpu_tags = state.tags
     if option.kind == "whole":
@@ -230,6 +234,7 @@ def apply(
             free[p] = 0
     elif option.kind == "fraction":
         free[option.gpus[0]] -= option.milli
+        gmem = _hold_memory(gmem, option.gpus[0], shape.gpu_memory_mib)
         gpu_tags = with_tags(state.tags, option.gpus[0], tags)
     elif option.kind == "mig":
         p = option.gpus[0]
@@ -239,7 +244,16 @@ def apply(
         free[p] = mig_free(info.models[p], new)
         mig = (*mig[:p], new, *mig[p + 1 :])
         gpu_tags = with_tags(state.tags, p, tags)
-    return NodeState(state.cpu - shape.cpu_milli, state.mem - shape.memory_mib, tuple(free), mig, gpu_tags)
+    return NodeState(
+        state.cpu - shape.cpu_milli, state.mem - shape.memory_mib, tuple(free), mig, gpu_tags, gmem
+    )
+
+
+def _hold_memory(gmem: tuple[int, ...], p: int, mib: int) -> tuple[int, ...]:
+    """Free GPU memory per GPU after a fraction on the GPU at ``p`` takes ``mib`` MiB."""
+    if not mib:
+        return gmem
+    return (*gmem[:p], gmem[p] - mib, *gmem[p + 1 :])
 
 
 def uses(info: NodeInfo, option: Option) -> tuple[GpuUse, ...]:
@@ -269,6 +283,7 @@ def keep(
 ) -> NodeState:
     """The node state with a running replica's resources taken, exactly where it runs."""
     free = list(state.free)
+    gmem = state.gmem
     mig = list(state.mig)
     gpu_tags = state.tags
     for use in gpus:
@@ -287,9 +302,12 @@ def keep(
             free[p] = mig_free(model, slots)
             continue
         take = MILLI if use.milli is None else use.milli
-        if free[p] < take or slots is not None:
+        short_memory = use.milli is not None and memory_room(shape, gmem[p]) == 0
+        if free[p] < take or slots is not None or short_memory:
             log.warning("node %s GPU %d is over-committed by running work", info.name, use.index)
         free[p] = max(0, free[p] - take)
+        if use.milli is not None:
+            gmem = _hold_memory(gmem, p, min(gmem[p], shape.gpu_memory_mib))
     return NodeState(
-        state.cpu - shape.cpu_milli, state.mem - shape.memory_mib, tuple(free), tuple(mig), gpu_tags
+        state.cpu - shape.cpu_milli, state.mem - shape.memory_mib, tuple(free), tuple(mig), gpu_tags, gmem
     )

@@ -204,6 +204,7 @@ class Placer:
             gpus=uses(info, option),
             cpu_milli=shape.cpu_milli,
             memory_mib=shape.memory_mib,
+            gpu_memory_mib=shape.gpu_memory_mib,
             alternative=k,
         )
 

@@ -43,7 +43,8 @@ class NodeState:
     ``free[p]`` is the free milli-GPU of the GPU at position ``p`` (for a MIG-enabled GPU: its memory
     slices not held by occupied instances, in milli); ``mig[p]`` is ``None`` when MIG is disabled, else
     the GPU's instances sorted by start; ``tags[p]`` are the sharing tags of the replicas sharing the
-    GPU (see :class:`solvers.greedy.rules.Demand`), ``None`` when no isolation rule needs them.
+    GPU (see :class:`solvers.greedy.rules.Demand`), ``None`` when no isolation rule needs them;
+    ``gmem[p]`` is the GPU memory (MiB) of the GPU at ``p`` that its fractions do not hold.
     """
 
     cpu: int
@@ -51,6 +52,7 @@ class NodeState:
     free: tuple[int, ...]
     mig: tuple[tuple[MigSlot, ...] | None, ...]
     tags: tuple[tuple[str, ...], ...] | None = None
+    gmem: tuple[int, ...] = ()
 
 
 @dataclass(frozen=True, slots=True, eq=False)
@@ -168,7 +170,8 @@ def initial_state(info: NodeInfo) -> NodeState:
         migs.append(slots)
         free.append(mig_free(model, slots))
     tags = tuple(() for _ in free) if info.tagged else None
-    return NodeState(info.spec.cpu_milli, info.spec.memory_mib, tuple(free), tuple(migs), tags)
+    gmem = tuple(g.memory_mib for g in info.spec.gpus)
+    return NodeState(info.spec.cpu_milli, info.spec.memory_mib, tuple(free), tuple(migs), tags, gmem)
 
 
 def conflicts(state: NodeState, pos: int, tags: tuple[str, ...]) -> bool:
@@ -190,12 +193,13 @@ def with_tags(
 
 
 def gpu_key(info: NodeInfo, state: NodeState) -> Hashable:
-    """The GPU part of a node's signature (sorted free amounts when the GPUs are interchangeable)."""
+    """The GPU part of a node's signature (sorted free amounts, milli-GPU and GPU memory, when the GPUs
+    are interchangeable)."""
     if info.symmetric:
         if state.tags is None:
-            return tuple(sorted(state.free))
-        return tuple(sorted(zip(state.free, state.tags, strict=True)))
-    return (state.free, state.mig, state.tags)
+            return tuple(sorted(zip(state.free, state.gmem, strict=True)))
+        return tuple(sorted(zip(state.free, state.gmem, state.tags, strict=True)))
+    return (state.free, state.gmem, state.mig, state.tags)
 
 
 def frag_key(info: NodeInfo, state: NodeState) -> Hashable:
