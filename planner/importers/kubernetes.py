@@ -24,6 +24,7 @@ say which pods hold the same GPU.
 from __future__ import annotations
 
 import csv
+import json
 import logging
 import re
 from collections import Counter
@@ -49,6 +50,7 @@ from gpuplan.models.base import InputError
 from gpuplan.models.cluster import MigInstance, mig_layout_problems
 from gpuplan.models.hardware import GpuModelSpec
 from gpuplan.models.plan import GpuUse
+from gpuplan.models.workload import MEMORY_ONLY_MILLI
 from gpuplan.planner.actions import where
 from gpuplan.planner.importers.nvidia_smi import lookup_gpu_model
 from gpuplan.planner.io import WORKLOAD_COLUMNS, describe, read_structured
@@ -67,6 +69,16 @@ MIG_CONFIG = "nvidia.com/mig.config"
 MIG_STRATEGY = "nvidia.com/mig.strategy"
 SHARING = "nvidia.com/gpu.sharing-strategy"
 REPLICAS = "nvidia.com/gpu.replicas"
+#: KAI Scheduler's pod annotations for a share of one GPU: its memory in MiB, or a fraction of the GPU.
+KAI_GPU_MEMORY = "gpu-memory"
+KAI_GPU_FRACTION = "gpu-fraction"
+#: HAMi's resources for a share of one GPU (per ``nvidia.com/gpu`` device): memory in MiB, memory in
+#: percent of the GPU, compute in percent; and the node annotation of HAMi's device plugin, whose
+#: ``nvidia.com/gpu`` counts virtual GPUs (``deviceSplitCount`` per GPU), not GPUs.
+HAMI_GPU_MEMORY = "nvidia.com/gpumem"
+HAMI_GPU_MEMORY_PERCENT = "nvidia.com/gpumem-percentage"
+HAMI_GPU_CORES = "nvidia.com/gpucores"
+HAMI_REGISTER = "hami.io/node-nvidia-register"
 
 #: Where a pod's gang is named, first match wins: scheduler-plugins coscheduling (current and older
 #: label), Kueue pod groups, then Volcano's annotation.
@@ -165,6 +177,8 @@ class _NodeInfo:
     single_profile: str | None
     replicas: int
     shared_renamed: bool
+    #: Whether a scheduler (HAMi) shares the GPUs, whatever the device plugin's mode.
+    scheduler_shared: bool = False
     entry: dict[str, Any] = field(default_factory=dict)
 
     @property
@@ -308,6 +322,9 @@ def _node(raw: Mapping[str, Any], catalog: HardwareCatalog) -> _NodeInfo | None:
     where = f"node '{name}': status.allocatable"
     gpu_alloc = _count(alloc.get(GPU, 0), f"{where}.{GPU}")
     shared_alloc = _count(alloc.get(SHARED, 0), f"{where}.{SHARED}")
+    hami = HAMI_REGISTER in (meta.get("annotations") or {})
+    if hami:
+        gpu_alloc = _hami_gpus(name, labels, meta["annotations"][HAMI_REGISTER])
     counts: Counter[str] = Counter()
     for k, v in alloc.items():
         if k.startswith(MIG_PREFIX):
@@ -356,10 +373,26 @@ def _node(raw: Mapping[str, Any], catalog: HardwareCatalog) -> _NodeInfo | None:
         return None
     info = _NodeInfo(
         name=name, model=spec, gpus=len(layouts) + full, layouts=layouts, single_profile=single,
-        replicas=replicas, shared_renamed=bool(shared_alloc),
+        replicas=replicas, shared_renamed=bool(shared_alloc), scheduler_shared=hami,
     )  # fmt: skip
     info.entry = _entry(info, labels, alloc, catalog)
     return info
+
+
+def _hami_gpus(name: str, labels: Mapping[str, str], register: Any) -> int:
+    """The GPU count of a node whose ``nvidia.com/gpu`` HAMi inflates: ``nvidia.com/gpu.count``, else the
+    devices HAMi's device plugin registered (a JSON list, or ``:``-separated entries in older versions)."""
+    label = labels.get(COUNT, "")
+    if label.isdigit():
+        return int(label)
+    text = str(register).strip()
+    try:
+        devices = json.loads(text)
+    except ValueError:
+        devices = [d for d in text.split(":") if d.strip()]
+    if not isinstance(devices, list) or not devices:
+        raise InputError(f"node '{name}': annotation {HAMI_REGISTER}: lists no GPU (and no label {COUNT})")
+    return len(devices)
 
 
 def _replicas(name: str, labels: Mapping[str, str], offered: int, gpus: int | None, *, shared: bool) -> int:
@@ -391,7 +424,7 @@ def _entry(
         "cpu_milli": cpu_milli(quantity(alloc["cpu"], f"{where}.cpu"), up=False),
         "memory_mib": memory_mib(quantity(alloc["memory"], f"{where}.memory"), up=False),
     }
-    if info.gpus > len(info.layouts):
+    if info.gpus > len(info.layouts) and not info.scheduler_shared:
         # How the device plugin offers the non-MIG GPUs (FORMATS.md): the planner keeps to it.
         entry["sharing"] = {"time-slicing": {"replicas": info.replicas}} if info.time_sliced else "exclusive"
     machine = re.sub(r"[^0-9a-z]+", "-", labels.get(MACHINE, "").lower()).strip("-").removeprefix("nvidia-")
@@ -430,6 +463,8 @@ class _Pod:
     values: dict[str, Any]
     kind: str
     created: str
+    #: Whether a scheduler shares its GPU (KAI Scheduler's or HAMi's conventions), not the device plugin.
+    scheduler_share: bool = False
 
 
 def _requests(spec: Mapping[str, Any], where: str) -> dict[str, Decimal]:
@@ -495,6 +530,70 @@ def _wanted_models(spec: Mapping[str, Any], where: str, catalog: HardwareCatalog
             raise InputError(f"{where}: {field_name}: unknown GPU product '{product}'")
         models.append(model.name)
     return list(dict.fromkeys(models))
+
+
+def _gpu_memory_mib(text: Any, where: str) -> int:
+    """KAI Scheduler's ``gpu-memory``: MiB as a plain number (a quantity with a unit is converted)."""
+    value = str(text).strip()
+    mib = int(value) if value.isdigit() else memory_mib(quantity(value, where))
+    if mib < 1:
+        raise InputError(f"{where}: '{text}' is not a positive amount of GPU memory in MiB")
+    return mib
+
+
+def _percent_milli(value: Decimal, where: str) -> int:
+    """A percentage of one GPU (1-100) as milli-GPU of a share (at most 999: a share is not the GPU)."""
+    if not 0 < value <= 100:
+        raise InputError(f"{where}: '{value}' is not a percentage between 1 and 100")
+    return min(int((value * 10).to_integral_value(ROUND_CEILING)), FULL_MILLI - 1)
+
+
+def _scheduler_share(
+    meta: Mapping[str, Any], req: Mapping[str, Decimal], where: str
+) -> dict[str, int] | None:
+    """A share of one GPU that a scheduler hands out, as fraction fields (``gpu_memory_mib`` and/or
+    ``gpu_milli``), ``None`` when the pod uses neither convention.
+
+    KAI Scheduler: the pod asks for no GPU resource and carries ``gpu-memory`` (MiB) or ``gpu-fraction``
+    (0-1, a share of the GPU). HAMi: ``nvidia.com/gpu: 1`` with ``nvidia.com/gpumem`` (MiB),
+    ``nvidia.com/gpumem-percentage`` or ``nvidia.com/gpucores`` (percent of the GPU: milli-GPU ten
+    times that)."""
+    annotations = meta.get("annotations") or {}
+    kai = [k for k in (KAI_GPU_MEMORY, KAI_GPU_FRACTION) if str(annotations.get(k) or "").strip()]
+    hami = [k for k in (HAMI_GPU_MEMORY, HAMI_GPU_MEMORY_PERCENT, HAMI_GPU_CORES) if req.get(k)]
+    if not kai and not hami:
+        return None
+    out: dict[str, int] = {}
+    if kai:
+        field_of = f"{where}: metadata.annotations.{kai[0]}"
+        other = sorted(k for k, v in req.items() if v and (k in (GPU, SHARED) or k.startswith(MIG_PREFIX)))
+        if other or hami:
+            raise InputError(
+                f"{field_of}: a KAI Scheduler GPU share, but the pod also asks for {(other + hami)[0]}"
+            )
+        if KAI_GPU_MEMORY in kai:
+            out["gpu_memory_mib"] = _gpu_memory_mib(
+                annotations[KAI_GPU_MEMORY], f"{where}: metadata.annotations.{KAI_GPU_MEMORY}"
+            )
+        if KAI_GPU_FRACTION in kai:
+            where_f = f"{where}: metadata.annotations.{KAI_GPU_FRACTION}"
+            fraction = quantity(annotations[KAI_GPU_FRACTION], where_f)
+            if not 0 < fraction < 1:
+                raise InputError(
+                    f"{where_f}: '{annotations[KAI_GPU_FRACTION]}' is not a fraction between 0 and 1"
+                )
+            out["gpu_milli"] = _percent_milli(fraction * 100, where_f)
+        return out
+    field_of = f"{where}: resources.requests"
+    count = _whole(req.get(GPU, Decimal(1)), f"{field_of}.{GPU}")
+    if count != 1:
+        raise InputError(f"{field_of}.{GPU}: {count} HAMi GPU shares; gpuplan places one share per pod")
+    if HAMI_GPU_MEMORY in hami:
+        out["gpu_memory_mib"] = _whole(req[HAMI_GPU_MEMORY], f"{field_of}.{HAMI_GPU_MEMORY}")
+    percents = [(k, req[k]) for k in (HAMI_GPU_MEMORY_PERCENT, HAMI_GPU_CORES) if k in hami]
+    if percents:
+        out["gpu_milli"] = max(_percent_milli(v, f"{field_of}.{k}") for k, v in percents)
+    return out
 
 
 def _shape(
@@ -572,7 +671,10 @@ def _pods(
         node_name = spec.get("nodeName") or None
         req = _requests(spec, where)
         node = nodes.get(node_name) if node_name else None
-        shape = _shape(req, node, share, where)
+        scheduled_share = _scheduler_share(meta, req, where)
+        shape: tuple[str, dict[str, Any]] | None = (
+            ("fraction", dict(scheduled_share)) if scheduled_share else _shape(req, node, share, where)
+        )
         cpu = cpu_milli(req.get("cpu", Decimal(0)))
         mem = memory_mib(req.get("memory", Decimal(0)))
         if shape is None:
@@ -606,7 +708,7 @@ def _pods(
         created = str(meta.get("creationTimestamp") or "")
         if created:
             values["queued_since"] = created
-        pods.append(_Pod(key=key, node=node_name, values=values, kind=kind, created=created))
+        pods.append(_Pod(key, node_name, values, kind, created, scheduler_share=scheduled_share is not None))
     return pods, held
 
 
@@ -618,8 +720,14 @@ _KIND_ORDER = {"whole": 0, "mig": 1, "fraction": 2}
 
 
 def _use(pod: _Pod, index: int) -> GpuUse:
-    """The pod's use of GPU ``index`` (whole or a share)."""
-    return GpuUse(index=index, milli=pod.values.get("gpu_milli") if pod.kind == "fraction" else None)
+    """The pod's use of GPU ``index`` (whole or a share; a memory-only share takes the least milli-GPU)."""
+    milli = (pod.values.get("gpu_milli") or MEMORY_ONLY_MILLI) if pod.kind == "fraction" else None
+    return GpuUse(index=index, milli=milli)
+
+
+def _hold(pod: _Pod, node: str, uses: tuple[GpuUse, ...], *, cpu: int = 0, memory: int = 0) -> Holding:
+    """What the pod takes on ``node`` at ``uses``, GPU memory included."""
+    return Holding(node, uses, cpu, memory, gpu_memory_mib=pod.values.get("gpu_memory_mib", 0))
 
 
 def _pinned_uses(
@@ -641,7 +749,8 @@ def _pinned_uses(
             free = (
                 i
                 for i in range(node.gpus)
-                if i not in taken and occ.problem((pod.key, 0), Holding(node.name, (_use(pod, i),))) is None
+                if i not in taken
+                and occ.problem((pod.key, 0), _hold(pod, node.name, (_use(pod, i),))) is None
             )
             index = next(free, None)
             if index is None:
@@ -658,7 +767,7 @@ def _uses(pod: _Pod, occ: Occupancy, node: _NodeInfo) -> tuple[GpuUse, ...]:
     key = (pod.key, 0)
     indices = range(node.gpus)
     if pod.kind == "whole":
-        free = [i for i in indices if occ.problem(key, Holding(name, (_use(pod, i),))) is None]
+        free = [i for i in indices if occ.problem(key, _hold(pod, name, (_use(pod, i),))) is None]
         wanted = pod.values["gpus"]
         return tuple(_use(pod, i) for i in free[:wanted]) if len(free) >= wanted else ()
     if pod.kind == "mig":
@@ -667,12 +776,22 @@ def _uses(pod: _Pod, occ: Occupancy, node: _NodeInfo) -> tuple[GpuUse, ...]:
                 if inst[0] != pod.values["mig_profile"]:
                     continue
                 use = GpuUse(index=i, mig_profile=inst[0], mig_start=inst[1])
-                if occ.problem(key, Holding(name, (use,))) is None:
+                if occ.problem(key, _hold(pod, name, (use,))) is None:
                     return (use,)
         return ()
     return next(
-        ((_use(pod, i),) for i in indices if occ.problem(key, Holding(name, (_use(pod, i),))) is None), ()
+        ((_use(pod, i),) for i in indices if occ.problem(key, _hold(pod, name, (_use(pod, i),))) is None), ()
     )
+
+
+def _no_room(pod: _Pod, occ: Occupancy, node: _NodeInfo) -> str:
+    """Why no GPU of the node takes the pod: for a share, what its last GPU lacks (milli-GPU or memory)."""
+    if pod.kind == "fraction" and node.gpus:
+        last = node.gpus - 1
+        why = occ.problem((pod.key, 0), _hold(pod, node.name, (_use(pod, last),)))
+        if why is not None:
+            return f"no GPU has room for the share; {why}"
+    return "no free GPU of the kind it asks for"
 
 
 def complete_placements(
@@ -700,8 +819,8 @@ def complete_placements(
         node = nodes[pod.node or ""]
         ids = known.get(pod.key) if pod.kind != "mig" else None
         uses = _pinned_uses(pod, occ, node, ids, pinned[node.name]) if ids else _uses(pod, occ, node)
-        hold = Holding(node.name, uses, pod.values["cpu_milli"], pod.values["memory_mib"])
-        why = occ.problem((pod.key, 0), hold) if uses else "no free GPU of the kind it asks for"
+        hold = _hold(pod, node.name, uses, cpu=pod.values["cpu_milli"], memory=pod.values["memory_mib"])
+        why = occ.problem((pod.key, 0), hold) if uses else _no_room(pod, occ, node)
         if why is not None:
             raise InputError(f"pod '{pod.key}': spec.nodeName '{node.name}': the node cannot hold it ({why})")
         occ.start((pod.key, 0), hold)
@@ -813,11 +932,15 @@ def read_state(
         else:
             infos[info.name] = info
     pods, held = _pods(_items(Path(pods_json), "pods"), infos, tier_map or DEFAULT_TIER_MAP, team_label, cat)
+    shared_by_scheduler = any(p.scheduler_share for p in pods)
     entries = []
     for info in infos.values():
         cpu, mem = held[info.name]
         entry = {**info.entry, "cpu_milli": max(0, info.entry["cpu_milli"] - cpu),
                  "memory_mib": max(0, info.entry["memory_mib"] - mem)}  # fmt: skip
+        if shared_by_scheduler and entry.get("sharing") == "exclusive":
+            # A scheduler (KAI, HAMi) shares GPUs the device plugin offers whole: the node takes both.
+            del entry["sharing"]
         entries.append(entry)
     try:
         cluster = Cluster.model_validate({"nodes": entries}, context={"catalog": cat})
