@@ -78,11 +78,13 @@ def placed(result: SolveResult) -> dict[tuple[str, int], tuple[str, tuple[Any, .
 
 
 def check_result(prob: PlacementProblem, result: SolveResult) -> None:
-    """No GPU, CPU or memory over-committed; MIG only at valid, non-overlapping, listed instances."""
+    """No GPU (milli-GPU or GPU memory), CPU or memory over-committed; MIG only at valid, non-overlapping,
+    listed instances."""
     catalog = default_catalog()
     specs = {n.name: n for n in prob.nodes}
     whole: dict[tuple[str, int], int] = defaultdict(int)
     shared: dict[tuple[str, int], int] = defaultdict(int)
+    gpu_memory: dict[tuple[str, int], int] = defaultdict(int)
     mig_uses: dict[tuple[str, int], list[tuple[str, int]]] = defaultdict(list)
     cpu: dict[str, int] = defaultdict(int)
     mem: dict[str, int] = defaultdict(int)
@@ -101,8 +103,12 @@ def check_result(prob: PlacementProblem, result: SolveResult) -> None:
                 mig_uses[key].append((g.mig_profile, g.mig_start))
             elif g.milli is not None:
                 shared[key] += g.milli
+                gpu_memory[key] += a.gpu_memory_mib
             else:
                 whole[key] += 1
+    for (node, index), held in gpu_memory.items():
+        slot = next(g for g in specs[node].gpus if g.index == index)
+        assert held <= slot.memory_mib, f"GPU {(node, index)} holds {held} MiB of {slot.memory_mib}"
     layouts = {(m.node, m.gpu): m.instances for m in result.mig_layouts}
     mig_gpus = {(n.name, g.index) for n in prob.nodes for g in n.gpus if g.mig is not None}
     assert set(layouts) == mig_gpus
@@ -559,6 +565,8 @@ def instances(draw: st.DrawFn) -> tuple[list[dict[str, Any]], list[dict[str, Any
             spec["topology"] = draw(st.sampled_from(["any", "numa", "same-node", "nvlink"]))
         elif kind == "fraction":
             spec["gpu_milli"] = draw(st.sampled_from([100, 250, 500, 900]))
+            if draw(st.booleans()):  # T4 has 16 GiB, A10 24 GiB, A100 40 GiB
+                spec["gpu_memory_mib"] = draw(st.sampled_from([6144, 12288, 20000]))
         elif kind == "mig":
             spec["mig_profile"] = draw(st.sampled_from(PROFILES))
         if draw(st.booleans()):
