@@ -12,7 +12,15 @@ from gpuplan.models.plan import GpuUse
 from gpuplan.models.problem import PlanningInput
 from gpuplan.models.workload import Placement, Shape, Workload
 from gpuplan.planner.topology import link_graph, nvlink_cliques
-from gpuplan.solvers.problem import GpuSlot, NodeSpec, PlacementProblem, Request, Running, ShapeSpec
+from gpuplan.solvers.problem import (
+    GpuSlot,
+    NodeSpec,
+    PlacementProblem,
+    Request,
+    Running,
+    ShapeSpec,
+    memory_models,
+)
 
 #: Pair costs and NVLink cliques by node topology (GPU indices and NUMA nodes in order, links), as
 #: :func:`_links` computes them; cleared when it grows past ``_LINKS_MAX`` topologies.
@@ -61,35 +69,24 @@ def compile_node(node: Node, catalog: HardwareCatalog) -> NodeSpec:
     )
 
 
-def _memory_models(shape: Shape, models: frozenset[str], catalog: HardwareCatalog) -> frozenset[str]:
-    """The allowed models narrowed to those whose GPU (or MIG profile) holds the shape's GPU memory ask,
-    so every back-end applies the memory rule for whole GPUs and MIG instances through the model set."""
-    if not shape.gpu_memory_mib or shape.kind == "cpu":
-        return models
-    names = models or frozenset(m.name for m in catalog.models)
-    fits = frozenset(
-        n for n in names if catalog.model(n).fits_memory(shape.kind, shape.mig_profile, shape.gpu_memory_mib)
-    )
-    if not fits:
-        raise InputError(
-            f"gpu_memory_mib: {shape.gpu_memory_mib} MiB per GPU fits no allowed GPU model"
-            + (f" with MIG profile {shape.mig_profile}" if shape.mig_profile else "")
-        )
-    return fits
-
-
 def compile_shape(shape: Shape, catalog: HardwareCatalog) -> ShapeSpec:
     """A shape with canonical GPU model names (only those with room for its GPU memory ask)."""
+    named = frozenset(catalog.canonical(m) for m in shape.gpu_models)
+    models = memory_models(catalog, shape.kind, shape.mig_profile, shape.gpu_memory_mib, named)
+    if shape.gpu_memory_mib and shape.kind != "cpu" and not models:
+        # Input validation refuses such an ask; an empty set would mean any model here.
+        raise InputError(f"gpu_memory_mib: {shape.gpu_memory_mib} MiB per GPU fits no allowed GPU model")
     return ShapeSpec(
         kind=shape.kind,
         gpus=shape.gpus,
         milli=shape.share_milli,
         mig_profile=shape.mig_profile,
-        models=_memory_models(shape, frozenset(catalog.canonical(m) for m in shape.gpu_models), catalog),
+        models=models,
         cpu_milli=shape.cpu_milli,
         memory_mib=shape.memory_mib,
         topology=shape.topology,
         gpu_memory_mib=shape.gpu_memory_mib,
+        named_models=named if shape.gpu_memory_mib else frozenset(),
     )
 
 

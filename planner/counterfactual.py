@@ -32,7 +32,7 @@ from gpuplan.planner.layouts import cluster_with_layouts
 from gpuplan.planner.validate import validate_plan
 from gpuplan.solvers.base import get_solver
 from gpuplan.solvers.placement.options import options
-from gpuplan.solvers.problem import Request, ShapeSpec
+from gpuplan.solvers.problem import Request, ShapeSpec, any_model
 
 #: Nodes tried per alternative when searching which replicas to move.
 NODES_TRIED = 4
@@ -336,7 +336,7 @@ def relaxations(st: PlanState, target: Target, req: Request, k: int) -> list[Can
                 )
             )
     if shape.models:
-        fit = next(st.fits_now(replace(shape, models=frozenset()), demand), None)
+        fit = next(st.fits_now(any_model(shape, st.catalog), demand), None)
         if fit is not None:
             info = st.infos[fit.node]
             p = fit.option.gpus[0] if fit.option.gpus else 0

@@ -27,7 +27,7 @@ from gpuplan.planner import counterfactual as cfs
 from gpuplan.planner.counterfactual import Candidate, Target
 from gpuplan.planner.explain_state import Key, PlanState
 from gpuplan.solvers.placement.options import describe, whole_groups
-from gpuplan.solvers.problem import Request
+from gpuplan.solvers.problem import Request, any_model
 
 log = logging.getLogger(__name__)
 
@@ -281,7 +281,7 @@ def diagnose(st: PlanState, target: Target, req: Request, k: int) -> Finding:
     if shape.kind == "mig" and cfs.repartitions(st, target, req, k):
         return _mig_layout(st, target, req, k)
     if shape.models:
-        fit = next(st.fits_now(replace(shape, models=frozenset()), demand), None)
+        fit = next(st.fits_now(any_model(shape, st.catalog), demand), None)
         if fit is not None:
             info = st.infos[fit.node]
             other = info.models[fit.option.gpus[0]].name if fit.option.gpus else info.models[0].name

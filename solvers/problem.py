@@ -6,7 +6,7 @@
 from __future__ import annotations
 
 from collections.abc import Mapping
-from dataclasses import dataclass, field
+from dataclasses import dataclass, field, replace
 
 from gpuplan.models.cluster import Sharing, sharing_offers
 from gpuplan.models.hardware import HardwareCatalog
@@ -92,6 +92,8 @@ class ShapeSpec:
     topology: TopologyNeed
     #: GPU memory (MiB) per GPU used; only models (and MIG profiles) with that much are in ``models``.
     gpu_memory_mib: int = 0
+    #: The models the workload names (empty: any), before the GPU memory narrows them (for messages).
+    named_models: frozenset[str] = frozenset()
 
     @property
     def gpu_milli_total(self) -> int:
@@ -165,6 +167,25 @@ class PlacementProblem:
         """Requests by tier (best first), priority (high first), wait (long first), then in the order
         they were given (arrival order)."""
         return sorted(self.requests, key=lambda r: (r.tier_rank, -r.priority, -r.wait_s))
+
+
+def memory_models(
+    catalog: HardwareCatalog, kind: str, profile: str | None, gpu_memory_mib: int, models: frozenset[str]
+) -> frozenset[str]:
+    """``models`` (empty: any) narrowed to the GPU models whose GPU, or ``profile`` instance, holds
+    ``gpu_memory_mib`` MiB (``models`` itself without a memory ask): whole GPUs and MIG instances are
+    given whole, so the memory rule for them is where they may go."""
+    if not gpu_memory_mib or kind == "cpu":
+        return models
+    names = models or frozenset(m.name for m in catalog.models)
+    return frozenset(n for n in names if catalog.model(n).fits_memory(kind, profile, gpu_memory_mib))
+
+
+def any_model(shape: ShapeSpec, catalog: HardwareCatalog) -> ShapeSpec:
+    """``shape`` with its list of GPU models relaxed: any model with room for its GPU memory ask."""
+    return replace(
+        shape, models=memory_models(catalog, shape.kind, shape.mig_profile, shape.gpu_memory_mib, frozenset())
+    )
 
 
 def _old_enough(policy: Policy, req: Request) -> bool:

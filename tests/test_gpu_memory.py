@@ -193,3 +193,18 @@ def test_pricing_counts_gpu_memory() -> None:
     (nc,) = node_classes(_placer(problem))
     priced = price(nc, classes, {by_workload["kv"]: 3.0, by_workload["kv2"]: 1.0}, time_limit_s=10)
     assert priced.proved and priced.best == pytest.approx(2 * (3 + 3 + 1))
+
+
+def test_explanations_relax_models_only_to_those_with_the_memory(monkeypatch: pytest.MonkeyPatch) -> None:
+    # The H100 goes to higher-tier work; the free L40S has too little memory for the 60000 MiB ask, so
+    # "allow L40S" is no way out (it used to be proposed, and its verification raised a bad input).
+    nodes = [_node("h100", "H100-80GB", 1), _node("l40s", "L40S-48GB", 1)]
+    work = [
+        {"id": "a", "gpus": 1, "gpu_models": "H100-80GB", "tier": "latency-sensitive"},
+        {"id": "big", "gpus": 1, "gpu_memory_mib": 60000},
+    ]
+    inp = PlanningInput.model_validate({"cluster": {"nodes": nodes}, "workloads": work})
+    plan = make_plan(inp, now=NOW, time_limit_s=5, explain=True)
+    (wait,) = plan.unplaced
+    assert wait.workload == "big" and "l40s" not in wait.reason
+    assert all(c.kind != "allow_model" for c in wait.counterfactuals)

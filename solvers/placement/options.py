@@ -56,8 +56,9 @@ def describe(shape: ShapeSpec) -> str:
         notes.append(str(shape.topology))
     if shape.gpu_memory_mib:
         notes.append(f"{shape.gpu_memory_mib} MiB of GPU memory")
-    if shape.models:
-        notes.append("|".join(sorted(shape.models)))
+    models = shape.named_models if shape.gpu_memory_mib else shape.models
+    if models:
+        notes.append("|".join(sorted(models)))
     if notes:
         what += f" ({'; '.join(notes)})"
     return f"{what}, {shape.cpu_milli} mCPU, {shape.memory_mib} MiB"
