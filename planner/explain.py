@@ -26,6 +26,7 @@ import time
 from collections.abc import Callable, Collection, Sequence
 from dataclasses import dataclass, field, replace
 from datetime import UTC, datetime, timedelta
+from itertools import takewhile
 
 from gpuplan.models.catalog import default_catalog
 from gpuplan.models.hardware import HardwareCatalog
@@ -390,26 +391,36 @@ def _gang_in_domain(st: PlanState, target: Target, req: Request) -> Finding | No
         return None
     asked = sum(min(s.gpu_milli_total for s in r.shapes) for r in tight)
     shape = req.shapes[0]
-    free: dict[str, int] = {}
     members: dict[str, list[str]] = {}
     for n in st.by_name:
         info = st.infos[n]
         value = info.spec.labels.get(domain)
-        if value is None or not st.allowed(info, req.team):
-            continue
-        free[value] = free.get(value, 0) + st.free_milli(n, shape.models)
-        members.setdefault(value, []).append(info.name)
-    best = min(free, key=lambda v: (-free[v], v), default=None)
-    largest = (
-        "no node carries that label"
-        if best is None
-        else f"the one with the most free, {domain}={best}, has {free[best] / 1000:g} free GPUs "
-        f"({_list(members[best])})"
-    )
+        if value is not None and st.allowed(info, req.team):
+            members.setdefault(value, []).append(info.name)
+
+    def room(value: str) -> int:
+        """Free GPU milli of the allowed models in ``value`` (MIG gangs: how many members it holds)."""
+        if asked:
+            return sum(st.free_milli(st.pos[name], shape.models) for name in members[value])
+
+        def inside(info: NodeInfo) -> bool:
+            return info.spec.labels.get(domain) == value
+
+        with st.trial():
+            return sum(1 for _ in takewhile(lambda r: st.placer.place(r, inside) is not None, tight))
+
+    rooms = {v: room(v) for v in members}
+    best = min(rooms, key=lambda v: (-rooms[v], v), default=None)
+    wanted = f"{asked / 1000:g} GPUs" if asked else f"{len(tight)} x {describe(shape)}"
+    if best is None:
+        largest = "no node carries that label"
+    else:
+        held = f"has {rooms[best] / 1000:g} free GPUs" if asked else f"holds {rooms[best]} of them"
+        largest = f"the one with the most room, {domain}={best}, {held} ({_list(members[best])})"
     return Finding(
         GANG_DOMAIN,
         f"gang '{req.gang}' fits only across several values of node label '{domain}': it asks for "
-        f"{asked / 1000:g} GPUs inside one; {largest}",
+        f"{wanted} inside one; {largest}",
         [] if best is None else [f"{domain}={best}", *members[best]],
     )
 
@@ -567,7 +578,7 @@ class Explainer:
         elif target.alternatives is not None and code == SOLVER_LIMIT:
             code = TRADE_OFF
             reason = f"{reason}; the objective preferred alternative {target.alternatives}"
-        elif target.alternatives is None and code in BLOCKED:
+        if target.alternatives is None and code in BLOCKED:
             reason += _reserved_note(st, target.key)
         details = tuple(
             ReasonDetail(alternative=k, code=f.code, reason=f.reason) for k, f in enumerate(findings)

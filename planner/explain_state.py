@@ -123,12 +123,9 @@ class PlanState:
         """Nodes where ``shape`` fits on the current state (one per group of interchangeable nodes, the
         first by name), in name order, with quotas, sharing isolation and team-exclusive nodes each
         optionally ignored."""
-        sigs = self.placer.cluster.sigs
-        seen: set[object] = set()
-        for n in self.by_name:
-            if sigs[n] in seen:
-                continue
-            seen.add(sigs[n])
+        # The placer ranks nodes by name, so a group's first member is its first by name.
+        rank = self.placer.cluster.rank
+        for n in sorted((g.first() for g in self.placer.cluster.groups.values()), key=rank.__getitem__):
             info = self.infos[n]
             if reserved and not self.allowed(info, demand.team):
                 continue

@@ -82,12 +82,14 @@ def test_input_order_does_not_choose_the_node() -> None:
     assert e.code == "SOLVER_LIMIT" and e.reason.startswith("a-1 has room") and e.resources == ("a-1",)
 
 
+def _mig_gpu() -> dict[str, Any]:
+    """An H100 with two 1g.10gb instances."""
+    return {"index": 0, "model": "H100-80GB", "mig": {"instances": [
+        {"profile": "1g.10gb", "start": 0}, {"profile": "1g.10gb", "start": 1}]}}  # fmt: skip
+
+
 def _mig_node() -> Any:
-    return node(
-        "n",
-        gpus=[{"index": 0, "model": "H100-80GB", "mig": {"instances": [
-            {"profile": "1g.10gb", "start": 0}, {"profile": "1g.10gb", "start": 1}]}}],
-    )  # fmt: skip
+    return node("n", gpus=[_mig_gpu()])
 
 
 def test_a_free_reserved_mig_instance_is_reserved_for_earlier_work_not_no_capacity() -> None:
@@ -172,9 +174,17 @@ def test_a_gang_that_fits_only_across_racks_names_its_domain() -> None:
     g = waiting["g"]
     assert g.reason == (
         "gang 'g' fits only across several values of node label 'rack': it asks for 4 GPUs inside one; "
-        "the one with the most free, rack=r1, has 3 free GPUs (a, b)"
+        "the one with the most room, rack=r1, has 3 free GPUs (a, b)"
     )
     assert g.resources == ("rack=r1", "a", "b")
+    # A gang of MIG instances counts replicas: each rack's H100 has two free 1g.10gb instances.
+    racks = [node(n, gpus=[_mig_gpu()], labels={"rack": r}) for n, r in (("m1", "r1"), ("m2", "r2"))]
+    mig_gang = _w("m", mig_profile="1g.10gb", replicas=3, gang="true", gang_domain="rack")
+    inp = planning_input(racks, [mig_gang], Policy.model_validate({"mig": {"allow_create": False}}))
+    m = assert_agree(inp, make_plan(inp, solver="greedy-fgd", now=NOW))["m"]
+    assert m.code == "GANG_DOMAIN" and m.resources == ("rack=r1", "m1")
+    assert "it asks for 3 x MIG instance 1g.10gb" in m.reason
+    assert m.reason.endswith("inside one; the one with the most room, rack=r1, holds 2 of them (m1)")
     # Inside one rack (a third node in r1), the same gang is placed.
     more = planning_input([*nodes, node("e", gpus=gpus("L40S-48GB", [0]), labels={"rack": "r1"})], work)
     assert not make_plan(more, solver="cpsat", now=NOW, time_limit_s=5.0, num_workers=1).unplaced
