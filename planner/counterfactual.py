@@ -85,18 +85,10 @@ def _placed(a: Assignment, alternative: int) -> Assignment:
 
 
 def candidate_nodes(st: PlanState, req: Request, shape: ShapeSpec, skip: Iterable[int] = ()) -> list[int]:
-    """Nodes that could host ``shape`` if emptied, most free eligible GPU capacity first."""
+    """Nodes that could host ``shape`` if emptied, most free eligible GPU capacity first (then by name)."""
     banned = set(skip)
     nodes = [n for n in st.fits_empty(shape, req.team) if n not in banned]
-
-    def free(n: int) -> int:
-        info = st.infos[n]
-        state = st.state(n)
-        return sum(
-            f for p, f in enumerate(state.free) if not shape.models or info.models[p].name in shape.models
-        )
-
-    return sorted(nodes, key=lambda n: (-free(n), n))[:NODES_TRIED]
+    return sorted(nodes, key=lambda n: (-st.free_milli(n, shape.models), st.infos[n].name))[:NODES_TRIED]
 
 
 def _fits_on(st: PlanState, n: int, shape: ShapeSpec, tags: tuple[str, ...], gone: Sequence[Key]) -> bool:
@@ -282,7 +274,7 @@ def repartitions(st: PlanState, target: Target, req: Request, k: int) -> list[Ca
     if profile is None:
         return []
     out: list[Candidate] = []
-    for info in st.infos:
+    for info in (st.infos[n] for n in st.by_name):
         state = st.state(info.pos)
         if not st.allowed(info, req.team) or state.cpu < shape.cpu_milli or state.mem < shape.memory_mib:
             continue
@@ -384,8 +376,7 @@ def new_nodes(st: PlanState, target: Target, req: Request, k: int) -> list[Candi
     models = sorted(shape.models) or sorted({m.name for i in st.infos for m in i.models})
     if not models:
         return []
-    present = [i for i in st.infos if any(m.name in models for m in i.models)]
-    template = max(present, key=lambda i: (len(i.spec.gpus), i.spec.cpu_milli, -i.pos), default=None)
+    template = st.largest(models)
     model = models[0] if template is None else next(m.name for m in template.models if m.name in models)
     count = max(shape.gpus, 1 if shape.kind != "cpu" else 0, len(template.spec.gpus) if template else 0)
     base = template.name if template is not None else "node"

@@ -1,13 +1,22 @@
 """Why-not explanations: a reason code and a sentence naming the resources for every waiting replica
 and every replica placed on a worse alternative than its first, with verified counterfactuals.
 
-Codes: ``NO_CAPACITY``, ``NO_NVLINK_CLIQUE``, ``NUMA``, ``GPU_MODEL``, ``MIG_LAYOUT``, ``QUOTA``,
-``ISOLATION``, ``OUTRANKED``, ``GANG``, ``DISRUPTION_BUDGET``, ``NEVER_FITS``; ``SOLVER_LIMIT`` when the
-replica fits on the state the plan leaves (the solver ran out of time), ``TRADE_OFF`` when a better
-alternative fits but the objective preferred the chosen one. Each alternative shape is diagnosed on
-the exact state the plan leaves by relaxing one rule at a time (quota, sharing isolation, reserved
-nodes, topology, MIG layout, GPU model, then capacity); the first alternative that could ever fit
-gives the code, the others are listed in ``details``.
+One function, :meth:`Explainer.explain`, computes every reason: the plan (``make_plan`` attaches one to
+each waiting replica) and ``gpuplan explain`` / ``GET .../explain/{workload}`` call it on the same state
+(:class:`~gpuplan.planner.explain_state.PlanState`, the state the plan leaves, nodes in name order), so
+both give the same code, sentence and node.
+
+Codes: ``NO_CAPACITY``, ``NO_NVLINK_CLIQUE`` (no node has, or has free, an all-to-all NVLink group of
+the size asked), ``NUMA``, ``GPU_MODEL``, ``MIG_LAYOUT``, ``QUOTA``, ``ISOLATION``, ``OUTRANKED``,
+``GANG``, ``GANG_DOMAIN`` (the gang fits only across several values of its domain label),
+``DISRUPTION_BUDGET``, ``NEVER_FITS``; for a replica that fits on the state the plan leaves,
+``RESERVED_FOR_EARLIER`` (the plan reserves room for it later; starting it now would delay a reservation
+ahead of it), ``PLANNED_LATER`` (reserved later for another reason, e.g. its MIG instance is created
+by a later round), ``SOLVER_LIMIT`` (no reservation: the solver ran out of time) and ``TRADE_OFF`` (a
+better alternative fits but the objective preferred the chosen one). Each alternative shape is
+diagnosed on the exact state the plan leaves by relaxing one rule at a time (quota, sharing isolation,
+reserved nodes, topology, MIG layout, GPU model, then capacity); the first alternative that could ever
+fit gives the code, the others are listed in ``details``.
 """
 
 from __future__ import annotations
@@ -16,18 +25,21 @@ import logging
 import time
 from collections.abc import Callable, Collection, Sequence
 from dataclasses import dataclass, field, replace
-from datetime import UTC, datetime
+from datetime import UTC, datetime, timedelta
+from itertools import takewhile
 
 from gpuplan.models.catalog import default_catalog
 from gpuplan.models.hardware import HardwareCatalog
-from gpuplan.models.plan import Counterfactual, Explanation, Plan, ReasonDetail
+from gpuplan.models.plan import CREATE, Counterfactual, Explanation, Plan, ReasonDetail
 from gpuplan.models.problem import PlanningInput
 from gpuplan.models.workload import TopologyNeed
 from gpuplan.planner import counterfactual as cfs
 from gpuplan.planner.counterfactual import Candidate, Target
 from gpuplan.planner.explain_state import Key, PlanState
+from gpuplan.planner.timeline import RESERVED, duration_s
 from gpuplan.solvers.placement.options import describe, whole_groups
-from gpuplan.solvers.problem import Request, any_model
+from gpuplan.solvers.placement.state import NodeInfo
+from gpuplan.solvers.problem import Request, ShapeSpec, any_model
 
 log = logging.getLogger(__name__)
 
@@ -40,16 +52,20 @@ QUOTA = "QUOTA"
 ISOLATION = "ISOLATION"
 OUTRANKED = "OUTRANKED"
 GANG = "GANG"
+GANG_DOMAIN = "GANG_DOMAIN"
 DISRUPTION_BUDGET = "DISRUPTION_BUDGET"
 NEVER_FITS = "NEVER_FITS"
 SOLVER_LIMIT = "SOLVER_LIMIT"
 TRADE_OFF = "TRADE_OFF"
+PLANNED_LATER = "PLANNED_LATER"
+#: Codes of a waiting replica that fits on the state the plan leaves.
+FITS_NOW = frozenset({SOLVER_LIMIT, RESERVED, PLANNED_LATER})
 
 #: Codes that say the replica could not be placed on the state the plan leaves.
 BLOCKED = frozenset(
     {
         NO_CAPACITY, NO_NVLINK_CLIQUE, NUMA, GPU_MODEL, MIG_LAYOUT, QUOTA, ISOLATION, OUTRANKED, GANG,
-        DISRUPTION_BUDGET, NEVER_FITS,
+        GANG_DOMAIN, DISRUPTION_BUDGET, NEVER_FITS,
     }
 )  # fmt: skip
 
@@ -123,9 +139,7 @@ def _capacity(st: PlanState, target: Target, req: Request, k: int) -> Finding:
     free = []
     for n in nodes[:4]:
         info, state = st.infos[n], st.state(n)
-        gpus = sum(
-            f for p, f in enumerate(state.free) if not shape.models or info.models[p].name in shape.models
-        )
+        gpus = st.free_milli(n, shape.models)
         free.append(f"{info.name} {gpus / 1000:g} GPU, {state.cpu} mCPU, {state.mem} MiB")
     where = f" in {_list(pools)}" if pools else ""
     return Finding(
@@ -179,6 +193,32 @@ def _mig_layout(st: PlanState, target: Target, req: Request, k: int) -> Finding:
     )
 
 
+def _missing_clique(st: PlanState, req: Request, shape: ShapeSpec) -> Finding | None:
+    """NO_NVLINK_CLIQUE when no node, even empty, has ``shape.gpus`` GPUs joined all-to-all by NVLink
+    but some node would hold the GPUs over PCIe (e.g. 8 GPUs on a DGX-1 cube-mesh, whose largest
+    NVLink clique has 4)."""
+    if shape.kind != "whole" or shape.gpus < 2 or shape.topology is not TopologyNeed.NVLINK:
+        return None
+    hosts = [st.infos[n] for n in st.fits_empty(replace(shape, topology=TopologyNeed.ANY), req.team)]
+    if not hosts:
+        return None
+
+    def clique(info: NodeInfo) -> int:
+        allowed = {
+            info.index(p) for p, m in enumerate(info.models) if not shape.models or m.name in shape.models
+        }
+        return max((len(c & allowed) for c in info.spec.nvlink_cliques), default=1)
+
+    best = min(hosts, key=lambda i: (-clique(i), i.name))
+    return Finding(
+        NO_NVLINK_CLIQUE,
+        f"no node has {shape.gpus} GPUs joined all-to-all by NVLink: {best.name} has {len(best.spec.gpus)} "
+        f"GPUs but its largest NVLink clique has {clique(best)}",
+        [best.name],
+        [cfs.relaxations, cfs.new_nodes],
+    )
+
+
 def diagnose(st: PlanState, target: Target, req: Request, k: int) -> Finding:
     """Why alternative ``k`` of ``req`` cannot be placed on the current state."""
     shape = req.shapes[k]
@@ -203,6 +243,9 @@ def diagnose(st: PlanState, target: Target, req: Request, k: int) -> Finding:
                 hosts[:4],
                 [cfs.team_admissions],
             )
+        clique = _missing_clique(st, req, shape)
+        if clique is not None:
+            return clique
         present = {m.name for i in st.infos for m in i.models}
         if shape.models and not shape.models & present:
             return Finding(
@@ -211,8 +254,7 @@ def diagnose(st: PlanState, target: Target, req: Request, k: int) -> Finding:
                 sorted(shape.models),
                 [cfs.relaxations, cfs.new_nodes],
             )
-        eligible = [i for i in st.infos if any(not shape.models or m.name in shape.models for m in i.models)]
-        big = max(eligible, key=lambda i: (len(i.spec.gpus), i.spec.cpu_milli, -i.pos), default=None)
+        big = st.largest(shape.models)
         largest = (
             ""
             if big is None
@@ -315,6 +357,165 @@ def _targets(st: PlanState, plan: Plan) -> list[tuple[Target, Request]]:
     return out
 
 
+def _gang_fits(target: Target, req: Request, nodes: list[str]) -> Finding:
+    """SOLVER_LIMIT: every waiting member of the gang fits on ``nodes`` on the state the plan leaves."""
+    replan = cfs.Candidate(
+        Counterfactual(summary="re-plan: the whole gang fits now", kind="replan", changes=()),
+        frozenset(nodes),
+    )
+    return Finding(
+        SOLVER_LIMIT,
+        f"all {len(target.members)} waiting replicas of gang '{req.gang}' fit on the state this plan "
+        f"leaves ({_list(nodes)})",
+        nodes,
+        [],
+        [replan],
+    )
+
+
+def _gang_in_domain(st: PlanState, target: Target, req: Request) -> Finding | None:
+    """For a gang with a domain label: SOLVER_LIMIT if it fits inside one value of the label now,
+    GANG_DOMAIN if it fits only across values; ``None`` (no domain, or it does not fit at all)."""
+    ordered = sorted(target.members, key=lambda k: (k != target.key, k))
+    domain = next((st.requests[k].gang_domain for k in ordered if st.requests[k].gang_domain), None)
+    if domain is None:
+        return None
+    tight = [replace(st.requests[k], running=None, gang_domain=domain) for k in ordered]
+    with st.trial():
+        placed, failed = st.placer.place_gang(tight)
+    if failed is None:
+        return _gang_fits(target, req, sorted({a.node for a in placed}))
+    with st.trial():
+        _, failed = st.placer.place_gang([replace(r, gang_domain=None) for r in tight])
+    if failed is not None:
+        return None
+    asked = sum(min(s.gpu_milli_total for s in r.shapes) for r in tight)
+    shape = req.shapes[0]
+    members: dict[str, list[str]] = {}
+    for n in st.by_name:
+        info = st.infos[n]
+        value = info.spec.labels.get(domain)
+        if value is not None and st.allowed(info, req.team):
+            members.setdefault(value, []).append(info.name)
+
+    def room(value: str) -> int:
+        """Free GPU milli of the allowed models in ``value`` (MIG gangs: how many members it holds)."""
+        if asked:
+            return sum(st.free_milli(st.pos[name], shape.models) for name in members[value])
+
+        def inside(info: NodeInfo) -> bool:
+            return info.spec.labels.get(domain) == value
+
+        with st.trial():
+            return sum(1 for _ in takewhile(lambda r: st.placer.place(r, inside) is not None, tight))
+
+    rooms = {v: room(v) for v in members}
+    best = min(rooms, key=lambda v: (-rooms[v], v), default=None)
+    wanted = f"{asked / 1000:g} GPUs" if asked else f"{len(tight)} x {describe(shape)}"
+    if best is None:
+        largest = "no node carries that label"
+    else:
+        held = f"has {rooms[best] / 1000:g} free GPUs" if asked else f"holds {rooms[best]} of them"
+        largest = f"the one with the most room, {domain}={best}, {held} ({_list(members[best])})"
+    return Finding(
+        GANG_DOMAIN,
+        f"gang '{req.gang}' fits only across several values of node label '{domain}': it asks for "
+        f"{wanted} inside one; {largest}",
+        [] if best is None else [f"{domain}={best}", *members[best]],
+    )
+
+
+@dataclass(frozen=True)
+class _Held:
+    """Capacity the plan reserves for a waiting replica: its node, readable GPUs, predicted start."""
+
+    node: str
+    where: str
+    start: datetime
+    gpus: frozenset[int]
+
+    @property
+    def stamp(self) -> str:
+        """The predicted start as ``YYYY-MM-DD HH:MM``."""
+        return self.start.strftime("%Y-%m-%d %H:%M")
+
+
+def _held(st: PlanState, key: Key) -> _Held | None:
+    """What the plan reserves for the waiting ``key`` (``None``: no reservation)."""
+    u = st.reservations.get(key)
+    if u is None or u.reserved_node is None or u.predicted_start is None:
+        return None
+    gpus = ", ".join(
+        f"GPU {g.index}" + (f" ({g.mig_profile} at {g.mig_start})" if g.mig_profile is not None else "")
+        for g in u.reserved_gpus
+    )
+    where = f"{u.reserved_node} {gpus}" if gpus else u.reserved_node
+    start = datetime.fromisoformat(u.predicted_start)
+    return _Held(u.reserved_node, where, start, frozenset(g.index for g in u.reserved_gpus))
+
+
+def _reserved_note(st: PlanState, key: Key) -> str:
+    """``; the plan reserves ... for it from ...`` for a blocked replica the plan reserves capacity for."""
+    own = _held(st, key)
+    return "" if own is None else f"; the plan reserves {own.where} for it from {own.stamp} (predicted start)"
+
+
+def _fits_but_waits(st: PlanState, key: Key, req: Request) -> Finding | None:
+    """Why a replica that fits on the state the plan leaves is not started now: RESERVED_FOR_EARLIER
+    when starting it would delay the reserved start of replicas ahead of it in the queue (on GPUs it
+    could take now or that are reserved for it), PLANNED_LATER when the plan reserves capacity for it
+    later for another reason (its MIG instance is created by a later round, or the plan's order);
+    ``None`` when neither holds (a solver limit)."""
+    held = {k: h for k in st.reservations if (h := _held(st, k)) is not None}
+    own = held.get(key)
+    demand = st.demand(req)
+    fits = [(st.infos[f.node], f) for shape in req.shapes for f in st.fits_now(shape, demand)]
+    if not fits and own is None:
+        return None
+    room = {(info.name, info.index(p)) for info, f in fits for p in f.option.gpus}
+    room |= {(own.node, g) for g in own.gpus} if own is not None else set()
+    run_s = duration_s(st.inp.workload_by_id[key[0]], st.inp.policy)
+    ends = None if run_s is None else st.now + timedelta(seconds=run_s)
+    ahead = sorted(
+        (k for k, h in held.items()
+         if st.queue_pos[k] < st.queue_pos[key] and (ends is None or h.start < ends)
+         and any((h.node, g) in room for g in h.gpus)),
+        key=lambda k: st.queue_pos[k],
+    )  # fmt: skip
+    node = own.node if own is not None else fits[0][0].name
+    mine = "" if own is None else f"; {own.where} is reserved for it from {own.stamp} (predicted start)"
+    if ahead:
+        names = [cfs.replica_name(k, st) for k in ahead]
+        starts = sorted({held[k].stamp for k in ahead})
+        return Finding(
+            RESERVED,
+            f"{node} has room for it now, but starting it now would delay the reserved start of "
+            f"{_list(names)} ahead of it in the queue (from {_list(starts)}){mine}",
+            [node, *names],
+        )
+    if own is None:
+        return None
+    created = [
+        a for a in st.plan.actions
+        if a.kind == CREATE and a.node == own.node and a.gpu in own.gpus and a.round > 1
+    ]  # fmt: skip
+    why = (
+        f"it waits for the MIG re-partition of {own.node} GPU {created[0].gpu} in round "
+        f"{created[0].round} of this plan"
+        if created
+        else "no reservation ahead of it needs that room now: the plan's order starts it then, a re-plan "
+        "may start it sooner"
+    )
+    again = Counterfactual(summary=f"re-plan: {own.node} has room now", kind="replan", changes=())
+    return Finding(
+        PLANNED_LATER,
+        f"{own.where} is reserved for it from {own.stamp} (predicted start); {why}",
+        [own.node],
+        [],
+        [cfs.Candidate(again, frozenset({own.node}))],
+    )
+
+
 @dataclass
 class Explainer:
     """Explains targets on one plan state; counterfactuals are verified by ``solver`` re-solves."""
@@ -327,15 +528,19 @@ class Explainer:
     verified: dict[str, Counterfactual | None] = field(default_factory=dict)
 
     def explain(self, target: Target, req: Request) -> Explanation:
-        """The explanation of one target (its replica waits, or runs on alternative ``alternatives``)."""
+        """The explanation of one target (its replica waits, or runs on alternative ``alternatives``):
+        the one place a reason (code, sentence, named resources) is computed, for the plan and for
+        ``gpuplan explain`` alike; counterfactuals are searched and verified when asked for."""
         st = self.state
         with st.trial():
             st.lift([target.key] if target.alternatives is not None else [])
             extra: set[str] = set()
             gang_note = ""
             blocker = req
-            all_fit: Finding | None = None
+            whole_gang: Finding | None = None
             if len(target.members) > 1:
+                whole_gang = _gang_in_domain(st, target, req)
+            if len(target.members) > 1 and whole_gang is None:
                 placed_before = 0
                 for key in sorted(target.members, key=lambda k: (k != target.key, k)):
                     other = replace(st.requests[key], running=None, gang=None)
@@ -346,26 +551,14 @@ class Explainer:
                     placed_before += 1
                     extra.add(a.node)
                 else:
-                    nodes = sorted(extra)
-                    replan = cfs.Candidate(
-                        Counterfactual(summary="re-plan: the whole gang fits now", kind="replan", changes=()),
-                        frozenset(extra),
-                    )
-                    all_fit = Finding(
-                        SOLVER_LIMIT,
-                        f"all {len(target.members)} waiting replicas of gang '{req.gang}' fit on the state "
-                        f"this plan leaves ({_list(nodes)})",
-                        nodes,
-                        [],
-                        [replan],
-                    )
+                    whole_gang = _gang_fits(target, req, sorted(extra))
                 if placed_before < len(target.members):
                     gang_note = (
                         f"only {placed_before} of {len(target.members)} waiting replicas of gang "
                         f"'{req.gang}' fit now; {cfs.replica_name(blocker.key, st)} does not: "
                     )
-            if all_fit is not None:
-                findings = [all_fit]
+            if whole_gang is not None:
+                findings = [whole_gang]
             else:
                 findings = [diagnose(st, target, blocker, k) for k in range(len(blocker.shapes))]
             for k, f in enumerate(findings):
@@ -376,17 +569,22 @@ class Explainer:
                         f.candidates.extend(search(st, target, blocker, k))
                 if extra:
                     f.candidates = [replace(c, nodes=c.nodes | extra) for c in f.candidates]
-        primary = _primary(findings)
+            primary = _primary(findings)
+            if target.alternatives is None and primary.code == SOLVER_LIMIT:
+                primary = _fits_but_waits(st, target.key, req) or primary
         code, reason = primary.code, primary.reason
         if gang_note:
             code, reason = GANG, gang_note + primary.reason
         elif target.alternatives is not None and code == SOLVER_LIMIT:
             code = TRADE_OFF
             reason = f"{reason}; the objective preferred alternative {target.alternatives}"
+        if target.alternatives is None and code in BLOCKED:
+            reason += _reserved_note(st, target.key)
         details = tuple(
             ReasonDetail(alternative=k, code=f.code, reason=f.reason) for k, f in enumerate(findings)
         )
-        verified = self._verify(target, blocker, [c for f in findings for c in f.candidates])
+        searched = findings if any(f is primary for f in findings) else [primary, *findings]
+        verified = self._verify(target, blocker, [c for f in searched for c in f.candidates])
         return Explanation(
             workload=target.key[0],
             replica=target.key[1],
@@ -480,8 +678,9 @@ def explain_all(
     only: Collection[str] | None = None,
 ) -> list[Explanation]:
     """Explanations of every waiting replica and every replica on a worse alternative (of the
-    workloads ``only`` names, when given). With ``budget_s``, no new explanation or counterfactual
-    starts once that many seconds have passed (the replicas left keep the solver's reason)."""
+    workloads ``only`` names, when given). With ``budget_s``, every replica still gets its reason (code,
+    sentence, resources: they must match what ``gpuplan explain`` says), but no new counterfactual search
+    starts once that many seconds have passed."""
     catalog = catalog or default_catalog()
     start = time.perf_counter()
     st = PlanState(inp, plan, catalog, now or plan_time(plan))
@@ -489,19 +688,14 @@ def explain_all(
         st, counterfactuals, solver, time_limit_s, None if budget_s is None else start + budget_s
     )
     targets = [(t, r) for t, r in _targets(st, plan) if only is None or t.key[0] in only]
-    if budget_s is None:
+    if budget_s is None or not counterfactuals:
         out = [explainer.explain(t, r) for t, r in targets]
     else:
-        # Within a budget, codes and sentences for every replica first, then counterfactuals.
-        codes_only = replace(explainer, counterfactuals=0)
-        out = []
-        for t, r in targets:
+        # Within a budget, reasons for every replica first, then counterfactuals while time is left.
+        out = [replace(explainer, counterfactuals=0).explain(t, r) for t, r in targets]
+        for i, (t, r) in enumerate(targets):
             if explainer.late():
-                log.info("budget spent: %d replicas keep the solver's reason", len(targets) - len(out))
-                break
-            out.append(codes_only.explain(t, r))
-        for i, (t, r) in enumerate(targets[: len(out)]):
-            if explainer.late():
+                log.info("budget spent: %d replicas without counterfactuals", len(targets) - i)
                 break
             out[i] = explainer.explain(t, r)
     log.info("explained %d replicas in %.2f s", len(out), time.perf_counter() - start)

@@ -4,17 +4,21 @@ Explanations and counterfactual searches ask "does this shape fit now, with that
 replicas gone?"; :class:`PlanState` answers on the exact per-node state (free GPU milli, MIG instances,
 sharing tags, CPU, memory, quota use) with the greedy placer's feasibility functions, so an answer
 never disagrees with what a solver could have done on the same state.
+
+Nodes are visited in one canonical order, by name (never input order, never the order in which earlier
+questions happened to leave the placer's groups), so the plan's reasons and ``gpuplan explain`` name
+the same node.
 """
 
 from __future__ import annotations
 
-from collections.abc import Iterable, Iterator
+from collections.abc import Collection, Iterable, Iterator
 from contextlib import contextmanager
 from dataclasses import dataclass, replace
 from datetime import datetime
 
 from gpuplan.models.hardware import HardwareCatalog
-from gpuplan.models.plan import Assignment, Plan
+from gpuplan.models.plan import Assignment, Plan, Unplaced
 from gpuplan.models.problem import PlanningInput
 from gpuplan.planner.compile import compile_problem
 from gpuplan.planner.layouts import cluster_with_layouts
@@ -56,7 +60,24 @@ class PlanState:
         self.was_running = {q.key for q in self.problem.requests if q.running is not None}
         self.queue_pos = {q.key: i for i, q in enumerate(self.problem.queue_order())}
         self.assigned: dict[Key, Assignment] = {(a.workload, a.replica): a for a in plan.assignments}
-        self.placer: Placer = Fgd().placer(self.problem)
+        #: Waiting replicas the plan reserves capacity for at a predicted start.
+        self.reservations: dict[Key, Unplaced] = {
+            (u.workload, u.replica): u for u in plan.unplaced if u.reserved_node is not None
+        }
+        names = sorted(range(len(self.problem.nodes)), key=lambda n: self.problem.nodes[n].name)
+        rank = [0] * len(names)
+        for r, n in enumerate(names):
+            rank[n] = r
+        self.placer: Placer = Placer(
+            self.problem.nodes,
+            self.problem.catalog,
+            Fgd().scorer(self.problem),
+            allow_create=self.problem.policy.mig.allow_create,
+            rank=rank,
+            policy=self.problem.policy,
+        )
+        #: Node positions in canonical (name) order.
+        self.by_name: tuple[int, ...] = tuple(names)
         self.pos = {info.name: info.pos for info in self.placer.infos}
         self.occupants: list[list[Key]] = [[] for _ in self.placer.infos]
         self.lifted: set[Key] = set()
@@ -77,6 +98,11 @@ class PlanState:
         """Current state of node ``n``."""
         return self.placer.cluster.states[n]
 
+    def free_milli(self, n: int, models: Collection[str]) -> int:
+        """Free GPU capacity of node ``n`` on GPUs of ``models`` (any model when empty), in milli-GPU."""
+        info = self.infos[n]
+        return sum(f for p, f in enumerate(self.state(n).free) if not models or info.models[p].name in models)
+
     def demand(self, request: Request) -> Demand:
         """Team, sharing tags and charged quotas of a request."""
         return self.placer.rules.demand(request)
@@ -94,10 +120,12 @@ class PlanState:
         tags: bool = True,
         reserved: bool = True,
     ) -> Iterator[Fit]:
-        """Nodes where ``shape`` fits on the current state (one per group of interchangeable nodes),
-        with quotas, sharing isolation and team-exclusive nodes each optionally ignored."""
-        for group in list(self.placer.cluster.groups.values()):
-            n = group.first()
+        """Nodes where ``shape`` fits on the current state (one per group of interchangeable nodes, the
+        first by name), in name order, with quotas, sharing isolation and team-exclusive nodes each
+        optionally ignored."""
+        # The placer ranks nodes by name, so a group's first member is its first by name.
+        rank = self.placer.cluster.rank
+        for n in sorted((g.first() for g in self.placer.cluster.groups.values()), key=rank.__getitem__):
             info = self.infos[n]
             if reserved and not self.allowed(info, demand.team):
                 continue
@@ -107,17 +135,24 @@ class PlanState:
             if opts:
                 yield Fit(n, opts[0])
 
+    def largest(self, models: Collection[str]) -> NodeInfo | None:
+        """The largest node (GPUs, then CPU; ties by name) with a GPU of one of ``models`` (any model
+        when empty)."""
+        eligible = [i for i in self.infos if any(not models or m.name in models for m in i.models)]
+        return min(eligible, key=lambda i: (-len(i.spec.gpus), -i.spec.cpu_milli, i.name), default=None)
+
     def fits_empty(self, shape: ShapeSpec, team: str | None) -> Iterator[int]:
-        """Nodes that could host ``shape`` if they were empty (``team`` None: ignore reservations)."""
-        seen: set[int] = set()
-        for info in self.infos:
-            if info.cls in seen:
-                continue
+        """Nodes that could host ``shape`` if they were empty (``team`` None: ignore reservations), in
+        name order."""
+        verdict: dict[int, bool] = {}
+        for n in self.by_name:
+            info = self.infos[n]
             if team is not None and not self.allowed(info, team):
                 continue
-            if options(info, initial_state(info), shape):
-                seen.add(info.cls)
-                yield from (i.pos for i in self.infos if i.cls == info.cls)
+            if info.cls not in verdict:
+                verdict[info.cls] = bool(options(info, initial_state(info), shape))
+            if verdict[info.cls]:
+                yield n
 
     def without(self, n: int, gone: Iterable[Key]) -> NodeState:
         """Node ``n``'s state if the replicas ``gone`` left it."""

@@ -110,9 +110,9 @@ def make_plan(
 
     ``time_limit_s`` bounds the whole call: the solve gets it less a share kept for the passes after it
     and for the explanations (a share fixed by the limit alone, so deterministic solves repeat).
-    ``explain`` replaces each waiting replica's reason by a why-not explanation and adds those of
-    replicas on worse alternatives; counterfactuals (verified by greedy re-solves) stop after
-    ``explain_budget_s`` seconds (at most a quarter of the time limit).
+    Each waiting replica's reason is the explainer's (the one ``gpuplan explain`` gives), and replicas on
+    worse alternatives get theirs too; ``explain`` adds counterfactuals (verified by greedy re-solves),
+    which stop after ``explain_budget_s`` seconds (at most a quarter of the time limit).
     """
     deadline = Deadline.after(time_limit_s)
     explain_s = min(explain_budget_s, EXPLAIN_SHARE * time_limit_s) if explain else 0.0
@@ -152,14 +152,14 @@ def make_plan(
         "now": now.isoformat(),
     }
     plan = build_plan(inp, problem, result, catalog, provenance)
-    if explain:
-        found = explain_all(
-            inp,
-            plan,
-            catalog=catalog,
-            now=now,
-            solver="greedy-fgd",
-            budget_s=min(explain_s, deadline.remaining()),
-        )
-        plan = with_explanations(plan, found)
-    return plan
+    # Every waiting replica gets its reason from the explainer, as ``gpuplan explain`` would give it.
+    found = explain_all(
+        inp,
+        plan,
+        catalog=catalog,
+        now=now,
+        counterfactuals=3 if explain else 0,
+        solver="greedy-fgd",
+        budget_s=min(explain_s, deadline.remaining()),
+    )
+    return with_explanations(plan, found)

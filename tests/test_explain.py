@@ -22,6 +22,7 @@ from gpuplan.models.workload import GpuRef, Placement
 from gpuplan.planner.cli import main
 from gpuplan.planner.explain import (
     BLOCKED,
+    FITS_NOW,
     GANG,
     SOLVER_LIMIT,
     TRADE_OFF,
@@ -363,7 +364,7 @@ def test_explanations_never_contradict_the_plan(inp: PlanningInput) -> None:
     on_node = {(a.workload, a.replica): a.node for a in plan.assignments}
     names = {n.name for n in inp.cluster.nodes}
     for e in found:
-        assert e.code in BLOCKED | {SOLVER_LIMIT, TRADE_OFF}
+        assert e.code in BLOCKED | FITS_NOW | {TRADE_OFF}
         assert len(e.details) >= 1
         alone = e.alternative is None and inp.workload_by_id[e.workload].gang_id is None
         if alone and e.code in BLOCKED:

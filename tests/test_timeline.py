@@ -11,7 +11,6 @@ from gpuplan.models import Cluster, Plan, PlanningInput, Policy, Workload, defau
 from gpuplan.models.policy import Tier
 from gpuplan.planner.executor import Executor, SimCluster
 from gpuplan.planner.planning import make_plan
-from gpuplan.planner.timeline import RESERVED
 from gpuplan.planner.validate import validate_plan
 
 NOW = datetime(2026, 11, 29, 12, tzinfo=UTC)
@@ -64,7 +63,10 @@ def test_lower_tiers_backfill_only_where_no_reservation_is_delayed() -> None:
     assert waiting["H"].predicted_start == (NOW + timedelta(seconds=100)).isoformat()
     assert waiting["H"].reserved_node == "n" and {g.index for g in waiting["H"].reserved_gpus} == {0, 1}
     assert waiting["L"].predicted_start == (NOW + timedelta(seconds=200)).isoformat()
-    assert waiting["L"].code == RESERVED  # the greedy solver started it now; it would have delayed H
+    # The greedy solver started L now; it would have delayed H, so it waits and S took the GPU: on the
+    # state the plan leaves there is no room for L, and its reason names its reservation.
+    assert waiting["L"].code == "NO_CAPACITY"
+    assert "the plan reserves n GPU 0 for it from 2026-" in waiting["L"].reason
 
 
 def test_work_that_never_ends_leaves_the_start_unknown() -> None:
