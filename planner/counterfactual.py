@@ -87,8 +87,7 @@ def _placed(a: Assignment, alternative: int) -> Assignment:
 def candidate_nodes(st: PlanState, req: Request, shape: ShapeSpec, skip: Iterable[int] = ()) -> list[int]:
     """Nodes that could host ``shape`` if emptied, most free eligible GPU capacity first (then by name)."""
     banned = set(skip)
-    nodes = [n for n in st.fits_empty(shape, req.team) if n not in banned]
-    return sorted(nodes, key=lambda n: (-st.free_milli(n, shape.models), st.infos[n].name))[:NODES_TRIED]
+    return [n for n in st.roomiest_hosts(shape, req.team) if n not in banned][:NODES_TRIED]
 
 
 def _fits_on(st: PlanState, n: int, shape: ShapeSpec, tags: tuple[str, ...], gone: Sequence[Key]) -> bool:
@@ -245,7 +244,7 @@ def quota_raises(st: PlanState, target: Target, req: Request, k: int) -> list[Ca
     shape = req.shapes[k]
     demand = st.demand(req)
     rules = st.placer.rules
-    fit = next(st.fits_now(shape, demand, quota=False), None)
+    fit = st.first_fit(shape, demand, quota=False)
     if fit is None:
         return []
     info = st.infos[fit.node]
@@ -313,7 +312,7 @@ def relaxations(st: PlanState, target: Target, req: Request, k: int) -> list[Can
     demand = st.demand(req)
     out: list[Candidate] = []
     if shape.kind == "whole" and shape.topology in (TopologyNeed.NVLINK, TopologyNeed.NUMA):
-        fit = next(st.fits_now(replace(shape, topology=TopologyNeed.ANY), demand), None)
+        fit = st.first_fit(replace(shape, topology=TopologyNeed.ANY), demand)
         if fit is not None:
             what = (
                 "PCIe instead of NVLink"
@@ -328,7 +327,7 @@ def relaxations(st: PlanState, target: Target, req: Request, k: int) -> list[Can
                 )
             )
     if shape.models:
-        fit = next(st.fits_now(any_model(shape, st.catalog), demand), None)
+        fit = st.first_fit(any_model(shape, st.catalog), demand)
         if fit is not None:
             info = st.infos[fit.node]
             p = fit.option.gpus[0] if fit.option.gpus else 0

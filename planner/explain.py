@@ -224,7 +224,7 @@ def diagnose(st: PlanState, target: Target, req: Request, k: int) -> Finding:
     shape = req.shapes[k]
     demand = st.demand(req)
     what = describe(shape)
-    fit = next(st.fits_now(shape, demand), None)
+    fit = st.first_fit(shape, demand)
     if fit is not None:
         node = st.infos[fit.node].name
         again = Counterfactual(summary=f"re-plan: {node} has room now", kind="replan", changes=())
@@ -267,10 +267,10 @@ def diagnose(st: PlanState, target: Target, req: Request, k: int) -> Finding:
             [] if big is None else [big.name],
             [cfs.new_nodes],
         )
-    if next(st.fits_now(shape, demand, quota=False), None) is not None:
+    if st.first_fit(shape, demand, quota=False) is not None:
         sentence, names = _quota_sentence(st, req, k)
         return Finding(QUOTA, sentence, names, [cfs.quota_raises])
-    fit = next(st.fits_now(shape, demand, tags=False), None)
+    fit = st.first_fit(shape, demand, tags=False)
     if fit is not None:
         info = st.infos[fit.node]
         gpus = [f"{info.name} GPU {info.index(p)}" for p in fit.option.gpus]
@@ -281,7 +281,7 @@ def diagnose(st: PlanState, target: Target, req: Request, k: int) -> Finding:
             gpus,
             [cfs.migrations],
         )
-    fit = next(st.fits_now(shape, demand, reserved=False), None)
+    fit = st.first_fit(shape, demand, reserved=False)
     if fit is not None:
         node = st.infos[fit.node].name
         return Finding(
@@ -291,7 +291,7 @@ def diagnose(st: PlanState, target: Target, req: Request, k: int) -> Finding:
             [cfs.team_admissions, cfs.migrations],
         )
     if shape.kind == "whole" and shape.gpus > 1 and shape.topology is not TopologyNeed.ANY:
-        fit = next(st.fits_now(replace(shape, topology=TopologyNeed.ANY), demand), None)
+        fit = st.first_fit(replace(shape, topology=TopologyNeed.ANY), demand)
         if fit is not None:
             info, state = st.infos[fit.node], st.state(fit.node)
             loose = replace(shape, topology=TopologyNeed.ANY, gpus=1)
@@ -323,7 +323,7 @@ def diagnose(st: PlanState, target: Target, req: Request, k: int) -> Finding:
     if shape.kind == "mig" and cfs.repartitions(st, target, req, k):
         return _mig_layout(st, target, req, k)
     if shape.models:
-        fit = next(st.fits_now(any_model(shape, st.catalog), demand), None)
+        fit = st.first_fit(any_model(shape, st.catalog), demand)
         if fit is not None:
             info = st.infos[fit.node]
             other = info.models[fit.option.gpus[0]].name if fit.option.gpus else info.models[0].name

@@ -81,6 +81,10 @@ class PlanState:
         self.pos = {info.name: info.pos for info in self.placer.infos}
         self.occupants: list[list[Key]] = [[] for _ in self.placer.infos]
         self.lifted: set[Key] = set()
+        #: First fits per (shape, demand, rules ignored), valid while the cluster's state version holds.
+        self._first_fits: dict[tuple[object, ...], Fit | None] = {}
+        self._memo_version = -1
+        self._hosts: dict[tuple[ShapeSpec, str], list[int]] = {}
         for key, a in self.assigned.items():
             self.placer.keep(self.held(key, a))
             self.occupants[self.pos[a.node]].append(key)
@@ -134,6 +138,45 @@ class PlanState:
                 opts = [o for o in opts if self.placer.rules.fits(info, shape, o, demand)]
             if opts:
                 yield Fit(n, opts[0])
+
+    def first_fit(
+        self,
+        shape: ShapeSpec,
+        demand: Demand,
+        *,
+        quota: bool = True,
+        tags: bool = True,
+        reserved: bool = True,
+    ) -> Fit | None:
+        """The first of :meth:`fits_now`, memoised while the state does not change: replicas waiting
+        with the same shape and demand ask the same question of the same state."""
+        self._check_version()
+        key = (shape, demand, quota, tags, reserved)
+        if key not in self._first_fits:
+            self._first_fits[key] = next(
+                self.fits_now(shape, demand, quota=quota, tags=tags, reserved=reserved), None
+            )
+        return self._first_fits[key]
+
+    def roomiest_hosts(self, shape: ShapeSpec, team: str) -> list[int]:
+        """Nodes that could host ``shape`` if emptied (reservations for ``team`` kept), most free GPU
+        capacity of its models first, then by name; memoised like :meth:`first_fit`."""
+        self._check_version()
+        key = (shape, team)
+        if key not in self._hosts:
+            self._hosts[key] = sorted(
+                self.fits_empty(shape, team),
+                key=lambda n: (-self.free_milli(n, shape.models), self.infos[n].name),
+            )
+        return self._hosts[key]
+
+    def _check_version(self) -> None:
+        """Forget memoised answers once the state has changed."""
+        version = self.placer.cluster.version
+        if version != self._memo_version:
+            self._first_fits.clear()
+            self._hosts.clear()
+            self._memo_version = version
 
     def largest(self, models: Collection[str]) -> NodeInfo | None:
         """The largest node (GPUs, then CPU; ties by name) with a GPU of one of ``models`` (any model

@@ -257,6 +257,8 @@ class ClusterState:
         self.capacity_gpu_milli = sum(MILLI * len(i.spec.gpus) for i in self.infos)
         self.free_gpu_milli = sum(sum(s.free) for s in self.states)
         self._journal: list[tuple[int, NodeState]] | None = None
+        #: Bumped by every change of a node's state, so callers can memoise answers about the state.
+        self.version = 0
 
     @property
     def used_gpu_milli(self) -> int:
@@ -272,6 +274,7 @@ class ClusterState:
 
     def _swap(self, n: int, old: NodeState, new: NodeState) -> None:
         self.states[n] = new
+        self.version += 1
         self.free_gpu_milli += sum(new.free) - sum(old.free)
         sig = signature(self.infos[n], new)
         prev = self.sigs[n]
