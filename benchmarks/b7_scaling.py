@@ -36,6 +36,7 @@ import pandas as pd
 
 from benchmarks.b2_rounds import REPORT_AT, ROUND_STEP
 from benchmarks.common import (
+    NOW,
     arrived_pods,
     bench_policy,
     counts,
@@ -48,7 +49,8 @@ from benchmarks.common import (
     total_milli,
     write,
 )
-from gpuplan.models import Cluster, Policy, Workload
+from gpuplan.models import Cluster, PlanningInput, Policy, Workload
+from gpuplan.planner.planning import make_plan
 from gpuplan.solvers import parallel
 
 log = logging.getLogger("benchmarks.b7")
@@ -100,14 +102,16 @@ def _recording() -> Iterator[_Maps]:
     """The executor's map records while the block runs."""
     handler = _Maps()
     logger = logging.getLogger(parallel.__name__)
-    level = logger.level
+    level, propagate = logger.level, logger.propagate
     logger.addHandler(handler)
     logger.setLevel(logging.DEBUG)
+    logger.propagate = False  # recorded, not printed
     try:
         yield handler
     finally:
         logger.removeHandler(handler)
         logger.setLevel(level)
+        logger.propagate = propagate
 
 
 def run_scale(
@@ -156,10 +160,10 @@ def run_scale(
 
 
 def summarise(runs: Sequence[ScaleRun]) -> pd.DataFrame:
-    """One row per scale, with ratios to the 1x run when it is present."""
-    base = next((r for r in runs if r.scale == 1), None)
+    """One row per scale and back-end, with ratios to the same back-end's 1x run when it is present."""
     rows = []
     for r in runs:
+        base = next((b for b in runs if b.scale == 1 and b.backend == r.backend), None)
         med = statistics.median(r.walls)
         row: dict[str, object] = {"scale": r.scale, "backend": r.backend, "gpus": r.gpus}
         for p in REPORT_AT:
@@ -179,21 +183,51 @@ def summarise(runs: Sequence[ScaleRun]) -> pd.DataFrame:
     return pd.DataFrame(rows)
 
 
+def makespan(task_s: Sequence[float], slots: int) -> float:
+    """How long tasks of these lengths take on ``slots`` workers, longest first to the least loaded (what
+    the map would take with no overhead)."""
+    loads = [0.0] * max(1, slots)
+    for s in sorted(task_s, reverse=True):
+        loads[loads.index(min(loads))] += s
+    return max(loads)
+
+
 def _map_figures(r: ScaleRun) -> dict[str, object]:
-    """Per task kind: maps, tasks per map, median and max task seconds, and the median overhead of a map
-    (its wall time less its longest task's: dispatch, pickling, fetching results)."""
+    """Per task kind: maps, tasks per map, slots, median and max task seconds, and the median overhead of
+    a map: its wall time less the makespan of its tasks on its slots (dispatch, pickling, results)."""
     out: dict[str, object] = {}
     for task in sorted({m["task"] for m in r.maps}):
         maps = [m for m in r.maps if m["task"] == task]
         tasks = [s for m in maps for s in m["task_s"]]
+        overheads = [m["wall_s"] - makespan(m["task_s"], m["slots"]) for m in maps]
         out[f"{task}_maps"] = len(maps)
         out[f"{task}_tasks_per_map"] = round(len(tasks) / len(maps), 1)
+        out[f"{task}_slots"] = maps[-1]["slots"]
         out[f"{task}_task_median_s"] = round(statistics.median(tasks), 3)
         out[f"{task}_task_max_s"] = round(max(tasks), 3)
-        out[f"{task}_overhead_median_s"] = round(
-            statistics.median(m["wall_s"] - max(m["task_s"]) for m in maps), 3
-        )
+        out[f"{task}_overhead_median_s"] = round(statistics.median(overheads), 3)
     return out
+
+
+def pricing_run(trace: str, seed: int, pods: int, time_limit: float, ray: str | None) -> dict[str, object]:
+    """The first ``pods`` arriving pods planned at once on the 1x cluster (more than the fleet engine's
+    threshold of waiting replicas: column generation), with its pricing maps' figures."""
+    order, _ = arrived_pods(trace, seed)
+    inp = PlanningInput(cluster=openb_cluster(), workloads=tuple(order[:pods]), policy=bench_policy())
+    if ray is not None:
+        parallel.connect(ray)
+    t0 = time.perf_counter()
+    with _recording() as recorded:
+        plan = make_plan(inp, now=NOW, time_limit_s=time_limit, seed=seed, ray=ray)
+    run = ScaleRun(1, inp.cluster.gpu_count, {}, [], 0.0, {}, 0.0, ray or "processes", recorded.maps)
+    return {
+        "backend": run.backend,
+        "pods": pods,
+        "wall_s": round(time.perf_counter() - t0, 1),
+        "rounds": plan.solver.terms.get("fleet_rounds"),
+        "node_classes": plan.solver.model_size.get("node_classes"),
+        **_map_figures(run),
+    }
 
 
 def main(argv: Sequence[str] | None = None) -> None:
@@ -207,11 +241,20 @@ def main(argv: Sequence[str] | None = None) -> None:
     parser.add_argument("--time-limit", type=float, default=3.0, help="make_plan seconds per round at 1x")
     parser.add_argument("--ray", help="run the independent pieces on Ray: 'local' or a cluster's address")
     parser.add_argument("--rounds", type=int, help="stop after this many rounds (default: all)")
+    parser.add_argument(
+        "--pricing",
+        type=int,
+        metavar="PODS",
+        help="instead: plan PODS pods at once at 1x, report pricing",
+    )
     parser.add_argument("--out", type=Path, default=Path("benchmarks/results/b7.csv"))
     parser.add_argument("-v", "--verbose", action="store_true")
     args = parser.parse_args(argv)
     logging.basicConfig(level=logging.WARNING, format="%(message)s")
     log.setLevel(logging.INFO if args.verbose else logging.WARNING)
+    if args.pricing:
+        print(pd.DataFrame([pricing_run(args.trace, args.seed, args.pricing, args.time_limit, args.ray)]).T)
+        return
     runs_file = args.out.with_suffix(".jsonl")
     runs_file.parent.mkdir(parents=True, exist_ok=True)
     for k in (int(s) for s in args.scales.split(",")):

@@ -143,6 +143,7 @@ class TaskPool(Generic[S]):
     def __init__(self, shared: S, *, processes: int, ray: str | None = None) -> None:
         self.shared = shared
         self.ray = ray
+        self.processes = processes
         self.pool: ProcessPoolExecutor | None = None
         self._ref: Any = None
         self._remote: Any = None
@@ -163,6 +164,11 @@ class TaskPool(Generic[S]):
                 initializer=_enter_worker,
                 initargs=(shared,),
             )
+
+    @property
+    def slots(self) -> int:
+        """How many of this pool's tasks run at once (see :func:`slots`)."""
+        return slots(self.processes, self.ray) if self.ray is not None or self.pool is not None else 1
 
     @property
     def backend(self) -> str:
@@ -199,12 +205,14 @@ class TaskPool(Generic[S]):
             timed = [_timed(fn, self.shared, i) for i in items]
         wall = time.perf_counter() - t0
         seconds = [s for _, s in timed]
-        if seconds:
+        if seconds and log.isEnabledFor(logging.DEBUG):
             log.debug(
                 "%d tasks of %s on %s: %.3f s, task seconds median %.3f, max %.3f",
                 len(items), name or fn.__name__, self.backend, wall,
                 statistics.median(seconds), max(seconds),
-                extra={"parallel": {"backend": self.backend, "wall_s": wall, "task_s": seconds}},
+                extra={"parallel": {
+                    "backend": self.backend, "slots": self.slots, "wall_s": wall, "task_s": seconds,
+                }},
             )  # fmt: skip
         return [r for r, _ in timed]
 
