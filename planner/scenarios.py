@@ -213,9 +213,9 @@ class _Task:
 
 def _scenario_gap(shared: tuple[GapOptions, HardwareCatalog, int], task: _Task) -> CapacityGap:
     """The capacity gap of one scenario (a task): an equal part of the time left when it starts, shared
-    with the scenarios that cannot start before it ends (``slots`` run at once)."""
-    opts, catalog, slots = shared
-    waves_left = math.ceil((task.count - task.index) / slots)
+    with the scenarios that cannot start before it ends (``at_once`` run at once)."""
+    opts, catalog, at_once = shared
+    waves_left = math.ceil((task.count - task.index) / at_once)
     mine = task.deadline.sub(1 / waves_left)
     log.info("scenario %s: %.1f s", task.prepared.scenario.name, mine.remaining())
     p = task.prepared
