@@ -297,19 +297,21 @@ def plan_rounds(
     time_limit: float,
     seed: int,
     on_round: Callable[[str], None] | None = None,
+    ray: str | None = None,
 ) -> RoundsTrace:
     """gpuplan's rounds over ``batches`` through the executor on a simulated cluster.
 
     Each round the executor plans the round's arrivals with everything still waiting (``make_plan``,
     ``time_limit`` seconds for the whole call) under ``policy(running replicas)`` and applies the plan's
     first round; a waiting pod that fits nowhere afterwards is dropped (the FGD protocol). ``size`` and
-    ``held`` measure arrivals and what runs; ``on_round`` gets a progress line.
+    ``held`` measure arrivals and what runs; ``on_round`` gets a progress line; ``ray`` runs the solves'
+    independent pieces on that Ray cluster.
     """
     catalog = default_catalog()
     sim = SimCluster(cluster, catalog, NOW)
 
     def planner(inp: PlanningInput, now: datetime) -> Plan:
-        return make_plan(inp, now=now, time_limit_s=time_limit, seed=seed)
+        return make_plan(inp, now=now, time_limit_s=time_limit, seed=seed, ray=ray)
 
     executor = Executor(sim, planner, policy(0), catalog)
 

@@ -102,6 +102,8 @@ class GapOptions:
     num_workers: int = 2
     now: datetime | None = None
     repair_rounds: int = 3
+    #: Ray address the independent pieces (scenarios, pricing problems, fleet parts) run on.
+    ray: str | None = None
 
 
 def stopped_early(plan: Plan) -> bool:
@@ -125,7 +127,7 @@ def _placement(
 ) -> Plan:
     return make_plan(
         inp, solver=opts.solver, catalog=catalog, now=now, time_limit_s=max(MIN_PHASE_S, seconds),
-        seed=opts.seed, num_workers=opts.num_workers,
+        seed=opts.seed, num_workers=opts.num_workers, ray=opts.ray,
     )  # fmt: skip
 
 
@@ -493,6 +495,7 @@ class _Run:
             catalog=self.catalog,
             policy=self.inp.policy,
             seed=self.opts.seed,
+            ray=self.opts.ray,
         )
         found = configure_purchase(problem, offers, t0 + seconds, workers=self.opts.num_workers)
         if found is None:

@@ -118,8 +118,10 @@ def compile_problem(
     seed: int = 0,
     num_workers: int = 2,
     deterministic: bool = False,
+    ray: str | None = None,
 ) -> PlacementProblem:
-    """Expand workloads into replicas and nodes into solver specs."""
+    """Expand workloads into replicas and nodes into solver specs (``ray``: where the solver's independent
+    pieces run, see :attr:`PlacementProblem.ray`)."""
     policy = inp.policy
     requests: list[Request] = []
     for w in inp.workloads:
@@ -154,4 +156,5 @@ def compile_problem(
         seed=seed,
         num_workers=num_workers,
         deterministic=deterministic,
+        ray=ray,
     )

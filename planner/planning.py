@@ -105,6 +105,7 @@ def make_plan(
     explain: bool = False,
     explain_budget_s: float = 3.0,
     previous: Plan | None = None,
+    ray: str | None = None,
 ) -> Plan:
     """Plan ``inp`` with the named solver; the result is validated before it is returned.
 
@@ -112,7 +113,9 @@ def make_plan(
     and for the explanations (a share fixed by the limit alone, so deterministic solves repeat).
     Each waiting replica's reason is the explainer's (the one ``gpuplan explain`` gives), and replicas on
     worse alternatives get theirs too; ``explain`` adds counterfactuals (verified by greedy re-solves),
-    which stop after ``explain_budget_s`` seconds (at most a quarter of the time limit).
+    which stop after ``explain_budget_s`` seconds (at most a quarter of the time limit). ``ray`` runs the
+    solver's independent pieces on that Ray cluster (``local``: a Ray instance here) instead of local
+    processes; the plan is the same.
     """
     deadline = Deadline.after(time_limit_s)
     explain_s = min(explain_budget_s, EXPLAIN_SHARE * time_limit_s) if explain else 0.0
@@ -127,6 +130,7 @@ def make_plan(
         seed=seed,
         num_workers=num_workers,
         deterministic=deterministic,
+        ray=ray,
     )
     log.info("planning %d replicas on %d nodes with %s", len(problem.requests), len(problem.nodes), solver)
     result = get_solver(solver).solve(problem)

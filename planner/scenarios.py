@@ -8,6 +8,7 @@ from __future__ import annotations
 
 import logging
 import math
+import time
 from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
@@ -32,6 +33,7 @@ from gpuplan.planner.capacity import GapOptions, capacity_gap, load_node_types
 from gpuplan.planner.deadline import Deadline
 from gpuplan.planner.io import describe, read_structured
 from gpuplan.planner.planning import inputs_digest
+from gpuplan.solvers.parallel import run_tasks, slots
 
 log = logging.getLogger(__name__)
 
@@ -197,6 +199,29 @@ def run_scenarios(
     return run_prepared(prepared, opts, catalog, deadline=deadline or Deadline.after(opts.time_limit_s))
 
 
+@dataclass(frozen=True)
+class _Task:
+    """One scenario to solve: its inputs, the fleet plan it may reuse, its place among the ``count``
+    scenarios solved, and the deadline of them all."""
+
+    prepared: Prepared
+    baseline: Plan | None
+    index: int
+    count: int
+    deadline: Deadline
+
+
+def _scenario_gap(shared: tuple[GapOptions, HardwareCatalog, int], task: _Task) -> CapacityGap:
+    """The capacity gap of one scenario (a task): an equal part of the time left when it starts, shared
+    with the scenarios that cannot start before it ends (``at_once`` run at once)."""
+    opts, catalog, at_once = shared
+    waves_left = math.ceil((task.count - task.index) / at_once)
+    mine = task.deadline.sub(1 / waves_left)
+    log.info("scenario %s: %.1f s", task.prepared.scenario.name, mine.remaining())
+    p = task.prepared
+    return capacity_gap(p.inp, p.types, opts, baseline=task.baseline, catalog=catalog, deadline=mine)
+
+
 def run_prepared(
     prepared: list[Prepared],
     opts: GapOptions,
@@ -209,21 +234,27 @@ def run_prepared(
 
     ``base`` is the fleet plan and gap of the inputs the scenarios were prepared from: a scenario that
     changes nothing reuses that gap, and one that changes only node types or prices reuses that fleet
-    plan. Every other scenario gets an equal part of the time left when it starts, so the time one
-    leaves unused goes to those after it.
+    plan. The other scenarios are independent tasks (:mod:`gpuplan.solvers.parallel`): one after the
+    other here (each solve uses the machine's processes itself), or as Ray tasks with ``opts.ray``. Each
+    gets an equal part of the time left when it starts among those that cannot start before it ends, so
+    the time one leaves unused goes to those after it.
     """
-    todo = sum(1 for p in prepared if base is None or not p.same_gap)
+    todo = [p for p in prepared if base is None or not p.same_gap]
+    if opts.ray is not None:  # Ray workers on other machines share the wall clock, not this monotonic one
+        deadline = Deadline.after(deadline.remaining(), time.time)
+    tasks = [
+        _Task(p, base[0] if base is not None and p.same_input else None, i, len(todo), deadline)
+        for i, p in enumerate(todo)
+    ]
+    shared = (opts, catalog, slots(1, opts.ray))
+    gaps = iter(run_tasks(_scenario_gap, shared, tasks, processes=1, ray=opts.ray))
     out = []
     for p in prepared:
         if base is not None and p.same_gap:
             log.info("scenario %s: the base gap", p.scenario.name)
             gap = base[1]
         else:
-            mine = deadline.sub(1 / todo)
-            todo -= 1
-            log.info("scenario %s: %.1f s", p.scenario.name, mine.remaining())
-            baseline = base[0] if base is not None and p.same_input else None
-            gap = capacity_gap(p.inp, p.types, opts, baseline=baseline, catalog=catalog, deadline=mine)
+            gap = next(gaps)
         out.append(ScenarioResult(name=p.scenario.name, description=p.scenario.description, gap=gap))
     return tuple(out)
 

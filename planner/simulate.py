@@ -43,6 +43,7 @@ from gpuplan.planner.importers.openb import read_cluster, read_workloads
 from gpuplan.planner.metrics import fragmentation
 from gpuplan.planner.planning import make_plan
 from gpuplan.solvers.greedy import BestFit, Fgd, GreedySolver
+from gpuplan.solvers.parallel import run_tasks
 
 log = logging.getLogger(__name__)
 
@@ -69,6 +70,8 @@ class SimConfig:
     trace: str = "default"
     trace_dir: Path = TRACE_DIR
     admission: bool = False
+    #: gpuplan's solves stop on deterministic time: the same seed gives the same run (unless cut by the wall).
+    deterministic: bool = False
 
     @property
     def mean_duration_s(self) -> float:
@@ -241,6 +244,20 @@ def simulate(cfg: SimConfig, progress: Callable[[str], None] | None = None) -> d
     return {name: _metrics(cfg, jobs, tr, policies["tiers"], end) for name, tr in tracks.items()}
 
 
+def _simulate_task(progress: Callable[[str], None] | None, cfg: SimConfig) -> dict[str, dict[str, float]]:
+    return simulate(cfg, progress)
+
+
+def simulate_all(
+    cfgs: list[SimConfig], progress: Callable[[str], None] | None = None, *, ray: str | None = None
+) -> list[dict[str, dict[str, float]]]:
+    """:func:`simulate` for each configuration (loads, seeds), in order: independent tasks
+    (:mod:`gpuplan.solvers.parallel`), one after the other here (each round's solve uses the machine's
+    processes itself) or as Ray tasks on the cluster at ``ray`` (without progress lines: those are this
+    terminal's). A run's metrics depend only on its configuration, wherever it ran."""
+    return run_tasks(_simulate_task, progress if ray is None else None, cfgs, processes=1, ray=ray)
+
+
 def _run(
     cfg: SimConfig,
     track: Track,
@@ -257,7 +274,7 @@ def _run(
     def plan_round(inp: PlanningInput, now: datetime) -> Plan:
         plan = make_plan(
             inp, solver=solver, now=now, time_limit_s=cfg.time_limit_s, seed=cfg.seed,
-            previous=last[-1] if last and solver == "cpsat" else None,
+            deterministic=cfg.deterministic, previous=last[-1] if last and solver == "cpsat" else None,
         )  # fmt: skip
         last.append(plan)
         return plan

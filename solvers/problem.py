@@ -162,6 +162,9 @@ class PlacementProblem:
     seed: int = 0
     num_workers: int = 2
     deterministic: bool = False
+    #: Ray address the independent pieces (pricing problems, parts of a split fleet) run on (``local``:
+    #: a Ray instance started here); ``None``: the local process pool (:mod:`gpuplan.solvers.parallel`).
+    ray: str | None = None
 
     def queue_order(self) -> list[Request]:
         """Requests by tier (best first), priority (high first), wait (long first), then in the order

@@ -83,6 +83,7 @@ def cmd_capacity_gap(args: argparse.Namespace) -> int:
         seed=args.seed,
         num_workers=args.workers,
         now=common.parse_now(args.now),
+        ray=common.ray_from_args(args),
     )
     what_ifs = (
         prepare_scenarios(

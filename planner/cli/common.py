@@ -158,8 +158,8 @@ def add_solver_option(p: argparse.ArgumentParser, role: str = "back-end") -> Non
 def add_solve_options(
     p: argparse.ArgumentParser, time_limit: float, limit_help: str = "seconds", *, deterministic: bool = True
 ) -> None:
-    """``--solver``, ``--time-limit``, ``--seed``, ``--workers``, ``--now`` and (unless the command is
-    always deterministic) ``--deterministic``."""
+    """``--solver``, ``--time-limit``, ``--seed``, ``--workers``, ``--now``, ``--ray`` and (unless the
+    command is always deterministic) ``--deterministic``."""
     add_solver_option(p)
     p.add_argument(
         "--time-limit", type=float, default=time_limit, help=f"{limit_help} (default {time_limit:g})"
@@ -167,12 +167,39 @@ def add_solve_options(
     p.add_argument("--seed", type=int, default=0)
     p.add_argument("--workers", type=int, default=2, help="solver threads (default 2)")
     p.add_argument("--now", help="planning time, ISO-8601 (default: the current time)")
+    add_ray_option(p)
     if deterministic:
         p.add_argument(
             "--deterministic",
             action="store_true",
             help="same seed and input give the same plan (CP-SAT stops on deterministic time; slower)",
         )
+
+
+def add_ray_option(p: argparse.ArgumentParser) -> None:
+    """``--ray``: run the independent pieces of the solves as Ray tasks."""
+    p.add_argument(
+        "--ray",
+        metavar="ADDRESS|local",
+        help="run the independent pieces (pricing problems, fleet parts, scenarios, seeds) as Ray tasks on "
+        "the cluster at ADDRESS (HOST:PORT or ray://HOST:PORT), or on a Ray instance started here with "
+        "'local' (default: local processes; needs pip install 'gpuplan[ray]')",
+    )
+
+
+def ray_from_args(args: argparse.Namespace) -> str | None:
+    """The ``--ray`` address, connected to before anything is solved (``None`` without ``--ray``); Ray
+    missing or the address unreachable is an input error."""
+    from gpuplan.solvers.parallel import ParallelUnavailable, connect
+
+    if args.ray is None:
+        return None
+    try:
+        connect(args.ray)
+    except ParallelUnavailable as exc:
+        raise InputError(f"--ray {args.ray}: {exc}") from None
+    address: str = args.ray
+    return address
 
 
 def add_kubernetes_options(p: argparse.ArgumentParser) -> None:

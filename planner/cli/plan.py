@@ -33,6 +33,7 @@ def _run_plan(inp: PlanningInput, args: argparse.Namespace) -> Plan:
     """Plan ``inp`` with the command's options, print the summary and write the plan."""
     from gpuplan.planner.planning import make_plan
 
+    ray = common.ray_from_args(args)  # before the solve's share of the time limit is taken
     plan = make_plan(
         inp,
         solver=args.solver,
@@ -42,6 +43,7 @@ def _run_plan(inp: PlanningInput, args: argparse.Namespace) -> Plan:
         num_workers=args.workers,
         deterministic=args.deterministic,
         explain=True,
+        ray=ray,
     )
     print(summary.render(plan, inp))
     if args.out:

@@ -92,6 +92,7 @@ def cmd_replan(args: argparse.Namespace) -> int:
         images.require(w.id for w in inp.workloads)
     previous = history.latest()
     now = common.parse_now(args.now) or datetime.now(UTC)
+    ray = common.ray_from_args(args)  # before the solve's share of the time limit is taken
     solve_s = solve_share(args.time_limit, deadline)
     solve_started = time.perf_counter()
     plan = make_plan(
@@ -103,6 +104,7 @@ def cmd_replan(args: argparse.Namespace) -> int:
         num_workers=args.workers,
         deterministic=True,
         previous=previous.plan if previous is not None else None,
+        ray=ray,
     )
     if deadline.expired():
         log.warning(
@@ -143,12 +145,13 @@ def cmd_replan(args: argparse.Namespace) -> int:
 
 def cmd_simulate(args: argparse.Namespace) -> int:
     """Simulate gpuplan, FGD and best-fit on the same Poisson arrivals; print (and write) the metrics."""
-    from gpuplan.planner.simulate import SimConfig, simulate
+    from gpuplan.planner.simulate import SimConfig, simulate_all
 
     if not 0 < args.rho <= 2 or args.nodes < 1 or args.hours <= args.warmup_hours or args.round_s <= 0:
         raise InputError(
             "simulate: need 0 < --rho <= 2, --nodes >= 1, --hours > --warmup-hours, --round-s > 0"
         )
+    seeds = args.seeds or [args.seed]
     trace_dir = Path(args.trace_dir)
     if not (trace_dir / f"openb_pod_list_{args.trace}.csv").is_file():
         raise InputError(f"--trace-dir: {trace_dir} has no openb_pod_list_{args.trace}.csv")
@@ -166,12 +169,17 @@ def cmd_simulate(args: argparse.Namespace) -> int:
         trace=args.trace,
         trace_dir=trace_dir,
         admission=args.admission == "greedy",
+        deterministic=args.deterministic,
     )
+    cfgs = [replace(base, rho=rho, seed=seed) for rho in args.rho_list or [args.rho] for seed in seeds]
+    progress = args.progress.note if args.progress else None
+    results = simulate_all(cfgs, progress, ray=common.ray_from_args(args))
     rows: list[dict[str, object]] = []
-    for rho in args.rho_list or [args.rho]:
-        cfg = replace(base, rho=rho)
-        result = simulate(cfg, progress=args.progress.note if args.progress else None)
-        rows.extend({"rho": rho, "policy": name, **metrics} for name, metrics in result.items())
+    for cfg, result in zip(cfgs, results, strict=True):
+        rows.extend(
+            {"rho": cfg.rho, **({"seed": cfg.seed} if args.seeds else {}), "policy": name, **metrics}
+            for name, metrics in result.items()
+        )
     columns = list(dict.fromkeys(k for r in rows for k in r))
     print("  ".join(columns))
     for r in rows:
@@ -183,6 +191,11 @@ def cmd_simulate(args: argparse.Namespace) -> int:
             writer.writerows(rows)
         print(f"results written to {args.out}")
     return 0
+
+
+def _int_list(text: str) -> list[int]:
+    """``0,1,2`` as a list of integers (argparse reports a bad one as a usage error, exit 2)."""
+    return [int(x) for x in text.split(",")]
 
 
 def add_parsers(sub: common.Subparsers) -> None:
@@ -233,6 +246,11 @@ def add_parsers(sub: common.Subparsers) -> None:
     p.add_argument("--median-duration-s", type=float, default=d.median_duration_s, help="lognormal median")
     p.add_argument("--sigma", type=float, default=d.sigma, help="lognormal sigma")
     p.add_argument("--seed", type=int, default=d.seed)
+    p.add_argument(
+        "--seeds",
+        type=_int_list,
+        help="several seeds, e.g. 0,1: one run per load and seed (a seed column in the output)",
+    )
     p.add_argument("--time-limit", type=float, default=2.0, help="CP-SAT seconds per round (default 2)")
     p.add_argument("--moves", type=int, default=d.moves_per_round, help="gpuplan's moves per round")
     p.add_argument("--trace", default=d.trace, help="openb pod list (default, gpushare100, multigpu50)")
@@ -244,5 +262,11 @@ def add_parsers(sub: common.Subparsers) -> None:
         help="greedy: every policy places each job at its arrival into capacity its plan has not reserved; "
         "none: arrivals wait for the next round (default)",
     )
+    p.add_argument(
+        "--deterministic",
+        action="store_true",
+        help="same seed, same run: gpuplan's solves stop on deterministic time (slower)",
+    )
     p.add_argument("--out", help="write the metrics as CSV here")
+    common.add_ray_option(p)
     p.set_defaults(func=cmd_simulate)

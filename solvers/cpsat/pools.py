@@ -4,25 +4,24 @@ The nodes are split into parts that look alike: nodes are grouped by kind (pool 
 each kind is dealt at random across the parts. Running work stays with its node's part; each gang
 goes to one part whole; every other waiting replica goes to the part that can host it with the most
 GPU capacity still unclaimed, so the parts get similar load. Team quotas are split so that the parts'
-shares add up to the team's quota. The parts are solved in parallel processes and merged; the merge is
-valid because parts share no node and no quota unit.
+shares add up to the team's quota. The parts are solved in parallel (processes or Ray tasks) and
+merged; the merge is valid because parts share no node and no quota unit.
 """
 
 from __future__ import annotations
 
 import logging
 import math
-import multiprocessing
 import random
 from collections import Counter, defaultdict
 from collections.abc import Callable, Sequence
-from concurrent.futures import ProcessPoolExecutor
 from dataclasses import dataclass, replace
 from fractions import Fraction
 
 from gpuplan.models.policy import Quota
 from gpuplan.solvers.base import SolveResult
 from gpuplan.solvers.formulation.constraints import QUOTA_UNIT, charged_units, quota_limit_units
+from gpuplan.solvers.parallel import run_tasks
 from gpuplan.solvers.problem import NodeSpec, PlacementProblem, Request, ShapeSpec
 
 log = logging.getLogger(__name__)
@@ -170,32 +169,17 @@ def split(problem: PlacementProblem, parts: int, movable: set[int]) -> list[Part
     return out
 
 
-#: Solves one part (a module-level function, so that spawned workers can unpickle it).
+#: Solves one part (a module-level function, so that workers import it by name).
 PartSolver = Callable[[Part], SolveResult]
 
-#: The job being solved, read by forked workers (inherited memory: nothing to pickle on the way in).
-_JOB: list[tuple[PartSolver, list[Part]]] = []
+
+def _solve_part(solve: PartSolver, part: Part) -> SolveResult:
+    return solve(part)
 
 
-def _solve_forked(i: int) -> SolveResult:
-    solve, parts = _JOB[0]
-    return solve(parts[i])
-
-
-def solve_parts(parts: list[Part], processes: int, solve: PartSolver) -> list[SolveResult]:
-    """Solve the parts in ``processes`` worker processes (in this process where it may not start
-    children). Workers are forked so that they inherit the parts instead of unpickling them; where
-    fork is unavailable they are spawned and the parts are pickled."""
-    if processes < 2 or multiprocessing.current_process().daemon:
-        return [solve(p) for p in parts]
-    if "fork" not in multiprocessing.get_all_start_methods():
-        spawn = multiprocessing.get_context("spawn")
-        with ProcessPoolExecutor(max_workers=processes, mp_context=spawn) as pool:
-            return list(pool.map(solve, parts))
-    _JOB[:] = [(solve, parts)]
-    try:
-        fork = multiprocessing.get_context("fork")
-        with ProcessPoolExecutor(max_workers=processes, mp_context=fork) as pool:
-            return list(pool.map(_solve_forked, range(len(parts))))
-    finally:
-        _JOB.clear()
+def solve_parts(
+    parts: list[Part], processes: int, solve: PartSolver, ray: str | None = None
+) -> list[SolveResult]:
+    """Solve the parts in ``processes`` worker processes (forked: they inherit the parts), or as Ray
+    tasks on the cluster at ``ray`` (:mod:`gpuplan.solvers.parallel`)."""
+    return run_tasks(_solve_part, solve, parts, processes=processes, ray=ray)

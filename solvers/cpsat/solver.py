@@ -294,7 +294,8 @@ class CpSat:
         return reported(problem, _with_fleet_bound(problem, out, never))
 
     def _pools(self, problem: PlacementProblem, parts: int, movable: set[int], start: float) -> SolveResult:
-        """Split the fleet into parts (POP), solve them in parallel processes and merge the plans."""
+        """Split the fleet into parts (POP), solve them in parallel (processes or Ray tasks) and merge the
+        plans."""
         pieces = split(problem, parts, movable)
         processes = min(problem.num_workers, parts)
         # Deterministic runs give every part the same share whatever the clock says.
@@ -303,7 +304,7 @@ class CpSat:
             budget -= time.perf_counter() - start
         each = max(MIN_PART_S, 0.9 * budget / math.ceil(parts / processes))
         pieces = [replace(p, problem=replace(p.problem, time_limit_s=each)) for p in pieces]
-        results = solve_parts(pieces, processes, solve_part)
+        results = solve_parts(pieces, processes, solve_part, problem.ray)
         statuses = [r.status for r in results]
         size: dict[str, int] = {"parts": parts, "processes": processes}
         for r in results:

@@ -116,6 +116,7 @@ def plan_fleet(problem: PlacementProblem, deadline: float) -> FleetPlan:
         seed=problem.seed,
         deterministic=problem.deterministic,
         workers=problem.num_workers,
+        ray=problem.ray,
     )
     # Price and branch: whole numbers of nodes per pattern over the columns generated (HiGHS' MIP).
     counts = config.master.solve_integer(max(0.1, INTEGER_SHARE * (deadline - time.perf_counter())))

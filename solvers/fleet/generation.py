@@ -67,14 +67,15 @@ def generate(
     seed: int = 0,
     deterministic: bool = False,
     workers: int = 1,
+    ray: str | None = None,
 ) -> Configuration:
     """Column generation until the LP is optimal over all patterns or ``deadline`` (perf_counter).
 
     A ``deterministic`` generation stops its pricing solves on deterministic time, so that it depends
     on the clock only when the deadline cuts it (``cut``). Each round's pricing problems run in up to
-    ``workers`` processes.
+    ``workers`` processes, or as Ray tasks on the cluster at ``ray``.
     """
-    with Pricers(nodes, classes, workers) as pricers:
+    with Pricers(nodes, classes, workers, ray) as pricers:
         return _generate(nodes, classes, initial, deadline, pricers, seed=seed, deterministic=deterministic)
 
 

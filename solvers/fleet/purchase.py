@@ -129,7 +129,7 @@ def configure_purchase(
     master = _CostMaster(classes, penalty=10 * max(o.price for o in offers) * max(1, len(problem.requests)))
     best_lb: float | None = None
     converged = False
-    with Pricers(nodes, classes, workers) as pricers:
+    with Pricers(nodes, classes, workers, problem.ray) as pricers:
         _, _, duals = master.solve()  # only the slacks: every class is worth its slack's price
         while time.perf_counter() < deadline:
             results = pricers.price_all(
