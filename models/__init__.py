@@ -18,6 +18,7 @@ from gpuplan.models.cluster import (
     check_mig_layout,
     mig_layout_problems,
     sharing_offers,
+    sharing_replicas,
 )
 from gpuplan.models.hardware import (
     LINK_CLASSES,
@@ -113,4 +114,5 @@ __all__ = [
     "mig_layout_problems",
     "reference_errors",
     "sharing_offers",
+    "sharing_replicas",
 ]

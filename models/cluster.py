@@ -195,6 +195,15 @@ def sharing_offers(sharing: Sharing | None, kind: str) -> bool:
     return True
 
 
+def sharing_replicas(sharing: Sharing | None) -> int | None:
+    """How many fractions one non-MIG GPU in mode ``sharing`` holds at most: the ``replicas`` shares
+    the device plugin offers per time-sliced GPU (one pod takes one share), ``None`` for no count limit.
+
+    The one home of the count: every back-end, the validator and the running-state check ask this.
+    """
+    return sharing.time_slicing.replicas if isinstance(sharing, TimeSliced) else None
+
+
 def describe_sharing(sharing: Sharing) -> str:
     """A sharing mode in words, e.g. ``time-slicing with 4 replicas (fractions only)``."""
     if isinstance(sharing, TimeSliced):

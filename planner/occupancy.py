@@ -1,7 +1,8 @@
 """What each GPU and node holds right now, with the checks that keep a state from over-committing.
 
 Action ordering, the simulated cluster and the start-time timeline all move replicas on and off this
-one model, so the rules (whole GPUs are exclusive, fractions add up to 1000 milli, a MIG instance serves
+one model, so the rules (whole GPUs are exclusive, fractions add up to 1000 milli and to at most a
+time-sliced GPU's replicas, a MIG instance serves
 one replica and is destroyed only on a drained GPU, CPU and memory per node) live in one place.
 """
 
@@ -10,7 +11,7 @@ from __future__ import annotations
 from collections.abc import Iterable, Iterator, Sequence
 from dataclasses import dataclass, field
 
-from gpuplan.models.cluster import Cluster, MigInstance, mig_layout_problems
+from gpuplan.models.cluster import Cluster, MigInstance, mig_layout_problems, sharing_replicas
 from gpuplan.models.hardware import HardwareCatalog
 from gpuplan.models.plan import Assignment, GpuUse
 from gpuplan.models.workload import Workload
@@ -47,11 +48,13 @@ def running_holdings(w: Workload) -> Iterator[tuple[Key, Holding]]:
 
 @dataclass
 class GpuState:
-    """Users of one GPU and its MIG layout (``None`` = MIG disabled)."""
+    """Users of one GPU, its MIG layout (``None`` = MIG disabled) and how many fractions it holds at
+    most (its node's time-slicing replicas, ``None``: no count limit)."""
 
     model: str
     mig: set[tuple[str, int]] | None
     users: dict[Key, GpuUse] = field(default_factory=dict)
+    shares: int | None = None
 
 
 @dataclass
@@ -71,6 +74,7 @@ class Occupancy:
             (n.name, g.index): GpuState(
                 model=catalog.canonical(g.model),
                 mig=None if g.mig is None else {(i.profile, i.start) for i in g.mig.instances},
+                shares=sharing_replicas(n.sharing),
             )
             for n in cluster.nodes
             for g in n.gpus
@@ -96,7 +100,7 @@ class Occupancy:
         return Occupancy(
             catalog=self.catalog,
             gpus={
-                k: GpuState(g.model, None if g.mig is None else set(g.mig), dict(g.users))
+                k: GpuState(g.model, None if g.mig is None else set(g.mig), dict(g.users), g.shares)
                 for k, g in self.gpus.items()
             },
             capacity=self.capacity,
@@ -132,6 +136,11 @@ class Occupancy:
                 sum(u.milli or 0 for u in others) + use.milli > FULL_MILLI
             ):
                 return f"{hold.node}:{use.index} lacks {use.milli} milli-GPU"
+            elif gpu.shares is not None and sum(u.milli is not None for u in others) >= gpu.shares:
+                return (
+                    f"{hold.node}:{use.index} has no time-sliced share left "
+                    f"(its {gpu.shares} replicas are taken)"
+                )
         return None
 
     def start(self, key: Key, hold: Holding, *, force: bool = False) -> None:

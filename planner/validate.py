@@ -29,6 +29,7 @@ from gpuplan.models.cluster import (
     describe_sharing,
     mig_layout_problems,
     sharing_offers,
+    sharing_replicas,
 )
 from gpuplan.models.hardware import GpuModelSpec, HardwareCatalog
 from gpuplan.models.plan import DRAIN, MIGRATE, PREEMPT, Assignment, GpuUse, Plan
@@ -561,7 +562,8 @@ class _Checker:
 
     def _sharing(self) -> None:
         """Rule 14: a node's non-MIG GPUs are used as its sharing mode offers them (the device plugin
-        serves one mode per node): whole on an exclusive node, as fractions on a time-sliced one."""
+        serves one mode per node): whole on an exclusive node, as fractions on a time-sliced one, and
+        there at most ``replicas`` fractions per GPU (one share each)."""
         for (node, index), entries in self.loads.items():
             p = entries[0][0]
             gpu = p.node.gpu_by_index[index]
@@ -576,6 +578,15 @@ class _Checker:
                     gpu_subject(node, index),
                     f"{placed.subject} uses {describe_use(use)} of node '{node}', whose sharing mode is "
                     f"{describe_sharing(mode)}.",
+                )
+            limit = sharing_replicas(mode)
+            fractions = sum(use.milli is not None for _, use in entries)
+            if limit is not None and fractions > limit:
+                self._add(
+                    "sharing-replicas",
+                    gpu_subject(node, index),
+                    f"GPU {index} of node '{node}' holds {fractions} fractions; time-slicing offers it as "
+                    f"{limit} replicas.",
                 )
 
     def _mig_uses(

@@ -5,7 +5,7 @@ work already running under a disruption budget."""
 from __future__ import annotations
 
 import itertools
-from collections import defaultdict
+from collections import Counter, defaultdict
 from dataclasses import dataclass, field
 from datetime import UTC, datetime, timedelta
 from typing import Any
@@ -31,7 +31,13 @@ H100_LAYOUTS: list[list[tuple[str, int]]] = [
 
 
 #: Sharing modes a drawn GPU node may have (``None``: no mode, whole GPUs and fractions both allowed).
-SHARING_MODES: list[Any] = [None, "exclusive", {"time-slicing": {"replicas": 4}}]
+SHARING_MODES: list[Any] = [
+    None,
+    "exclusive",
+    {"time-slicing": {"replicas": 4}},
+    {"time-slicing": {"replicas": 2}},
+    {"time-slicing": {"replicas": 1}},
+]
 
 
 @st.composite
@@ -149,7 +155,8 @@ def _plan_and_check(
     cluster: list[dict[str, Any]], demand: list[dict[str, Any]], policy: dict[str, Any], solver: str
 ) -> None:
     """Plan with ``solver`` (``make_plan`` validates the plan), count the replicas and check the sharing
-    modes without the validator: no fraction on an exclusive node, no whole GPU on a time-sliced one."""
+    modes without the validator: no fraction on an exclusive node, no whole GPU on a time-sliced one and
+    at most ``replicas`` fractions on each time-sliced GPU."""
     inp = PlanningInput.model_validate({"cluster": {"nodes": cluster}, "workloads": demand, "policy": policy})
     plan = make_plan(inp, solver=solver, now=NOW, time_limit_s=5)
     replicas = sum(w.replicas for w in inp.workloads)
@@ -161,6 +168,11 @@ def _plan_and_check(
                 assert g.milli is None, f"{a.workload} has a fraction of an exclusive GPU"
             elif modes[a.node] is not None:
                 assert g.milli is not None or g.mig_profile is not None, f"{a.workload} has a time-sliced GPU"
+    fractions = Counter((a.node, g.index) for a in plan.assignments for g in a.gpus if g.milli is not None)
+    for (name, index), count in fractions.items():
+        mode = modes[name]
+        if isinstance(mode, dict):
+            assert count <= mode["time-slicing"]["replicas"], f"{name}:{index} holds {count} fractions"
 
 
 @settings(max_examples=25, deadline=None, suppress_health_check=[HealthCheck.too_slow])
@@ -190,6 +202,7 @@ class _Gpu:
     instances: list[tuple[str, int]] | None = None  # MIG layout, None when MIG is off
     whole: bool = False
     milli: int = 0
+    fractions: int = 0
     used: set[tuple[str, int]] = field(default_factory=set)
     groups: set[tuple[str, str]] = field(default_factory=set)  # (team, tier) of its users
 
@@ -296,7 +309,8 @@ def _spots(state: _State, w: dict[str, Any]) -> list[tuple[_Node, str, list[tupl
         elif "gpu_milli" in w:
             m = w["gpu_milli"]
             for i, g in node.gpus.items() if node.sharing != "exclusive" else ():
-                fits = g.instances is None and not g.whole and g.milli + m <= 1000
+                shares = node.sharing["time-slicing"]["replicas"] if isinstance(node.sharing, dict) else 1000
+                fits = g.instances is None and not g.whole and g.milli + m <= 1000 and g.fractions < shares
                 if fits and state.may_share(g, team, tier) and state.within_quota(team, g.model, m / 1000):
                     out.append((node, f"{node.name}:{i}={m}", [(i, m)], m / 1000))
         elif "mig_profile" in w:
@@ -327,6 +341,7 @@ def _run(state: _State, w: dict[str, Any], spot: tuple[_Node, str, list[tuple[in
             g.whole = True
         elif isinstance(what, int):
             g.milli += what
+            g.fractions += 1
         else:
             g.used.add(what)
         state.count(w["team"], g.model, equivalents / len(taken))

@@ -8,7 +8,7 @@ counts replicas per class, never one variable per replica:
   chooses how many GPUs take each fill, how many are given whole, and which classes use the slots.
   This is the Gilmore-Gomory view of the GPUs inside one node, exact and with a tight relaxation.
 - Other nodes get one count per class and GPU: whole GPUs by topology group, fractions within each
-  GPU's free milli.
+  GPU's free milli and, on a time-sliced GPU, within its shares left (always GPU by GPU).
 - MIG GPUs count instances by profile within free memory and compute slices and the instances they
   already have, ignoring start positions.
 
@@ -30,7 +30,7 @@ from ortools.sat.python import cp_model
 
 from gpuplan.solvers.fleet.classes import NodeClass, RequestClass
 from gpuplan.solvers.placement.options import gpu_ok
-from gpuplan.solvers.placement.state import MILLI
+from gpuplan.solvers.placement.state import MILLI, has_share
 from gpuplan.solvers.problem import ShapeSpec
 
 log = logging.getLogger(__name__)
@@ -132,11 +132,16 @@ class _Model:
                 if shape.cpu_milli <= state.cpu and shape.memory_mib <= state.mem:
                     items.append((cls, k, shape, round(SCALE * r)))
         sizes = tuple(sorted({s.milli for _, _, s, _ in items if s.kind == "fraction"}))
-        # Fills need interchangeable GPUs and a manageable number of fills per free capacity.
-        grouped = info.symmetric and all(
-            state.free[p] < min(sizes, default=MILLI + 1)
-            or fills(state.free[p], _usable(sizes, state.free[p]))
-            for p in self.plain
+        # Fills need interchangeable GPUs without share counts (time-sliced GPUs are packed GPU by GPU)
+        # and a manageable number of fills per free capacity.
+        grouped = (
+            info.symmetric
+            and state.shares is None
+            and all(
+                state.free[p] < min(sizes, default=MILLI + 1)
+                or fills(state.free[p], _usable(sizes, state.free[p]))
+                for p in self.plain
+            )
         )
         # Whole shapes: (GPUs per replica, count) when grouped, else GPUs used per topology group.
         self.whole: list[tuple[int, cp_model.IntVar]] = []
@@ -201,7 +206,11 @@ class _Model:
                 self.group_uses.setdefault(tuple(g), []).append(shape.gpus * n)
             return total
         if shape.kind == "fraction":
-            gpus = [p for p in self.plain if state.free[p] >= shape.milli and gpu_ok(self.nc.info, p, shape)]
+            gpus = [
+                p
+                for p in self.plain
+                if state.free[p] >= shape.milli and has_share(state, p) and gpu_ok(self.nc.info, p, shape)
+            ]
             if not gpus:
                 return None
             total = m.new_int_var(0, cap, tag)
@@ -263,6 +272,18 @@ class _Model:
             loads.setdefault(p, []).append(size * n)
         for p, load in loads.items():
             m.add(sum(load) <= (state.free[p] * (1 - given[p]) if p in given else state.free[p]))
+        self._shares()
+
+    def _shares(self) -> None:
+        """A time-sliced GPU takes at most as many fractions as it has shares left."""
+        shares = self.nc.state.shares
+        if shares is None:
+            return
+        counts: dict[int, list[cp_model.IntVar]] = {}
+        for _, p, n in self.fractions:
+            counts.setdefault(p, []).append(n)
+        for p, ns in counts.items():
+            self.m.add(sum(ns) <= shares[p])
 
     def _mig(self) -> None:
         """Per MIG GPU: free instances of a profile serve it; new ones take free memory and compute."""

@@ -15,8 +15,10 @@ from gpuplan.solvers.placement.state import (
     NodeInfo,
     NodeState,
     conflicts,
+    has_share,
     mig_free,
     slice_milli,
+    with_share,
     with_tags,
 )
 from gpuplan.solvers.problem import ShapeSpec
@@ -139,6 +141,7 @@ def _fractions(info: NodeInfo, state: NodeState, shape: ShapeSpec, tags: tuple[s
         for p, f in enumerate(state.free)
         if f >= shape.milli
         and state.mig[p] is None
+        and has_share(state, p)
         and gpu_ok(info, p, shape)
         and not conflicts(state, p, tags)
     ]
@@ -225,12 +228,14 @@ def apply(
     free = list(state.free)
     mig = state.mig
     gpu_tags = state.tags
+    shares = state.shares
     if option.kind == "whole":
         for p in option.gpus:
             free[p] = 0
     elif option.kind == "fraction":
         free[option.gpus[0]] -= option.milli
         gpu_tags = with_tags(state.tags, option.gpus[0], tags)
+        shares = with_share(shares, option.gpus[0])
     elif option.kind == "mig":
         p = option.gpus[0]
         slots = state.mig[p]
@@ -239,7 +244,9 @@ def apply(
         free[p] = mig_free(info.models[p], new)
         mig = (*mig[:p], new, *mig[p + 1 :])
         gpu_tags = with_tags(state.tags, p, tags)
-    return NodeState(state.cpu - shape.cpu_milli, state.mem - shape.memory_mib, tuple(free), mig, gpu_tags)
+    return NodeState(
+        state.cpu - shape.cpu_milli, state.mem - shape.memory_mib, tuple(free), mig, gpu_tags, shares
+    )
 
 
 def uses(info: NodeInfo, option: Option) -> tuple[GpuUse, ...]:
@@ -271,6 +278,7 @@ def keep(
     free = list(state.free)
     mig = list(state.mig)
     gpu_tags = state.tags
+    shares = state.shares
     for use in gpus:
         p = info.position_of[use.index]
         if use.milli is not None or use.mig_profile is not None:
@@ -290,6 +298,8 @@ def keep(
         if free[p] < take or slots is not None:
             log.warning("node %s GPU %d is over-committed by running work", info.name, use.index)
         free[p] = max(0, free[p] - take)
+        if use.milli is not None:
+            shares = with_share(shares, p)
     return NodeState(
-        state.cpu - shape.cpu_milli, state.mem - shape.memory_mib, tuple(free), tuple(mig), gpu_tags
+        state.cpu - shape.cpu_milli, state.mem - shape.memory_mib, tuple(free), tuple(mig), gpu_tags, shares
     )
