@@ -33,6 +33,7 @@ from gpuplan.models.plan import (
     Assignment,
     GpuUse,
     MigLayout,
+    NodeSharing,
     Plan,
     PlanStatus,
     SolverReport,
@@ -47,6 +48,7 @@ from gpuplan.models.policy import (
     ObjectiveWeights,
     Policy,
     Quota,
+    SharingPolicy,
     Tier,
 )
 from gpuplan.models.problem import PlanningInput, reference_errors
@@ -83,6 +85,7 @@ __all__ = [
     "MigConfig",
     "MigInstance",
     "MigLayout",
+    "NodeSharing",
     "MigPlacement",
     "MigPolicy",
     "MigProfile",
@@ -98,6 +101,7 @@ __all__ = [
     "ReferenceTopology",
     "Shape",
     "Sharing",
+    "SharingPolicy",
     "SolverReport",
     "Strict",
     "Tier",

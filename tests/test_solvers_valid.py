@@ -161,7 +161,9 @@ def _plan_and_check(
     plan = make_plan(inp, solver=solver, now=NOW, time_limit_s=5)
     replicas = sum(w.replicas for w in inp.workloads)
     assert len(plan.assignments) + len(plan.unplaced) == replicas
+    # The modes the plan leaves the nodes in (it may change those of drained nodes).
     modes = {n["name"]: n.get("sharing") for n in cluster}
+    modes |= {m.node: m.model_dump(mode="json", by_alias=True)["sharing"] for m in plan.sharing}
     for a in plan.assignments:
         for g in a.gpus:
             if modes[a.node] == "exclusive":
