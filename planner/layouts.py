@@ -12,7 +12,7 @@ from typing import Any, TypeVar
 from pydantic import BaseModel
 
 from gpuplan.models.cluster import Cluster, MigConfig
-from gpuplan.models.plan import MigLayout, NodeSharing
+from gpuplan.models.plan import MigLayout, NodeSharing, Plan
 
 M = TypeVar("M", bound=BaseModel)
 
@@ -54,3 +54,8 @@ def cluster_with_sharing(cluster: Cluster, modes: Iterable[NodeSharing]) -> Clus
         _replaced(node, sharing=target[node.name]) if node.name in target else node for node in cluster.nodes
     )
     return _replaced(cluster, nodes=nodes)
+
+
+def cluster_after(cluster: Cluster, plan: Plan) -> Cluster:
+    """``cluster`` as ``plan`` leaves it: its MIG layouts and its nodes' sharing modes."""
+    return cluster_with_sharing(cluster_with_layouts(cluster, plan.mig_layouts), plan.sharing)
