@@ -5,6 +5,7 @@ from __future__ import annotations
 import hashlib
 import json
 import logging
+import time
 from dataclasses import replace
 from datetime import UTC, datetime
 from functools import cache
@@ -35,6 +36,8 @@ log = logging.getLogger(__name__)
 #: Share of ``make_plan``'s time limit kept for the passes after the solve (predicted starts, repair,
 #: actions, metrics, validation).
 POST_SOLVE_SHARE = 0.1
+#: Largest share of the time limit the sharing-mode pre-pass may take (its trials stop after it).
+SHARING_SHARE = 0.1
 #: Largest share of the time limit the explanations of waiting replicas may take.
 EXPLAIN_SHARE = 0.25
 
@@ -129,7 +132,11 @@ def make_plan(
     catalog = catalog or default_catalog()
     now = now or datetime.now(UTC)
     # Drained nodes whose mode blocks waiting demand change mode first; the solvers see the new modes.
-    changes = choose_sharing(inp, catalog, now)
+    started = time.perf_counter()
+    changes = choose_sharing(inp, catalog, now, None if deterministic else SHARING_SHARE * time_limit_s)
+    if not deterministic:
+        # A deterministic solve keeps the share fixed by the limit alone; others give up what the pass took.
+        solve_s = max(MIN_SOLVE_S, solve_s - (time.perf_counter() - started))
     planned = (
         inp.model_copy(update={"cluster": cluster_with_sharing(inp.cluster, changes)}) if changes else inp
     )

@@ -16,6 +16,7 @@ with the chosen modes; :func:`used_changes` keeps only the changes the plan uses
 from __future__ import annotations
 
 import logging
+import time
 from collections.abc import Hashable, Iterable, Sequence
 from datetime import datetime
 
@@ -106,8 +107,11 @@ def _worth(policy: Policy, gain: int) -> bool:
     return gain > 0
 
 
-def choose_sharing(inp: PlanningInput, catalog: HardwareCatalog, now: datetime) -> tuple[NodeSharing, ...]:
-    """The mode changes of drained nodes that let the greedy place more of the waiting demand."""
+def choose_sharing(
+    inp: PlanningInput, catalog: HardwareCatalog, now: datetime, budget_s: float | None = None
+) -> tuple[NodeSharing, ...]:
+    """The mode changes of drained nodes that let the greedy place more of the waiting demand; trials
+    stop after :data:`MAX_TRIALS` and, if given, ``budget_s`` seconds."""
     if not inp.policy.sharing.allow_change:
         return ()
     wanted = _waiting_kinds(inp)
@@ -116,13 +120,14 @@ def choose_sharing(inp: PlanningInput, catalog: HardwareCatalog, now: datetime) 
     ]
     if not candidates:
         return ()
+    stop = None if budget_s is None else time.perf_counter() + budget_s
     modes: dict[str, Sharing] = {}
     best = _waiting_penalty(inp, modes, catalog, now)
     useless: set[Hashable] = set()
     trials = 0
     for node in candidates:
         kind = _kind_of_node(node)
-        if best == 0 or trials >= MAX_TRIALS:
+        if best == 0 or trials >= MAX_TRIALS or (stop is not None and time.perf_counter() > stop):
             break
         if kind in useless:
             continue
