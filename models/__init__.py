@@ -18,6 +18,7 @@ from gpuplan.models.cluster import (
     check_mig_layout,
     mig_layout_problems,
     sharing_offers,
+    sharing_replicas,
 )
 from gpuplan.models.hardware import (
     LINK_CLASSES,
@@ -32,6 +33,7 @@ from gpuplan.models.plan import (
     Assignment,
     GpuUse,
     MigLayout,
+    NodeSharing,
     Plan,
     PlanStatus,
     SolverReport,
@@ -46,6 +48,7 @@ from gpuplan.models.policy import (
     ObjectiveWeights,
     Policy,
     Quota,
+    SharingPolicy,
     Tier,
 )
 from gpuplan.models.problem import PlanningInput, reference_errors
@@ -82,6 +85,7 @@ __all__ = [
     "MigConfig",
     "MigInstance",
     "MigLayout",
+    "NodeSharing",
     "MigPlacement",
     "MigPolicy",
     "MigProfile",
@@ -97,6 +101,7 @@ __all__ = [
     "ReferenceTopology",
     "Shape",
     "Sharing",
+    "SharingPolicy",
     "SolverReport",
     "Strict",
     "Tier",
@@ -113,4 +118,5 @@ __all__ = [
     "mig_layout_problems",
     "reference_errors",
     "sharing_offers",
+    "sharing_replicas",
 ]

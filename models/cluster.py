@@ -153,7 +153,7 @@ class Link(Strict):
 
 
 #: The sharing mode of a node whose non-MIG GPUs the device plugin offers whole only.
-EXCLUSIVE = "exclusive"
+EXCLUSIVE: Literal["exclusive"] = "exclusive"
 
 
 class TimeSlicing(Strict):
@@ -195,6 +195,34 @@ def sharing_offers(sharing: Sharing | None, kind: str) -> bool:
     return True
 
 
+def sharing_replicas(sharing: Sharing | None) -> int | None:
+    """How many fractions one non-MIG GPU in mode ``sharing`` holds at most: the ``replicas`` shares
+    the device plugin offers per time-sliced GPU (one pod takes one share), ``None`` for no count limit.
+
+    The one home of the count: every back-end, the validator and the running-state check ask this.
+    """
+    return sharing.time_slicing.replicas if isinstance(sharing, TimeSliced) else None
+
+
+def sharing_text(sharing: Sharing | None) -> str:
+    """A mode in one word, as plan actions spell it: ``exclusive``, ``time-slicing:4`` or ``none``."""
+    if isinstance(sharing, TimeSliced):
+        return f"time-slicing:{sharing.time_slicing.replicas}"
+    return sharing or "none"
+
+
+def parse_sharing_text(text: str) -> Sharing | None:
+    """The mode :func:`sharing_text` spelled ``text`` (raises ``ValueError`` naming it otherwise)."""
+    if text == "none":
+        return None
+    if text == EXCLUSIVE:
+        return EXCLUSIVE
+    kind, _, replicas = text.partition(":")
+    if kind != "time-slicing" or not replicas.isdigit():
+        raise ValueError(f"'{text}' is not a sharing mode; use exclusive or time-slicing:N")
+    return TimeSliced.model_validate({"time-slicing": {"replicas": int(replicas)}})
+
+
 def describe_sharing(sharing: Sharing) -> str:
     """A sharing mode in words, e.g. ``time-slicing with 4 replicas (fractions only)``."""
     if isinstance(sharing, TimeSliced):
@@ -206,8 +234,8 @@ class Node(Strict):
     """A server: CPU, memory, GPUs and links, optionally filled from a reference topology.
 
     ``sharing`` is how the device plugin offers the non-MIG GPUs: ``exclusive`` (whole GPUs only) or
-    ``{time-slicing: {replicas: r}}`` (fractions only); absent, both may share the node as before. The
-    mode is fixed input: the planner does not change it.
+    ``{time-slicing: {replicas: r}}`` (fractions only); absent, both may share the node as before. A
+    plan may change the mode of a drained node (a ``set-sharing`` action, see :class:`NodeSharing`).
     """
 
     name: Name = Field(min_length=1)

@@ -8,7 +8,7 @@ from typing import Any
 from pydantic import Field
 
 from gpuplan.models.base import Strict
-from gpuplan.models.cluster import MigInstance
+from gpuplan.models.cluster import MigInstance, Sharing
 
 
 class PlanStatus(StrEnum):
@@ -141,9 +141,18 @@ class MigLayout(Strict):
     instances: tuple[MigInstance, ...]
 
 
+class NodeSharing(Strict):
+    """The sharing mode a plan gives a node (changed from the node's own by a ``set-sharing`` action)."""
+
+    node: str
+    sharing: Sharing
+
+
 #: Action kinds: stop a replica, move it (stop here, start there), destroy or create a MIG instance,
 #: start a replica that does not run yet.
 PREEMPT, MIGRATE, DESTROY, CREATE, START = "preempt", "migrate", "destroy-mig", "create-mig", "start"
+#: Action kind: change a drained node's sharing mode (``from`` and ``to`` as ``sharing_text`` spells them).
+SET_SHARING = "set-sharing"
 #: ``detail`` of a migration that only restarts a replica in place while its GPU is re-partitioned.
 DRAIN = "drain for MIG re-partition"
 
@@ -189,6 +198,7 @@ class Plan(Strict):
     assignments: tuple[Assignment, ...] = ()
     unplaced: tuple[Unplaced, ...] = ()
     mig_layouts: tuple[MigLayout, ...] = ()
+    sharing: tuple[NodeSharing, ...] = ()
     actions: tuple[Action, ...] = ()
     explanations: tuple[Explanation, ...] = ()
     metrics: dict[str, float] = Field(default_factory=dict)

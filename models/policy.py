@@ -93,6 +93,16 @@ class MigPolicy(Strict):
     repartition_cost: int = Field(default=10, ge=0)
 
 
+class SharingPolicy(Strict):
+    """Whether gpuplan may change a drained node's sharing mode for waiting demand, what a change costs
+    (in the disruption term, as a MIG re-partition) and the replicas a node switched to time-slicing
+    gets."""
+
+    allow_change: bool = True
+    change_cost: int = Field(default=10, ge=0)
+    replicas: int = Field(default=4, ge=1, le=1000)
+
+
 class ObjectiveMode(StrEnum):
     """Lexicographic (default) or weighted combination of the objective terms."""
 
@@ -118,6 +128,7 @@ class Policy(Strict):
     isolation: tuple[IsolationRule, ...] = ()
     disruption: DisruptionBudget = Field(default_factory=DisruptionBudget)
     mig: MigPolicy = Field(default_factory=MigPolicy)
+    sharing: SharingPolicy = Field(default_factory=SharingPolicy)
     objective: ObjectiveMode = ObjectiveMode.LEXICOGRAPHIC
     weights: ObjectiveWeights = Field(default_factory=ObjectiveWeights)
 

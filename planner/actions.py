@@ -1,12 +1,14 @@
 """The steps from the current state to a plan, ordered and grouped into rounds under the disruption budget.
 
 Kinds: ``preempt`` (stop), ``migrate`` (stop here, start there; ``from`` equal to ``to`` is a restart
-that drains a GPU for a MIG re-partition), ``destroy-mig`` (the GPU must be drained), ``create-mig``
-and ``start`` (the kind constants live beside ``Action`` in ``models.plan`` and are re-exported here,
-where the executor imports them). Inside a round the phases run in that order: stops, MIG destroys,
-MIG creates, starts (including the second half of each migration). :func:`schedule_rounds` replays
-every round on an :class:`~planner.occupancy.Occupancy`, so no intermediate state over-commits a GPU,
-a MIG instance or a node, and each round stays within the moves and preemptions the policy allows.
+that drains a GPU for a MIG re-partition), ``destroy-mig`` (the GPU must be drained), ``create-mig``,
+``set-sharing`` (a node's sharing mode; its non-MIG GPUs must be drained when the round starts) and
+``start`` (the kind constants live beside ``Action`` in ``models.plan`` and are re-exported here,
+where the executor imports them). Inside a round the phases run in that order: stops, MIG destroys and
+sharing changes, MIG creates, starts (including the second half of each migration).
+:func:`schedule_rounds` replays every round on an :class:`~planner.occupancy.Occupancy`, so no
+intermediate state over-commits a GPU, a MIG instance or a node, and each round stays within the moves
+and preemptions the policy allows.
 """
 
 from __future__ import annotations
@@ -18,15 +20,16 @@ from dataclasses import dataclass
 from datetime import datetime
 from math import inf
 
-from gpuplan.models.cluster import Cluster
+from gpuplan.models.cluster import Cluster, parse_sharing_text, sharing_text
 from gpuplan.models.hardware import HardwareCatalog
 from gpuplan.models.plan import CREATE as CREATE
 from gpuplan.models.plan import DESTROY as DESTROY
 from gpuplan.models.plan import DRAIN as DRAIN
 from gpuplan.models.plan import MIGRATE as MIGRATE
 from gpuplan.models.plan import PREEMPT as PREEMPT
+from gpuplan.models.plan import SET_SHARING as SET_SHARING
 from gpuplan.models.plan import START as START
-from gpuplan.models.plan import Action, Assignment, GpuUse, MigLayout
+from gpuplan.models.plan import Action, Assignment, GpuUse, MigLayout, NodeSharing
 from gpuplan.models.policy import Policy
 from gpuplan.models.problem import PlanningInput
 from gpuplan.models.workload import Workload
@@ -35,7 +38,7 @@ from gpuplan.planner.occupancy import Key, Occupancy, OverCommitError, holding
 log = logging.getLogger(__name__)
 
 #: Phase of each kind inside a round (a migration also starts in the last phase).
-PHASE = {PREEMPT: 0, MIGRATE: 0, DESTROY: 1, CREATE: 2, START: 3}
+PHASE = {PREEMPT: 0, MIGRATE: 0, DESTROY: 1, SET_SHARING: 1, CREATE: 2, START: 3}
 
 
 def where(node: str, gpus: Sequence[GpuUse]) -> str:
@@ -72,10 +75,34 @@ def mig_actions(cluster: Cluster, layouts: tuple[MigLayout, ...]) -> list[Action
     return destroy + create
 
 
+def sharing_actions(cluster: Cluster, modes: Sequence[NodeSharing]) -> list[Action]:
+    """One ``set-sharing`` per node whose mode ``modes`` changes."""
+    out = []
+    for m in modes:
+        now = cluster.node_by_name[m.node].sharing
+        if now != m.sharing:
+            out.append(
+                Action(kind=SET_SHARING, node=m.node, from_=sharing_text(now), to=sharing_text(m.sharing))
+            )
+    return out
+
+
+def target_sharing(action: Action) -> NodeSharing:
+    """The node and mode a ``set-sharing`` action gives it."""
+    assert action.node is not None and action.to is not None
+    mode = parse_sharing_text(action.to)
+    assert mode is not None
+    return NodeSharing(node=action.node, sharing=mode)
+
+
 def ordered_actions(
-    inp: PlanningInput, assignments: tuple[Assignment, ...], layouts: tuple[MigLayout, ...]
+    inp: PlanningInput,
+    assignments: tuple[Assignment, ...],
+    layouts: tuple[MigLayout, ...],
+    sharing: Sequence[NodeSharing] = (),
 ) -> list[Action]:
-    """Preemptions, migrations and drains, then MIG destroys and creates, then starts (all round 1)."""
+    """Preemptions, migrations and drains, then sharing changes, MIG destroys and creates, then starts
+    (all round 1)."""
     target = {(a.workload, a.replica): a for a in assignments}
     repartitioned = {(a.node, a.gpu) for a in mig_actions(inp.cluster, layouts) if a.kind == DESTROY}
     stops: list[Action] = []
@@ -99,7 +126,7 @@ def ordered_actions(
             starts.append(
                 Action(kind=START, workload=a.workload, replica=a.replica, to=where(a.node, a.gpus))
             )
-    return stops + mig_actions(inp.cluster, layouts) + starts
+    return stops + sharing_actions(inp.cluster, sharing) + mig_actions(inp.cluster, layouts) + starts
 
 
 @dataclass(frozen=True)
@@ -179,6 +206,8 @@ def apply_round(occ: Occupancy, actions: Sequence[Action], targets: Mapping[Key,
         elif a.kind == CREATE:
             assert a.node is not None and a.gpu is not None
             occ.create(a.node, a.gpu, instance(a))
+        elif a.kind == SET_SHARING:
+            occ.set_sharing(target_sharing(a))
     for a in actions:
         if a.kind in (MIGRATE, START):
             occ.start(_key(a), holding(targets[_key(a)]))
@@ -191,13 +220,21 @@ def _one_round(
     starts: list[Action],
     targets: Mapping[Key, Assignment],
 ) -> tuple[Occupancy, list[Action]]:
-    """The largest round (stops given) whose steps all apply; the state after it and its actions."""
+    """The largest round (stops given) whose steps all apply; the state after it and its actions. A
+    sharing change is taken when its node is drained at the start of the round (so that a round's
+    sharing changes may be applied before its evictions)."""
     while True:
         sim = occ.copy()
         for a in stops:
             sim.stop(_key(a))
         taken: list[Action] = []
         for a in migs:
+            if a.kind == SET_SHARING:
+                change = target_sharing(a)
+                if occ.set_sharing_problem(change.node) is None:
+                    sim.set_sharing(change)
+                    taken.append(a)
+                continue
             assert a.node is not None and a.gpu is not None
             if a.kind == DESTROY and sim.destroy_problem(a.node, a.gpu, instance(a)) is None:
                 sim.destroy(a.node, a.gpu, instance(a))
@@ -250,7 +287,7 @@ def schedule_rounds(
                 stops.append(a)
             else:
                 deferred.append((a, why))
-    migs = [a for a in actions if a.kind in (DESTROY, CREATE)]
+    migs = [a for a in actions if a.kind in (DESTROY, CREATE, SET_SHARING)]
     starts = [a for a in actions if a.kind == START]
     out: list[Action] = []
     min_run = policy.disruption.min_runtime_s
@@ -296,10 +333,12 @@ def plan_actions(
     catalog: HardwareCatalog,
     now: datetime | None = None,
     interval_s: float = 0.0,
+    *,
+    sharing: Sequence[NodeSharing] = (),
 ) -> tuple[Action, ...]:
     """The plan's actions, ordered and numbered by round (in one round, in order, if the current state
     itself over-commits and cannot be replayed)."""
-    actions = ordered_actions(inp, assignments, layouts)
+    actions = ordered_actions(inp, assignments, layouts, sharing)
     try:
         occ = Occupancy.of(inp.cluster, inp.workloads, catalog)
     except OverCommitError as exc:

@@ -41,7 +41,7 @@ from gpuplan.models.workload import GpuRef, Placement, Workload
 from gpuplan.planner.compile import compile_node, compile_problem
 from gpuplan.planner.deadline import Deadline, Phases
 from gpuplan.planner.io import describe, read_structured
-from gpuplan.planner.layouts import cluster_with_layouts
+from gpuplan.planner.layouts import cluster_after
 from gpuplan.planner.metrics import gpu_equivalents
 from gpuplan.planner.planning import inputs_digest, make_plan
 from gpuplan.planner.purchase import NO_SOLUTION, PurchaseSolution, TypeSpec, shape_fits, solve_purchase
@@ -186,7 +186,7 @@ def _held(inp: PlanningInput, plan: Plan, catalog: HardwareCatalog) -> tuple[Pla
     # A new input, not a model_copy: that would carry over the cached ``workload_by_id`` of ``inp``.
     held = PlanningInput.model_validate(
         {
-            "cluster": cluster_with_layouts(inp.cluster, plan.mig_layouts),
+            "cluster": cluster_after(inp.cluster, plan),
             "workloads": tuple(workloads),
             "policy": policy,
         },

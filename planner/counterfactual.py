@@ -28,7 +28,7 @@ from gpuplan.models.workload import Shape, TopologyNeed
 from gpuplan.planner.compile import compile_problem
 from gpuplan.planner.errors import InvalidPlanError
 from gpuplan.planner.explain_state import Key, PlanState
-from gpuplan.planner.layouts import cluster_with_layouts
+from gpuplan.planner.layouts import cluster_after
 from gpuplan.planner.validate import validate_plan
 from gpuplan.solvers.base import get_solver
 from gpuplan.solvers.placement.options import options
@@ -477,7 +477,7 @@ def apply_counterfactual(
     gone = {(c.workload, c.replica) for c in cf.changes if c.kind in ("preempt", "end")}
     templates = {c.node for c in cf.changes if c.kind == "add_node"}
     chosen = tuple(n for n in inp.cluster.nodes if nodes is None or n.name in nodes or n.name in templates)
-    cluster = cluster_with_layouts(Cluster(nodes=chosen), plan.mig_layouts).model_dump(mode="json")
+    cluster = cluster_after(Cluster(nodes=chosen), plan).model_dump(mode="json")
     for node in cluster["nodes"]:
         node.pop("topology", None)
         for change in cf.changes:

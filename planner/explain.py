@@ -36,6 +36,7 @@ from gpuplan.models.workload import TopologyNeed
 from gpuplan.planner import counterfactual as cfs
 from gpuplan.planner.counterfactual import Candidate, Target
 from gpuplan.planner.explain_state import Key, PlanState
+from gpuplan.planner.sharing import mode_notes
 from gpuplan.planner.timeline import RESERVED, duration_s
 from gpuplan.solvers.placement.options import describe, whole_groups
 from gpuplan.solvers.placement.state import NodeInfo
@@ -698,6 +699,13 @@ def explain_all(
                 log.info("budget spent: %d replicas without counterfactuals", len(targets) - i)
                 break
             out[i] = explainer.explain(t, r)
+    notes = mode_notes(st.after, catalog, (e.workload for e in out if e.alternative is None))
+    out = [
+        e.model_copy(update={"reason": f"{e.reason}; {notes[e.workload]}"})
+        if e.alternative is None and e.workload in notes
+        else e
+        for e in out
+    ]
     log.info("explained %d replicas in %.2f s", len(out), time.perf_counter() - start)
     return out
 

@@ -21,7 +21,7 @@ from gpuplan.models.hardware import HardwareCatalog
 from gpuplan.models.plan import Assignment, Plan, Unplaced
 from gpuplan.models.problem import PlanningInput
 from gpuplan.planner.compile import compile_problem
-from gpuplan.planner.layouts import cluster_with_layouts
+from gpuplan.planner.layouts import cluster_after
 from gpuplan.solvers.greedy import Fgd
 from gpuplan.solvers.placement import Placer
 from gpuplan.solvers.placement.options import Option, options
@@ -54,8 +54,9 @@ class PlanState:
         self.plan = plan
         self.catalog = catalog
         self.now = now
-        after = inp.model_copy(update={"cluster": cluster_with_layouts(inp.cluster, plan.mig_layouts)})
-        self.problem: PlacementProblem = compile_problem(after, catalog, now)
+        #: The input on the cluster the plan leaves (its MIG layouts and sharing modes).
+        self.after = inp.model_copy(update={"cluster": cluster_after(inp.cluster, plan)})
+        self.problem: PlacementProblem = compile_problem(self.after, catalog, now)
         self.requests: dict[Key, Request] = {q.key: q for q in self.problem.requests}
         self.was_running = {q.key for q in self.problem.requests if q.running is not None}
         self.queue_pos = {q.key: i for i, q in enumerate(self.problem.queue_order())}

@@ -1,4 +1,4 @@
-"""A plan's MIG layouts applied to a cluster: the cluster the plan leaves behind.
+"""A plan's MIG layouts and sharing modes applied to a cluster: the cluster the plan leaves behind.
 
 This is the one place the planner writes that rule on the models; the solvers keep its counterpart on
 their node specs (:func:`gpuplan.solvers.evaluate.with_layouts`).
@@ -12,7 +12,7 @@ from typing import Any, TypeVar
 from pydantic import BaseModel
 
 from gpuplan.models.cluster import Cluster, MigConfig
-from gpuplan.models.plan import MigLayout
+from gpuplan.models.plan import MigLayout, NodeSharing, Plan
 
 M = TypeVar("M", bound=BaseModel)
 
@@ -43,3 +43,19 @@ def cluster_with_layouts(cluster: Cluster, layouts: Iterable[MigLayout]) -> Clus
         for node in cluster.nodes
     )
     return _replaced(cluster, nodes=nodes)
+
+
+def cluster_with_sharing(cluster: Cluster, modes: Iterable[NodeSharing]) -> Cluster:
+    """``cluster`` with the sharing modes ``modes`` gives its nodes."""
+    target = {m.node: m.sharing for m in modes}
+    if not target:
+        return cluster
+    nodes = tuple(
+        _replaced(node, sharing=target[node.name]) if node.name in target else node for node in cluster.nodes
+    )
+    return _replaced(cluster, nodes=nodes)
+
+
+def cluster_after(cluster: Cluster, plan: Plan) -> Cluster:
+    """``cluster`` as ``plan`` leaves it: its MIG layouts and its nodes' sharing modes."""
+    return cluster_with_sharing(cluster_with_layouts(cluster, plan.mig_layouts), plan.sharing)

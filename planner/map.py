@@ -20,7 +20,7 @@ from dataclasses import dataclass
 from html import escape
 from typing import TYPE_CHECKING, Literal
 
-from gpuplan.planner.layouts import cluster_with_layouts
+from gpuplan.planner.layouts import cluster_after
 from gpuplan.planner.team_view import team_plan
 from gpuplan.planner.topology import nvlink_cliques
 
@@ -121,7 +121,7 @@ class _Map:
             who = self._who(a.workload, a.replica) if a in own else _Who(None)
             for g in a.gpus:
                 self.uses[(a.node, g.index)].append((who, g))
-        self.cluster = cluster_with_layouts(inp.cluster, plan.mig_layouts)
+        self.cluster = cluster_after(inp.cluster, plan)
         self.tiers = [t.name for t in inp.policy.tiers]
         named = [a.workload for a in shown.assignments] + [u.workload for u in shown.unplaced]
         self.teams = sorted({self._who(w).team for w in named})

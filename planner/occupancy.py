@@ -1,7 +1,8 @@
 """What each GPU and node holds right now, with the checks that keep a state from over-committing.
 
 Action ordering, the simulated cluster and the start-time timeline all move replicas on and off this
-one model, so the rules (whole GPUs are exclusive, fractions add up to 1000 milli, a MIG instance serves
+one model, so the rules (whole GPUs are exclusive, fractions add up to 1000 milli and to at most a
+time-sliced GPU's replicas, a MIG instance serves
 one replica and is destroyed only on a drained GPU, CPU and memory per node) live in one place.
 """
 
@@ -10,9 +11,17 @@ from __future__ import annotations
 from collections.abc import Iterable, Iterator, Sequence
 from dataclasses import dataclass, field
 
-from gpuplan.models.cluster import Cluster, MigInstance, mig_layout_problems
+from gpuplan.models.cluster import (
+    Cluster,
+    MigInstance,
+    Sharing,
+    describe_sharing,
+    mig_layout_problems,
+    sharing_offers,
+    sharing_replicas,
+)
 from gpuplan.models.hardware import HardwareCatalog
-from gpuplan.models.plan import Assignment, GpuUse
+from gpuplan.models.plan import Assignment, GpuUse, NodeSharing
 from gpuplan.models.workload import Workload
 
 #: A replica: (workload id, replica index).
@@ -52,11 +61,17 @@ def running_holdings(w: Workload) -> Iterator[tuple[Key, Holding]]:
 
 @dataclass
 class GpuState:
-    """Users of one GPU and its MIG layout (``None`` = MIG disabled)."""
+    """Users of one GPU, its MIG layout (``None`` = MIG disabled) and its node's sharing mode."""
 
     model: str
     mig: set[tuple[str, int]] | None
     users: dict[Key, GpuUse] = field(default_factory=dict)
+    sharing: Sharing | None = None
+
+    @property
+    def shares(self) -> int | None:
+        """How many fractions the GPU holds at most (time-slicing replicas; ``None``: no count limit)."""
+        return sharing_replicas(self.sharing)
 
 
 @dataclass
@@ -76,6 +91,7 @@ class Occupancy:
             (n.name, g.index): GpuState(
                 model=catalog.canonical(g.model),
                 mig=None if g.mig is None else {(i.profile, i.start) for i in g.mig.instances},
+                sharing=n.sharing,
             )
             for n in cluster.nodes
             for g in n.gpus
@@ -101,7 +117,7 @@ class Occupancy:
         return Occupancy(
             catalog=self.catalog,
             gpus={
-                k: GpuState(g.model, None if g.mig is None else set(g.mig), dict(g.users))
+                k: GpuState(g.model, None if g.mig is None else set(g.mig), dict(g.users), g.sharing)
                 for k, g in self.gpus.items()
             },
             capacity=self.capacity,
@@ -130,6 +146,8 @@ class Occupancy:
                     return f"MIG instance {inst[0]}@{inst[1]} on {hold.node}:{use.index} is busy"
             elif gpu.mig is not None:
                 return f"{hold.node}:{use.index} is in MIG mode"
+            elif gpu.sharing is not None and not sharing_offers(gpu.sharing, use.kind):
+                return f"{hold.node}:{use.index} is {describe_sharing(gpu.sharing)}"
             elif use.milli is None:
                 if others:
                     return f"{hold.node}:{use.index} is not free"
@@ -137,6 +155,11 @@ class Occupancy:
                 sum(u.milli or 0 for u in others) + use.milli > FULL_MILLI
             ):
                 return f"{hold.node}:{use.index} lacks {use.milli} milli-GPU"
+            elif gpu.shares is not None and sum(u.milli is not None for u in others) >= gpu.shares:
+                return (
+                    f"{hold.node}:{use.index} has no time-sliced share left "
+                    f"(its {gpu.shares} replicas are taken)"
+                )
             else:
                 short = self._memory_problem(key, hold, gpu, use.index)
                 if short is not None:
@@ -191,6 +214,22 @@ class Occupancy:
         for key in [g for g in self.gpus if g[0] == node]:
             del self.gpus[key]
         return lost
+
+    def set_sharing_problem(self, node: str) -> str | None:
+        """Why ``node``'s sharing mode cannot change now: its non-MIG GPUs must be drained."""
+        busy = [k for (n, _), g in self.gpus.items() if n == node and g.mig is None for k in g.users]
+        if busy:
+            return f"node '{node}' is not drained ({len(busy)} replica(s) still run on its non-MIG GPUs)"
+        return None
+
+    def set_sharing(self, change: NodeSharing) -> None:
+        """Give a drained node the sharing mode ``change`` names."""
+        why = self.set_sharing_problem(change.node)
+        if why is not None:
+            raise OverCommitError(why)
+        for (n, _), g in self.gpus.items():
+            if n == change.node:
+                g.sharing = change.sharing
 
     def destroy_problem(self, node: str, gpu: int, inst: tuple[str, int]) -> str | None:
         """Why instance ``inst`` cannot be destroyed now: a re-partition needs the whole GPU drained."""

@@ -5,6 +5,7 @@ from __future__ import annotations
 import hashlib
 import json
 import logging
+import time
 from datetime import UTC, datetime
 from functools import cache
 from importlib import metadata
@@ -12,15 +13,17 @@ from typing import Any
 
 from gpuplan.models.catalog import default_catalog
 from gpuplan.models.hardware import HardwareCatalog
-from gpuplan.models.plan import Plan, SolverReport
+from gpuplan.models.plan import NodeSharing, Plan, SolverReport
 from gpuplan.models.problem import PlanningInput
 from gpuplan.planner.actions import plan_actions
 from gpuplan.planner.compile import compile_problem
 from gpuplan.planner.deadline import MIN_SOLVE_S, Deadline
 from gpuplan.planner.errors import InvalidPlanError
 from gpuplan.planner.explain import explain_all, with_explanations
+from gpuplan.planner.layouts import cluster_with_sharing
 from gpuplan.planner.metrics import fragmentation, plan_metrics
 from gpuplan.planner.repair import without_idle_moves
+from gpuplan.planner.sharing import choose_sharing, used_changes
 from gpuplan.planner.timeline import previous_reservations, with_reservations
 from gpuplan.planner.validate import validate_plan
 from gpuplan.solvers.base import SolveResult, get_solver
@@ -32,6 +35,8 @@ log = logging.getLogger(__name__)
 #: Share of ``make_plan``'s time limit kept for the passes after the solve (predicted starts, repair,
 #: actions, metrics, validation).
 POST_SOLVE_SHARE = 0.1
+#: Largest share of the time limit the sharing-mode pre-pass may take (its trials stop after it).
+SHARING_SHARE = 0.1
 #: Largest share of the time limit the explanations of waiting replicas may take.
 EXPLAIN_SHARE = 0.25
 
@@ -62,8 +67,10 @@ def build_plan(
     result: SolveResult,
     catalog: HardwareCatalog,
     provenance: dict[str, Any],
+    sharing: tuple[NodeSharing, ...] = (),
 ) -> Plan:
-    """Assemble a Plan from a solver result and check it with the independent validator."""
+    """Assemble a Plan from a solver result (and the sharing modes it gives nodes) and check it with the
+    independent validator."""
     plan = Plan(
         status=result.status,
         solver=SolverReport(
@@ -79,9 +86,13 @@ def build_plan(
         assignments=result.assignments,
         unplaced=result.unplaced,
         mig_layouts=result.mig_layouts,
-        actions=plan_actions(inp, result.assignments, result.mig_layouts, catalog, _planned_at(provenance)),
+        sharing=sharing,
+        actions=plan_actions(
+            inp, result.assignments, result.mig_layouts, catalog, _planned_at(provenance), sharing=sharing
+        ),
         metrics={
             **plan_metrics(inp, result.assignments, catalog),
+            **({"sharing_changes": float(len(sharing))} if sharing else {}),
             **fragmentation(problem, result.assignments, result.mig_layouts),
         },
         provenance=provenance,
@@ -122,8 +133,17 @@ def make_plan(
     solve_s = max(MIN_SOLVE_S, time_limit_s * (1 - POST_SOLVE_SHARE) - explain_s)
     catalog = catalog or default_catalog()
     now = now or datetime.now(UTC)
+    # Drained nodes whose mode blocks waiting demand change mode first; the solvers see the new modes.
+    started = time.perf_counter()
+    changes = choose_sharing(inp, catalog, now, None if deterministic else SHARING_SHARE * time_limit_s)
+    if not deterministic:
+        # A deterministic solve keeps the share fixed by the limit alone; others give up what the pass took.
+        solve_s = max(MIN_SOLVE_S, solve_s - (time.perf_counter() - started))
+    planned = (
+        inp.model_copy(update={"cluster": cluster_with_sharing(inp.cluster, changes)}) if changes else inp
+    )
     problem = compile_problem(
-        inp,
+        planned,
         catalog,
         now,
         time_limit_s=solve_s,
@@ -138,8 +158,8 @@ def make_plan(
     reserved = previous_reservations(previous, inp) if previous is not None else None
     # The predicted-start pass gets what the solve left of the time kept for the passes after it.
     post = deadline.reserve(explain_s + POST_SOLVE_SHARE * time_limit_s / 2)
-    result = with_reservations(inp, problem, result, catalog, now, reserved, post)
-    result = without_idle_moves(inp, problem, result, catalog)
+    result = with_reservations(planned, problem, result, catalog, now, reserved, post)
+    result = without_idle_moves(planned, problem, result, catalog)
     # The report describes the plan returned, after every pass that changed it.
     result = reported(problem, result)
     provenance = {
@@ -155,7 +175,8 @@ def make_plan(
         "deterministic": deterministic,
         "now": now.isoformat(),
     }
-    plan = build_plan(inp, problem, result, catalog, provenance)
+    kept = used_changes(changes, inp, result.assignments, result.unplaced)
+    plan = build_plan(inp, problem, result, catalog, provenance, kept)
     # Every waiting replica gets its reason from the explainer, as ``gpuplan explain`` would give it.
     found = explain_all(
         inp,

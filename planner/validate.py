@@ -29,6 +29,7 @@ from gpuplan.models.cluster import (
     describe_sharing,
     mig_layout_problems,
     sharing_offers,
+    sharing_replicas,
 )
 from gpuplan.models.hardware import GpuModelSpec, HardwareCatalog
 from gpuplan.models.plan import DRAIN, MIGRATE, PREEMPT, Assignment, GpuUse, Plan
@@ -261,6 +262,7 @@ class _Checker:
         self._mig_policy()
         self._gpus()
         self._sharing()
+        self._sharing_changes()
         if self._checks("gpu-memory"):
             self._gpu_memory()
         if self._checks("gpu-models"):
@@ -570,11 +572,14 @@ class _Checker:
 
     def _sharing(self) -> None:
         """Rule 14: a node's non-MIG GPUs are used as its sharing mode offers them (the device plugin
-        serves one mode per node): whole on an exclusive node, as fractions on a time-sliced one."""
+        serves one mode per node): whole on an exclusive node, as fractions on a time-sliced one, and
+        there at most ``replicas`` fractions per GPU (one share each); in the mode the plan leaves the
+        node in."""
+        changed = {m.node: m.sharing for m in self.plan.sharing}
         for (node, index), entries in self.loads.items():
             p = entries[0][0]
             gpu = p.node.gpu_by_index[index]
-            mode = p.node.sharing
+            mode = changed.get(node, p.node.sharing)
             if mode is None or self._effective_layout((node, index), gpu) is not None:
                 continue
             for placed, use in entries:
@@ -586,6 +591,55 @@ class _Checker:
                     f"{placed.subject} uses {describe_use(use)} of node '{node}', whose sharing mode is "
                     f"{describe_sharing(mode)}.",
                 )
+            limit = sharing_replicas(mode)
+            fractions = sum(use.milli is not None for _, use in entries)
+            if limit is not None and fractions > limit:
+                self._add(
+                    "sharing-replicas",
+                    gpu_subject(node, index),
+                    f"GPU {index} of node '{node}' holds {fractions} fractions; time-slicing offers it as "
+                    f"{limit} replicas.",
+                )
+
+    def _sharing_changes(self) -> None:
+        """Rule 14b: a plan changes the sharing mode of existing nodes only, only when the policy allows
+        it (``sharing.allow_change``), and only of a node whose non-MIG GPUs the plan drains: every
+        replica running on them is moved or preempted."""
+        nodes = self.inp.cluster.node_by_name
+        target = {(a.workload, a.replica): a for a in self.plan.assignments}
+        for change in self.plan.sharing:
+            node = nodes.get(change.node)
+            if node is None:
+                self._add(
+                    "unknown-ref",
+                    f"node {change.node}",
+                    f"The plan changes the sharing mode of node '{change.node}', not in the cluster.",
+                )
+                continue
+            if change.sharing == node.sharing:
+                continue
+            what = f"The plan changes node '{node.name}' to {describe_sharing(change.sharing)}"
+            if not self.inp.policy.sharing.allow_change:
+                self._add(
+                    "sharing-change",
+                    f"node {node.name}",
+                    f"{what}, but the policy does not allow it (sharing.allow_change is false).",
+                )
+            plain = {g.index for g in node.gpus if g.mig is None}
+            for w in self.inp.workloads:
+                for r, place in enumerate(w.running_on):
+                    held = [g for g in place.gpus if place.node == node.name and g.index in plain]
+                    a = target.get((w.id, r))
+                    stays = (
+                        a is not None and a.node == place.node and _entries(a.gpus) == _entries(place.gpus)
+                    )
+                    if held and stays:
+                        self._add(
+                            "sharing-change",
+                            f"node {node.name}",
+                            f"{what}, but {replica_subject(w.id, r)} keeps running on "
+                            f"{_describe_uses(held)} there: the node must be drained first.",
+                        )
 
     def _gpu_memory(self) -> None:
         """Rule 15: GPU memory. The fractions sharing a non-MIG GPU hold at most the model's memory

@@ -8,7 +8,7 @@ from __future__ import annotations
 from collections.abc import Mapping
 from dataclasses import dataclass, field, replace
 
-from gpuplan.models.cluster import Sharing, sharing_offers
+from gpuplan.models.cluster import Sharing, sharing_offers, sharing_replicas
 from gpuplan.models.hardware import HardwareCatalog
 from gpuplan.models.plan import Assignment, GpuUse
 from gpuplan.models.policy import Policy
@@ -35,6 +35,11 @@ class GpuSlot:
         """Whether the sharing mode lets a shape of ``kind`` use the GPU: every back-end asks this, so
         a fraction never lands on an exclusive GPU nor a whole GPU on a time-sliced one."""
         return sharing_offers(self.sharing, kind)
+
+    @property
+    def shares(self) -> int | None:
+        """How many fractions the GPU holds at most (its time-slicing replicas), ``None``: no limit."""
+        return sharing_replicas(self.sharing)
 
 
 def memory_room(shape: ShapeSpec, free_mib: int) -> int:

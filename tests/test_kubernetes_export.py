@@ -460,3 +460,57 @@ def test_evictions_name_the_pods_of_imported_workloads() -> None:
         {"id": "train", "team": "ml", "gpus": 1, "replicas": 2}, context={"catalog": catalog}
     )
     assert kubernetes.running_pod(two, 1, "ml") == ("ml", "train-1")
+
+
+def test_a_sharing_change_exports_the_device_plugin_config_and_label_first(tmp_path: Path) -> None:
+    """A plan that switches the only free (exclusive) node to time-slicing for waiting notebooks: the
+    round's first step is the device plugin's ConfigMap and the ``nvidia.com/device-plugin.config``
+    labels (every node with a mode, in this first such step), then the notebooks' pods."""
+    gpus = [{"index": i, "model": "L40S-48GB"} for i in range(2)]
+    base = {"cpu_milli": 64000, "memory_mib": 262144, "gpus": gpus, "sharing": "exclusive"}
+    inp = PlanningInput(
+        cluster=Cluster.model_validate({"nodes": [{"name": "busy", **base}, {"name": "ex", **base}]}),
+        workloads=(
+            Workload.model_validate({"id": "job", "gpus": 2, "running_on": "busy:0,1"}),
+            Workload.model_validate({"id": "nb", "gpu_milli": 250, "replicas": 5}),
+        ),
+    )
+    plan = make_plan(inp, solver="cpsat", now=NOW, time_limit_s=5, deterministic=True)
+    assert validate_plan(plan, inp) == []
+    rounds = _exported(inp, plan, tmp_path)
+    _check_order_and_objects(inp, plan, rounds)
+    assert _check_schemas(rounds) > 0
+    assert [[d["kind"] for d in r] for r in rounds] == [
+        ["PriorityClass"],
+        ["ConfigMap", "Node", "Node"],
+        ["Pod"] * 5,
+    ]
+    config_map, *labels = rounds[1]
+    assert config_map["metadata"] == {"name": kubernetes.DEVICE_PLUGIN_CONFIGMAP, "namespace": "gpu-operator"}
+    configs = {k: yaml.safe_load(v) for k, v in config_map["data"].items()}
+    assert configs == {
+        "exclusive": {"version": "v1", "flags": {"migStrategy": "mixed"}},
+        "time-slicing-4": {
+            "version": "v1",
+            "flags": {"migStrategy": "mixed"},
+            "sharing": {
+                "timeSlicing": {
+                    "renameByDefault": True,
+                    "resources": [{"name": "nvidia.com/gpu", "replicas": 4}],
+                }
+            },
+        },
+    }
+    assert {d["metadata"]["name"]: d["metadata"]["labels"] for d in labels} == {
+        "busy": {"nvidia.com/device-plugin.config": "exclusive"},
+        "ex": {"nvidia.com/device-plugin.config": "time-slicing-4"},
+    }
+    assert (
+        "devicePlugin.config.name must be gpuplan-device-plugin-config"
+        in (tmp_path / "k8s" / "round-02.yaml").read_text()
+    )
+    pods = rounds[2]
+    assert {p["spec"]["nodeSelector"][kubernetes.HOSTNAME] for p in pods} == {"ex"}
+    assert all(
+        p["spec"]["containers"][0]["resources"]["limits"]["nvidia.com/gpu.shared"] == "1" for p in pods
+    )

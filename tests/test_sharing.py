@@ -14,7 +14,7 @@ from fastapi.testclient import TestClient
 
 from gpuplan.api import create_app
 from gpuplan.api.settings import Settings
-from gpuplan.models import Cluster, Node, Plan, PlanningInput, TimeSliced, Workload
+from gpuplan.models import Cluster, Node, Plan, PlanningInput, Policy, TimeSliced, Workload
 from gpuplan.planner.importers.kubernetes import read_state
 from gpuplan.planner.planning import make_plan
 from gpuplan.planner.validate import validate_plan
@@ -25,6 +25,7 @@ from tests._factories import assign, frac, mig, mig_gpu, node, plan, planning_in
 NOW = datetime(2026, 11, 30, 12, tzinfo=UTC)
 TIME_SLICED = {"time-slicing": {"replicas": 4}}
 L40S = [{"index": i, "model": "L40S-48GB"} for i in range(2)]
+FIXED_MODES = Policy.model_validate({"sharing": {"allow_change": False}})
 #: Every back-end; ``fleet`` is CP-SAT made to plan by target configurations (column generation).
 SOLVERS = ["first-fit", "best-fit", "greedy-fgd", "cpsat", "milp-highs", "milp-cbc", "fleet"]
 
@@ -44,8 +45,9 @@ def _mixed_demand() -> list[Workload]:
 
 
 def _mode_breaches(inp: PlanningInput, p: Plan) -> list[str]:
-    """Uses that break a node's mode, found without the validator or the solvers' rule."""
-    modes = {n.name: n.sharing for n in inp.cluster.nodes}
+    """Uses that break a node's mode (after the plan's mode changes), found without the validator or the
+    solvers' rule."""
+    modes = {n.name: n.sharing for n in inp.cluster.nodes} | {m.node: m.sharing for m in p.sharing}
     out = []
     for a in p.assignments:
         for g in a.gpus:
@@ -60,7 +62,9 @@ def _mode_breaches(inp: PlanningInput, p: Plan) -> list[str]:
 def test_every_solver_keeps_each_node_in_its_mode(solver: str, monkeypatch: pytest.MonkeyPatch) -> None:
     if solver == "fleet":
         monkeypatch.setattr(cpsat_solver, "MONOLITHIC_REPLICAS", 0)
-    inp = planning_input(_fleet(), _mixed_demand())
+    # Modes fixed: otherwise the plan would switch the idle time-sliced node to exclusive for the third
+    # whole GPU (tests/test_sharing_changes.py).
+    inp = planning_input(_fleet(), _mixed_demand(), FIXED_MODES)
     p = make_plan(inp, solver="cpsat" if solver == "fleet" else solver, now=NOW, time_limit_s=10)
     if solver == "fleet":
         assert p.solver.bound_source in ("configuration LP", "knapsack")
@@ -98,7 +102,7 @@ def test_mig_gpus_of_a_time_sliced_node_keep_serving_instances() -> None:
         Workload.model_validate({"id": "s", "gpu_milli": 300}),
         Workload.model_validate({"id": "w", "gpus": 1}),
     ]
-    inp = planning_input([n], work)
+    inp = planning_input([n], work, FIXED_MODES)
     p = make_plan(inp, solver="cpsat", now=NOW, time_limit_s=10)
     uses = {a.workload: a.gpus for a in p.assignments}
     assert uses["m"] == mig(1, "3g.40gb", 4) and uses["s"] == frac(0, 300)

@@ -5,7 +5,7 @@ work already running under a disruption budget."""
 from __future__ import annotations
 
 import itertools
-from collections import defaultdict
+from collections import Counter, defaultdict
 from dataclasses import dataclass, field
 from datetime import UTC, datetime, timedelta
 from typing import Any
@@ -31,7 +31,13 @@ H100_LAYOUTS: list[list[tuple[str, int]]] = [
 
 
 #: Sharing modes a drawn GPU node may have (``None``: no mode, whole GPUs and fractions both allowed).
-SHARING_MODES: list[Any] = [None, "exclusive", {"time-slicing": {"replicas": 4}}]
+SHARING_MODES: list[Any] = [
+    None,
+    "exclusive",
+    {"time-slicing": {"replicas": 4}},
+    {"time-slicing": {"replicas": 2}},
+    {"time-slicing": {"replicas": 1}},
+]
 
 
 @st.composite
@@ -155,18 +161,26 @@ def _plan_and_check(
     cluster: list[dict[str, Any]], demand: list[dict[str, Any]], policy: dict[str, Any], solver: str
 ) -> None:
     """Plan with ``solver`` (``make_plan`` validates the plan), count the replicas and check the sharing
-    modes without the validator: no fraction on an exclusive node, no whole GPU on a time-sliced one."""
+    modes without the validator: no fraction on an exclusive node, no whole GPU on a time-sliced one and
+    at most ``replicas`` fractions on each time-sliced GPU."""
     inp = PlanningInput.model_validate({"cluster": {"nodes": cluster}, "workloads": demand, "policy": policy})
     plan = make_plan(inp, solver=solver, now=NOW, time_limit_s=5)
     replicas = sum(w.replicas for w in inp.workloads)
     assert len(plan.assignments) + len(plan.unplaced) == replicas
+    # The modes the plan leaves the nodes in (it may change those of drained nodes).
     modes = {n["name"]: n.get("sharing") for n in cluster}
+    modes |= {m.node: m.model_dump(mode="json", by_alias=True)["sharing"] for m in plan.sharing}
     for a in plan.assignments:
         for g in a.gpus:
             if modes[a.node] == "exclusive":
                 assert g.milli is None, f"{a.workload} has a fraction of an exclusive GPU"
             elif modes[a.node] is not None:
                 assert g.milli is not None or g.mig_profile is not None, f"{a.workload} has a time-sliced GPU"
+    fractions = Counter((a.node, g.index) for a in plan.assignments for g in a.gpus if g.milli is not None)
+    for (name, index), count in fractions.items():
+        mode = modes[name]
+        if isinstance(mode, dict):
+            assert count <= mode["time-slicing"]["replicas"], f"{name}:{index} holds {count} fractions"
 
 
 @settings(max_examples=25, deadline=None, suppress_health_check=[HealthCheck.too_slow])
@@ -199,6 +213,7 @@ class _Gpu:
     whole: bool = False
     milli: int = 0
     memory: int = 0  # GPU memory (MiB) held by its fractions
+    fractions: int = 0
     used: set[tuple[str, int]] = field(default_factory=set)
     groups: set[tuple[str, str]] = field(default_factory=set)  # (team, tier) of its users
 
@@ -308,7 +323,8 @@ def _spots(state: _State, w: dict[str, Any]) -> list[tuple[_Node, str, list[tupl
             m = w.get("gpu_milli", 1)  # a memory-only ask runs as a 1 milli-GPU fraction
             mib = w.get("gpu_memory_mib", 0)
             for i, g in node.gpus.items() if node.sharing != "exclusive" else ():
-                fits = g.instances is None and not g.whole and g.milli + m <= 1000
+                shares = node.sharing["time-slicing"]["replicas"] if isinstance(node.sharing, dict) else 1000
+                fits = g.instances is None and not g.whole and g.milli + m <= 1000 and g.fractions < shares
                 fits = fits and g.memory + mib <= GPU_MEMORY[g.model]
                 if fits and state.may_share(g, team, tier) and state.within_quota(team, g.model, m / 1000):
                     out.append((node, f"{node.name}:{i}={m}", [(i, m)], m / 1000))
@@ -341,6 +357,7 @@ def _run(state: _State, w: dict[str, Any], spot: tuple[_Node, str, list[tuple[in
         elif isinstance(what, int):
             g.milli += what
             g.memory += w.get("gpu_memory_mib", 0)
+            g.fractions += 1
         else:
             g.used.add(what)
         state.count(w["team"], g.model, equivalents / len(taken))

@@ -114,7 +114,9 @@ def cmd_replan(args: argparse.Namespace) -> int:
     catalog = default_catalog()
     plan = plan.model_copy(
         update={
-            "actions": plan_actions(inp, plan.assignments, plan.mig_layouts, catalog, now),
+            "actions": plan_actions(
+                inp, plan.assignments, plan.mig_layouts, catalog, now, sharing=plan.sharing
+            ),
             "provenance": {
                 **plan.provenance,
                 "replan_rounds": args.rounds,

@@ -2,11 +2,17 @@
 
 **Order.** The plan numbers its actions by round (:mod:`planner.actions`: each round keeps the
 disruption budget and replays without over-committing anything) and runs a round in phases: stops, MIG
-destroys and creates, starts. The export keeps that order (a GPU is drained before it is
-re-partitioned, and a replica is stopped before it starts elsewhere) and splits each plan round into up
-to three steps, each finished before the next one is applied; each step is one file, ``round-01.yaml``,
-``round-02.yaml``, ...:
+destroys and sharing changes, MIG creates, starts. The export keeps that order (a GPU is drained before
+it is re-partitioned, and a replica is stopped before it starts elsewhere) and splits each plan round
+into up to four steps, each finished before the next one is applied; each step is one file,
+``round-01.yaml``, ``round-02.yaml``, ...:
 
+0. ``sharing``: the device plugin's configs as the ConfigMap :data:`DEVICE_PLUGIN_CONFIGMAP` in
+   :data:`MIG_NAMESPACE` (the GPU Operator's ClusterPolicy ``devicePlugin.config.name`` names it; one
+   config per mode: ``exclusive`` and ``time-slicing-<r>``, time-slicing with ``renameByDefault``) and,
+   per node whose mode the round changes (every node with a mode in the first such step), a minimal
+   Node with the ``nvidia.com/device-plugin.config`` label. A plan changes the mode of a node only when
+   its non-MIG GPUs are drained at the start of the round, so this step comes first;
 1. ``evict``: a ``policy/v1`` Eviction of each preempted, moved or drained replica's pod;
 2. ``mig``: the MIG manager's config as the ConfigMap :data:`MIG_CONFIGMAP` in :data:`MIG_NAMESPACE`
    (every node's config as it stands after the step) and, per node re-partitioned in the round (every
@@ -46,11 +52,22 @@ from typing import Any
 import yaml
 
 from gpuplan.models.base import InputError
-from gpuplan.models.cluster import MigInstance
-from gpuplan.models.plan import CREATE, DESTROY, MIGRATE, PREEMPT, START, Action, Assignment, MigLayout, Plan
+from gpuplan.models.cluster import MigInstance, Sharing, TimeSliced
+from gpuplan.models.plan import (
+    CREATE,
+    DESTROY,
+    MIGRATE,
+    PREEMPT,
+    SET_SHARING,
+    START,
+    Action,
+    Assignment,
+    MigLayout,
+    Plan,
+)
 from gpuplan.models.problem import PlanningInput
 from gpuplan.models.workload import Workload
-from gpuplan.planner.actions import PHASE, instance, ordered_actions, where
+from gpuplan.planner.actions import PHASE, instance, ordered_actions, target_sharing, where
 from gpuplan.planner.executor.migparted import config_document, config_name, node_configs
 
 GPU = "nvidia.com/gpu"
@@ -62,15 +79,24 @@ POD_GROUP_LABEL = "scheduling.x-k8s.io/pod-group"
 #: The MIG manager's config: the GPU Operator's ClusterPolicy ``migManager.config.name`` names it.
 MIG_CONFIGMAP = "gpuplan-mig-parted-config"
 MIG_NAMESPACE = "gpu-operator"
+#: The device plugin's configs: the GPU Operator's ClusterPolicy ``devicePlugin.config.name`` names it.
+DEVICE_PLUGIN_CONFIGMAP = "gpuplan-device-plugin-config"
+#: The node label that selects a node's device-plugin config (a key of the ConfigMap).
+DEVICE_PLUGIN_CONFIG_LABEL = "nvidia.com/device-plugin.config"
 #: PriorityClass value per unit of tier weight (latency-sensitive 10 -> 10000, standard 3 -> 3000, ...).
 PRIORITY_PER_WEIGHT = 1000
 #: The largest value a user-defined PriorityClass may have.
 MAX_PRIORITY = 1_000_000_000
 #: Step kinds: the PriorityClasses first, then inside each plan round in the order they are applied.
-SETUP, EVICT, MIG, STARTS = "setup", "evict", "mig", "start"
+SETUP, SHARING, EVICT, MIG, STARTS = "setup", "sharing", "evict", "mig", "start"
 #: What to do after applying a step of each kind, written at the top of its file.
 AFTER = {
     SETUP: "kubectl apply -f",
+    SHARING: (
+        f"kubectl apply -f (the ClusterPolicy's devicePlugin.config.name must be {DEVICE_PLUGIN_CONFIGMAP}); "
+        "wait until each node listed offers nvidia.com/gpu.shared (time-slicing) "
+        "or nvidia.com/gpu (exclusive)"
+    ),
     EVICT: "post each Eviction to its pod's eviction subresource; wait until those pods are gone",
     MIG: f"kubectl apply -f; wait until each node listed has label {MIG_CONFIG_LABEL}.state=success",
     STARTS: "kubectl apply -f; wait until the pods run",
@@ -257,6 +283,54 @@ def mig_objects(
     return [config_map, *labels]
 
 
+def device_plugin_config_name(sharing: Sharing) -> str:
+    """The device-plugin config of a mode: ``exclusive`` or ``time-slicing-<replicas>``."""
+    if isinstance(sharing, TimeSliced):
+        return f"time-slicing-{sharing.time_slicing.replicas}"
+    return "exclusive"
+
+
+def device_plugin_config(sharing: Sharing) -> dict[str, Any]:
+    """The device plugin's config file for a mode (MIG GPUs keep the ``mixed`` strategy the pods' MIG
+    resources use; time-sliced GPUs are renamed ``nvidia.com/gpu.shared``, as the pods ask)."""
+    config: dict[str, Any] = {"version": "v1", "flags": {"migStrategy": "mixed"}}
+    if isinstance(sharing, TimeSliced):
+        config["sharing"] = {
+            "timeSlicing": {
+                "renameByDefault": True,
+                "resources": [{"name": GPU, "replicas": sharing.time_slicing.replicas}],
+            }
+        }
+    return config
+
+
+def sharing_objects(modes: Mapping[str, Sharing], nodes: Sequence[str]) -> list[dict[str, Any]]:
+    """The device plugin's ConfigMap with the config of every mode in ``modes`` (by node) and a label
+    patch per node of ``nodes`` selecting its config."""
+    configs = {device_plugin_config_name(m): m for m in modes.values()}
+    config_map = {
+        "apiVersion": "v1",
+        "kind": "ConfigMap",
+        "metadata": {"name": DEVICE_PLUGIN_CONFIGMAP, "namespace": MIG_NAMESPACE},
+        "data": {
+            name: yaml.safe_dump(device_plugin_config(m), sort_keys=False)
+            for name, m in sorted(configs.items())
+        },
+    }
+    labels = [
+        {
+            "apiVersion": "v1",
+            "kind": "Node",
+            "metadata": {
+                "name": n,
+                "labels": {DEVICE_PLUGIN_CONFIG_LABEL: device_plugin_config_name(modes[n])},
+            },
+        }
+        for n in nodes
+    ]
+    return [config_map, *labels]
+
+
 @dataclass(frozen=True)
 class Step:
     """One file of the export: the objects of one step (``kind``) of plan round ``plan_round``."""
@@ -285,7 +359,7 @@ def plan_digest(plan: Plan) -> str:
 def steps(plan: Plan, inp: PlanningInput, images: Images, namespace: str = "default") -> list[Step]:
     """The plan as steps (see the module docstring); raises :class:`InputError` when a pod has no image
     or an object would break the API's rules (a node name Kubernetes does not allow)."""
-    actions = list(plan.actions) or ordered_actions(inp, plan.assignments, plan.mig_layouts)
+    actions = list(plan.actions) or ordered_actions(inp, plan.assignments, plan.mig_layouts, plan.sharing)
     target = {(a.workload, a.replica): a for a in plan.assignments}
     started = [a for a in actions if a.kind in (MIGRATE, START)]
     images.require(dict.fromkeys(a.workload or "" for a in started))
@@ -299,6 +373,7 @@ def steps(plan: Plan, inp: PlanningInput, images: Images, namespace: str = "defa
         for g in n.gpus
         if g.mig is not None
     }
+    modes = {n.name: n.sharing for n in inp.cluster.nodes if n.sharing is not None}
     out: list[Step] = []
     gangs_done: set[str] = set()
     for rnd in sorted({a.round for a in actions}):
@@ -306,7 +381,12 @@ def steps(plan: Plan, inp: PlanningInput, images: Images, namespace: str = "defa
         stops = [a for a in here if a.kind in (PREEMPT, MIGRATE)]
         evictions = [eviction(a, inp.workload_by_id[a.workload or ""], namespace) for a in stops]
         repartitioned: list[str] = []
+        switched: list[str] = []
         for a in here:
+            if a.kind == SET_SHARING:
+                target_mode = target_sharing(a)
+                modes[target_mode.node] = target_mode.sharing
+                switched.append(target_mode.node)
             if a.kind in (DESTROY, CREATE):
                 assert a.node is not None and a.gpu is not None
                 now = mig_state.get((a.node, a.gpu), frozenset())
@@ -329,7 +409,10 @@ def steps(plan: Plan, inp: PlanningInput, images: Images, namespace: str = "defa
         # (the MIG manager does nothing on a node whose layout is already the one selected).
         first_mig = not any(s.kind == MIG for s in out)
         mig = mig_objects(inp, mig_state, None if first_mig else repartitioned) if repartitioned else []
-        for kind, objs in ((EVICT, evictions), (MIG, mig), (STARTS, pods)):
+        # Likewise the first sharing step labels every node with a mode.
+        first_sharing = not any(s.kind == SHARING for s in out)
+        sharing = sharing_objects(modes, sorted(modes) if first_sharing else switched) if switched else []
+        for kind, objs in ((SHARING, sharing), (EVICT, evictions), (MIG, mig), (STARTS, pods)):
             if objs:
                 out.append(Step(rnd, kind, tuple(objs)))
     tiers = sorted({inp.workload_by_id[a.workload or ""].tier for a in started})

@@ -253,7 +253,7 @@ class Executor:
         }
         sched = schedule_rounds(
             occ,
-            ordered_actions(state.inp, plan.assignments, plan.mig_layouts),
+            ordered_actions(state.inp, plan.assignments, plan.mig_layouts, plan.sharing),
             targets,
             state.inp.workload_by_id,
             self.policy,

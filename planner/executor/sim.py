@@ -11,7 +11,17 @@ from datetime import datetime, timedelta
 from gpuplan.models.cluster import Cluster, Node
 from gpuplan.models.hardware import HardwareCatalog
 from gpuplan.models.plan import Action, Assignment
-from gpuplan.planner.actions import CREATE, DESTROY, MIGRATE, PHASE, PREEMPT, START, instance
+from gpuplan.planner.actions import (
+    CREATE,
+    DESTROY,
+    MIGRATE,
+    PHASE,
+    PREEMPT,
+    SET_SHARING,
+    START,
+    instance,
+    target_sharing,
+)
 from gpuplan.planner.executor.backend import Observation, Outcome
 from gpuplan.planner.occupancy import Key, Occupancy, OverCommitError, holding
 
@@ -151,7 +161,7 @@ class SimCluster:
         return out
 
     def _step(self, a: Action, stopped: set[Key]) -> Outcome:
-        """One stop, MIG destroy or MIG create."""
+        """One stop, MIG destroy, MIG create or sharing-mode change."""
         try:
             if a.kind in (PREEMPT, MIGRATE):
                 key = _key(a)
@@ -170,6 +180,12 @@ class SimCluster:
                 self.occ.create(a.node, a.gpu, instance(a))
                 prof, start = instance(a)
                 self.ready[(a.node, a.gpu, prof, start)] = self.now + timedelta(seconds=self.repartition_s)
+            elif a.kind == SET_SHARING:
+                change = target_sharing(a)
+                self.occ.set_sharing(change)
+                self.nodes[change.node] = self.nodes[change.node].model_copy(
+                    update={"sharing": change.sharing}
+                )
         except OverCommitError as exc:
             return Outcome(a, False, str(exc))
         return Outcome(a, True)

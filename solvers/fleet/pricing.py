@@ -8,7 +8,8 @@ counts replicas per class, never one variable per replica:
   chooses how many GPUs take each fill, how many are given whole, and which classes use the slots.
   This is the Gilmore-Gomory view of the GPUs inside one node, exact and with a tight relaxation.
 - Other nodes get one count per class and GPU: whole GPUs by topology group, fractions within each
-  GPU's free milli and free GPU memory (fractions that ask for GPU memory always take this form).
+  GPU's free milli, free GPU memory (fractions that ask for GPU memory always take this form) and, on
+  a time-sliced GPU, within its shares left (always GPU by GPU).
 - MIG GPUs count instances by profile within free memory and compute slices and the instances they
   already have, ignoring start positions.
 
@@ -30,7 +31,7 @@ from ortools.sat.python import cp_model
 
 from gpuplan.solvers.fleet.classes import NodeClass, RequestClass
 from gpuplan.solvers.placement.options import gpu_ok
-from gpuplan.solvers.placement.state import MILLI
+from gpuplan.solvers.placement.state import MILLI, has_share
 from gpuplan.solvers.problem import ShapeSpec, memory_room
 
 log = logging.getLogger(__name__)
@@ -132,10 +133,12 @@ class _Model:
                 if shape.cpu_milli <= state.cpu and shape.memory_mib <= state.mem:
                     items.append((cls, k, shape, round(SCALE * r)))
         sizes = tuple(sorted({s.milli for _, _, s, _ in items if s.kind == "fraction"}))
-        # Fills need interchangeable GPUs, fractions limited by milli-GPU alone (fills do not count GPU
-        # memory) and a manageable number of fills per free capacity.
+        # Fills need interchangeable GPUs without share counts (time-sliced GPUs are packed GPU by GPU),
+        # fractions limited by milli-GPU alone (fills do not count GPU memory) and a manageable number of
+        # fills per free capacity.
         grouped = (
             info.symmetric
+            and state.shares is None
             and not _asks_gpu_memory(items)
             and all(
                 state.free[p] < min(sizes, default=MILLI + 1)
@@ -213,6 +216,7 @@ class _Model:
                 for p in self.plain
                 if state.free[p] >= shape.milli
                 and memory_room(shape, state.gmem[p]) > 0
+                and has_share(state, p)
                 and gpu_ok(self.nc.info, p, shape)
             ]
             if not gpus:
@@ -283,6 +287,18 @@ class _Model:
             loads.setdefault(p, []).append(size * n)
         for p, load in loads.items():
             m.add(sum(load) <= (state.free[p] * (1 - given[p]) if p in given else state.free[p]))
+        self._shares()
+
+    def _shares(self) -> None:
+        """A time-sliced GPU takes at most as many fractions as it has shares left."""
+        shares = self.nc.state.shares
+        if shares is None:
+            return
+        counts: dict[int, list[cp_model.IntVar]] = {}
+        for _, p, n in self.fractions:
+            counts.setdefault(p, []).append(n)
+        for p, ns in counts.items():
+            self.m.add(sum(ns) <= shares[p])
 
     def _gpu_memory(self) -> None:
         """GPU by GPU: the fractions asking for GPU memory hold at most the GPU's free memory."""

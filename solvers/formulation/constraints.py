@@ -93,6 +93,30 @@ def gpu_memory(problem: PlacementProblem, v: Variables) -> None:
             m.add(m.sum([mib * var for mib, var in terms]) <= free)
 
 
+def shares(problem: PlacementProblem, v: Variables) -> None:
+    """A time-sliced GPU takes at most its ``replicas`` fractions (the device plugin's shares), those of
+    fixed running work included."""
+    m = v.model
+    for (n, p), uses in _gpu_uses(v).items():
+        limit = problem.nodes[n].gpus[p].shares
+        if limit is None:
+            continue
+        fixed = sum(
+            1 for r in v.baseline.users.get((n, p), []) if _running_kind(problem.requests[r]) == "fraction"
+        )
+        fractions = [
+            var for cand, _, var in uses if problem.requests[cand.req].shapes[cand.alt].kind == "fraction"
+        ]
+        if fixed + len(fractions) > limit:
+            m.add(m.sum(fractions) <= max(0, limit - fixed))
+
+
+def _running_kind(req: Request) -> str:
+    """The kind of shape a running replica runs with."""
+    assert req.running is not None
+    return req.shapes[req.running.alternative].kind
+
+
 def mig(v: Variables) -> None:
     """Instances at valid starts only, no shared memory slice, compute and instance-count limits;
     each instance serves at most one replica, exists if it serves one, and a new one only if it does."""
@@ -328,6 +352,7 @@ def add_all(problem: PlacementProblem, v: Variables) -> None:
     gpu_links(problem, v)
     capacity(problem, v)
     gpu_memory(problem, v)
+    shares(problem, v)
     mig(v)
     gangs(problem, v)
     isolation(problem, v)

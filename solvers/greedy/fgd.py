@@ -41,11 +41,12 @@ class FgdScorer:
         """Best quantised fragmentation decrease over the options, first option on ties."""
         before = self.fragmentation(info, state)
         best, best_i = -1, 0
-        seen: set[tuple[int, int]] = set()
+        seen: set[tuple[int, int, int]] = set()
         for i, o in enumerate(opts):
             if info.symmetric and o.kind == "fraction":
-                # Interchangeable GPUs with the same free amounts give the same state.
-                free = (state.free[o.gpus[0]], state.gmem[o.gpus[0]])
+                # Interchangeable GPUs with the same free amounts (and shares) give the same state.
+                p = o.gpus[0]
+                free = (state.free[p], state.gmem[p], 0 if state.shares is None else state.shares[p])
                 if free in seen:
                     continue
                 seen.add(free)

@@ -21,7 +21,7 @@ from fractions import Fraction
 
 from gpuplan.models.workload import TopologyNeed
 from gpuplan.solvers.placement.options import gpu_ok, mig_starts, whole_groups
-from gpuplan.solvers.placement.state import MILLI, NodeInfo, NodeState, frag_key, slice_milli
+from gpuplan.solvers.placement.state import MILLI, NodeInfo, NodeState, frag_key, has_share, slice_milli
 from gpuplan.solvers.problem import Request, ShapeSpec, memory_room
 
 #: Share of the demand the target mix covers (the simulator's ``podPopularityThreshold`` of 95%).
@@ -119,7 +119,7 @@ class Fragmentation:
         free = sum(state.free)
         if free == 0:
             return 0.0
-        if info.symmetric and _memory_untouched(info, state):
+        if info.symmetric and state.shares is None and _memory_untouched(info, state):
             return free * self.total_weight - self._usable_symmetric(info, state)
         relevant = self._targets_for(info)
         # ``usable`` depends on a target's CPU only through the node's free CPU, so it is computed once
@@ -217,6 +217,7 @@ def usable(info: NodeInfo, state: NodeState, shape: ShapeSpec) -> int:
             if f >= shape.milli
             and state.mig[p] is None
             and memory_room(shape, state.gmem[p]) > 0
+            and has_share(state, p)
             and gpu_ok(info, p, shape)
         )
     assert shape.mig_profile is not None

@@ -15,8 +15,10 @@ from gpuplan.solvers.placement.state import (
     NodeInfo,
     NodeState,
     conflicts,
+    has_share,
     mig_free,
     slice_milli,
+    with_share,
     with_tags,
 )
 from gpuplan.solvers.problem import ShapeSpec, memory_room
@@ -143,6 +145,7 @@ def _fractions(info: NodeInfo, state: NodeState, shape: ShapeSpec, tags: tuple[s
         if f >= shape.milli
         and state.mig[p] is None
         and memory_room(shape, state.gmem[p]) > 0
+        and has_share(state, p)
         and gpu_ok(info, p, shape)
         and not conflicts(state, p, tags)
     ]
@@ -230,6 +233,7 @@ def apply(
     gmem = state.gmem
     mig = state.mig
     gpu_tags = state.tags
+    shares = state.shares
     if option.kind == "whole":
         for p in option.gpus:
             free[p] = 0
@@ -237,6 +241,7 @@ def apply(
         free[option.gpus[0]] -= option.milli
         gmem = _hold_memory(gmem, option.gpus[0], shape.gpu_memory_mib)
         gpu_tags = with_tags(state.tags, option.gpus[0], tags)
+        shares = with_share(shares, option.gpus[0])
     elif option.kind == "mig":
         p = option.gpus[0]
         slots = state.mig[p]
@@ -246,7 +251,7 @@ def apply(
         mig = (*mig[:p], new, *mig[p + 1 :])
         gpu_tags = with_tags(state.tags, p, tags)
     return NodeState(
-        state.cpu - shape.cpu_milli, state.mem - shape.memory_mib, tuple(free), mig, gpu_tags, gmem
+        state.cpu - shape.cpu_milli, state.mem - shape.memory_mib, tuple(free), mig, gpu_tags, gmem, shares
     )
 
 
@@ -287,6 +292,7 @@ def keep(
     gmem = state.gmem
     mig = list(state.mig)
     gpu_tags = state.tags
+    shares = state.shares
     for use in gpus:
         p = info.position_of[use.index]
         if use.milli is not None or use.mig_profile is not None:
@@ -309,6 +315,13 @@ def keep(
         free[p] = max(0, free[p] - take)
         if use.milli is not None:
             gmem = _hold_memory(gmem, p, min(gmem[p], shape.gpu_memory_mib))
+            shares = with_share(shares, p)
     return NodeState(
-        state.cpu - shape.cpu_milli, state.mem - shape.memory_mib, tuple(free), tuple(mig), gpu_tags, gmem
+        state.cpu - shape.cpu_milli,
+        state.mem - shape.memory_mib,
+        tuple(free),
+        tuple(mig),
+        gpu_tags,
+        gmem,
+        shares,
     )

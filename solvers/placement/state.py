@@ -44,7 +44,9 @@ class NodeState:
     slices not held by occupied instances, in milli); ``mig[p]`` is ``None`` when MIG is disabled, else
     the GPU's instances sorted by start; ``tags[p]`` are the sharing tags of the replicas sharing the
     GPU (see :class:`solvers.greedy.rules.Demand`), ``None`` when no isolation rule needs them;
-    ``gmem[p]`` is the GPU memory (MiB) of the GPU at ``p`` that its fractions do not hold.
+    ``gmem[p]`` is the GPU memory (MiB) of the GPU at ``p`` that its fractions do not hold;
+    ``shares[p]`` are the fractions the GPU may still take (see :func:`initial_shares`), ``None`` when
+    no GPU of the node is time-sliced.
     """
 
     cpu: int
@@ -53,6 +55,7 @@ class NodeState:
     mig: tuple[tuple[MigSlot, ...] | None, ...]
     tags: tuple[tuple[str, ...], ...] | None = None
     gmem: tuple[int, ...] = ()
+    shares: tuple[int, ...] | None = None
 
 
 @dataclass(frozen=True, slots=True, eq=False)
@@ -81,6 +84,28 @@ class NodeInfo:
     def index(self, pos: int) -> int:
         """GPU index of the GPU at position ``pos``."""
         return self.spec.gpus[pos].index
+
+
+def initial_shares(spec: NodeSpec) -> tuple[int, ...] | None:
+    """Fractions each GPU of an idle node may take: its time-slicing replicas, :data:`MILLI` (no limit
+    beyond the milli capacity: a fraction takes at least 1 milli) for the others; ``None`` when no GPU
+    of the node has a limit."""
+    limits = [g.shares for g in spec.gpus]
+    if all(r is None for r in limits):
+        return None
+    return tuple(MILLI if r is None else r for r in limits)
+
+
+def has_share(state: NodeState, pos: int) -> bool:
+    """Whether the GPU at ``pos`` may take one more fraction (a time-sliced GPU has a share left)."""
+    return state.shares is None or state.shares[pos] > 0
+
+
+def with_share(shares: tuple[int, ...] | None, pos: int, taken: int = 1) -> tuple[int, ...] | None:
+    """Per-GPU ``shares`` with ``taken`` more held on the GPU at ``pos``."""
+    if shares is None:
+        return None
+    return (*shares[:pos], shares[pos] - taken, *shares[pos + 1 :])
 
 
 def slice_milli(model: GpuModelSpec, slices: int) -> int:
@@ -171,7 +196,15 @@ def initial_state(info: NodeInfo) -> NodeState:
         free.append(mig_free(model, slots))
     tags = tuple(() for _ in free) if info.tagged else None
     gmem = tuple(g.memory_mib for g in info.spec.gpus)
-    return NodeState(info.spec.cpu_milli, info.spec.memory_mib, tuple(free), tuple(migs), tags, gmem)
+    return NodeState(
+        info.spec.cpu_milli,
+        info.spec.memory_mib,
+        tuple(free),
+        tuple(migs),
+        tags,
+        gmem,
+        initial_shares(info.spec),
+    )
 
 
 def conflicts(state: NodeState, pos: int, tags: tuple[str, ...]) -> bool:
@@ -196,10 +229,12 @@ def gpu_key(info: NodeInfo, state: NodeState) -> Hashable:
     """The GPU part of a node's signature (sorted free amounts, milli-GPU and GPU memory, when the GPUs
     are interchangeable)."""
     if info.symmetric:
-        if state.tags is None:
+        if state.tags is None and state.shares is None:
             return tuple(sorted(zip(state.free, state.gmem, strict=True)))
-        return tuple(sorted(zip(state.free, state.gmem, state.tags, strict=True)))
-    return (state.free, state.gmem, state.mig, state.tags)
+        tags = state.tags or ((),) * len(state.free)
+        shares = state.shares or (0,) * len(state.free)
+        return tuple(sorted(zip(state.free, state.gmem, tags, shares, strict=True)))
+    return (state.free, state.gmem, state.mig, state.tags, state.shares)
 
 
 def frag_key(info: NodeInfo, state: NodeState) -> Hashable:

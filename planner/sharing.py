@@ -1,0 +1,214 @@
+"""Sharing-mode changes chosen from the waiting demand before the solve (issue 15 item 2).
+
+The device plugin serves one mode per node, so a fleet whose free nodes are all exclusive cannot start
+a waiting fraction however idle they are. Changing a node's mode is an action with a drain cost, like a
+MIG re-partition: it is only taken on a node whose non-MIG GPUs run nothing (its MIG GPUs keep their
+instances and work), costs ``policy.sharing.change_cost`` in the disruption term and is allowed unless
+``policy.sharing.allow_change`` is false.
+
+The choice is greedy, as the FGD greedy plans: with the current modes the greedy places the demand;
+then, one drained node at a time (one trial per kind of node: nodes alike in GPUs, CPU, memory, pool,
+labels and mode behave alike), the node's mode is flipped when the greedy then leaves less tier-weighted
+queue penalty waiting (in weighted mode: by more than the change costs). The solvers plan on the cluster
+with the chosen modes; :func:`used_changes` keeps only the changes the plan uses.
+"""
+
+from __future__ import annotations
+
+import logging
+import time
+from collections.abc import Hashable, Iterable, Sequence
+from datetime import datetime
+
+from gpuplan.models.cluster import EXCLUSIVE, Node, Sharing, TimeSliced, sharing_offers
+from gpuplan.models.hardware import HardwareCatalog
+from gpuplan.models.plan import Assignment, NodeSharing, Unplaced
+from gpuplan.models.policy import ObjectiveMode, Policy
+from gpuplan.models.problem import PlanningInput
+from gpuplan.planner.compile import compile_problem
+from gpuplan.planner.layouts import cluster_with_sharing
+from gpuplan.solvers.base import get_solver
+from gpuplan.solvers.formulation.objective import queue_penalty
+
+log = logging.getLogger(__name__)
+
+#: Greedy plans tried at most, so that large fleets with many kinds of drained node stay quick.
+MAX_TRIALS = 32
+#: Time limit of each greedy trial (the greedy finishes well within it on fleets of thousands of GPUs).
+TRIAL_LIMIT_S = 5.0
+
+
+def flipped(sharing: Sharing, policy: Policy) -> Sharing:
+    """The other mode: exclusive nodes go time-sliced with the policy's replicas, and back."""
+    if sharing == EXCLUSIVE:
+        return TimeSliced.model_validate({"time-slicing": {"replicas": policy.sharing.replicas}})
+    return EXCLUSIVE
+
+
+def drained(inp: PlanningInput) -> list[Node]:
+    """Nodes with a mode and non-MIG GPUs on which no running replica holds a non-MIG GPU."""
+    busy = {
+        (place.node, g.index)
+        for w in inp.workloads
+        for place in w.running_on
+        for g in place.gpus
+        if g.mig_profile is None
+    }
+    return [
+        n
+        for n in inp.cluster.nodes
+        if n.sharing is not None
+        and any(g.mig is None for g in n.gpus)
+        and not any((n.name, g.index) in busy for g in n.gpus)
+    ]
+
+
+def _kind_of_node(node: Node) -> Hashable:
+    """Nodes with equal keys gain or lose alike from a flip."""
+    return (
+        tuple((g.model, g.mig is None) for g in node.gpus),
+        node.cpu_milli,
+        node.memory_mib,
+        node.pool,
+        tuple(sorted(node.labels.items())),
+        repr(node.sharing),
+    )
+
+
+def _waiting_kinds(inp: PlanningInput) -> set[str]:
+    """The GPU kinds (``whole``, ``fraction``) of the alternatives of waiting replicas."""
+    return {s.kind for w in inp.workloads if w.replicas > len(w.running_on) for s in w.shapes}
+
+
+def _serves(sharing: Sharing, kinds: Iterable[str]) -> bool:
+    """Whether mode ``sharing`` offers some GPU kind of ``kinds`` (whole or fraction: one of each mode)."""
+    return any(sharing_offers(sharing, k) for k in kinds if k in ("whole", "fraction"))
+
+
+def _waiting_penalty(
+    inp: PlanningInput, modes: dict[str, Sharing], catalog: HardwareCatalog, now: datetime
+) -> int:
+    """Tier-weighted queue penalty the greedy leaves waiting with the nodes of ``modes`` in those modes."""
+    trial = inp.model_copy(update={"cluster": cluster_with_sharing(inp.cluster, _entries(modes))})
+    problem = compile_problem(trial, catalog, now, time_limit_s=TRIAL_LIMIT_S)
+    result = get_solver("greedy-fgd").solve(problem)
+    waiting = {(u.workload, u.replica) for u in result.unplaced}
+    return sum(queue_penalty(r, problem) for r in problem.requests if r.key in waiting)
+
+
+def _entries(modes: dict[str, Sharing]) -> tuple[NodeSharing, ...]:
+    return tuple(NodeSharing(node=n, sharing=s) for n, s in sorted(modes.items()))
+
+
+def _worth(policy: Policy, gain: int) -> bool:
+    """Whether placing ``gain`` more queue penalty pays for one mode change."""
+    if policy.objective is ObjectiveMode.WEIGHTED:
+        return policy.weights.queue * gain > policy.weights.disruption * policy.sharing.change_cost
+    return gain > 0
+
+
+def choose_sharing(
+    inp: PlanningInput, catalog: HardwareCatalog, now: datetime, budget_s: float | None = None
+) -> tuple[NodeSharing, ...]:
+    """The mode changes of drained nodes that let the greedy place more of the waiting demand; trials
+    stop after :data:`MAX_TRIALS` and, if given, ``budget_s`` seconds."""
+    if not inp.policy.sharing.allow_change:
+        return ()
+    wanted = _waiting_kinds(inp)
+    candidates = [
+        n for n in drained(inp) if n.sharing is not None and _serves(flipped(n.sharing, inp.policy), wanted)
+    ]
+    if not candidates:
+        return ()
+    stop = None if budget_s is None else time.perf_counter() + budget_s
+    modes: dict[str, Sharing] = {}
+    best = _waiting_penalty(inp, modes, catalog, now)
+    useless: set[Hashable] = set()
+    trials = 0
+    for node in candidates:
+        kind = _kind_of_node(node)
+        if best == 0 or trials >= MAX_TRIALS or (stop is not None and time.perf_counter() > stop):
+            break
+        if kind in useless:
+            continue
+        assert node.sharing is not None
+        trial = {**modes, node.name: flipped(node.sharing, inp.policy)}
+        penalty = _waiting_penalty(inp, trial, catalog, now)
+        trials += 1
+        if _worth(inp.policy, best - penalty):
+            modes, best = trial, penalty
+        else:
+            useless.add(kind)
+    if modes:
+        log.info("sharing mode changes for waiting demand: %s", ", ".join(sorted(modes)))
+    return _entries(modes)
+
+
+def used_changes(
+    changes: Sequence[NodeSharing],
+    inp: PlanningInput,
+    assignments: Iterable[Assignment],
+    waiting: Iterable[Unplaced] = (),
+) -> tuple[NodeSharing, ...]:
+    """The ``changes`` the plan uses: some replica takes (or a waiting one has reserved) a non-MIG GPU of
+    the node as only the new mode offers it; the others are dropped: the node stays as it is."""
+    uses = [(a.node, g) for a in assignments for g in a.gpus if g.mig_profile is None]
+    uses += [(u.reserved_node, g) for u in waiting if u.reserved_node for g in u.reserved_gpus]
+    kept = []
+    for change in changes:
+        node = inp.cluster.node_by_name[change.node]
+        plain = {g.index for g in node.gpus if g.mig is None}
+        if any(
+            n == change.node and g.index in plain and sharing_offers(change.sharing, g.kind) for n, g in uses
+        ):
+            kept.append(change)
+    return tuple(kept)
+
+
+def mode_notes(inp: PlanningInput, catalog: HardwareCatalog, workloads: Iterable[str]) -> dict[str, str]:
+    """For each of ``workloads`` that a node's sharing mode keeps off, the sentence naming those nodes
+    and why they were not changed (the policy forbids it, or they are not drained); ``inp`` holds the
+    modes the plan leaves."""
+    moded = [
+        (n.name, n.sharing, {catalog.canonical(g.model) for g in n.gpus if g.mig is None})
+        for n in inp.cluster.nodes
+        if n.sharing is not None and any(g.mig is None for g in n.gpus)
+    ]
+    if not moded:
+        return {}
+    free = {n.name for n in drained(inp)}
+    found = {w: _blocked_by_modes(inp, catalog, w, moded, free) for w in sorted(set(workloads))}
+    return {w: note for w, note in found.items() if note}
+
+
+def _blocked_by_modes(
+    inp: PlanningInput,
+    catalog: HardwareCatalog,
+    workload: str,
+    moded: Sequence[tuple[str, Sharing, set[str]]],
+    free: set[str],
+) -> str:
+    """The sentence naming the nodes whose mode keeps ``workload`` off (empty if none)."""
+    w = inp.workload_by_id.get(workload)
+    if w is None:
+        return ""
+    blocked = [
+        name
+        for name, sharing, models in moded
+        if any(
+            s.kind in ("whole", "fraction")
+            and not sharing_offers(sharing, s.kind)
+            and (not s.gpu_models or models & {catalog.canonical(m) for m in s.gpu_models})
+            for s in w.shapes
+        )
+    ]
+    if not blocked:
+        return ""
+    if not inp.policy.sharing.allow_change:
+        why = "the policy does not allow changing a node's mode (sharing.allow_change is false)"
+    elif not free.intersection(blocked):
+        why = "none of them is drained"
+    else:
+        why = "changing them did not place more of the queue"
+    shown = ", ".join(blocked[:4]) + (f" and {len(blocked) - 4} more" if len(blocked) > 4 else "")
+    return f"the sharing mode of {shown} does not offer it and {why}"
