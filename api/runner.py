@@ -20,6 +20,7 @@ the database.
 from __future__ import annotations
 
 import asyncio
+import contextlib
 import logging
 import multiprocessing
 import os
@@ -59,7 +60,7 @@ _REAP_S = 5.0
 HEARTBEAT_S = 2.0
 #: How often an idle slot looks at the queue for jobs stored by other servers.
 POLL_S = 1.0
-#: How often ``wait`` reads the state of a job running elsewhere.
+#: How often ``wait`` reads the state of a job not held here.
 WAIT_POLL_S = 0.2
 
 
@@ -214,6 +215,8 @@ class Runner:
         self.beat_s = min(HEARTBEAT_S, lease_s / 4)
         self.waiting: deque[Job] = deque()
         self.wake = asyncio.Event()
+        #: Set (and replaced) whenever a slot here claims a job.
+        self.new_claim = asyncio.Event()
         self.jobs: dict[str, Job] = {}
         self.tasks: list[asyncio.Task[None]] = []
         self.recent: deque[float] = deque(maxlen=RECENT_SOLVES)
@@ -335,11 +338,13 @@ class Runner:
                     await asyncio.wait_for(held.done.wait(), left)
                 except TimeoutError:
                     return
-            # Ended here, held elsewhere, or handed on: its row says which.
+            # Not held here (yet), or ended or handed on: its row says which.
+            news = self.new_claim
             job = await asyncio.to_thread(self.store.job, job_id)
             if job is None or job.status not in ACTIVE:
                 return
-            await asyncio.sleep(min(max(0.0, deadline - time.monotonic()), WAIT_POLL_S))
+            with contextlib.suppress(TimeoutError):
+                await asyncio.wait_for(news.wait(), min(max(0.0, deadline - time.monotonic()), WAIT_POLL_S))
 
     async def cancel(self, job_id: str) -> bool:
         """Cancel an active job at once (killing its process if it runs here; a holder elsewhere sees it
@@ -380,6 +385,8 @@ class Runner:
             if claimed is not None:
                 job = Job(claimed.id, claimed.input_json, claimed.options, _budget(claimed.options))
                 self.jobs[job.id] = job
+                self.new_claim.set()  # wakes the waiters (``wait``), which look for their job here again
+                self.new_claim = asyncio.Event()
                 return job
             if await self._idle(slot):
                 return None

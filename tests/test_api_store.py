@@ -11,6 +11,7 @@ from fastapi.testclient import TestClient
 from gpuplan.api import create_app
 from gpuplan.api.settings import Settings
 from gpuplan.api.store import Actor, JobInput, JobRecord, JobStatus, Store, now
+from gpuplan.planner.store.queue import JobQueue
 from tests._api import (
     KEYS,
     PLANNER,
@@ -58,7 +59,9 @@ def test_store_round_trip(db_url: str) -> None:
             store.create_job(_job(f"{i:032x}", team), data, ACTOR, {"policy": {"tiers": []}})
             time.sleep(0.01)
         a, b, c = (f"{i:032x}" for i in range(3))
-        assert store.mark_running(a) and not store.mark_running(a)
+        claimed = JobQueue(store.engine, "here", 60.0, 3).claim()
+        assert claimed is not None and claimed.id == a
+        assert (running := store.job(a)) is not None and running.status is JobStatus.RUNNING
         assert store.finish(a, JobStatus.DONE, plan_json='{"status": "OPTIMAL"}', plan_status="OPTIMAL")
         assert not store.finish(a, JobStatus.CANCELLED)
         assert store.result(a) == '{"status": "OPTIMAL"}' and store.result(b) is None

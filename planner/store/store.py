@@ -205,16 +205,6 @@ class Store:
             for r in rows
         ]
 
-    def mark_running(self, job_id: str) -> bool:
-        """Queued -> running; False when the job is no longer queued (cancelled meanwhile)."""
-        with self.engine.begin() as conn:
-            res = conn.execute(
-                update(jobs)
-                .where(jobs.c.id == job_id, jobs.c.status == JobStatus.QUEUED.value)
-                .values(status=JobStatus.RUNNING.value, started_at=now())
-            )
-        return bool(res.rowcount)
-
     def finish(
         self,
         job_id: str,
