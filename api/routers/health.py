@@ -11,7 +11,6 @@ from sqlalchemy.exc import SQLAlchemyError
 
 from gpuplan.api.deps import RunnerDep, StoreDep
 from gpuplan.api.metrics import ApiMetrics
-from gpuplan.api.runner import Runner
 from gpuplan.api.schemas import Health
 from gpuplan.api.store import JobStatus
 
@@ -42,7 +41,7 @@ async def readyz(store: StoreDep, runner: RunnerDep, response: Response) -> Heal
 
 
 @router.get("/metrics", response_class=Response, responses={200: {"content": {"text/plain": {}}}})
-async def metrics(request: Request, store: StoreDep) -> Response:
+async def metrics(request: Request, store: StoreDep, runner: RunnerDep) -> Response:
     """Prometheus metrics: requests, solve durations, queue depth and jobs by status."""
     m: ApiMetrics = request.app.state.metrics
     try:
@@ -53,6 +52,5 @@ async def metrics(request: Request, store: StoreDep) -> Response:
         m.jobs_by_status.clear()
         for name, n in counts.items():
             m.jobs_by_status.labels(status=name).set(n)
-        runner: Runner = request.app.state.runner
         m.queue_depth.set(counts.get(JobStatus.QUEUED.value, 0) + len(runner.waiting))
     return Response(generate_latest(m.registry), media_type=CONTENT_TYPE_LATEST)
