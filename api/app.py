@@ -3,7 +3,6 @@
 from __future__ import annotations
 
 import gc
-import logging
 from collections.abc import AsyncIterator
 from contextlib import asynccontextmanager
 
@@ -18,8 +17,6 @@ from gpuplan.api.runner import Runner
 from gpuplan.api.settings import Settings
 from gpuplan.api.startup import ServerLock
 from gpuplan.api.store import Store
-
-log = logging.getLogger(__name__)
 
 
 def create_app(settings: Settings | None = None, *, lock: ServerLock | None = None) -> FastAPI:
@@ -70,17 +67,7 @@ def create_app(settings: Settings | None = None, *, lock: ServerLock | None = No
 async def _serving(app: FastAPI, settings: Settings, metrics: ApiMetrics) -> AsyncIterator[None]:
     """The store and the runner of the app, while it runs (on a database this server holds)."""
     store = Store.open(settings.database)
-    interrupted = store.interrupt_active()
-    if interrupted:
-        log.warning("%d job(s) were cut off by the last shutdown and are marked interrupted", interrupted)
-    runner = Runner(
-        store,
-        metrics,
-        settings.solver_processes,
-        settings.solve_grace_s,
-        memory_mib=settings.solver_memory_mib,
-        prestart=settings.prestart_solvers,
-    )
+    runner = Runner.of(settings, store, metrics)
     app.state.store = store
     app.state.runner = runner
     await runner.start()

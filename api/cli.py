@@ -1,11 +1,12 @@
-"""``gpuplan serve``: run the REST API with uvicorn, or make an API key for it."""
+"""``gpuplan serve``: run the REST API with uvicorn, or make an API key for it; ``gpuplan worker``: run
+jobs from a PostgreSQL database's queue without serving HTTP."""
 
 from __future__ import annotations
 
 import argparse
 import logging
 import sys
-from typing import TYPE_CHECKING
+from typing import TYPE_CHECKING, Any
 
 from gpuplan.models.base import InputError
 
@@ -13,18 +14,33 @@ if TYPE_CHECKING:
     from gpuplan.api.settings import Settings
 
 
-def _settings(args: argparse.Namespace) -> Settings:
-    """The settings from the environment and ``--database``; one line naming the variable if wrong."""
+def _settings(args: argparse.Namespace, processes: int | None = None) -> Settings:
+    """The settings from the environment, ``--database`` and ``processes`` (solver processes); one
+    line naming the variable if wrong."""
     from pydantic_settings import SettingsError
 
     from gpuplan.api.settings import Settings
 
-    overrides = {"database": args.database} if args.database else {}
+    overrides: dict[str, Any] = {"database": args.database} if args.database else {}
+    if processes is not None:
+        overrides["solver_processes"] = processes
     try:
         return Settings(**overrides)
     except SettingsError as exc:
         cause = f": {exc.__cause__}" if exc.__cause__ is not None else ""
         raise InputError(f"settings from the environment (GPUPLAN_*): {exc}{cause}") from None
+
+
+def _shared(settings: Settings, what: str) -> None:
+    """An InputError unless the database is PostgreSQL: on a SQLite file (one server) nothing else
+    would run the jobs of ``what``."""
+    from gpuplan.planner.db import database_url, shown
+
+    if database_url(settings.database).startswith("sqlite"):
+        raise InputError(
+            f"{what} needs a PostgreSQL database shared by servers and workers; on the SQLite file "
+            f"{shown(settings.database)} `gpuplan serve` runs the jobs itself"
+        )
 
 
 def cmd_serve(args: argparse.Namespace) -> int:
@@ -33,7 +49,7 @@ def cmd_serve(args: argparse.Namespace) -> int:
     from gpuplan.api.startup import ServerLock, open_store
     from gpuplan.planner.db import shown
 
-    settings = _settings(args)
+    settings = _settings(args, 0 if args.no_worker else None)
     role = "admin" if args.create_admin_key else args.create_key
     if role is not None:
         try:
@@ -52,6 +68,8 @@ def cmd_serve(args: argparse.Namespace) -> int:
 
     from gpuplan.api.app import create_app
 
+    if settings.solver_processes == 0:
+        _shared(settings, "serve --no-worker (GPUPLAN_SOLVER_PROCESSES=0)")
     lock = ServerLock.acquire(settings.database)
     try:
         open_store(settings.database).close()
@@ -69,9 +87,26 @@ def cmd_serve(args: argparse.Namespace) -> int:
     return 0
 
 
+def cmd_worker(args: argparse.Namespace) -> int:
+    """Run jobs from the queue of a PostgreSQL database, without HTTP, until SIGTERM or SIGINT."""
+    import asyncio
+
+    from gpuplan.api.headless import work
+    from gpuplan.api.startup import open_store
+
+    if args.processes is not None and args.processes < 1:
+        raise InputError(f"--processes: {args.processes} is not a positive number of solver processes")
+    settings = _settings(args, args.processes)
+    _shared(settings, "gpuplan worker")
+    open_store(settings.database).close()
+    logging.getLogger("gpuplan").setLevel(logging.INFO)
+    asyncio.run(work(settings))
+    return 0
+
+
 def add_parsers(sub: argparse._SubParsersAction[argparse.ArgumentParser]) -> None:
-    """Register ``serve`` (the command line finds this function by name, so the planner never imports
-    the API)."""
+    """Register ``serve`` and ``worker`` (the command line finds this function by name, so the planner
+    never imports the API)."""
     p = sub.add_parser("serve", help="run the REST API (uvicorn)")
     p.add_argument("--host", default="127.0.0.1", help="address to bind (default 127.0.0.1)")
     p.add_argument("--port", type=int, default=8000, help="port (default 8000)")
@@ -84,4 +119,18 @@ def add_parsers(sub: argparse._SubParsersAction[argparse.ArgumentParser]) -> Non
         metavar="ROLE",
         help="store a new key for ROLE (planner or viewer:<team>), print it and exit",
     )
+    p.add_argument(
+        "--no-worker",
+        action="store_true",
+        help="serve HTTP only: servers and `gpuplan worker`s on the same PostgreSQL database run the jobs",
+    )
     p.set_defaults(func=cmd_serve)
+    w = sub.add_parser("worker", help="run jobs from a PostgreSQL database's queue, without serving HTTP")
+    w.add_argument("--database", help="PostgreSQL URL (default: GPUPLAN_DATABASE)")
+    w.add_argument(
+        "--processes",
+        type=int,
+        metavar="N",
+        help="solver processes (default: GPUPLAN_SOLVER_PROCESSES, or one per CPU)",
+    )
+    w.set_defaults(func=cmd_worker)

@@ -108,15 +108,17 @@ def check_time_limit(limits: Limits, asked: float) -> float:
     return asked
 
 
-def check_active(limits: Limits, runner: Runner) -> None:
-    """429 when ``max_active_jobs`` jobs are already queued or running."""
-    if runner.active >= limits.max_active_jobs:
+async def check_active(limits: Limits, runner: Runner) -> int:
+    """How many jobs are queued or running on every server, or 429 when ``max_active_jobs`` are."""
+    active = await runner.active()
+    if active >= limits.max_active_jobs:
         raise LimitExceeded(
             429,
             "max_active_jobs",
             limits.max_active_jobs,
-            f"{runner.active} jobs are queued or running; at most {limits.max_active_jobs}",
+            f"{active} jobs are queued or running; at most {limits.max_active_jobs}",
         )
+    return active
 
 
 def check_reads(limits: Limits, runner: Runner) -> None:
@@ -130,14 +132,17 @@ def check_reads(limits: Limits, runner: Runner) -> None:
         )
 
 
-def check_wait(runner: Runner, wait: float) -> None:
-    """429 with ``Retry-After`` when the queue cannot meet ``wait``: every solver process is busy and,
-    with the jobs ahead taking the recent mean solve time, this one would end after ``wait`` seconds.
-    Better answered at once than after the wait (a client then retries later or submits without
-    waiting)."""
+def check_wait(runner: Runner, active: int, wait: float) -> None:
+    """429 with ``Retry-After`` when the queue cannot meet ``wait``: with ``active`` jobs ahead, every
+    solver process busy and the jobs taking the recent mean solve time, this one would end after
+    ``wait`` seconds. Better answered at once than after the wait (a client then retries later or
+    submits without waiting). The estimate counts this server's processes only (the others' are not
+    known here): with several servers it errs on the side of refusing."""
     mean = runner.mean_solve_s()
-    rounds_ahead = runner.active // len(runner.slots)
-    if wait <= 0 or mean is None or rounds_ahead == 0:
+    if wait <= 0 or mean is None or not runner.slots:
+        return
+    rounds_ahead = active // len(runner.slots)
+    if rounds_ahead == 0:
         return  # a solver process is free: the job starts now, and ?wait= only bounds the wait for it
     expected = (rounds_ahead + 1) * mean
     if expected <= wait:
@@ -146,7 +151,7 @@ def check_wait(runner: Runner, wait: float) -> None:
     raise HTTPException(
         status_code=status.HTTP_429_TOO_MANY_REQUESTS,
         detail=(
-            f"{runner.active} jobs are queued or running: this one would end in about {expected:.1f} s, "
+            f"{active} jobs are queued or running: this one would end in about {expected:.1f} s, "
             f"after wait={wait:g} s; retry later or submit without wait"
         ),
         headers={"Retry-After": str(max(1, math.ceil(expected - wait)))},
@@ -214,8 +219,8 @@ class Jobs:
         limits = self.settings.limits
         check_size(limits, len(body.cluster.nodes), len(body.workloads))
         time_limit = _time_limit(self.settings, body.options.time_limit_s)
-        check_active(limits, self.runner)
-        check_wait(self.runner, wait)
+        active = await check_active(limits, self.runner)
+        check_wait(self.runner, active, wait)
         input_json, digest = await asyncio.to_thread(_planning_input, limits, body)
         options = {
             "kind": kind,
@@ -252,7 +257,7 @@ class Jobs:
         }
         stored = JobInput(digest, input_json, options)
         await asyncio.to_thread(self.store.create_job, job, stored, actor(caller), detail)
-        self.runner.submit(job.id, input_json, options)
+        self.runner.queued()
         self.runner.metrics.jobs_submitted.inc()
         if wait > 0:
             await self.runner.wait(job.id, wait)
@@ -270,7 +275,7 @@ class Jobs:
                 return Response(result_body(job_out(job), plan), media_type="application/json")
         response.status_code = status.HTTP_202_ACCEPTED
         response.headers["Location"] = f"{PLANS}/{job_id}"
-        return job_out(job, self.runner.progress(job_id))
+        return job_out(job, await self.runner.progress(job))
 
 
 async def finished_plan(store: Store, caller: Principal, job_id: str, purpose: str) -> tuple[str, JobInput]:

@@ -103,9 +103,13 @@ class ApiMetrics:
             registry=self.registry,
         )
         self.queue_depth = Gauge(
-            "gpuplan_queue_depth", "Jobs waiting for a solver process", registry=self.registry
+            "gpuplan_queue_depth",
+            "Jobs waiting for a solver process: queued for every server, and explanations waiting here",
+            registry=self.registry,
         )
-        self.running = Gauge("gpuplan_solves_running", "Jobs being solved now", registry=self.registry)
+        self.running = Gauge(
+            "gpuplan_solves_running", "Jobs being solved now by this server", registry=self.registry
+        )
         self.jobs_finished = Counter(
             "gpuplan_jobs_finished",
             "Jobs that ended, by job status and plan status",

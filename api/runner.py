@@ -1,21 +1,31 @@
-"""The job runner: a queue and a pool of solver processes, driven from the server's event loop.
+"""The job runner: solver processes that take jobs from the store's queue, driven from the event loop.
 
-Each slot owns one process (``api.worker``). A job waits in the queue, runs in a free slot and ends
-``done``, ``failed`` or ``cancelled``; cancelling a running job kills its process and the slot starts a
-fresh one. The slots supervise their processes: one that dies (killed, crashed, out of memory) is
-noticed at once from its pipe, its job fails with the reason, and the slot starts a new process; while
-no process is up the runner is not ready. When the server stops, its jobs are marked ``interrupted``
-and the processes are killed. The store is written from worker threads so the event loop never waits
-on the database.
+Jobs wait in the job table (``planner.store.queue``), which every server and worker on a PostgreSQL
+database shares. Each slot owns one process (``api.worker``); an idle slot claims the oldest queued job
+under a lease, runs it and ends it ``done``, ``failed`` or ``cancelled``, and while it runs a heartbeat
+renews the lease. A job whose process or server dies is queued again by whoever sees its lease run out
+(and run from its stored input), until it has run out ``max_lease_expiries`` times. Cancelling kills the
+process of a job held here at once; a job held elsewhere is cancelled in its row, and its holder's
+next heartbeat finds that and kills its process. The slots supervise their processes: one that dies
+(killed, crashed, out of memory) is noticed at once from its pipe, its job fails with the reason, and
+the slot starts a new process; while no process is up the runner is not ready. Explanations are not
+stored: they wait here for a slot of this server.
+
+On a SQLite file (one server, see ``api.startup``) the jobs still queued or running when the server
+starts or stops are marked ``interrupted``; on PostgreSQL a stopping runner hands its jobs back to the
+queue for the other servers. The store is written from worker threads so the event loop never waits on
+the database.
 """
 
 from __future__ import annotations
 
 import asyncio
+import contextlib
 import logging
 import multiprocessing
 import os
 import signal
+import socket
 import time
 import uuid
 from collections import deque
@@ -25,10 +35,15 @@ from multiprocessing.context import ForkServerContext
 from multiprocessing.process import BaseProcess
 from typing import Any
 
+from sqlalchemy.exc import SQLAlchemyError
+
 from gpuplan.api import worker
 from gpuplan.api.metrics import ApiMetrics, read_fleet
-from gpuplan.api.store import JobStatus, Store
-from gpuplan.planner.store.records import PLAN_KIND
+from gpuplan.api.settings import Settings
+from gpuplan.api.store import JobRecord, JobStatus, Store
+from gpuplan.planner.db import driver_reason
+from gpuplan.planner.store.queue import JobQueue
+from gpuplan.planner.store.records import ACTIVE, PLAN_KIND
 
 log = logging.getLogger(__name__)
 
@@ -40,6 +55,23 @@ RECENT_SOLVES = 20
 
 #: How long to wait for a dead or killed process's exit status.
 _REAP_S = 5.0
+#: The longest time between two heartbeats of a running job (a quarter of the lease if that is shorter):
+#: how soon a cancellation on another server stops the solve, and how often leases are checked.
+HEARTBEAT_S = 2.0
+#: How often an idle slot looks at the queue for jobs stored by other servers.
+POLL_S = 1.0
+#: How often ``wait`` reads the state of a job not held here.
+WAIT_POLL_S = 0.2
+
+
+def _owner() -> str:
+    """This runner's name in the leases it holds: host, process id and a random part (a pid is reused)."""
+    return f"{socket.gethostname()[:60]}:{os.getpid()}:{uuid.uuid4().hex[:8]}"
+
+
+def _budget(options: dict[str, Any]) -> float:
+    """A job's budget of solve seconds (several solves for some kinds), before the grace period."""
+    return float(options.get("budget_s", options["time_limit_s"]))
 
 
 def exit_reason(exitcode: int | None) -> str:
@@ -56,7 +88,7 @@ def exit_reason(exitcode: int | None) -> str:
 
 @dataclass
 class Job:
-    """A job the runner holds: queued or running."""
+    """A job the runner holds: a stored job it claimed, or an explanation waiting or running here."""
 
     id: str
     input_json: str
@@ -159,7 +191,8 @@ class Slot:
 
 
 class Runner:
-    """Queues jobs and runs them in ``size`` solver processes of at most ``memory_mib`` MiB each."""
+    """Runs jobs from the queue in ``size`` solver processes of at most ``memory_mib`` MiB each (none: a
+    server that only answers HTTP), holding each under a lease of ``lease_s`` seconds."""
 
     def __init__(
         self,
@@ -169,6 +202,8 @@ class Runner:
         grace_s: float,
         *,
         memory_mib: int,
+        lease_s: float = 30.0,
+        max_expiries: int = 3,
         prestart: bool = True,
     ) -> None:
         self.store = store
@@ -176,34 +211,48 @@ class Runner:
         self.metrics = metrics
         self.grace_s = grace_s
         self.slots = [Slot(i, memory_mib) for i in range(size)]
-        self.queue: asyncio.Queue[Job] = asyncio.Queue()
+        self.queue = JobQueue(store.engine, _owner(), lease_s, max_expiries)
+        self.beat_s = min(HEARTBEAT_S, lease_s / 4)
+        self.waiting: deque[Job] = deque()
+        self.wake = asyncio.Event()
+        #: Set (and replaced) whenever a slot here claims a job.
+        self.new_claim = asyncio.Event()
         self.jobs: dict[str, Job] = {}
         self.tasks: list[asyncio.Task[None]] = []
         self.recent: deque[float] = deque(maxlen=RECENT_SOLVES)
         self.stopping = False
-        metrics.queue_depth.set_function(self.queue_depth)
         metrics.running.set_function(self.running)
 
-    def queue_depth(self) -> int:
-        """Jobs waiting for a solver process."""
-        return sum(1 for j in self.jobs.values() if not j.cancelled) - self.running()
+    @classmethod
+    def of(cls, settings: Settings, store: Store, metrics: ApiMetrics) -> Runner:
+        """The runner that ``settings`` describe, on ``store``."""
+        return cls(
+            store,
+            metrics,
+            settings.solver_processes,
+            settings.solve_grace_s,
+            memory_mib=settings.solver_memory_mib,
+            lease_s=settings.lease_seconds,
+            max_expiries=settings.max_lease_expiries,
+            prestart=settings.prestart_solvers,
+        )
 
     def running(self) -> int:
-        """Jobs in a solver process now."""
+        """Jobs in a solver process of this runner now."""
         return sum(1 for s in self.slots if s.job is not None)
 
     def mean_solve_s(self) -> float | None:
         """Mean wall seconds of the last ``RECENT_SOLVES`` plans solved; None before the first."""
         return sum(self.recent) / len(self.recent) if self.recent else None
 
-    @property
-    def active(self) -> int:
-        """Stored jobs queued or running (explanations are counted apart, in ``reading``)."""
-        return sum(1 for j in self.jobs.values() if j.stored and not j.cancelled)
+    async def active(self) -> int:
+        """Stored jobs queued or running, on every server (explanations are counted apart, in
+        ``reading``)."""
+        return await asyncio.to_thread(self.queue.active)
 
     @property
     def reading(self) -> int:
-        """Explanations (one-off tasks, not stored) queued or running."""
+        """Explanations (one-off tasks, not stored) waiting or running here."""
         return sum(1 for j in self.jobs.values() if not j.stored)
 
     @property
@@ -213,15 +262,22 @@ class Runner:
 
     async def start(self) -> None:
         """Show the latest stored plan in the fleet gauges, start the solver processes and their loops."""
+        if not self.queue.shared:
+            cut = await asyncio.to_thread(self.store.interrupt_active)
+            if cut:
+                log.warning("%d job(s) were cut off by the last shutdown and are marked interrupted", cut)
         latest = await asyncio.to_thread(self.store.latest_done, PLAN_KIND)
         if latest is not None:
             plan_json, input_json = latest.result_json, latest.input.input_json
             self.metrics.fleet.latest = await asyncio.to_thread(read_fleet, plan_json, input_json)
         self.tasks = [asyncio.create_task(self._serve(s), name=f"slot-{s.number}") for s in self.slots]
+        if self.slots:
+            self.tasks.append(asyncio.create_task(self._expire(), name="lease-expiry"))
+        log.info("job runner %s: %d solver process(es)", self.queue.owner, len(self.slots))
 
     async def stop(self) -> None:
-        """Stop every loop and process, and mark the jobs still queued or running ``interrupted``."""
-        held = [j.id for j in self.jobs.values() if j.stored and not j.cancelled]
+        """Stop every loop and process; hand the jobs held here back to the queue (PostgreSQL), or mark
+        every job still queued or running ``interrupted`` (SQLite: no other server will run them)."""
         # Processes first, so that no job goes on; then the loops. A cancellation can be lost in
         # Python 3.11 (``wait_for`` returning a result that came at the same moment): the loops also
         # see ``stopping``, and are waited for a bounded time.
@@ -236,51 +292,70 @@ class Runner:
                 log.warning("solver slot loop %s did not stop; abandoned", t.get_name())
                 t.cancel()
         await asyncio.gather(*(s.stop() for s in self.slots))
-        if held:
-            n = await asyncio.to_thread(self.store.interrupt, held)
-            log.warning("%d job(s) still queued or running are marked interrupted", n)
+        if self.queue.shared:
+            n = await asyncio.to_thread(self.queue.release)
+            if n:
+                log.warning("%d job(s) running here are queued again for the other servers", n)
+        else:
+            n = await asyncio.to_thread(self.store.interrupt_active)
+            if n:
+                log.warning("%d job(s) still queued or running are marked interrupted", n)
 
-    def submit(self, job_id: str, input_json: str, options: dict[str, Any]) -> Job:
-        """Queue a job already stored as ``queued``."""
-        job = Job(job_id, input_json, options, float(options.get("budget_s", options["time_limit_s"])))
-        self.jobs[job_id] = job
-        self.queue.put_nowait(job)
-        return job
+    def queued(self) -> None:
+        """A job was stored as queued: wake an idle slot to claim it (other servers find it when they
+        next look at the queue)."""
+        self.wake.set()
 
     async def call(self, options: dict[str, Any], input_json: str, budget_s: float) -> tuple[Any, ...]:
-        """Run a one-off task that is not stored (an explanation) in a solver process and return the
-        worker's reply: ``("done", json, status, label)`` or ``("error", code, message)``."""
+        """Run a one-off task that is not stored (an explanation) in a solver process of this server and
+        return the worker's reply: ``("done", json, status, label)`` or ``("error", code, message)``."""
+        if not self.slots:
+            return ("error", "unavailable", "this server runs no solver processes (--no-worker)")
         job = Job(f"task-{uuid.uuid4().hex}", input_json, options, budget_s, stored=False)
         self.jobs[job.id] = job
-        self.queue.put_nowait(job)
+        self.waiting.append(job)
+        self.wake.set()
         await job.done.wait()
         return job.reply or ("error", "internal", "the task ended without a reply")
 
-    def progress(self, job_id: str) -> dict[str, Any] | None:
-        """The live progress of an active job."""
-        job = self.jobs.get(job_id)
-        return job.progress if job is not None else None
+    async def progress(self, job: JobRecord) -> dict[str, Any] | None:
+        """The live progress of a running job: from its solver process when it runs here, else as its
+        holder last stored it."""
+        held = self.jobs.get(job.id)
+        if held is not None:
+            return held.progress
+        if job.status is JobStatus.RUNNING:
+            return await asyncio.to_thread(self.queue.progress, job.id)
+        return None
 
     async def wait(self, job_id: str, timeout_s: float) -> None:
-        """Return when the job ends or after ``timeout_s``."""
-        job = self.jobs.get(job_id)
-        if job is None:
-            return
-        try:
-            await asyncio.wait_for(job.done.wait(), timeout_s)
-        except TimeoutError:
-            return
+        """Return when the job ends (here or on another server) or after ``timeout_s``."""
+        deadline = time.monotonic() + timeout_s
+        while (left := deadline - time.monotonic()) > 0:
+            held = self.jobs.get(job_id)
+            if held is not None:
+                try:
+                    await asyncio.wait_for(held.done.wait(), left)
+                except TimeoutError:
+                    return
+            # Not held here (yet), or ended or handed on: its row says which.
+            news = self.new_claim
+            job = await asyncio.to_thread(self.store.job, job_id)
+            if job is None or job.status not in ACTIVE:
+                return
+            with contextlib.suppress(TimeoutError):
+                await asyncio.wait_for(news.wait(), min(max(0.0, deadline - time.monotonic()), WAIT_POLL_S))
 
     async def cancel(self, job_id: str) -> bool:
-        """Cancel an active job at once (killing its process if it runs); False if it had ended."""
+        """Cancel an active job at once (killing its process if it runs here; a holder elsewhere sees it
+        at its next heartbeat); False if it had ended."""
         closed = await asyncio.to_thread(self.store.finish, job_id, JobStatus.CANCELLED)
-        job = self.jobs.pop(job_id, None)
+        job = self.jobs.get(job_id)
         if job is not None:
             job.cancelled = True
             for slot in self.slots:
                 if slot.job is job:
                     slot.kill()
-            job.done.set()
         if closed:
             self.metrics.jobs_finished.labels(status=JobStatus.CANCELLED.value, plan_status="").inc()
         return closed
@@ -296,18 +371,64 @@ class Runner:
         return slot.ready
 
     async def _next(self, slot: Slot) -> Job | None:
-        """The next job, or None when the slot's (idle) process dies first."""
-        get = asyncio.ensure_future(self.queue.get())
-        if slot.conn is None:
-            return await get
-        died = asyncio.ensure_future(slot.died.wait())
+        """The next job: an explanation waiting here, else the oldest queued job, claimed; None when the
+        slot's (idle) process dies first, or the runner stops."""
+        while not self.stopping:
+            if self.waiting:
+                return self.waiting.popleft()
+            self.wake.clear()
+            try:
+                claimed = await asyncio.to_thread(self.queue.claim)
+            except SQLAlchemyError as exc:
+                log.warning("the job queue cannot be read (%s); trying again", driver_reason(exc))
+                claimed = None
+            if claimed is not None:
+                job = Job(claimed.id, claimed.input_json, claimed.options, _budget(claimed.options))
+                self.jobs[job.id] = job
+                self.new_claim.set()  # wakes the waiters (``wait``), which look for their job here again
+                self.new_claim = asyncio.Event()
+                return job
+            if await self._idle(slot):
+                return None
+        return None
+
+    async def _idle(self, slot: Slot) -> bool:
+        """Wait for a wake-up, the slot's process to die, or ``POLL_S``; True when the process died."""
+        waits = [asyncio.ensure_future(self.wake.wait())]
+        if slot.conn is not None:
+            waits.append(asyncio.ensure_future(slot.died.wait()))
         try:
-            await asyncio.wait((get, died), return_when=asyncio.FIRST_COMPLETED)
+            await asyncio.wait(waits, timeout=POLL_S, return_when=asyncio.FIRST_COMPLETED)
         finally:
-            died.cancel()
-            if not get.done():
-                get.cancel()
-        return get.result() if get.done() and not get.cancelled() else None
+            for w in waits:
+                w.cancel()
+        return slot.conn is not None and slot.died.is_set()
+
+    async def _expire(self) -> None:
+        """Every heartbeat, queue again (or fail) the jobs whose holders stopped renewing their leases."""
+        while not self.stopping:
+            try:
+                if await asyncio.to_thread(self.queue.expire):
+                    self.wake.set()
+            except SQLAlchemyError as exc:
+                log.warning("expired leases not checked (%s); trying again", driver_reason(exc))
+            await asyncio.sleep(self.beat_s)
+
+    async def _heartbeat(self, slot: Slot, job: Job) -> None:
+        """Renew the lease of the slot's job with its progress; once the job is no longer held here
+        (cancelled on another server, or its lease passed on), stop its solve."""
+        while True:
+            await asyncio.sleep(self.beat_s)
+            try:
+                held = await asyncio.to_thread(self.queue.renew, job.id, job.progress)
+            except SQLAlchemyError as exc:
+                log.warning("job %s: lease not renewed (%s); trying again", job.id, driver_reason(exc))
+                continue
+            if not held:
+                log.info("job %s is no longer held here (cancelled, or passed on); its solve stops", job.id)
+                job.cancelled = True
+                slot.kill()
+                return
 
     async def _serve(self, slot: Slot) -> None:
         """The slot's loop: keep a process up, take jobs in order and run them; never ends on an error,
@@ -326,16 +447,13 @@ class Runner:
             await self._ensure(slot)
         job = await self._next(slot)
         if self.stopping:
-            return  # the job stays active: the runner marks it interrupted
+            return  # a job taken stays active: the runner hands it back or marks it interrupted
         if job is None:
             log.warning("solver process %d died (%s); starting a new one", slot.number, await slot.reap())
             slot.release()
             return
-        if job.cancelled or (job.stored and not await asyncio.to_thread(self.store.mark_running, job.id)):
-            self.jobs.pop(job.id, None)
-            job.done.set()
-            return
         slot.job = job
+        beat = asyncio.create_task(self._heartbeat(slot, job)) if job.stored else None
         try:
             # A process that died unseen before taking the job (its pipe broken) is replaced once.
             for _ in range(2):
@@ -351,6 +469,8 @@ class Runner:
             await self._close(job, JobStatus.FAILED, error="internal error in the job runner; resubmit it")
             raise
         finally:
+            if beat is not None:
+                beat.cancel()
             if not slot.ready:
                 slot.release()
             slot.job = None
@@ -420,7 +540,7 @@ class Runner:
         if status is JobStatus.DONE and job.options.get("kind") == PLAN_KIND:
             # Read before the job is closed: once a client sees it done, /metrics shows its plan.
             fleet = await asyncio.to_thread(read_fleet, fields["plan_json"], job.input_json)
-        closed = await asyncio.to_thread(self.store.finish, job.id, status, **fields)
+        closed = await asyncio.to_thread(self.store.finish, job.id, status, owner=self.queue.owner, **fields)
         if closed:
             self.metrics.jobs_finished.labels(
                 status=status.value, plan_status=str(fields.get("plan_status") or "")

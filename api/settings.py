@@ -51,7 +51,12 @@ class Settings(BaseSettings):
 
     database: str = "gpuplan.db"
     api_keys: dict[str, str] = Field(default_factory=dict)
-    solver_processes: int = Field(default_factory=lambda: max(1, os.cpu_count() or 1), ge=1, le=64)
+    solver_processes: int = Field(
+        default_factory=lambda: max(1, os.cpu_count() or 1),
+        ge=0,
+        le=64,
+        description="solver processes of this server (0: HTTP only, on PostgreSQL, as `serve --no-worker`)",
+    )
     prestart_solvers: bool = Field(
         default=True, description="start the solver processes with the server (else at their first job)"
     )
@@ -59,6 +64,15 @@ class Settings(BaseSettings):
     default_time_limit_s: float = Field(default=10.0, gt=0)
     solve_grace_s: float = Field(default=30.0, ge=0)
     limits: Limits = Field(default_factory=Limits)
+    lease_seconds: float = Field(
+        default=30.0,
+        ge=1,
+        le=3600,
+        description="lease of a running job: another server runs it again when its holder stops renewing it",
+    )
+    max_lease_expiries: int = Field(
+        default=3, ge=1, le=100, description="expired leases after which a job fails for good (poison job)"
+    )
     solver_memory_mib: int = Field(
         default=4096,
         ge=256,

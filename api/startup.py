@@ -1,10 +1,10 @@
-"""Start-up checks of ``gpuplan serve``: one server per database, a database that opens and passes an
-integrity check, and database names shown without their password.
+"""Start-up checks of ``gpuplan serve`` and ``gpuplan worker``: one server per SQLite file, a database
+that opens and passes an integrity check, and database names shown without their password.
 
-A second server on the same database would mark the first one's running jobs ``interrupted`` at its
-start, so a server holds a lock on its database for its whole life: an exclusive ``flock`` on
-``<file>.lock`` next to a SQLite file, a session advisory lock on a connection of its own on PostgreSQL.
-Both are released by the operating system or the database when the server dies, however it dies.
+A SQLite file has one server: a second would mark the first one's running jobs ``interrupted`` at its
+start, so a server holds an exclusive ``flock`` on ``<file>.lock`` next to the file for its whole life
+(released by the operating system when the server dies, however it dies). On PostgreSQL any number of
+servers and workers share the database and its job queue (``planner.store.queue``): no lock is taken.
 """
 
 from __future__ import annotations
@@ -16,17 +16,13 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import IO
 
-from sqlalchemy import Connection, create_engine, text
 from sqlalchemy.exc import SQLAlchemyError
-from sqlalchemy.pool import NullPool
 
 from gpuplan.api.store import Store
 from gpuplan.models.base import InputError
-from gpuplan.planner.db import ADVISORY_LOCK, database_url, driver_reason, shown
+from gpuplan.planner.db import database_url, driver_reason, shown
 
-#: The PostgreSQL session advisory lock of a running server (the schema upgrade takes ``ADVISORY_LOCK``).
-SERVER_LOCK = ADVISORY_LOCK + 1
-#: What a server writes in its lock (the lock file, or its connection's ``application_name``).
+#: What a server writes in its lock file.
 _OWNER_PREFIX = "gpuplan serve: "
 
 
@@ -43,15 +39,15 @@ class ServerLock:
     """The lock a server holds on its database (see the module's text); ``release`` when it stops."""
 
     file: IO[str] | None = None
-    conn: Connection | None = None
 
     @classmethod
     def acquire(cls, target: str) -> ServerLock:
-        """Take the lock of ``target``, or an ``InputError`` naming the server that holds it."""
+        """Take the lock of a SQLite file ``target`` (nothing to take on PostgreSQL), or an
+        ``InputError`` naming the server that holds it."""
         url = database_url(target)
         if url.startswith("sqlite:///"):
             return cls._acquire_file(target, Path(url.removeprefix("sqlite:///") + ".lock"))
-        return cls._acquire_advisory(target, url)
+        return cls()
 
     @classmethod
     def _acquire_file(cls, target: str, path: Path) -> ServerLock:
@@ -72,42 +68,11 @@ class ServerLock:
         file.flush()
         return cls(file=file)
 
-    @classmethod
-    def _acquire_advisory(cls, target: str, url: str) -> ServerLock:
-        engine = create_engine(url, poolclass=NullPool)
-        try:
-            conn = engine.connect()
-            conn.execute(
-                text("SELECT set_config('application_name', :name, false)"),
-                {"name": (_OWNER_PREFIX + _owner())[:63]},
-            )
-            got = conn.execute(text("SELECT pg_try_advisory_lock(:key)"), {"key": SERVER_LOCK}).scalar_one()
-            holder = None
-            if not got:
-                holder = conn.execute(
-                    text(
-                        "SELECT a.application_name FROM pg_locks l JOIN pg_stat_activity a ON a.pid = l.pid"
-                        " WHERE l.locktype = 'advisory' AND l.granted AND l.classid = 0 AND l.objid = :key"
-                        " AND l.objsubid = 1"
-                    ),
-                    {"key": SERVER_LOCK},
-                ).scalar_one_or_none()
-            conn.commit()
-        except SQLAlchemyError as exc:
-            raise InputError(f"database {shown(target)}: {driver_reason(exc)}") from None
-        if not got:
-            conn.close()
-            raise _in_use(target, str(holder or "pid unknown").removeprefix(_OWNER_PREFIX))
-        return cls(conn=conn)
-
     def release(self) -> None:
         """Let another server start on the database."""
         if self.file is not None:
             self.file.close()
             self.file = None
-        if self.conn is not None:
-            self.conn.close()
-            self.conn = None
 
 
 def open_store(target: str) -> Store:

@@ -10,6 +10,8 @@ import subprocess
 import sys
 from pathlib import Path
 
+import pytest
+
 from gpuplan.api.store import Actor, JobInput, JobRecord, JobStatus, Store, now
 from tests._api import (
     _MAIN,
@@ -49,8 +51,10 @@ def _one_line(proc: subprocess.CompletedProcess[str]) -> str:
     return lines[0]
 
 
+@pytest.mark.parametrize("db_url", ["sqlite"], indirect=True)
 def test_a_second_server_on_the_same_database_refuses_to_start(db_url: str, tmp_path: Path) -> None:
-    """It would mark the first server's jobs interrupted; it names the server holding the database."""
+    """On a SQLite file it would mark the first server's jobs interrupted; it names the server holding
+    the database. (On PostgreSQL servers share the database: ``test_api_queue.py``.)"""
     first = Server(db_url, tmp_path / "first.log")
     try:
         with first.client(PLANNER) as c:

@@ -11,6 +11,7 @@ from fastapi.testclient import TestClient
 from gpuplan.api import create_app
 from gpuplan.api.settings import Settings
 from gpuplan.api.store import Actor, JobInput, JobRecord, JobStatus, Store, now
+from gpuplan.planner.store.queue import JobQueue
 from tests._api import (
     KEYS,
     PLANNER,
@@ -58,7 +59,9 @@ def test_store_round_trip(db_url: str) -> None:
             store.create_job(_job(f"{i:032x}", team), data, ACTOR, {"policy": {"tiers": []}})
             time.sleep(0.01)
         a, b, c = (f"{i:032x}" for i in range(3))
-        assert store.mark_running(a) and not store.mark_running(a)
+        claimed = JobQueue(store.engine, "here", 60.0, 3).claim()
+        assert claimed is not None and claimed.id == a
+        assert (running := store.job(a)) is not None and running.status is JobStatus.RUNNING
         assert store.finish(a, JobStatus.DONE, plan_json='{"status": "OPTIMAL"}', plan_status="OPTIMAL")
         assert not store.finish(a, JobStatus.CANCELLED)
         assert store.result(a) == '{"status": "OPTIMAL"}' and store.result(b) is None
@@ -114,7 +117,9 @@ def test_jobs_survive_a_server_restart(live: Server) -> None:
 
 
 def test_jobs_survive_an_app_restart(db_url: str) -> None:
-    """The app stopped with a job running and one queued, then started again on the same database."""
+    """The app stopped with a job running and one queued, then started again on the same database: on a
+    SQLite file they were interrupted (resubmitted by hand), on PostgreSQL they went back to the queue
+    that servers share and the new app runs them."""
     settings = Settings(database=db_url, api_keys=KEYS, solver_processes=1)
     with TestClient(create_app(settings), headers=auth(PLANNER)) as c:
         done = c.post("/v1/plans", params={"wait": 60}, json=tiny_body(solver="first-fit")).json()
@@ -123,6 +128,11 @@ def test_jobs_survive_an_app_restart(db_url: str) -> None:
         assert wait_status(c, running, {"running"})["status"] == "running"
     with TestClient(create_app(settings), headers=auth(PLANNER)) as c:
         assert c.get(f"/v1/plans/{done['job']['id']}/result").json()["plan"] == done["plan"]
+        if "://" in db_url:
+            for job_id in (running, queued):
+                job = wait_status(c, job_id, {"done", "failed", "cancelled", "interrupted"})
+                assert job["status"] == "done" and job["attempts"] == 1
+            return
         assert {c.get(f"/v1/plans/{i}").json()["status"] for i in (running, queued)} == {"interrupted"}
         assert c.post(f"/v1/plans/{running}/resubmit").status_code == 202
         assert c.delete(f"/v1/plans/{running}").json()["status"] == "cancelled"

@@ -61,7 +61,6 @@ def _api_job(db: str, status: JobStatus, plan: Plan | None = None) -> None:
         started_at=None, finished_at=None, attempts=1, plan_status=None, outcome=None, error=None,
     )  # fmt: skip
     store.create_job(job, stored.input, API, {})
-    assert store.mark_running(job.id)
     if plan is None:
         store.finish(job.id, status, error="solver process died")
     else:

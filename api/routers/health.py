@@ -12,6 +12,7 @@ from sqlalchemy.exc import SQLAlchemyError
 from gpuplan.api.deps import RunnerDep, StoreDep
 from gpuplan.api.metrics import ApiMetrics
 from gpuplan.api.schemas import Health
+from gpuplan.api.store import JobStatus
 
 router = APIRouter(tags=["health"])
 log = logging.getLogger(__name__)
@@ -25,8 +26,9 @@ async def healthz() -> Health:
 
 @router.get("/readyz", response_model=Health, responses={503: {"model": Health, "description": "not ready"}})
 async def readyz(store: StoreDep, runner: RunnerDep, response: Response) -> Health:
-    """Ready to plan: the database answers and at least one solver process is up."""
-    checks = {"solvers": "ok" if runner.ready else "no solver process is up"}
+    """Ready to plan: the database answers and at least one solver process is up (a server without
+    solver processes, ``--no-worker``, needs only the database)."""
+    checks = {"solvers": "ok" if runner.ready else "no solver process is up"} if runner.slots else {}
     try:
         await asyncio.to_thread(store.ping)
         checks["database"] = "ok"
@@ -39,7 +41,7 @@ async def readyz(store: StoreDep, runner: RunnerDep, response: Response) -> Heal
 
 
 @router.get("/metrics", response_class=Response, responses={200: {"content": {"text/plain": {}}}})
-async def metrics(request: Request, store: StoreDep) -> Response:
+async def metrics(request: Request, store: StoreDep, runner: RunnerDep) -> Response:
     """Prometheus metrics: requests, solve durations, queue depth and jobs by status."""
     m: ApiMetrics = request.app.state.metrics
     try:
@@ -50,4 +52,5 @@ async def metrics(request: Request, store: StoreDep) -> Response:
         m.jobs_by_status.clear()
         for name, n in counts.items():
             m.jobs_by_status.labels(status=name).set(n)
+        m.queue_depth.set(counts.get(JobStatus.QUEUED.value, 0) + len(runner.waiting))
     return Response(generate_latest(m.registry), media_type=CONTENT_TYPE_LATEST)

@@ -81,7 +81,7 @@ def _utc(value: datetime | None) -> datetime | None:
 async def get_job(job_id: JobId, caller: Caller, store: StoreDep, runner: RunnerDep) -> JobOut:
     """A job's state, with progress (phase, incumbent objective and bound) while it runs."""
     job = readable(await asyncio.to_thread(store.job, job_id), caller, job_id)
-    return job_out(job, runner.progress(job_id))
+    return job_out(job, await runner.progress(job))
 
 
 @router.get(
@@ -135,13 +135,13 @@ async def resubmit(
 ) -> JobOut:
     """Queue an interrupted, failed or cancelled job again with its stored input."""
     readable(await asyncio.to_thread(store.job, job_id), caller, job_id)
-    check_active(settings.limits, runner)
+    await check_active(settings.limits, runner)
     data = await asyncio.to_thread(store.job_input, job_id)
     if data is None or not await asyncio.to_thread(store.requeue, job_id, actor(caller)):
         job = await asyncio.to_thread(store.job, job_id)
         state = job.status.value if job is not None else "unknown"
         raise HTTPException(status_code=409, detail=f"job '{job_id}' is {state}; it cannot be resubmitted")
-    runner.submit(job_id, data.input_json, data.options)
+    runner.queued()
     job = await asyncio.to_thread(store.job, job_id)
     assert job is not None
     return job_out(job)

@@ -4,12 +4,11 @@ inputs, results and audit trail, and the API's keys. SQLite by default, PostgreS
 from __future__ import annotations
 
 import json
-from collections.abc import Collection
 from dataclasses import dataclass, replace
 from datetime import datetime
 from typing import Any
 
-from sqlalchemy import ColumnElement, Connection, Engine, RowMapping, Select, func, insert, select, update
+from sqlalchemy import Connection, Engine, RowMapping, Select, func, insert, select, update
 
 from gpuplan.models.base import InputError
 from gpuplan.planner.db import make_engine
@@ -206,16 +205,6 @@ class Store:
             for r in rows
         ]
 
-    def mark_running(self, job_id: str) -> bool:
-        """Queued -> running; False when the job is no longer queued (cancelled meanwhile)."""
-        with self.engine.begin() as conn:
-            res = conn.execute(
-                update(jobs)
-                .where(jobs.c.id == job_id, jobs.c.status == JobStatus.QUEUED.value)
-                .values(status=JobStatus.RUNNING.value, started_at=now())
-            )
-        return bool(res.rowcount)
-
     def finish(
         self,
         job_id: str,
@@ -225,13 +214,22 @@ class Store:
         plan_status: str | None = None,
         outcome: str | None = None,
         error: str | None = None,
+        owner: str | None = None,
     ) -> bool:
-        """Close an active job; False (and nothing written) when it had already been closed."""
+        """Close an active job; False (and nothing written) when it had already been closed, or, with
+        ``owner``, when that process no longer holds its lease (``planner.store.queue``)."""
+        conds = [jobs.c.id == job_id]
+        if owner is None:
+            conds.append(jobs.c.status.in_([s.value for s in ACTIVE]))
+        else:
+            conds += [jobs.c.status == JobStatus.RUNNING.value, jobs.c.lease_owner == owner]
         with self.engine.begin() as conn:
             res = conn.execute(
                 update(jobs)
-                .where(jobs.c.id == job_id, jobs.c.status.in_([s.value for s in ACTIVE]))
+                .where(*conds)
                 .values(
+                    lease_until=None,
+                    progress=None,
                     status=status.value,
                     finished_at=now(),
                     plan_status=plan_status,
@@ -259,6 +257,8 @@ class Store:
                     outcome=None,
                     error=None,
                     attempts=jobs.c.attempts + 1,
+                    lease_owner=None,
+                    lease_expiries=0,
                 )
             )
             if not res.rowcount:
@@ -267,18 +267,12 @@ class Store:
         return True
 
     def interrupt_active(self) -> int:
-        """Mark every queued or running job ``interrupted`` (at start-up: its solve was lost)."""
-        return self._interrupt()
-
-    def interrupt(self, job_ids: Collection[str]) -> int:
-        """Mark these jobs ``interrupted`` if still queued or running (the server stops without them)."""
-        return self._interrupt(jobs.c.id.in_(list(job_ids)))
-
-    def _interrupt(self, *conds: ColumnElement[bool]) -> int:
+        """Mark every queued or running job ``interrupted``: the one server of a SQLite file starts, or
+        stops, without them."""
         with self.engine.begin() as conn:
             res = conn.execute(
                 update(jobs)
-                .where(jobs.c.status.in_([s.value for s in ACTIVE]), *conds)
+                .where(jobs.c.status.in_([s.value for s in ACTIVE]))
                 .values(
                     status=JobStatus.INTERRUPTED.value,
                     finished_at=now(),

@@ -3,7 +3,9 @@ and API keys.
 
 The job table's columns are derived from :class:`~gpuplan.planner.store.records.JobRecord` (its field
 types, optionality and :class:`~gpuplan.planner.store.records.Length` hints), plus ``number``, the
-store's own sequence: the order jobs were stored in, and the plan number ``gpuplan replan`` prints.
+store's own sequence: the order jobs were stored in, and the plan number ``gpuplan replan`` prints,
+and the queue's columns, which are not part of a job's record: the lease of the process running it
+(``lease_owner``, ``lease_until``), how many leases ran out (``lease_expiries``) and its last progress.
 The schema of a database is made by the Alembic migrations in ``migrations/``, never by ``create_all``;
 a test checks that the migrated schema is this one.
 """
@@ -76,11 +78,16 @@ jobs = Table(
     metadata,
     Column("number", Integer, primary_key=True, autoincrement=True),
     *job_columns(),
+    Column("lease_owner", String(100), nullable=True),
+    Column("lease_until", DateTime(timezone=True), nullable=True),
+    Column("lease_expiries", Integer, nullable=False, server_default="0"),
+    Column("progress", Text, nullable=True),
     UniqueConstraint("id", name="uq_gpuplan_jobs_id"),
     Index("ix_gpuplan_jobs_created", "created_at"),
     Index("ix_gpuplan_jobs_finished", "finished_at"),
     Index("ix_gpuplan_jobs_team", "team"),
     Index("ix_gpuplan_jobs_status", "status"),
+    Index("ix_gpuplan_jobs_lease", "lease_until"),
 )
 
 #: The job table's columns that make a :class:`JobRecord`, in field order.
