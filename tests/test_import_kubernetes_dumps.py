@@ -238,3 +238,35 @@ def test_bad_pods_are_one_line_naming_pod_and_field(
     code = main(["import", "kubernetes", "--nodes", str(nodes), "--pods", str(pods), "--out", str(tmp_path)])
     _, err = capsys.readouterr()
     assert code == 2 and err.startswith(f"gpuplan: error: {message}") and err.count("\n") == 1, err
+
+
+def test_media_extension_mig_devices_round_trip_to_kubernetes_names(
+    tmp_path: Path, capsys: pytest.CaptureFixture[str]
+) -> None:
+    # Kubernetes names have no "+": the device plugin offers 1g.10gb+me as nvidia.com/mig-1g.10gb.me
+    nodes = json.loads((DUMPS / "dgx" / "nodes.json").read_text())
+    dgx2 = next(n for n in nodes["items"] if n["metadata"]["name"] == "dgx-h100-02")
+    dgx2["status"]["allocatable"].update({"nvidia.com/mig-1g.10gb": "42", "nvidia.com/mig-1g.10gb.me": "7"})
+    pods = json.loads((DUMPS / "dgx" / "pods.json").read_text())
+    video = json.loads(json.dumps(next(p for p in pods["items"] if p["metadata"]["name"] == "asr-8d7-4")))
+    video["metadata"]["name"] = "video-0"
+    video["spec"]["containers"][0]["resources"]["limits"] = {"nvidia.com/mig-1g.10gb.me": "1"}
+    pods["items"].append(video)
+    (tmp_path / "nodes.json").write_text(json.dumps(nodes))
+    (tmp_path / "pods.json").write_text(json.dumps(pods))
+    state = read_state(tmp_path / "nodes.json", tmp_path / "pods.json")
+    assert _by_id(state)["inference/video-0"].mig_profile == "1g.10gb+me"
+    layouts = _layouts(state.cluster.node_by_name["dgx-h100-02"])
+    assert [sorted(g or ()) for g in layouts[:7]] == [["1g.10gb"] * 6 + ["1g.10gb+me"]] * 7
+    out = tmp_path / "fleet"
+    files = ["--nodes", str(tmp_path / "nodes.json"), "--pods", str(tmp_path / "pods.json")]
+    assert main(["import", "kubernetes", *files, "--out", str(out)]) == 0
+    inputs = ["--cluster", str(out / "cluster.yaml"), "--workloads", str(out / "workloads.csv")]
+    plan = out / "plan.json"
+    assert main(["plan", *inputs, "--out", str(plan), "--now", NOW, "--time-limit", "5", "-q"]) == 0
+    assert "inference/video-0" in {a.workload for a in load_plan(plan).assignments}
+    image = ["--image", "registry.example/app:1"]
+    assert main(["export", "--plan", str(plan), *inputs, "--kubernetes", str(out / "k8s"), *image]) == 0
+    capsys.readouterr()
+    exported = "".join(f.read_text() for f in sorted((out / "k8s").glob("round-*.yaml")))
+    assert "nvidia.com/mig-1g.10gb.me: '1'" in exported and "+me:" not in exported

@@ -194,6 +194,18 @@ class _NodeInfo:
         return self.replicas > 1
 
 
+def _mig_profile(name: str) -> str:
+    """A MIG profile as the catalog names it, from a device plugin resource, product suffix or MIG manager
+    configuration, which spell the ``+`` of a profile with extensions as ``.`` (``1g.10gb.me`` is
+    ``1g.10gb+me``: Kubernetes names have no ``+``)."""
+    return re.sub(r"^(\d+g\.\d+gb)\.", r"\1+", name)
+
+
+def mig_resource(profile: str) -> str:
+    """The device plugin's resource for a MIG profile (``1g.10gb+me`` is ``nvidia.com/mig-1g.10gb.me``)."""
+    return MIG_PREFIX + profile.replace("+", ".")
+
+
 def _product_base(product: str) -> str:
     """A GFD product label without the device plugin's ``-SHARED`` and ``-MIG-<profile>`` suffixes."""
     return _MIG_SUFFIX.sub("", re.sub(r"-SHARED$", "", product.strip()))
@@ -273,7 +285,7 @@ def _config_profiles(config: str, spec: GpuModelSpec) -> list[str] | None:
     if config == "all-balanced":
         return _balanced(spec)
     named = re.fullmatch(r"all-(.+)", config)
-    wanted = named.group(1).replace(".me", "+me") if named else ""
+    wanted = _mig_profile(named.group(1)) if named else ""
     return [i.profile for i in _max_layout(spec, wanted)] if wanted in spec.profile_map else None
 
 
@@ -359,9 +371,12 @@ def _node(raw: Mapping[str, Any], catalog: HardwareCatalog) -> _NodeInfo | None:
     if hami:
         gpu_alloc = _hami_gpus(name, labels, meta["annotations"][HAMI_REGISTER])
     counts: Counter[str] = Counter()
+    resource_of: dict[str, str] = {}
     for k, v in alloc.items():
         if k.startswith(MIG_PREFIX):
-            counts[k.removeprefix(MIG_PREFIX)] = _count(v, f"{where}.{k}")
+            profile = _mig_profile(k.removeprefix(MIG_PREFIX))
+            counts[profile] = _count(v, f"{where}.{k}")
+            resource_of[profile] = k
     counts = +counts
     if PRODUCT not in labels:
         if gpu_alloc or shared_alloc or counts:
@@ -369,12 +384,14 @@ def _node(raw: Mapping[str, Any], catalog: HardwareCatalog) -> _NodeInfo | None:
         return None
     spec = _resolve_product(name, labels[PRODUCT], labels.get(MEMORY), catalog)
     single_match = _MIG_SUFFIX.search(labels[PRODUCT])
-    single = single_match.group(1) if single_match and labels.get(MIG_STRATEGY) == "single" else None
+    single = (
+        _mig_profile(single_match.group(1)) if single_match and labels.get(MIG_STRATEGY) == "single" else None
+    )
     config = labels.get(MIG_CONFIG, "")
     for profile in [*counts, *([single] if single else [])]:
         if profile not in spec.profile_map:
             field_name = (
-                f"label {PRODUCT}" if profile == single else f"status.allocatable.{MIG_PREFIX}{profile}"
+                f"label {PRODUCT}" if profile == single else f"status.allocatable.{resource_of[profile]}"
             )
             raise InputError(
                 f"node '{name}': {field_name}: {spec.name} does not offer MIG profile '{profile}'"
@@ -594,7 +611,9 @@ def _selection(spec: Mapping[str, Any], where: str, catalog: HardwareCatalog) ->
         if model is None:
             raise InputError(f"{where}: {field_name}: unknown GPU product '{product}'")
         models.append(model.name)
-    profiles = {m.group(1) if m else None for m in (_MIG_SUFFIX.search(p.strip()) for p in products)}
+    profiles = {
+        _mig_profile(m.group(1)) if m else None for m in (_MIG_SUFFIX.search(p.strip()) for p in products)
+    }
     shared = bool(products) and all(p.strip().endswith("-SHARED") for p in products)
     return _Selection(
         models=tuple(dict.fromkeys(models)),
@@ -702,7 +721,7 @@ def _shape(
     ((resource, n),) = asked.items()
     single = node.single_profile if node is not None else selection.mig_profile
     if resource.startswith(MIG_PREFIX) or (resource == GPU and single):
-        profile = single if resource == GPU else resource.removeprefix(MIG_PREFIX)
+        profile = single if resource == GPU else _mig_profile(resource.removeprefix(MIG_PREFIX))
         if n != 1:
             raise InputError(
                 f"{field_of}.{resource}: {n} MIG devices; gpuplan places one MIG instance per pod"
