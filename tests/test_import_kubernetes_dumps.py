@@ -270,3 +270,45 @@ def test_media_extension_mig_devices_round_trip_to_kubernetes_names(
     capsys.readouterr()
     exported = "".join(f.read_text() for f in sorted((out / "k8s").glob("round-*.yaml")))
     assert "nvidia.com/mig-1g.10gb.me: '1'" in exported and "+me:" not in exported
+
+
+def _only(fleet: str, nodes: set[str], tmp_path: Path, extra: dict[str, Any]) -> KubernetesState:
+    """The fleet's dump cut down to ``nodes`` (and the pods bound to them), plus the pending pod ``extra``."""
+    node_list = json.loads((DUMPS / fleet / "nodes.json").read_text())
+    node_list["items"] = [n for n in node_list["items"] if n["metadata"]["name"] in nodes]
+    pods = json.loads((DUMPS / fleet / "pods.json").read_text())
+    pods["items"] = [p for p in pods["items"] if p["spec"].get("nodeName") in nodes] + [extra]
+    (tmp_path / "nodes.json").write_text(json.dumps(node_list))
+    (tmp_path / "pods.json").write_text(json.dumps(pods))
+    return read_state(tmp_path / "nodes.json", tmp_path / "pods.json")
+
+
+def _pending(name: str, gpus: str) -> dict[str, Any]:
+    return {
+        "kind": "Pod",
+        "metadata": {"name": name, "namespace": "dev"},
+        "spec": {"containers": [{"name": "c", "resources": {"limits": {"nvidia.com/gpu": gpus}}}]},
+        "status": {"phase": "Pending"},
+    }
+
+
+def test_a_pending_gpu_means_what_every_node_offers_under_that_name(tmp_path: Path) -> None:
+    # only time-sliced nodes offer nvidia.com/gpu: one of it is a replica, the largest share (MPS, 2 replicas)
+    sharing = _only("sharing", {"l4-ts-01", "l40s-mps-01", "t4-ts-01"}, tmp_path, _pending("p", "1"))
+    assert _by_id(sharing)["dev/p"].gpu_milli == 500
+    # only single-strategy nodes of one profile: one of it is a 1g.5gb MIG device
+    single = _only("mig-single", {"xe8545-01"}, tmp_path, _pending("p", "1"))
+    assert _by_id(single)["dev/p"].mig_profile == "1g.5gb"
+    # nodes that disagree (whole GPUs and shares), or more than one device: whole GPUs
+    mixed = _only("sharing", {"l4-ts-01", "l40s-01"}, tmp_path, _pending("p", "1"))
+    assert _by_id(mixed)["dev/p"].gpus == 1
+    two = _only("sharing", {"l4-ts-01"}, tmp_path, _pending("p", "2"))
+    assert _by_id(two)["dev/p"].gpus == 2
+
+
+def test_a_pod_list_given_as_nodes_is_one_line(tmp_path: Path, capsys: pytest.CaptureFixture[str]) -> None:
+    files = ["--nodes", str(DUMPS / "dgx" / "pods.json"), "--pods", str(DUMPS / "dgx" / "nodes.json")]
+    assert main(["import", "kubernetes", *files, "--out", str(tmp_path)]) == 2
+    _, err = capsys.readouterr()
+    wrong = DUMPS / "dgx" / "pods.json"
+    assert err == f"gpuplan: error: {wrong}: items[0]: a Pod, expected a Node (`kubectl get nodes`)\n"

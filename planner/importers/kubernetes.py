@@ -17,7 +17,8 @@ Pods: each pod that asks for GPUs becomes a one-replica workload ``<namespace>/<
 gang share its ``gang``); Succeeded, Failed and terminating pods are skipped. Requests (else limits) give
 the shape: ``nvidia.com/gpu`` whole GPUs, or a MIG instance on a ``single``-strategy MIG node, or a
 time-sliced share on a node that shares without renaming (for a pod not yet bound, what its
-``nvidia.com/gpu.product`` selection's ``-MIG-<profile>`` or ``-SHARED`` suffix says);
+``nvidia.com/gpu.product`` selection's ``-MIG-<profile>`` or ``-SHARED`` suffix says, else what all the
+nodes it may go to offer under that name when they agree);
 ``nvidia.com/gpu.shared`` a share of ``1000 / replicas`` milli-GPU; ``nvidia.com/mig-<profile>`` that MIG
 profile. The Kubernetes API does not say which GPU a
 pod holds, so running placements are completed per node, deterministically and without double booking
@@ -33,7 +34,7 @@ import json
 import logging
 import re
 from collections import Counter
-from collections.abc import Container, Iterable, Mapping
+from collections.abc import Collection, Container, Iterable, Mapping
 from dataclasses import dataclass, field
 from decimal import ROUND_CEILING, ROUND_FLOOR, Decimal
 from pathlib import Path
@@ -696,11 +697,33 @@ def _pending_share(nodes: Iterable[_NodeInfo], models: tuple[str, ...], *, renam
     return None if replicas is None else min(FULL_MILLI // replicas, FULL_MILLI - 1)
 
 
+def _implied(selection: _Selection, nodes: Iterable[_NodeInfo]) -> _Selection:
+    """What one ``nvidia.com/gpu`` means for a pod not yet bound, when its product selection does not say:
+    what every node it may go to (of the selected models) offers under that name, when they agree (MIG
+    devices of one profile under the ``single`` strategy, or time-sliced shares); else whole GPUs."""
+    if selection.mig_profile or selection.shared:
+        return selection
+    kinds: set[tuple[str, str | None]] = set()
+    for n in nodes:
+        if selection.models and n.model.name not in selection.models:
+            continue
+        if n.single_profile is not None:
+            kinds.add(("mig", n.single_profile))
+        elif n.time_sliced and not n.shared_renamed:
+            kinds.add(("shared", None))
+        elif n.gpus > len(n.layouts) and not n.time_sliced:
+            kinds.add(("whole", None))
+    if len(kinds) != 1:
+        return selection
+    ((kind, profile),) = kinds
+    return _Selection(models=selection.models, mig_profile=profile, shared=kind == "shared")
+
+
 def _shape(
     req: Mapping[str, Decimal],
     node: _NodeInfo | None,
     selection: _Selection,
-    nodes: Iterable[_NodeInfo],
+    nodes: Collection[_NodeInfo],
     where: str,
 ) -> tuple[str, dict[str, Any]] | None:
     """The pod's GPU shape as (kind, workload fields), ``None`` when it asks for no GPU. A bound pod's
@@ -719,6 +742,8 @@ def _shape(
             f"{field_of}: asks for {' and '.join(sorted(asked))}; gpuplan takes one GPU kind per pod"
         )
     ((resource, n),) = asked.items()
+    if node is None and resource == GPU and n == 1:
+        selection = _implied(selection, nodes)
     single = node.single_profile if node is not None else selection.mig_profile
     if resource.startswith(MIG_PREFIX) or (resource == GPU and single):
         profile = single if resource == GPU else _mig_profile(resource.removeprefix(MIG_PREFIX))
@@ -1017,6 +1042,14 @@ def _items(path: Path, kind: str) -> list[Mapping[str, Any]]:
     items = raw.get("items") if isinstance(raw, dict) else raw
     if not isinstance(items, list) or not all(isinstance(i, dict) for i in items):
         raise InputError(f"{path}: expected the output of `kubectl get {kind} -o json` (a list with 'items')")
+    wanted = kind.rstrip("s").capitalize()
+    other = next(
+        ((i, str(it["kind"])) for i, it in enumerate(items) if it.get("kind", wanted) != wanted), None
+    )
+    if other is not None:
+        raise InputError(
+            f"{path}: items[{other[0]}]: a {other[1]}, expected a {wanted} (`kubectl get {kind}`)"
+        )
     return items
 
 
