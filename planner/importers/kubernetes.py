@@ -18,13 +18,13 @@ gang share its ``gang``); Succeeded, Failed and terminating pods are skipped. Re
 the shape: ``nvidia.com/gpu`` whole GPUs, or a MIG instance on a ``single``-strategy MIG node, or a
 time-sliced share on a node that shares without renaming (for a pod not yet bound, what its
 ``nvidia.com/gpu.product`` selection's ``-MIG-<profile>`` or ``-SHARED`` suffix says, else what all the
-nodes it may go to offer under that name when they agree);
-``nvidia.com/gpu.shared`` a share of ``1000 / replicas`` milli-GPU; ``nvidia.com/mig-<profile>`` that MIG
-profile. The Kubernetes API does not say which GPU a
-pod holds, so running placements are completed per node, deterministically and without double booking
-(whole GPUs first on the lowest free indices, then MIG instances in layout order, then shares first
-fit), checked by the same occupancy rules the executor uses; kubelet PodResources dumps, when given,
-say which pods hold the same GPU.
+nodes it may go to offer under that name when they agree); ``nvidia.com/gpu.shared`` a share of
+``1000 / replicas`` milli-GPU; ``nvidia.com/mig-<profile>`` that MIG profile (``.`` in the resource name
+for the ``+`` of the profile). The Kubernetes API does not say which GPU a pod holds, so running
+placements are completed per node, deterministically and without double booking (whole GPUs first on
+the lowest free indices, then MIG instances in layout order, then shares first fit), checked by the same
+occupancy rules the executor uses; kubelet PodResources dumps, when given, say which pods hold the same
+GPU.
 """
 
 from __future__ import annotations
