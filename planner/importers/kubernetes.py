@@ -34,7 +34,7 @@ import json
 import logging
 import re
 from collections import Counter
-from collections.abc import Collection, Container, Iterable, Mapping
+from collections.abc import Container, Iterable, Mapping
 from dataclasses import dataclass, field
 from decimal import ROUND_CEILING, ROUND_FLOOR, Decimal
 from pathlib import Path
@@ -687,43 +687,58 @@ def _scheduler_share(
     return out
 
 
-def _pending_share(nodes: Iterable[_NodeInfo], models: tuple[str, ...], *, renamed: bool) -> int | None:
-    """The milli-GPU of a time-sliced share for a pod not yet bound: the largest share (fewest replicas)
-    among the nodes offering it under that resource name (``nvidia.com/gpu.shared`` when ``renamed``) and
-    of the selected models, else among any time-sliced nodes; ``None`` when no node shares."""
-    sharing = [n for n in nodes if n.time_sliced]
-    fits = [n for n in sharing if n.shared_renamed == renamed and (not models or n.model.name in models)]
-    replicas = min((n.replicas for n in fits or sharing), default=None)
-    return None if replicas is None else min(FULL_MILLI // replicas, FULL_MILLI - 1)
+class _Offers:
+    """What the fleet's nodes offer to pods not yet bound, asked once per distinct question (a fleet has
+    few GPU models and selections, but may have thousands of pending pods)."""
 
+    def __init__(self, nodes: Iterable[_NodeInfo]) -> None:
+        self.nodes = tuple(nodes)
+        self._shares: dict[tuple[tuple[str, ...], bool], int | None] = {}
+        self._implied: dict[_Selection, _Selection] = {}
 
-def _implied(selection: _Selection, nodes: Iterable[_NodeInfo]) -> _Selection:
-    """What one ``nvidia.com/gpu`` means for a pod not yet bound, when its product selection does not say:
-    what every node it may go to (of the selected models) offers under that name, when they agree (MIG
-    devices of one profile under the ``single`` strategy, or time-sliced shares); else whole GPUs."""
-    if selection.mig_profile or selection.shared:
-        return selection
-    kinds: set[tuple[str, str | None]] = set()
-    for n in nodes:
-        if selection.models and n.model.name not in selection.models:
-            continue
-        if n.single_profile is not None:
-            kinds.add(("mig", n.single_profile))
-        elif n.time_sliced and not n.shared_renamed:
-            kinds.add(("shared", None))
-        elif n.gpus > len(n.layouts) and not n.time_sliced:
-            kinds.add(("whole", None))
-    if len(kinds) != 1:
-        return selection
-    ((kind, profile),) = kinds
-    return _Selection(models=selection.models, mig_profile=profile, shared=kind == "shared")
+    def share(self, models: tuple[str, ...], *, renamed: bool) -> int | None:
+        """The milli-GPU of a time-sliced share: the largest share (fewest replicas) among the nodes
+        offering it under that resource name (``nvidia.com/gpu.shared`` when ``renamed``) and of the
+        selected models, else among any time-sliced nodes; ``None`` when no node shares."""
+        key = (models, renamed)
+        if key not in self._shares:
+            sharing = [n for n in self.nodes if n.time_sliced]
+            fits = [
+                n for n in sharing if n.shared_renamed == renamed and (not models or n.model.name in models)
+            ]
+            replicas = min((n.replicas for n in fits or sharing), default=None)
+            self._shares[key] = None if replicas is None else min(FULL_MILLI // replicas, FULL_MILLI - 1)
+        return self._shares[key]
+
+    def implied(self, selection: _Selection) -> _Selection:
+        """What one ``nvidia.com/gpu`` means when the product selection does not say: what every node the
+        pod may go to (of the selected models) offers under that name, when they agree (MIG devices of one
+        profile under the ``single`` strategy, or time-sliced shares); else whole GPUs."""
+        if selection.mig_profile or selection.shared:
+            return selection
+        if selection not in self._implied:
+            kinds: set[tuple[str, str | None]] = set()
+            for n in self.nodes:
+                if selection.models and n.model.name not in selection.models:
+                    continue
+                if n.single_profile is not None:
+                    kinds.add(("mig", n.single_profile))
+                elif n.time_sliced and not n.shared_renamed:
+                    kinds.add(("shared", None))
+                elif n.gpus > len(n.layouts) and not n.time_sliced:
+                    kinds.add(("whole", None))
+            ((kind, profile),) = kinds if len(kinds) == 1 else {("whole", None)}
+            self._implied[selection] = _Selection(
+                models=selection.models, mig_profile=profile, shared=kind == "shared"
+            )
+        return self._implied[selection]
 
 
 def _shape(
     req: Mapping[str, Decimal],
     node: _NodeInfo | None,
     selection: _Selection,
-    nodes: Collection[_NodeInfo],
+    offers: _Offers,
     where: str,
 ) -> tuple[str, dict[str, Any]] | None:
     """The pod's GPU shape as (kind, workload fields), ``None`` when it asks for no GPU. A bound pod's
@@ -743,7 +758,7 @@ def _shape(
         )
     ((resource, n),) = asked.items()
     if node is None and resource == GPU and n == 1:
-        selection = _implied(selection, nodes)
+        selection = offers.implied(selection)
     single = node.single_profile if node is not None else selection.mig_profile
     if resource.startswith(MIG_PREFIX) or (resource == GPU and single):
         profile = single if resource == GPU else _mig_profile(resource.removeprefix(MIG_PREFIX))
@@ -757,7 +772,7 @@ def _shape(
         milli = (
             FULL_MILLI // node.replicas
             if node is not None
-            else _pending_share(nodes, selection.models, renamed=resource == SHARED)
+            else offers.share(selection.models, renamed=resource == SHARED)
         )
         if milli is None:
             raise InputError(f"{field_of}.{resource}: a time-sliced share, but no node shares its GPUs")
@@ -785,6 +800,7 @@ def _pods(
     Failed) and terminating ones (``metadata.deletionTimestamp``: their devices are released when they end)
     are skipped."""
     held: dict[str, list[int]] = {name: [0, 0] for name in nodes}
+    offers = _Offers(nodes.values())
     pods: list[_Pod] = []
     seen: set[str] = set()
     with_absent = 0
@@ -813,7 +829,7 @@ def _pods(
         shape: tuple[str, dict[str, Any]] | None = (
             ("fraction", dict(scheduled_share))
             if scheduled_share
-            else _shape(req, node, selection, nodes.values(), where)
+            else _shape(req, node, selection, offers, where)
         )
         cpu = cpu_milli(req.get("cpu", Decimal(0)))
         mem = memory_mib(req.get("memory", Decimal(0)))
