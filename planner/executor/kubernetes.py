@@ -69,10 +69,10 @@ from gpuplan.models.problem import PlanningInput
 from gpuplan.models.workload import Workload
 from gpuplan.planner.actions import PHASE, instance, ordered_actions, target_sharing, where
 from gpuplan.planner.executor.migparted import config_document, config_name, node_configs
+from gpuplan.planner.importers.kubernetes import mig_resource
 
 GPU = "nvidia.com/gpu"
 SHARED_GPU = "nvidia.com/gpu.shared"
-MIG_PREFIX = "nvidia.com/mig-"
 MIG_CONFIG_LABEL = "nvidia.com/mig.config"
 HOSTNAME = "kubernetes.io/hostname"
 POD_GROUP_LABEL = "scheduling.x-k8s.io/pod-group"
@@ -166,7 +166,7 @@ def gpu_resources(a: Assignment) -> dict[str, str]:
         return {}
     first = a.gpus[0]
     if first.mig_profile is not None:
-        return {f"{MIG_PREFIX}{first.mig_profile}": str(len(a.gpus))}
+        return {mig_resource(first.mig_profile): str(len(a.gpus))}
     if first.milli is not None:
         return {SHARED_GPU: "1"}
     return {GPU: str(len(a.gpus))}

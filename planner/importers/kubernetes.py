@@ -8,17 +8,23 @@ else ``nvidia.com/gpu.count``, the MIG layout from ``nvidia.com/mig.config`` (``
 ``all-<profile>``, ``all-balanced``) or else the ``mig-<profile>`` counts, the node's CPU and memory from
 its allocatable resources less what pods gpuplan does not plan hold there (DaemonSet and static pods,
 and pods without GPUs). ``nvidia.com/gpu.machine`` naming a reference topology of the catalog (``DGX-H100``)
-gives the GPUs' NUMA nodes and links. Nodes without GPUs are left out, as no imported pod needs them.
+gives the GPUs' NUMA nodes and links. Nodes without GPUs are left out, as no imported pod needs them;
+so are GPU nodes that take no new pods (cordoned, or not Ready), with the pods bound to them: the cluster
+model has no way to keep work off a node, and leaving it out keeps new work off it and its pods where
+they are. MPS sharing counts as time-slicing (each of ``r`` replicas a ``1000 / r`` share).
 
 Pods: each pod that asks for GPUs becomes a one-replica workload ``<namespace>/<name>`` (pods of one
-gang share its ``gang``), Succeeded and Failed pods are skipped. Requests (else limits) give the shape:
-``nvidia.com/gpu`` whole GPUs, or a MIG instance on a ``single``-strategy MIG node, or a time-sliced
-share on a node that shares without renaming; ``nvidia.com/gpu.shared`` a share of ``1000 / replicas``
-milli-GPU; ``nvidia.com/mig-<profile>`` that MIG profile. The Kubernetes API does not say which GPU a
-pod holds, so running placements are completed per node, deterministically and without double booking
-(whole GPUs first on the lowest free indices, then MIG instances in layout order, then shares first
-fit), checked by the same occupancy rules the executor uses; kubelet PodResources dumps, when given,
-say which pods hold the same GPU.
+gang share its ``gang``); Succeeded, Failed and terminating pods are skipped. Requests (else limits) give
+the shape: ``nvidia.com/gpu`` whole GPUs, or a MIG instance on a ``single``-strategy MIG node, or a
+time-sliced share on a node that shares without renaming (for a pod not yet bound, what its
+``nvidia.com/gpu.product`` selection's ``-MIG-<profile>`` or ``-SHARED`` suffix says, else what all the
+nodes it may go to offer under that name when they agree); ``nvidia.com/gpu.shared`` a share of
+``1000 / replicas`` milli-GPU; ``nvidia.com/mig-<profile>`` that MIG profile (``.`` in the resource name
+for the ``+`` of the profile). The Kubernetes API does not say which GPU a pod holds, so running
+placements are completed per node, deterministically and without double booking (whole GPUs first on
+the lowest free indices, then MIG instances in layout order, then shares first fit), checked by the same
+occupancy rules the executor uses; kubelet PodResources dumps, when given, say which pods hold the same
+GPU.
 """
 
 from __future__ import annotations
@@ -28,7 +34,7 @@ import json
 import logging
 import re
 from collections import Counter
-from collections.abc import Iterable, Mapping
+from collections.abc import Container, Iterable, Mapping
 from dataclasses import dataclass, field
 from decimal import ROUND_CEILING, ROUND_FLOOR, Decimal
 from pathlib import Path
@@ -124,6 +130,8 @@ _DECIMAL = {
 }  # fmt: skip
 _QUANTITY = re.compile(r"^([+-]?(?:\d+\.?\d*|\.\d+))(?:([eE][+-]?\d+)|(Ki|Mi|Gi|Ti|Pi|Ei|[numkMGTPE])?)$")
 _MIB = Decimal(2**20)
+#: The device plugin's suffix on ``nvidia.com/gpu.product`` under the MIG ``single`` strategy.
+_MIG_SUFFIX = re.compile(r"-MIG-([\w.+-]+)$")
 
 
 def quantity(text: Any, where: str) -> Decimal:
@@ -187,23 +195,41 @@ class _NodeInfo:
         return self.replicas > 1
 
 
+def _mig_profile(name: str) -> str:
+    """A MIG profile as the catalog names it, from a device plugin resource, product suffix or MIG manager
+    configuration, which spell the ``+`` of a profile with extensions as ``.`` (``1g.10gb.me`` is
+    ``1g.10gb+me``: Kubernetes names have no ``+``)."""
+    return re.sub(r"^(\d+g\.\d+gb)\.", r"\1+", name)
+
+
+def mig_resource(profile: str) -> str:
+    """The device plugin's resource for a MIG profile (``1g.10gb+me`` is ``nvidia.com/mig-1g.10gb.me``)."""
+    return MIG_PREFIX + profile.replace("+", ".")
+
+
 def _product_base(product: str) -> str:
     """A GFD product label without the device plugin's ``-SHARED`` and ``-MIG-<profile>`` suffixes."""
-    return re.sub(r"-MIG-[\w.+-]+$", "", re.sub(r"-SHARED$", "", product.strip()))
+    return _MIG_SUFFIX.sub("", re.sub(r"-SHARED$", "", product.strip()))
 
 
 def _resolve_product(node: str, product: str, memory: str | None, catalog: HardwareCatalog) -> GpuModelSpec:
     """The catalog model of a GFD product label.
 
     When the name alone is unknown or ambiguous (``NVIDIA-H100-PCIe`` fits the 80 and 94 GB models,
-    ``NVIDIA-GH200-480GB`` counts the CPU's memory too), the ``nvidia.com/gpu.memory`` label (MiB) decides.
+    ``NVIDIA-GH200-480GB`` counts the CPU's memory too), the GPU's memory decides: the
+    ``nvidia.com/gpu.memory`` label (MiB), or under the MIG ``single`` strategy (where that label is the MIG
+    device's memory) the memory of the models offering the product's MIG profile. A name with a form
+    factor the catalog leaves out (``NVIDIA-A800-SXM4-80GB``) is tried last without it.
     """
     base = _product_base(product)
-    names = [base]
-    if memory and memory.isdigit():
-        size = f"{round(int(memory) / 1024)}GB"
-        sizeless = re.sub(r"(?i)[-_ ]?\d+GB", "", base)
-        names += [f"{base} {size}", f"{sizeless} {size}"]
+    single = _MIG_SUFFIX.search(product.strip())
+    sizeless = re.sub(r"(?i)[-_ ]?\d+GB", "", base)
+    if single:
+        sizes = [f"{round(m.memory_gib)}GB" for m in catalog.models if single.group(1) in m.profile_map]
+    else:
+        sizes = [f"{round(int(memory) / 1024)}GB"] if memory and memory.isdigit() else []
+    names = [base, *(n for size in dict.fromkeys(sizes) for n in (f"{base} {size}", f"{sizeless} {size}"))]
+    names.append(re.sub(r"(?i)[-_ ](SXM\d*|PCIE|HBM\d*E?)(?=[-_ ]|$)", "", base))
     spec = next((m for m in (lookup_gpu_model(n, catalog) for n in names) if m is not None), None)
     if spec is None:
         raise InputError(f"node '{node}': label {PRODUCT}: unknown GPU product '{product}'")
@@ -260,7 +286,7 @@ def _config_profiles(config: str, spec: GpuModelSpec) -> list[str] | None:
     if config == "all-balanced":
         return _balanced(spec)
     named = re.fullmatch(r"all-(.+)", config)
-    wanted = named.group(1).replace(".me", "+me") if named else ""
+    wanted = _mig_profile(named.group(1)) if named else ""
     return [i.profile for i in _max_layout(spec, wanted)] if wanted in spec.profile_map else None
 
 
@@ -311,6 +337,26 @@ def _mig_layouts(
     )
 
 
+def _unavailable(raw: Mapping[str, Any]) -> str | None:
+    """Why a node takes no new pods, if it does not: cordoned (``spec.unschedulable``) or not Ready (its
+    ``Ready`` condition is ``False`` or ``Unknown``; the node controller taints it NoSchedule)."""
+    if (raw.get("spec") or {}).get("unschedulable"):
+        return "cordoned"
+    conditions = (raw.get("status") or {}).get("conditions") or ()
+    ready = next((c for c in conditions if isinstance(c, dict) and c.get("type") == "Ready"), None)
+    if ready is not None and ready.get("status") != "True":
+        return "NotReady"
+    return None
+
+
+def _offers_gpus(raw: Mapping[str, Any]) -> bool:
+    """Whether a node item has a GPU product label or offers GPU devices."""
+    labels = (raw.get("metadata") or {}).get("labels") or {}
+    alloc = (raw.get("status") or {}).get("allocatable") or {}
+    devices = (k for k in alloc if k in (GPU, SHARED) or str(k).startswith(MIG_PREFIX))
+    return PRODUCT in labels or any(str(alloc[k]).strip() not in ("0", "") for k in devices)
+
+
 def _node(raw: Mapping[str, Any], catalog: HardwareCatalog) -> _NodeInfo | None:
     """The GPU node of a ``kubectl get nodes`` item (``None`` for a node without GPUs)."""
     meta = raw.get("metadata") or {}
@@ -326,22 +372,27 @@ def _node(raw: Mapping[str, Any], catalog: HardwareCatalog) -> _NodeInfo | None:
     if hami:
         gpu_alloc = _hami_gpus(name, labels, meta["annotations"][HAMI_REGISTER])
     counts: Counter[str] = Counter()
+    resource_of: dict[str, str] = {}
     for k, v in alloc.items():
         if k.startswith(MIG_PREFIX):
-            counts[k.removeprefix(MIG_PREFIX)] = _count(v, f"{where}.{k}")
+            profile = _mig_profile(k.removeprefix(MIG_PREFIX))
+            counts[profile] = _count(v, f"{where}.{k}")
+            resource_of[profile] = k
     counts = +counts
     if PRODUCT not in labels:
         if gpu_alloc or shared_alloc or counts:
             raise InputError(f"node '{name}': label {PRODUCT}: missing on a node that offers GPUs")
         return None
     spec = _resolve_product(name, labels[PRODUCT], labels.get(MEMORY), catalog)
-    single_match = re.search(r"-MIG-([\w.+-]+)$", labels[PRODUCT])
-    single = single_match.group(1) if single_match and labels.get(MIG_STRATEGY) == "single" else None
+    single_match = _MIG_SUFFIX.search(labels[PRODUCT])
+    single = (
+        _mig_profile(single_match.group(1)) if single_match and labels.get(MIG_STRATEGY) == "single" else None
+    )
     config = labels.get(MIG_CONFIG, "")
     for profile in [*counts, *([single] if single else [])]:
         if profile not in spec.profile_map:
             field_name = (
-                f"label {PRODUCT}" if profile == single else f"status.allocatable.{MIG_PREFIX}{profile}"
+                f"label {PRODUCT}" if profile == single else f"status.allocatable.{resource_of[profile]}"
             )
             raise InputError(
                 f"node '{name}': {field_name}: {spec.name} does not offer MIG profile '{profile}'"
@@ -397,10 +448,12 @@ def _hami_gpus(name: str, labels: Mapping[str, str], register: Any) -> int:
 
 def _replicas(name: str, labels: Mapping[str, str], offered: int, gpus: int | None, *, shared: bool) -> int:
     """Time-sliced (or MPS) replicas per GPU: ``nvidia.com/gpu.replicas``, else offered devices per GPU;
-    1 when the node does not share."""
-    if labels.get(SHARING, "none") not in _SHARING_MODES and not shared:
-        return 1
+    1 when the node does not share. Device plugins older than the ``nvidia.com/gpu.sharing-strategy``
+    label say it by the product's ``-SHARED`` suffix or more than one replica."""
     text = labels.get(REPLICAS)
+    marked = labels.get(PRODUCT, "").strip().endswith("-SHARED") or (text or "").strip() not in ("", "0", "1")
+    if labels.get(SHARING, "none") not in _SHARING_MODES and not shared and not marked:
+        return 1
     if text is None:
         return max(1, offered // gpus) if gpus else 1
     if not text.isdigit() or int(text) < 1:
@@ -427,8 +480,11 @@ def _entry(
     if info.gpus > len(info.layouts) and not info.scheduler_shared:
         # How the device plugin offers the non-MIG GPUs (FORMATS.md): the planner keeps to it.
         entry["sharing"] = {"time-slicing": {"replicas": info.replicas}} if info.time_sliced else "exclusive"
-    machine = re.sub(r"[^0-9a-z]+", "-", labels.get(MACHINE, "").lower()).strip("-").removeprefix("nvidia-")
-    ref = next((t for t in catalog.topologies if t.name.lower() == machine), None)
+    # GFD's machine label is the DMI product name: "NVIDIA DGX H100", "DGXH100", "DGXA100 920-23687-...".
+    machine = re.sub(r"[^0-9a-z]", "", labels.get(MACHINE, "").lower()).removeprefix("nvidia")
+    ref = next(
+        (t for t in catalog.topologies if machine.startswith(re.sub(r"[^0-9a-z]", "", t.name.lower()))), None
+    )
 
     def mig(i: int) -> dict[str, Any]:
         return {"instances": [inst.model_dump() for inst in info.layouts[i]]}
@@ -468,8 +524,10 @@ class _Pod:
 
 
 def _requests(spec: Mapping[str, Any], where: str) -> dict[str, Decimal]:
-    """The pod's effective requests: per resource the larger of the containers' sum and the largest init
-    container, plus the pod overhead; a container's limit stands in for a missing request."""
+    """The pod's effective requests as the scheduler counts them: per resource the larger of the
+    containers' sum (plus sidecars, init containers with ``restartPolicy: Always``) and each init
+    container's peak (itself plus the sidecars started before it), plus the pod overhead; a container's
+    limit stands in for a missing request (extended resources like ``nvidia.com/gpu`` are set as limits)."""
 
     def of(container: Mapping[str, Any]) -> dict[str, Decimal]:
         res = container.get("resources") or {}
@@ -480,13 +538,27 @@ def _requests(spec: Mapping[str, Any], where: str) -> dict[str, Decimal]:
             for k, v in merged.items()
         }
 
+    def add(into: dict[str, Decimal], more: Mapping[str, Decimal]) -> dict[str, Decimal]:
+        for k, v in more.items():
+            into[k] = into.get(k, Decimal(0)) + v
+        return into
+
     out: dict[str, Decimal] = {}
     for c in spec.get("containers") or ():
-        for k, v in of(c).items():
-            out[k] = out.get(k, Decimal(0)) + v
+        add(out, of(c))
+    sidecars: dict[str, Decimal] = {}
+    peak: dict[str, Decimal] = {}
     for c in spec.get("initContainers") or ():
-        for k, v in of(c).items():
-            out[k] = max(out.get(k, Decimal(0)), v)
+        own = of(c)
+        if c.get("restartPolicy") == "Always":
+            add(out, own)
+            step = dict(add(sidecars, own))
+        else:
+            step = add(dict(own), sidecars)
+        for k, v in step.items():
+            peak[k] = max(peak.get(k, Decimal(0)), v)
+    for k, v in peak.items():
+        out[k] = max(out.get(k, Decimal(0)), v)
     for k, v in (spec.get("overhead") or {}).items():
         out[str(k)] = out.get(str(k), Decimal(0)) + quantity(v, f"{where}: spec.overhead.{k}")
     return out
@@ -502,8 +574,19 @@ def _gang(meta: Mapping[str, Any]) -> str | None:
     return f"{meta.get('namespace', 'default')}/{group}" if group else None
 
 
-def _wanted_models(spec: Mapping[str, Any], where: str, catalog: HardwareCatalog) -> list[str]:
-    """GPU models a pod's ``nodeSelector`` or required node affinity on ``nvidia.com/gpu.product`` allows."""
+@dataclass(frozen=True)
+class _Selection:
+    """What a pod's ``nvidia.com/gpu.product`` node selection says: the allowed models, and the device
+    plugin's suffix when every selected product carries the same one (a ``single``-strategy MIG profile,
+    or ``-SHARED`` for time-sliced GPUs): ``nvidia.com/gpu`` then means that MIG device or share."""
+
+    models: tuple[str, ...] = ()
+    mig_profile: str | None = None
+    shared: bool = False
+
+
+def _selection(spec: Mapping[str, Any], where: str, catalog: HardwareCatalog) -> _Selection:
+    """What a pod's ``nodeSelector`` or required node affinity on ``nvidia.com/gpu.product`` allows."""
     products: list[str] = []
     selector = (spec.get("nodeSelector") or {}).get(PRODUCT)
     field_name = f"spec.nodeSelector.{PRODUCT}"
@@ -529,7 +612,15 @@ def _wanted_models(spec: Mapping[str, Any], where: str, catalog: HardwareCatalog
         if model is None:
             raise InputError(f"{where}: {field_name}: unknown GPU product '{product}'")
         models.append(model.name)
-    return list(dict.fromkeys(models))
+    profiles = {
+        _mig_profile(m.group(1)) if m else None for m in (_MIG_SUFFIX.search(p.strip()) for p in products)
+    }
+    shared = bool(products) and all(p.strip().endswith("-SHARED") for p in products)
+    return _Selection(
+        models=tuple(dict.fromkeys(models)),
+        mig_profile=next(iter(profiles)) if len(profiles) == 1 else None,
+        shared=shared,
+    )
 
 
 def _gpu_memory_mib(text: Any, where: str) -> int:
@@ -596,10 +687,62 @@ def _scheduler_share(
     return out
 
 
+class _Offers:
+    """What the fleet's nodes offer to pods not yet bound, asked once per distinct question (a fleet has
+    few GPU models and selections, but may have thousands of pending pods)."""
+
+    def __init__(self, nodes: Iterable[_NodeInfo]) -> None:
+        self.nodes = tuple(nodes)
+        self._shares: dict[tuple[tuple[str, ...], bool], int | None] = {}
+        self._implied: dict[_Selection, _Selection] = {}
+
+    def share(self, models: tuple[str, ...], *, renamed: bool) -> int | None:
+        """The milli-GPU of a time-sliced share: the largest share (fewest replicas) among the nodes
+        offering it under that resource name (``nvidia.com/gpu.shared`` when ``renamed``) and of the
+        selected models, else among any time-sliced nodes; ``None`` when no node shares."""
+        key = (models, renamed)
+        if key not in self._shares:
+            sharing = [n for n in self.nodes if n.time_sliced]
+            fits = [
+                n for n in sharing if n.shared_renamed == renamed and (not models or n.model.name in models)
+            ]
+            replicas = min((n.replicas for n in fits or sharing), default=None)
+            self._shares[key] = None if replicas is None else min(FULL_MILLI // replicas, FULL_MILLI - 1)
+        return self._shares[key]
+
+    def implied(self, selection: _Selection) -> _Selection:
+        """What one ``nvidia.com/gpu`` means when the product selection does not say: what every node the
+        pod may go to (of the selected models) offers under that name, when they agree (MIG devices of one
+        profile under the ``single`` strategy, or time-sliced shares); else whole GPUs."""
+        if selection.mig_profile or selection.shared:
+            return selection
+        if selection not in self._implied:
+            kinds: set[tuple[str, str | None]] = set()
+            for n in self.nodes:
+                if selection.models and n.model.name not in selection.models:
+                    continue
+                if n.single_profile is not None:
+                    kinds.add(("mig", n.single_profile))
+                elif n.time_sliced and not n.shared_renamed:
+                    kinds.add(("shared", None))
+                elif n.gpus > len(n.layouts) and not n.time_sliced:
+                    kinds.add(("whole", None))
+            ((kind, profile),) = kinds if len(kinds) == 1 else {("whole", None)}
+            self._implied[selection] = _Selection(
+                models=selection.models, mig_profile=profile, shared=kind == "shared"
+            )
+        return self._implied[selection]
+
+
 def _shape(
-    req: Mapping[str, Decimal], node: _NodeInfo | None, share: int | None, where: str
+    req: Mapping[str, Decimal],
+    node: _NodeInfo | None,
+    selection: _Selection,
+    offers: _Offers,
+    where: str,
 ) -> tuple[str, dict[str, Any]] | None:
-    """The pod's GPU shape as (kind, workload fields), ``None`` when it asks for no GPU."""
+    """The pod's GPU shape as (kind, workload fields), ``None`` when it asks for no GPU. A bound pod's
+    ``nvidia.com/gpu`` means what its node offers; a pending pod's, what its product selection names."""
     field_of = f"{where}: resources.requests"
     asked = {
         k: _whole(v, f"{field_of}.{k}")
@@ -614,19 +757,23 @@ def _shape(
             f"{field_of}: asks for {' and '.join(sorted(asked))}; gpuplan takes one GPU kind per pod"
         )
     ((resource, n),) = asked.items()
-    single = node.single_profile if node is not None else None
+    if node is None and resource == GPU and n == 1:
+        selection = offers.implied(selection)
+    single = node.single_profile if node is not None else selection.mig_profile
     if resource.startswith(MIG_PREFIX) or (resource == GPU and single):
-        profile = single if resource == GPU else resource.removeprefix(MIG_PREFIX)
+        profile = single if resource == GPU else _mig_profile(resource.removeprefix(MIG_PREFIX))
         if n != 1:
             raise InputError(
                 f"{field_of}.{resource}: {n} MIG devices; gpuplan places one MIG instance per pod"
             )
         return "mig", {"mig_profile": profile}
-    if resource == SHARED or (
-        resource == GPU and node is not None and node.time_sliced and not node.shared_renamed
-    ):
-        replicas = node.replicas if node is not None else None
-        milli = FULL_MILLI // replicas if replicas else share
+    shared_gpu = node.time_sliced and not node.shared_renamed if node is not None else selection.shared
+    if resource == SHARED or (resource == GPU and shared_gpu):
+        milli = (
+            FULL_MILLI // node.replicas
+            if node is not None
+            else offers.share(selection.models, renamed=resource == SHARED)
+        )
         if milli is None:
             raise InputError(f"{field_of}.{resource}: a time-sliced share, but no node shares its GPUs")
         if n != 1:
@@ -646,14 +793,17 @@ def _pods(
     tier_map: Mapping[str, str],
     team_label: str | None,
     catalog: HardwareCatalog,
-) -> tuple[list[_Pod], dict[str, list[int]]]:
-    """The pods that ask for GPUs, and the CPU and memory that other pods hold on each GPU node."""
-    # A pending pod's share is the largest any node gives (the fewest replicas per GPU).
-    shares = sorted({FULL_MILLI // n.replicas for n in nodes.values() if n.time_sliced})
-    share = min(shares[-1], FULL_MILLI - 1) if shares else None
+    absent: Container[str] = (),
+) -> tuple[list[_Pod], dict[str, list[int]], int]:
+    """The pods that ask for GPUs, the CPU and memory that other pods hold on each GPU node, and how many
+    pods were left out with their node (``absent``: cordoned or NotReady). Finished pods (Succeeded,
+    Failed) and terminating ones (``metadata.deletionTimestamp``: their devices are released when they end)
+    are skipped."""
     held: dict[str, list[int]] = {name: [0, 0] for name in nodes}
+    offers = _Offers(nodes.values())
     pods: list[_Pod] = []
     seen: set[str] = set()
+    with_absent = 0
     for raw in items:
         meta = raw.get("metadata") or {}
         spec = raw.get("spec") or {}
@@ -666,14 +816,20 @@ def _pods(
             raise InputError(f"{where}: appears more than once")
         seen.add(key)
         phase = status.get("phase", "Pending")
-        if phase in _SKIPPED_PHASES:
-            continue
         node_name = spec.get("nodeName") or None
+        if phase in _SKIPPED_PHASES or meta.get("deletionTimestamp"):
+            continue
+        if node_name in absent:
+            with_absent += 1
+            continue
         req = _requests(spec, where)
         node = nodes.get(node_name) if node_name else None
+        selection = _selection(spec, where, catalog) if node is None else _Selection()
         scheduled_share = _scheduler_share(meta, req, where)
         shape: tuple[str, dict[str, Any]] | None = (
-            ("fraction", dict(scheduled_share)) if scheduled_share else _shape(req, node, share, where)
+            ("fraction", dict(scheduled_share))
+            if scheduled_share
+            else _shape(req, node, selection, offers, where)
         )
         cpu = cpu_milli(req.get("cpu", Decimal(0)))
         mem = memory_mib(req.get("memory", Decimal(0)))
@@ -698,10 +854,8 @@ def _pods(
             "cpu_milli": cpu,
             "memory_mib": mem,
         }
-        if node is None:
-            models = _wanted_models(spec, where, catalog)
-            if models:
-                values["gpu_models"] = "|".join(models)
+        if selection.models:
+            values["gpu_models"] = "|".join(selection.models)
         gang = _gang(meta)
         if gang:
             values["gang"] = gang
@@ -709,7 +863,7 @@ def _pods(
         if created:
             values["queued_since"] = created
         pods.append(_Pod(key, node_name, values, kind, created, scheduler_share=scheduled_share is not None))
-    return pods, held
+    return pods, held, with_absent
 
 
 # --------------------------------------------------------------------------------------------
@@ -864,20 +1018,34 @@ class KubernetesState:
     node_entries: tuple[dict[str, Any], ...]
     rows: tuple[dict[str, Any], ...]
     skipped_nodes: int
+    #: GPU nodes that take no new pods (``name (cordoned|NotReady)``), left out with their pods.
+    unavailable: tuple[str, ...] = ()
+    unavailable_pods: int = 0
 
     def describe(self) -> str:
         """A short human-readable report of what was read."""
         running = sum(1 for w in self.workloads if w.running_on)
         kinds = Counter(w.shapes[0].kind for w in self.workloads)
         gangs = len({w.gang for w in self.workloads if w.gang})
+        away = (
+            [
+                f"left out: {len(self.unavailable)} GPU nodes that take no new pods "
+                f"({', '.join(self.unavailable)}) and the {self.unavailable_pods} pods bound to them"
+            ]
+            if self.unavailable
+            else []
+        )
         return "\n".join(
             [
                 f"cluster: {len(self.cluster.nodes)} GPU nodes, {self.cluster.gpu_count} GPUs "
                 f"({self.skipped_nodes} nodes without GPUs left out)",
                 f"workloads: {len(self.workloads)} pods asking for GPUs ({running} running, "
                 f"{len(self.workloads) - running} pending; "
-                + ", ".join(f"{k} {n}" for k, n in sorted(kinds.items()))
-                + f"; {gangs} gangs)",
+                + "; ".join(
+                    filter(None, [", ".join(f"{k} {n}" for k, n in sorted(kinds.items())), f"{gangs} gangs"])
+                )
+                + ")",
+                *away,
             ]
         )
 
@@ -890,6 +1058,14 @@ def _items(path: Path, kind: str) -> list[Mapping[str, Any]]:
     items = raw.get("items") if isinstance(raw, dict) else raw
     if not isinstance(items, list) or not all(isinstance(i, dict) for i in items):
         raise InputError(f"{path}: expected the output of `kubectl get {kind} -o json` (a list with 'items')")
+    wanted = kind.rstrip("s").capitalize()
+    other = next(
+        ((i, str(it["kind"])) for i, it in enumerate(items) if it.get("kind", wanted) != wanted), None
+    )
+    if other is not None:
+        raise InputError(
+            f"{path}: items[{other[0]}]: a {other[1]}, expected a {wanted} (`kubectl get {kind}`)"
+        )
     return items
 
 
@@ -923,15 +1099,23 @@ def read_state(
     node_items = _items(Path(nodes_json), "nodes")
     infos: dict[str, _NodeInfo] = {}
     skipped = 0
+    absent: dict[str, str] = {}
     for raw in node_items:
-        info = _node(raw, cat)
+        why = _unavailable(raw)
+        if why is not None and _offers_gpus(raw):
+            absent[str((raw.get("metadata") or {}).get("name") or "")] = why
+            continue
+        info = None if why is not None else _node(raw, cat)
         if info is None:
             skipped += 1
         elif info.name in infos:
             raise InputError(f"node '{info.name}': appears more than once")
         else:
             infos[info.name] = info
-    pods, held = _pods(_items(Path(pods_json), "pods"), infos, tier_map or DEFAULT_TIER_MAP, team_label, cat)
+    if absent:
+        log.warning("left out, taking no new pods: %s", ", ".join(f"{n} ({w})" for n, w in absent.items()))
+    pod_items = _items(Path(pods_json), "pods")
+    pods, held, with_absent = _pods(pod_items, infos, tier_map or DEFAULT_TIER_MAP, team_label, cat, absent)
     shared_by_scheduler = any(p.scheduler_share for p in pods)
     entries = []
     for info in infos.values():
@@ -959,6 +1143,8 @@ def read_state(
         node_entries=tuple(entries),
         rows=tuple(p.values for p in pods),
         skipped_nodes=skipped,
+        unavailable=tuple(f"{n} ({w})" for n, w in sorted(absent.items())),
+        unavailable_pods=with_absent,
     )
 
 
