@@ -11,12 +11,17 @@ host which pattern; rounding and the placement kernel turn that into a plan.
    concrete nodes and realised replica by replica, gangs are placed whole, and what is left is placed
    greedily (:mod:`.rounding`).
 
-The plan is returned only if it waits less than FGD's own plan; otherwise FGD's is (both are valid).
+The first columns come from FGD plans in a seeded random order within each queue rank (FGD was designed
+for random arrivals; largest first strands shares on lists of many sharing pods) and, time permitting, in
+the queue order with the most valuable replicas first: both orders are canonical, never the input
+order. The plan is returned only if it waits less than the better of these FGD plans; otherwise that one
+is (all are valid).
 """
 
 from __future__ import annotations
 
 import logging
+import random
 import time
 from collections import Counter
 from collections.abc import Sequence
@@ -40,6 +45,9 @@ log = logging.getLogger(__name__)
 #: Share of the time limit given to column generation, then of the rest to the integer master.
 GENERATION_SHARE = 0.7
 INTEGER_SHARE = 0.5
+#: The second FGD plan of the first columns runs only if the first took at most this share of the time
+#: left (a fleet on a loaded machine would otherwise overrun its time limit).
+SECOND_PLAN_SHARE = 0.25
 
 
 @dataclass(frozen=True)
@@ -95,13 +103,48 @@ def _queue_order(problem: PlacementProblem, positions: list[int]) -> list[int]:
     return sorted(positions, key=key)
 
 
+def _shuffled_order(problem: PlacementProblem, positions: list[int]) -> list[int]:
+    """Replicas by tier, priority and wait, then in a random order drawn from the problem's seed over
+    the replicas sorted by id (never the input order)."""
+    by_id = sorted(positions, key=lambda r: (problem.requests[r].workload, problem.requests[r].replica))
+    random.Random(problem.seed).shuffle(by_id)
+    draw = {r: i for i, r in enumerate(by_id)}
+
+    def key(r: int) -> tuple[int, int, int, int]:
+        q = problem.requests[r]
+        return (q.tier_rank, -q.priority, -q.wait_s, draw[r])
+
+    return sorted(positions, key=key)
+
+
+def _first_plans(problem: PlacementProblem, deadline: float) -> list[SolveResult]:
+    """FGD's plans in the canonical orders, the seeded one first (:func:`_shuffled_order`,
+    :func:`_queue_order`); the second only if the first took at most :data:`SECOND_PLAN_SHARE` of the
+    time left (always in a deterministic run, whose plan must not depend on the clock)."""
+    everyone = list(range(len(problem.requests)))
+    plans = []
+    for order in (_shuffled_order, _queue_order):
+        began = time.perf_counter()
+        ordered = tuple(problem.requests[r] for r in order(problem, everyone))
+        plans.append(Fgd().place(replace(problem, requests=ordered)))
+        took = time.perf_counter() - began
+        if not problem.deterministic and took > SECOND_PLAN_SHARE * (deadline - time.perf_counter()):
+            log.info("fleet: one first plan (FGD took %.1f s)", took)
+            break
+    return plans
+
+
 def plan_fleet(problem: PlacementProblem, deadline: float) -> FleetPlan:
     """Plan ``problem`` by its configuration LP within ``deadline`` (perf_counter)."""
     start = time.perf_counter()
-    # The first columns come from FGD in a canonical order (largest first within a tier), never in the
-    # input order: the plan must not depend on how the input lists its rows.
-    canonical = _queue_order(problem, list(range(len(problem.requests))))
-    greedy = Fgd().place(replace(problem, requests=tuple(problem.requests[r] for r in canonical)))
+    # Nodes in name order: the greedy placers break ties towards the first node in cluster order, which
+    # must not be the order the input lists its nodes in.
+    problem = replace(problem, nodes=tuple(sorted(problem.nodes, key=lambda n: n.name)))
+    # The first columns come from FGD in canonical orders, never in the input order: the plan must not
+    # depend on how the input lists its rows.
+    firsts = _first_plans(problem, deadline)
+    greedy = min(firsts, key=lambda g: queue_term(problem, g))
+    first_s = time.perf_counter() - start
     placer = _placer(problem)
     waiting = [r for r, q in enumerate(problem.requests) if q.running is None]
     singles = [r for r in waiting if problem.requests[r].gang is None]
@@ -111,15 +154,17 @@ def plan_fleet(problem: PlacementProblem, deadline: float) -> FleetPlan:
     config = generate(
         nodes,
         classes,
-        _initial_patterns(problem, nodes, classes, greedy.assignments),
+        [p for g in firsts for p in _initial_patterns(problem, nodes, classes, g.assignments)],
         time.perf_counter() + budget,
         seed=problem.seed,
         deterministic=problem.deterministic,
         workers=problem.num_workers,
         ray=problem.ray,
     )
+    generated = time.perf_counter()
     # Price and branch: whole numbers of nodes per pattern over the columns generated (HiGHS' MIP).
     counts = config.master.solve_integer(max(0.1, INTEGER_SHARE * (deadline - time.perf_counter())))
+    integer = time.perf_counter()
     plan = assign_patterns(nodes, config.master.patterns, counts or config.solution.x)
     placed, done = realise(problem, placer, classes, plan)
     unplaced: list[Unplaced] = []
@@ -137,6 +182,11 @@ def plan_fleet(problem: PlacementProblem, deadline: float) -> FleetPlan:
     placed.extend(more)
     unplaced.extend(left)
     kept = [r.assignment(r.running) for r in problem.requests if r.running is not None]
+    log.info(
+        "fleet: first plans %.1f s, generation %.1f s (%d rounds), integer master %.1f s, realisation %.1f s",
+        first_s, generated - start - first_s, config.rounds, integer - generated,
+        time.perf_counter() - integer,
+    )  # fmt: skip
     result = SolveResult(
         status=PlanStatus.FEASIBLE,
         solver="cpsat",
