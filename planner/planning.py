@@ -17,7 +17,7 @@ from gpuplan.models.plan import NodeSharing, Plan, SolverReport
 from gpuplan.models.problem import PlanningInput
 from gpuplan.planner.actions import plan_actions
 from gpuplan.planner.compile import compile_problem
-from gpuplan.planner.deadline import MIN_SOLVE_S, Deadline
+from gpuplan.planner.deadline import MIN_SOLVE_S, Deadline, Stopwatch
 from gpuplan.planner.errors import InvalidPlanError
 from gpuplan.planner.explain import explain_all, with_explanations
 from gpuplan.planner.layouts import cluster_with_sharing
@@ -129,6 +129,7 @@ def make_plan(
     processes; the plan is the same.
     """
     deadline = Deadline.after(time_limit_s)
+    watch = Stopwatch()
     explain_s = min(explain_budget_s, EXPLAIN_SHARE * time_limit_s) if explain else 0.0
     solve_s = max(MIN_SOLVE_S, time_limit_s * (1 - POST_SOLVE_SHARE) - explain_s)
     catalog = catalog or default_catalog()
@@ -136,6 +137,7 @@ def make_plan(
     # Drained nodes whose mode blocks waiting demand change mode first; the solvers see the new modes.
     started = time.perf_counter()
     changes = choose_sharing(inp, catalog, now, None if deterministic else SHARING_SHARE * time_limit_s)
+    watch.lap("sharing")
     if not deterministic:
         # A deterministic solve keeps the share fixed by the limit alone; others give up what the pass took.
         solve_s = max(MIN_SOLVE_S, solve_s - (time.perf_counter() - started))
@@ -152,14 +154,18 @@ def make_plan(
         deterministic=deterministic,
         ray=ray,
     )
+    watch.lap("compile")
     log.info("planning %d replicas on %d nodes with %s", len(problem.requests), len(problem.nodes), solver)
     result = get_solver(solver).solve(problem)
+    watch.lap("solve")
     # Predicted starts and reservations; ``previous`` keeps the last plan's reservations that still fit.
     reserved = previous_reservations(previous, inp) if previous is not None else None
     # The predicted-start pass gets what the solve left of the time kept for the passes after it.
     post = deadline.reserve(explain_s + POST_SOLVE_SHARE * time_limit_s / 2)
     result = with_reservations(planned, problem, result, catalog, now, reserved, post)
+    watch.lap("timeline")
     result = without_idle_moves(planned, problem, result, catalog)
+    watch.lap("idle_moves")
     # The report describes the plan returned, after every pass that changed it.
     result = reported(problem, result)
     provenance = {
@@ -177,6 +183,7 @@ def make_plan(
     }
     kept = used_changes(changes, inp, result.assignments, result.unplaced)
     plan = build_plan(inp, problem, result, catalog, provenance, kept)
+    watch.lap("build")
     # Every waiting replica gets its reason from the explainer, as ``gpuplan explain`` would give it.
     found = explain_all(
         inp,
@@ -187,4 +194,7 @@ def make_plan(
         solver="greedy-fgd",
         budget_s=min(explain_s, deadline.remaining()),
     )
-    return with_explanations(plan, found)
+    plan = with_explanations(plan, found)
+    watch.lap("reasons")
+    log.info("plan phases: %s", watch.line())
+    return plan

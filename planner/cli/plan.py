@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import argparse
 import json
+import logging
 from pathlib import Path
 from typing import TYPE_CHECKING
 
@@ -14,7 +15,7 @@ from gpuplan.models.policy import Policy
 from gpuplan.models.workload import Workloads
 from gpuplan.planner import summary
 from gpuplan.planner.cli import common
-from gpuplan.planner.deadline import solve_share
+from gpuplan.planner.deadline import Stopwatch, solve_share
 from gpuplan.planner.io import (
     load_cluster,
     load_plan,
@@ -27,6 +28,8 @@ from gpuplan.planner.io import (
 if TYPE_CHECKING:
     from gpuplan.models.problem import PlanningInput
     from gpuplan.planner.validate import Report
+
+log = logging.getLogger(__name__)
 
 
 def _run_plan(inp: PlanningInput, args: argparse.Namespace) -> Plan:
@@ -45,10 +48,14 @@ def _run_plan(inp: PlanningInput, args: argparse.Namespace) -> Plan:
         explain=True,
         ray=ray,
     )
+    watch = Stopwatch()
     print(summary.render(plan, inp))
+    watch.lap("summary")
     if args.out:
         write_json(Path(args.out), plan)
         print(f"plan written to {args.out}")
+    watch.lap("write")
+    log.info("output phases: %s", watch.line())
     return plan
 
 
