@@ -6,7 +6,8 @@ default pod list: 1,213 nodes, ~8k workloads), each solver and each time limit, 
 - ``cli``: ``gpuplan -v plan ... --time-limit L`` as a subprocess; the wall time runs from just before
   the process is started to its exit, so the interpreter, the imports, loading the files, the summary
   and writing the plan all count. Phase times come from the ``plan phases:`` and ``output phases:``
-  lines the command logs at INFO; ``startup`` is what the phases do not account for.
+  lines the command logs at INFO; ``startup`` is the process's age when planning began, ``exit`` what
+  the phases do not account for (mostly the interpreter's exit).
 - ``inproc``: ``make_plan(inp, time_limit_s=L)`` in this process on the same files (loaded once, not
   timed), with its phase line captured from the log.
 
@@ -96,8 +97,10 @@ def run_cli(files: list[str], now: datetime, solver: str, limit: float, out: Pat
     wall = time.perf_counter() - t0
     if done.returncode != 0:
         raise SystemExit(f"b12: {' '.join(cmd)} failed:\n{done.stderr[-2000:]}")
-    phases = {**parse_phases(done.stderr, "plan phases:"), **parse_phases(done.stderr, "output phases:")}
-    return {"wall_s": wall, "startup": wall - sum(phases.values()), **phases}
+    output = parse_phases(done.stderr, "output phases:")
+    startup = output.pop("startup", 0.0)
+    phases = {**parse_phases(done.stderr, "plan phases:"), **output}
+    return {"wall_s": wall, "startup": startup, **phases, "exit": wall - startup - sum(phases.values())}
 
 
 def run_inproc(files: list[str], now: datetime, solver: str, limit: float) -> dict[str, float]:
@@ -109,12 +112,14 @@ def run_inproc(files: list[str], now: datetime, solver: str, limit: float) -> di
     planning = logging.getLogger("gpuplan.planner.planning")
     planning.addHandler(handler)
     planning.setLevel(logging.INFO)
+    planning.propagate = False
     try:
         t0 = time.perf_counter()
         make_plan(inp, solver=solver, now=now, time_limit_s=limit)
         wall = time.perf_counter() - t0
     finally:
         planning.removeHandler(handler)
+        planning.propagate = True
     return {"wall_s": wall, **parse_phases(handler.text, "plan phases:")}
 
 
