@@ -686,6 +686,9 @@ def explain_all(
     starts once that many seconds have passed. With ``reasons_by``, no replica's reason is derived once
     that deadline has passed: the replicas not reached get no explanation (they keep what the plan says;
     the caller counts them)."""
+    if reasons_by is not None and reasons_by.expired():
+        log.info("reasons cut by the time limit before the plan state was built")
+        return []
     catalog = catalog or default_catalog()
     start = time.perf_counter()
     st = PlanState(inp, plan, catalog, now or plan_time(plan))
