@@ -17,7 +17,7 @@ from gpuplan.models.plan import NodeSharing, Plan, SolverReport
 from gpuplan.models.problem import PlanningInput
 from gpuplan.planner.actions import plan_actions
 from gpuplan.planner.compile import compile_problem
-from gpuplan.planner.deadline import MIN_SOLVE_S, Deadline, Phases, Stopwatch
+from gpuplan.planner.deadline import MIN_SOLVE_S, Deadline, Stopwatch
 from gpuplan.planner.errors import InvalidPlanError
 from gpuplan.planner.explain import explain_all, with_explanations
 from gpuplan.planner.layouts import cluster_with_sharing
@@ -39,9 +39,9 @@ log = logging.getLogger(__name__)
 POST_SOLVE_SHARE = 0.1
 POST_SOLVE_S_PER_REPLICA = 0.0004
 POST_SOLVE_MAX_SHARE = 0.5
-#: How the passes after the solve share the time it left (the build and validation are never cut: their
-#: weight keeps time for them).
-POST_SOLVE_WEIGHTS = {"timeline": 1.0, "build": 3.0, "reasons": 3.0}
+#: Share of the time the solve left (less the explanations') the predicted-start pass may take; the
+#: rest is the build's, the validation's (never cut) and the reasons'.
+TIMELINE_SHARE = 0.15
 #: Largest share of the time limit the sharing-mode pre-pass may take (its trials stop after it).
 SHARING_SHARE = 0.1
 #: Largest share of the time limit the explanations of waiting replicas may take.
@@ -196,12 +196,11 @@ def make_plan(
     log.info("planning %d replicas on %d nodes with %s", len(problem.requests), len(problem.nodes), solver)
     result = get_solver(solver).solve(problem)
     watch.lap("solve")
-    # The passes after the solve share what it left; a deterministic plan's only at the limit itself.
-    passes = Phases(deadline.reserve(explain_s), POST_SOLVE_WEIGHTS)
+    # The passes after the solve share what it left; a deterministic plan's are cut only at the limit.
     cut: list[str] = []
     # Predicted starts and reservations; ``previous`` keeps the last plan's reservations that still fit.
     reserved = previous_reservations(previous, inp) if previous is not None else None
-    timeline_by = deadline if deterministic else passes.sub("timeline")
+    timeline_by = deadline if deterministic else deadline.reserve(explain_s).sub(TIMELINE_SHARE)
     result = with_reservations(planned, problem, result, catalog, now, reserved, timeline_by)
     if TIMELINE_CUT in result.terms:
         cut.append("predicted starts")
@@ -237,7 +236,7 @@ def make_plan(
         counterfactuals=3 if explain else 0,
         solver="greedy-fgd",
         budget_s=deadline.remaining() if deterministic else min(explain_s, deadline.remaining()),
-        reasons_by=deadline if deterministic else passes.sub("reasons"),
+        reasons_by=deadline,  # reasons before counterfactuals: they may use the explanations' time too
     )
     targets = len(plan.unplaced) + sum(a.alternative > 0 for a in plan.assignments)
     if len(found) < targets:
