@@ -5,15 +5,12 @@ no test measures time."""
 
 from __future__ import annotations
 
-import json
 from datetime import datetime
-from pathlib import Path
 
 import pytest
 
 from gpuplan.models import data_dir
 from gpuplan.models.problem import PlanningInput
-from gpuplan.planner.cli import main
 from gpuplan.planner.cli.common import load_input
 from gpuplan.planner.deadline import Deadline
 from gpuplan.planner.explain import explain_all
@@ -73,18 +70,3 @@ def test_the_time_after_the_solve_depends_on_the_limit_and_the_input_alone() -> 
     assert post_solve_s(10.0, 8000) > post_solve_s(10.0, 100)  # validation and reasons grow with the input
     assert post_solve_s(2.0, 8000) == POST_SOLVE_MAX_SHARE * 2.0  # the solve always keeps its part
     assert post_solve_s(30.0, 8000) == post_solve_s(30.0, 8000)
-
-
-def test_gpuplan_plan_past_its_limit_writes_a_labelled_plan(
-    tmp_path: Path, capsys: pytest.CaptureFixture[str]
-) -> None:
-    out = tmp_path / "plan.json"
-    files = ["--cluster", str(EXAMPLES / "cluster.yaml"), "--workloads", str(EXAMPLES / "workloads.yaml")]
-    code = main(
-        ["plan", *files, "--policy", str(EXAMPLES / "policy.yaml"), "--solver", "greedy-fgd",
-         "--time-limit", "0.01", "--now", NOW.isoformat(), "--out", str(out)]
-    )  # fmt: skip
-    assert code == 0, capsys.readouterr().err
-    plan = json.loads(out.read_text())
-    assert "reasons" in plan["provenance"]["cut_short"]
-    assert all(u["reason"] for u in plan["unplaced"])
