@@ -129,3 +129,23 @@ def solve_share(time_limit_s: float, deadline: Deadline) -> float:
     if left < fixed:
         log.warning("the start-up took the solve's time: its share is cut from %.1f s to %.1f s", fixed, left)
     return max(MIN_SOLVE_S, min(fixed, left))
+
+
+class Stopwatch:
+    """The seconds each phase of one command took, in the order they ran, for the one log line a plan
+    gets (``benchmarks/b12_deadline.py`` reads it to see where a time limit went)."""
+
+    def __init__(self, clock: Clock = time.perf_counter) -> None:
+        self.clock = clock
+        self.last = clock()
+        self.times: dict[str, float] = {}
+
+    def lap(self, phase: str) -> None:
+        """Charge the time since the last lap to ``phase``."""
+        now = self.clock()
+        self.times[phase] = self.times.get(phase, 0.0) + now - self.last
+        self.last = now
+
+    def line(self) -> str:
+        """``compile=0.120 solve=3.801 ...`` (seconds per phase)."""
+        return " ".join(f"{phase}={seconds:.3f}" for phase, seconds in self.times.items())

@@ -1,6 +1,6 @@
 """Exceptions the planner's modules share, kept apart so that raising one imports no planning code.
 
-``InvalidPlanError`` is raised by :func:`gpuplan.planner.planning.build_plan` and by the counterfactual
+``InvalidPlanError`` is raised by :func:`gpuplan.planner.planning.checked` and by the counterfactual
 re-solves of the explanations; the explanations are themselves called from ``make_plan``, so the error
 cannot live in either module without an import cycle.
 """

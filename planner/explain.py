@@ -35,6 +35,7 @@ from gpuplan.models.problem import PlanningInput
 from gpuplan.models.workload import TopologyNeed
 from gpuplan.planner import counterfactual as cfs
 from gpuplan.planner.counterfactual import Candidate, Target
+from gpuplan.planner.deadline import Deadline
 from gpuplan.planner.explain_state import Key, PlanState
 from gpuplan.planner.sharing import mode_notes
 from gpuplan.planner.timeline import RESERVED, duration_s
@@ -677,11 +678,17 @@ def explain_all(
     time_limit_s: float = 2.0,
     budget_s: float | None = None,
     only: Collection[str] | None = None,
+    reasons_by: Deadline | None = None,
 ) -> list[Explanation]:
     """Explanations of every waiting replica and every replica on a worse alternative (of the
     workloads ``only`` names, when given). With ``budget_s``, every replica still gets its reason (code,
     sentence, resources: they must match what ``gpuplan explain`` says), but no new counterfactual search
-    starts once that many seconds have passed."""
+    starts once that many seconds have passed. With ``reasons_by``, no replica's reason is derived once
+    that deadline has passed: the replicas not reached get no explanation (they keep what the plan says;
+    the caller counts them)."""
+    if reasons_by is not None and reasons_by.expired():
+        log.info("reasons cut by the time limit before the plan state was built")
+        return []
     catalog = catalog or default_catalog()
     start = time.perf_counter()
     st = PlanState(inp, plan, catalog, now or plan_time(plan))
@@ -689,14 +696,18 @@ def explain_all(
         st, counterfactuals, solver, time_limit_s, None if budget_s is None else start + budget_s
     )
     targets = [(t, r) for t, r in _targets(st, plan) if only is None or t.key[0] in only]
-    if budget_s is None or not counterfactuals:
-        out = [explainer.explain(t, r) for t, r in targets]
-    else:
-        # Within a budget, reasons for every replica first, then counterfactuals while time is left.
-        out = [replace(explainer, counterfactuals=0).explain(t, r) for t, r in targets]
-        for i, (t, r) in enumerate(targets):
+    # Within a budget, reasons for every replica first, then counterfactuals while time is left.
+    first = explainer if budget_s is None or not counterfactuals else replace(explainer, counterfactuals=0)
+    out: list[Explanation] = []
+    for t, r in targets:
+        if reasons_by is not None and reasons_by.expired():
+            log.info("reasons cut by the time limit: %d of %d replicas reached", len(out), len(targets))
+            break
+        out.append(first.explain(t, r))
+    if first is not explainer:
+        for i, (t, r) in enumerate(targets[: len(out)]):
             if explainer.late():
-                log.info("budget spent: %d replicas without counterfactuals", len(targets) - i)
+                log.info("budget spent: %d replicas without counterfactuals", len(out) - i)
                 break
             out[i] = explainer.explain(t, r)
     notes = mode_notes(st.after, catalog, (e.workload for e in out if e.alternative is None))

@@ -5,7 +5,7 @@ from __future__ import annotations
 import hashlib
 import json
 import logging
-import time
+from dataclasses import replace
 from datetime import UTC, datetime
 from functools import cache
 from importlib import metadata
@@ -17,24 +17,31 @@ from gpuplan.models.plan import NodeSharing, Plan, SolverReport
 from gpuplan.models.problem import PlanningInput
 from gpuplan.planner.actions import plan_actions
 from gpuplan.planner.compile import compile_problem
-from gpuplan.planner.deadline import MIN_SOLVE_S, Deadline
+from gpuplan.planner.deadline import MIN_SOLVE_S, Deadline, Stopwatch
 from gpuplan.planner.errors import InvalidPlanError
 from gpuplan.planner.explain import explain_all, with_explanations
 from gpuplan.planner.layouts import cluster_with_sharing
 from gpuplan.planner.metrics import fragmentation, plan_metrics
 from gpuplan.planner.repair import without_idle_moves
 from gpuplan.planner.sharing import choose_sharing, used_changes
-from gpuplan.planner.timeline import previous_reservations, with_reservations
+from gpuplan.planner.timeline import TIMELINE_CUT, previous_reservations, with_reservations
 from gpuplan.planner.validate import validate_plan
-from gpuplan.solvers.base import SolveResult, get_solver
+from gpuplan.solvers.base import CUT, SolveResult, get_solver
 from gpuplan.solvers.evaluate import reported
 from gpuplan.solvers.problem import PlacementProblem
 
 log = logging.getLogger(__name__)
 
-#: Share of ``make_plan``'s time limit kept for the passes after the solve (predicted starts, repair,
-#: actions, metrics, validation).
+#: Share of ``make_plan``'s time limit kept for the passes after the solve (predicted starts, idle
+#: moves, actions, metrics, validation, reasons), at least ``POST_SOLVE_S_PER_REPLICA`` seconds per
+#: replica (building and validating the plan took 1.6-2.8 s and the reasons 0.7-1.4 s for 8k replicas
+#: on 1,213 nodes on a busy 2-core machine, B12) and at most ``POST_SOLVE_MAX_SHARE`` of the limit.
 POST_SOLVE_SHARE = 0.1
+POST_SOLVE_S_PER_REPLICA = 0.0004
+POST_SOLVE_MAX_SHARE = 0.5
+#: Share of the time the solve left (less the explanations') the predicted-start pass may take; the
+#: rest is the build's, the validation's (never cut) and the reasons'.
+TIMELINE_SHARE = 0.15
 #: Largest share of the time limit the sharing-mode pre-pass may take (its trials stop after it).
 SHARING_SHARE = 0.1
 #: Largest share of the time limit the explanations of waiting replicas may take.
@@ -61,7 +68,7 @@ def _planned_at(provenance: dict[str, Any]) -> datetime | None:
     return datetime.fromisoformat(stamp) if isinstance(stamp, str) else None
 
 
-def build_plan(
+def assemble_plan(
     inp: PlanningInput,
     problem: PlacementProblem,
     result: SolveResult,
@@ -69,9 +76,9 @@ def build_plan(
     provenance: dict[str, Any],
     sharing: tuple[NodeSharing, ...] = (),
 ) -> Plan:
-    """Assemble a Plan from a solver result (and the sharing modes it gives nodes) and check it with the
-    independent validator."""
-    plan = Plan(
+    """A Plan from a solver result and the sharing modes it gives nodes (actions, metrics); not yet
+    checked (:func:`checked`)."""
+    return Plan(
         status=result.status,
         solver=SolverReport(
             name=result.solver,
@@ -97,10 +104,43 @@ def build_plan(
         },
         provenance=provenance,
     )
+
+
+def checked(plan: Plan, inp: PlanningInput, catalog: HardwareCatalog) -> Plan:
+    """``plan`` once the independent validator finds nothing wrong with it (else
+    :class:`InvalidPlanError`). Never cut by a time limit: no plan leaves unchecked."""
     violations = validate_plan(plan, inp, catalog)
     if violations:
-        raise InvalidPlanError(result.solver, violations)
+        raise InvalidPlanError(plan.solver.name, violations)
     return plan
+
+
+def post_solve_s(time_limit_s: float, replicas: int) -> float:
+    """Seconds of ``make_plan``'s time limit kept for the passes after the solve: a share of the limit,
+    at least :data:`POST_SOLVE_S_PER_REPLICA` per replica (validation and reasons grow with the input),
+    at most :data:`POST_SOLVE_MAX_SHARE` of the limit. It depends on the limit and the input alone, so a
+    deterministic solve gets the same share every run."""
+    wanted = max(POST_SOLVE_SHARE * time_limit_s, POST_SOLVE_S_PER_REPLICA * replicas)
+    return min(POST_SOLVE_MAX_SHARE * time_limit_s, wanted)
+
+
+def _cut(plan: Plan, phases: list[str], not_rederived: int, *, deterministic: bool) -> Plan:
+    """``plan`` labelled with the passes the time limit cut short (provenance ``cut_short``) and the
+    waiting replicas whose reason is still the solver's (``reasons_not_rederived``); a deterministic plan
+    cut by the wall clock also carries the solver's :data:`CUT` term (it may differ between runs)."""
+    if not phases:
+        return plan
+    log.warning("the time limit cut short: %s", ", ".join(phases))
+    update: dict[str, Any] = {
+        "provenance": {
+            **plan.provenance,
+            "cut_short": phases,
+            **({"reasons_not_rederived": not_rederived} if not_rederived else {}),
+        }
+    }
+    if deterministic:
+        update["solver"] = plan.solver.model_copy(update={"terms": {**plan.solver.terms, CUT: 1.0}})
+    return plan.model_copy(update=update)
 
 
 def make_plan(
@@ -120,46 +160,53 @@ def make_plan(
 ) -> Plan:
     """Plan ``inp`` with the named solver; the result is validated before it is returned.
 
-    ``time_limit_s`` bounds the whole call: the solve gets it less a share kept for the passes after it
-    and for the explanations (a share fixed by the limit alone, so deterministic solves repeat).
-    Each waiting replica's reason is the explainer's (the one ``gpuplan explain`` gives), and replicas on
-    worse alternatives get theirs too; ``explain`` adds counterfactuals (verified by greedy re-solves),
-    which stop after ``explain_budget_s`` seconds (at most a quarter of the time limit). ``ray`` runs the
-    solver's independent pieces on that Ray cluster (``local``: a Ray instance here) instead of local
-    processes; the plan is the same.
+    ``time_limit_s`` bounds the whole call. The solve gets it less the time kept for the passes after
+    it (:func:`post_solve_s`) and for the explanations, shares fixed by the limit and the input alone;
+    the passes after the solve share what it left. Each waiting replica's reason is the explainer's
+    (the one ``gpuplan explain`` gives), and replicas on worse alternatives get theirs too; ``explain``
+    adds counterfactuals (verified by greedy re-solves) for at most ``explain_budget_s`` seconds (and a
+    quarter of the time limit). A pass the time limit cuts short is named in the provenance
+    (``cut_short``): the predicted starts keep the solver's plan for the replicas not reached, the
+    reasons not re-derived stay the solver's (``reasons_not_rederived`` counts them). A deterministic
+    plan is cut by the wall clock only at the time limit itself, and then says so (:data:`CUT`).
+    ``ray`` runs the solver's independent pieces on that Ray cluster (``local``: a Ray instance here)
+    instead of local processes; the plan is the same.
     """
     deadline = Deadline.after(time_limit_s)
+    watch = Stopwatch()
     explain_s = min(explain_budget_s, EXPLAIN_SHARE * time_limit_s) if explain else 0.0
-    solve_s = max(MIN_SOLVE_S, time_limit_s * (1 - POST_SOLVE_SHARE) - explain_s)
+    post_s = post_solve_s(time_limit_s, sum(w.replicas for w in inp.workloads))
+    solve_s = max(MIN_SOLVE_S, time_limit_s - post_s - explain_s)
     catalog = catalog or default_catalog()
     now = now or datetime.now(UTC)
     # Drained nodes whose mode blocks waiting demand change mode first; the solvers see the new modes.
-    started = time.perf_counter()
     changes = choose_sharing(inp, catalog, now, None if deterministic else SHARING_SHARE * time_limit_s)
-    if not deterministic:
-        # A deterministic solve keeps the share fixed by the limit alone; others give up what the pass took.
-        solve_s = max(MIN_SOLVE_S, solve_s - (time.perf_counter() - started))
     planned = (
         inp.model_copy(update={"cluster": cluster_with_sharing(inp.cluster, changes)}) if changes else inp
     )
+    watch.lap("sharing")
     problem = compile_problem(
-        planned,
-        catalog,
-        now,
-        time_limit_s=solve_s,
-        seed=seed,
-        num_workers=num_workers,
-        deterministic=deterministic,
-        ray=ray,
+        planned, catalog, now, seed=seed, num_workers=num_workers, deterministic=deterministic, ray=ray
     )
+    watch.lap("compile")
+    # A deterministic solve keeps the share fixed by the limit and the input (so it repeats); others give
+    # up what the pre-pass and the compile took (the provenance keeps the fixed share: it repeats too).
+    left = max(MIN_SOLVE_S, min(solve_s, deadline.reserve(post_s + explain_s).remaining()))
+    problem = replace(problem, time_limit_s=solve_s if deterministic else left)
     log.info("planning %d replicas on %d nodes with %s", len(problem.requests), len(problem.nodes), solver)
     result = get_solver(solver).solve(problem)
+    watch.lap("solve")
+    # The passes after the solve share what it left; a deterministic plan's are cut only at the limit.
+    cut: list[str] = []
     # Predicted starts and reservations; ``previous`` keeps the last plan's reservations that still fit.
     reserved = previous_reservations(previous, inp) if previous is not None else None
-    # The predicted-start pass gets what the solve left of the time kept for the passes after it.
-    post = deadline.reserve(explain_s + POST_SOLVE_SHARE * time_limit_s / 2)
-    result = with_reservations(planned, problem, result, catalog, now, reserved, post)
-    result = without_idle_moves(planned, problem, result, catalog)
+    timeline_by = deadline if deterministic else deadline.reserve(explain_s).sub(TIMELINE_SHARE)
+    result = with_reservations(planned, problem, result, catalog, now, reserved, timeline_by)
+    if TIMELINE_CUT in result.terms:
+        cut.append("predicted starts")
+    watch.lap("timeline")
+    result = without_idle_moves(planned, problem, result, catalog)  # linear: never cut
+    watch.lap("idle_moves")
     # The report describes the plan returned, after every pass that changed it.
     result = reported(problem, result)
     provenance = {
@@ -176,7 +223,10 @@ def make_plan(
         "now": now.isoformat(),
     }
     kept = used_changes(changes, inp, result.assignments, result.unplaced)
-    plan = build_plan(inp, problem, result, catalog, provenance, kept)
+    plan = assemble_plan(inp, problem, result, catalog, provenance, kept)
+    watch.lap("build")
+    plan = checked(plan, inp, catalog)
+    watch.lap("validate")
     # Every waiting replica gets its reason from the explainer, as ``gpuplan explain`` would give it.
     found = explain_all(
         inp,
@@ -185,6 +235,15 @@ def make_plan(
         now=now,
         counterfactuals=3 if explain else 0,
         solver="greedy-fgd",
-        budget_s=min(explain_s, deadline.remaining()),
+        budget_s=deadline.remaining() if deterministic else min(explain_s, deadline.remaining()),
+        reasons_by=deadline,  # reasons before counterfactuals: they may use the explanations' time too
     )
-    return with_explanations(plan, found)
+    targets = len(plan.unplaced) + sum(a.alternative > 0 for a in plan.assignments)
+    if len(found) < targets:
+        cut.append("reasons")
+    elif deterministic and explain and deadline.expired():
+        cut.append("counterfactuals")  # only the time limit itself stops a deterministic search
+    plan = _cut(with_explanations(plan, found), cut, targets - len(found), deterministic=deterministic)
+    watch.lap("reasons")
+    log.info("plan phases: %s", watch.line())
+    return plan

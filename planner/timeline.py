@@ -54,6 +54,8 @@ RESERVED = "RESERVED_FOR_EARLIER"
 MAX_PROBE_SIZE = 200_000
 #: A running replica past its expected end is assumed to end this soon.
 OVERDUE_S = 1.0
+#: Term set when the time limit stopped the predicted-start pass (the solver's plan is kept).
+TIMELINE_CUT = "timeline_cut"
 
 
 @dataclass(frozen=True)
@@ -481,7 +483,7 @@ def with_reservations(
     """The solver result with the timeline applied: starts that would delay a reservation ahead of them
     wait, waiting replicas that fit now start, and every waiting replica carries its predicted start and
     reserved GPUs. When ``deadline`` stops the roll first, the solver's plan is kept as it is and only
-    the replicas reached get a predicted start (``terms.timeline_cut``)."""
+    the replicas reached get a predicted start (:data:`TIMELINE_CUT` in the terms)."""
     requests = {r.key: r for r in problem.requests}
     waiting = sum(1 for r in problem.requests if r.running is None)
     if waiting * len(problem.nodes) > MAX_PROBE_SIZE:
@@ -491,7 +493,7 @@ def with_reservations(
     if tl.cut:
         log.info("predicted starts cut by the time limit after %d replicas", len(tl.reservations))
         cut = _predictions_only(result, tl, now)
-        return replace(cut, terms={**cut.terms, "timeline_cut": 1.0})
+        return replace(cut, terms={**cut.terms, TIMELINE_CUT: 1.0})
     kept = [a for a in result.assignments if requests[(a.workload, a.replica)].running is not None]
     started = []
     for key, hold in tl.starts.items():

@@ -4,6 +4,8 @@ from __future__ import annotations
 
 import argparse
 import json
+import logging
+import time
 from pathlib import Path
 from typing import TYPE_CHECKING
 
@@ -14,7 +16,7 @@ from gpuplan.models.policy import Policy
 from gpuplan.models.workload import Workloads
 from gpuplan.planner import summary
 from gpuplan.planner.cli import common
-from gpuplan.planner.deadline import solve_share
+from gpuplan.planner.deadline import Stopwatch, solve_share
 from gpuplan.planner.io import (
     load_cluster,
     load_plan,
@@ -28,12 +30,15 @@ if TYPE_CHECKING:
     from gpuplan.models.problem import PlanningInput
     from gpuplan.planner.validate import Report
 
+log = logging.getLogger(__name__)
+
 
 def _run_plan(inp: PlanningInput, args: argparse.Namespace) -> Plan:
     """Plan ``inp`` with the command's options, print the summary and write the plan."""
     from gpuplan.planner.planning import make_plan
 
     ray = common.ray_from_args(args)  # before the solve's share of the time limit is taken
+    startup = time.monotonic() - args.started
     plan = make_plan(
         inp,
         solver=args.solver,
@@ -45,10 +50,14 @@ def _run_plan(inp: PlanningInput, args: argparse.Namespace) -> Plan:
         explain=True,
         ray=ray,
     )
+    watch = Stopwatch()
     print(summary.render(plan, inp))
+    watch.lap("summary")
     if args.out:
         write_json(Path(args.out), plan)
         print(f"plan written to {args.out}")
+    watch.lap("write")
+    log.info("output phases: startup=%.3f %s", startup, watch.line())
     return plan
 
 
