@@ -136,7 +136,9 @@ def test_concurrent_jobs(live: Server) -> None:
         _limit(r, 429, "max_active_jobs", MAX_ACTIVE)
         assert r.headers["retry-after"] == "1"
         for i in ids:
-            assert c.delete(f"/v1/plans/{i}").status_code == 200
+            # A job may end on its own before its turn to be cancelled (a busy machine): 409, and done.
+            gone = c.delete(f"/v1/plans/{i}")
+            assert gone.status_code == 200 or (gone.status_code == 409 and "(done)" in gone.text), gone.text
         assert c.post("/v1/plans", json=tiny_body(solver="first-fit")).status_code == 202
         assert "gpuplan_limit_rejections_total" in httpx.get(f"{live.url}/metrics").text
 
