@@ -29,10 +29,12 @@ from benchmarks.common import (
     openb_cluster,
     openb_pods,
     openb_trace,
+    order_spread,
     parse_seeds,
     place_online,
     plan_at_once,
     scorer_for,
+    spread_table,
     total_milli,
     write,
 )
@@ -88,19 +90,6 @@ def run_trace(
     return rows
 
 
-def spread(frame: pd.DataFrame) -> pd.DataFrame:
-    """Per trace: gpuplan's and FGD's allocation range over the orders."""
-    rows = []
-    for trace, group in frame.groupby("trace", sort=False):
-        row: dict[str, object] = {"trace": trace, "orders": len(group)}
-        for name in ("gpuplan", "fgd"):
-            lo, hi = float(group[f"{name}_pct"].min()), float(group[f"{name}_pct"].max())
-            row[f"{name}_range"] = f"{lo:.2f} / {hi:.2f}"
-            row[f"{name}_spread"] = round(hi - lo, 2)
-        rows.append(row)
-    return pd.DataFrame(rows)
-
-
 #: README tables: (header, column, format).
 ORDERS_TABLE = (
     ("trace", "trace", ""),
@@ -113,13 +102,6 @@ ORDERS_TABLE = (
     ("gap", "gap", ".4f"),
     ("bound %", "bound_pct", ".2f"),
     ("wall s", "wall_s", ".1f"),
-)
-SPREAD_TABLE = (
-    ("trace", "trace", ""),
-    ("gpuplan min / max", "gpuplan_range", ""),
-    ("gpuplan spread", "gpuplan_spread", ".2f"),
-    ("FGD min / max", "fgd_range", ""),
-    ("FGD spread", "fgd_spread", ".2f"),
 )
 
 
@@ -140,12 +122,12 @@ def main(argv: Sequence[str] | None = None) -> None:
     order_by = orders(parse_seeds(args.shuffle_seeds))
     rows = [r for t in args.traces.split(",") for r in run_trace(t, order_by, args.time_limit, args.seed)]
     frame = pd.DataFrame(rows)
-    ranges = spread(frame)
+    ranges = order_spread(frame, "trace")
     write(frame, args.out)
     write(ranges, args.out.with_name(f"{args.out.stem}_spread.csv"))
     print(markdown(frame, ORDERS_TABLE))
     print()
-    print(markdown(ranges, SPREAD_TABLE))
+    print(markdown(ranges, spread_table("trace")))
 
 
 if __name__ == "__main__":

@@ -33,11 +33,13 @@ from benchmarks.common import (
     compile_pods,
     markdown,
     openb_cluster,
+    order_spread,
     parse_seeds,
     place_online,
     plan_at_once,
     plan_gpu_milli,
     scorer_for,
+    spread_table,
     total_milli,
     unique,
     write,
@@ -109,19 +111,6 @@ def in_orders(
     return rows
 
 
-def spread(frame: pd.DataFrame) -> pd.DataFrame:
-    """Per variant over the orders: gpuplan's and FGD's allocation range and spread."""
-    out = []
-    for name, group in frame[frame["run"] != "offline"].groupby("variant", sort=False):
-        row: dict[str, object] = {"variant": name, "orders": len(group)}
-        for who in ("gpuplan", "fgd"):
-            lo, hi = float(group[f"{who}_pct"].min()), float(group[f"{who}_pct"].max())
-            row[f"{who}_range"] = f"{lo:.2f} / {hi:.2f}"
-            row[f"{who}_spread"] = round(hi - lo, 2)
-        out.append(row)
-    return pd.DataFrame(out)
-
-
 #: README tables: (header, column, format).
 RUNS_TABLE = (
     ("variant", "variant", ""),
@@ -133,13 +122,6 @@ RUNS_TABLE = (
     ("bound %", "bound_pct", ".2f"),
     ("status", "status", ""),
     ("wall s", "wall_s", ".1f"),
-)
-SPREAD_TABLE = (
-    ("variant", "variant", ""),
-    ("gpuplan min / max", "gpuplan_range", ""),
-    ("gpuplan spread", "gpuplan_spread", ".2f"),
-    ("FGD min / max", "fgd_range", ""),
-    ("FGD spread", "fgd_spread", ".2f"),
 )
 
 
@@ -174,10 +156,10 @@ def main(argv: Sequence[str] | None = None) -> None:
     frame = pd.DataFrame(rows)
     print(markdown(frame, RUNS_TABLE))
     if not args.no_orders:
-        ranges = spread(frame)
+        ranges = order_spread(frame[frame["run"] != "offline"], "variant")
         write(ranges, args.out.with_name(f"{args.out.stem}_spread.csv"))
         print()
-        print(markdown(ranges, SPREAD_TABLE))
+        print(markdown(ranges, spread_table("variant")))
 
 
 if __name__ == "__main__":

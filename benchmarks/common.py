@@ -411,3 +411,28 @@ def plan_at_once(
         "wall_s": round(wall, 1),
     }
     return row, plan
+
+
+def order_spread(frame: pd.DataFrame, by: str) -> pd.DataFrame:
+    """Per value of column ``by``: gpuplan's and FGD's allocation range and spread over its rows (one
+    row per input order)."""
+    rows = []
+    for key, group in frame.groupby(by, sort=False):
+        row: dict[str, object] = {by: key, "orders": len(group)}
+        for who in ("gpuplan", "fgd"):
+            lo, hi = float(group[f"{who}_pct"].min()), float(group[f"{who}_pct"].max())
+            row[f"{who}_range"] = f"{lo:.2f} / {hi:.2f}"
+            row[f"{who}_spread"] = round(hi - lo, 2)
+        rows.append(row)
+    return pd.DataFrame(rows)
+
+
+def spread_table(by: str) -> tuple[tuple[str, str, str], ...]:
+    """The README table of :func:`order_spread` grouped by ``by``: (header, column, format)."""
+    return (
+        (by, by, ""),
+        ("gpuplan min / max", "gpuplan_range", ""),
+        ("gpuplan spread", "gpuplan_spread", ".2f"),
+        ("FGD min / max", "fgd_range", ""),
+        ("FGD spread", "fgd_spread", ".2f"),
+    )
