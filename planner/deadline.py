@@ -26,6 +26,8 @@ Clock = Callable[[], float]
 RESERVE_SHARE = 0.15
 RESERVE_MAX_S = 10.0
 OUTPUT_S = 0.5
+#: A start-up that eats less than this into the solve's share is not worth a warning.
+START_UP_SLACK_S = 0.05
 #: The shortest solve a command asks for.
 MIN_SOLVE_S = 0.1
 
@@ -126,8 +128,8 @@ def solve_share(time_limit_s: float, deadline: Deadline) -> float:
     reserve = min(RESERVE_MAX_S, RESERVE_SHARE * time_limit_s)
     fixed = time_limit_s - reserve
     left = deadline.reserve(OUTPUT_S).remaining()
-    if left < fixed:
-        log.warning("the start-up took the solve's time: its share is cut from %.1f s to %.1f s", fixed, left)
+    if left < fixed - START_UP_SLACK_S:
+        log.warning("the start-up took the solve's time: its share is cut from %.2f s to %.2f s", fixed, left)
     return max(MIN_SOLVE_S, min(fixed, left))
 
 
