@@ -13,7 +13,6 @@ until every job is done.
 from __future__ import annotations
 
 import argparse
-import contextlib
 import csv
 import json
 import os
@@ -27,13 +26,11 @@ from pathlib import Path
 import httpx
 from sqlalchemy import create_engine, select, text
 
-from benchmarks.b8_api_load import body
+from benchmarks.b8_api_load import body, launch
 from gpuplan.planner.db import database_url
 from gpuplan.planner.store.tables import jobs
 
 KEY = "b11-benchmark-planner-key-0123456789"
-ROOT = Path(__file__).resolve().parent.parent
-_MAIN = "import sys; from gpuplan.planner.cli import main; sys.exit(main())"
 ENDED = {"done", "failed", "cancelled", "interrupted"}
 
 
@@ -47,22 +44,7 @@ def start_server(port: int, database: str, lease_s: float, log: Path) -> subproc
         "GPUPLAN_LIMIT_MAX_ACTIVE_JOBS": "1000",
         "GPUPLAN_LIMIT_RATE_PER_MINUTE": "0",
     }
-    with log.open("w") as out:
-        proc = subprocess.Popen(
-            [sys.executable, "-c", _MAIN, "serve", "--port", str(port), "--database", database],
-            env=env,
-            cwd=ROOT,
-            stdout=out,
-            stderr=subprocess.STDOUT,
-        )
-    deadline = time.monotonic() + 120
-    while time.monotonic() < deadline:
-        with contextlib.suppress(httpx.TransportError):
-            if httpx.get(f"http://127.0.0.1:{port}/readyz", timeout=1).status_code == 200:
-                return proc
-        time.sleep(0.2)
-    proc.kill()
-    raise RuntimeError("server did not become ready")
+    return launch(port, database, env, log)
 
 
 def fresh_database(server_url: str) -> str:

@@ -170,6 +170,11 @@ def start_server(port: int, database: str, processes: int, log: Path) -> subproc
         "GPUPLAN_LIMIT_MAX_ACTIVE_JOBS": "1000",
         "GPUPLAN_LIMIT_RATE_PER_MINUTE": "0",  # 50 clients share one key: measure throughput, not limits
     }
+    return launch(port, database, env, log)
+
+
+def launch(port: int, database: str, env: dict[str, str], log: Path) -> subprocess.Popen[bytes]:
+    """``gpuplan serve`` on loopback with environment ``env`` (output to ``log``), once it is ready."""
     with log.open("w") as out:
         proc = subprocess.Popen(
             [sys.executable, "-c", _MAIN, "serve", "--port", str(port), "--database", database],
