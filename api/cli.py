@@ -34,7 +34,7 @@ def _settings(args: argparse.Namespace, processes: int | None = None) -> Setting
 def _shared(settings: Settings, what: str) -> None:
     """An InputError unless the database is PostgreSQL: on a SQLite file (one server) nothing else
     would run the jobs of ``what``."""
-    from gpuplan.planner.db import database_url, shown
+    from gpuplan.planner.store.db import database_url, shown
 
     if database_url(settings.database).startswith("sqlite"):
         raise InputError(
@@ -47,7 +47,7 @@ def cmd_serve(args: argparse.Namespace) -> int:
     """Serve the API, or with ``--create-key``/``--create-admin-key`` store a new key and print it."""
     from gpuplan.api.auth import key_hash, new_key, parse_role
     from gpuplan.api.startup import ServerLock, open_store
-    from gpuplan.planner.db import shown
+    from gpuplan.planner.store.db import shown
 
     settings = _settings(args, 0 if args.no_worker else None)
     role = "admin" if args.create_admin_key else args.create_key

@@ -1,6 +1,6 @@
 """``gpuplan worker``: the job runner of a server without its HTTP side, so that solver capacity grows
 apart from web capacity. It claims jobs from the queue of a PostgreSQL database that servers share
-(``planner.store.queue``) until SIGTERM or SIGINT, then hands the jobs it holds back to the queue."""
+(``api.queue``) until SIGTERM or SIGINT, then hands the jobs it holds back to the queue."""
 
 from __future__ import annotations
 

@@ -1,6 +1,6 @@
 """The job runner: solver processes that take jobs from the store's queue, driven from the event loop.
 
-Jobs wait in the job table (``planner.store.queue``), which every server and worker on a PostgreSQL
+Jobs wait in the job table (``api.queue``), which every server and worker on a PostgreSQL
 database shares. Each slot owns one process (``api.worker``); an idle slot claims the oldest queued job
 under a lease, runs it and ends it ``done``, ``failed`` or ``cancelled``, and while it runs a heartbeat
 renews the lease. A job whose process or server dies is queued again by whoever sees its lease run out
@@ -39,10 +39,10 @@ from sqlalchemy.exc import SQLAlchemyError
 
 from gpuplan.api import worker
 from gpuplan.api.metrics import ApiMetrics, read_fleet
+from gpuplan.api.queue import JobQueue
 from gpuplan.api.settings import Settings
 from gpuplan.api.store import JobRecord, JobStatus, Store
-from gpuplan.planner.db import driver_reason
-from gpuplan.planner.store.queue import JobQueue
+from gpuplan.planner.store.db import driver_reason
 from gpuplan.planner.store.records import ACTIVE, PLAN_KIND
 
 log = logging.getLogger(__name__)

@@ -4,7 +4,7 @@ that opens and passes an integrity check, and database names shown without their
 A SQLite file has one server: a second would mark the first one's running jobs ``interrupted`` at its
 start, so a server holds an exclusive ``flock`` on ``<file>.lock`` next to the file for its whole life
 (released by the operating system when the server dies, however it dies). On PostgreSQL any number of
-servers and workers share the database and its job queue (``planner.store.queue``): no lock is taken.
+servers and workers share the database and its job queue (``api.queue``): no lock is taken.
 """
 
 from __future__ import annotations
@@ -20,7 +20,7 @@ from sqlalchemy.exc import SQLAlchemyError
 
 from gpuplan.api.store import Store
 from gpuplan.models.base import InputError
-from gpuplan.planner.db import database_url, driver_reason, shown
+from gpuplan.planner.store.db import database_url, driver_reason, shown
 
 #: What a server writes in its lock file.
 _OWNER_PREFIX = "gpuplan serve: "

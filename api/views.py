@@ -13,7 +13,7 @@ from gpuplan.api.schemas import JobLinks, JobOut
 from gpuplan.api.store import JobRecord, Store
 from gpuplan.models.capacity import CapacityGap
 from gpuplan.models.plan import Plan
-from gpuplan.planner.team_view import team_gap, team_plan
+from gpuplan.planner.explain.team_view import team_gap, team_plan
 
 PLANS = "/v1/plans"
 #: Job kinds: a placement plan, or a capacity gap (what to re-partition and buy).
@@ -67,7 +67,7 @@ def _team_result(caller: Principal, kind: str, result_json: str, input_json: str
 
 async def visible_result(store: Store, caller: Principal, job: JobRecord, result_json: str) -> str:
     """A job's stored result as the caller may see it: whole for admins and planners, a viewer's
-    team's view otherwise (``planner.team_view``: its own workloads and the fleet as a whole)."""
+    team's view otherwise (``planner.explain.team_view``: its own workloads and the fleet as a whole)."""
     if caller.can_submit:
         return result_json
     data = await asyncio.to_thread(store.job_input, job.id)

@@ -1,8 +1,8 @@
 """The solver process: receives one job at a time over a pipe, plans it and sends progress and the plan.
 
 Solves run here, never in the server's event loop, so that ``DELETE`` can stop one at once by ending the
-process. Progress is read from what the planner logs (``planner/progress.py``): the phase, and the CP-SAT
-search log's incumbent objective and bound of the current lexicographic stage.
+process. Progress is read from what the planner logs (``planner/pipeline/progress.py``): the phase, and
+the CP-SAT search log's incumbent objective and bound of the current lexicographic stage.
 
 The process caps its address space (``solver_memory_mib``): a job beyond it ends with a ``memory`` error
 and the process exits, so the server starts a clean one. It never outlives the server: it is a child of
@@ -34,11 +34,9 @@ from gpuplan.models.capacity import CapacityGap, NodeTypeCatalog
 from gpuplan.models.catalog import default_catalog
 from gpuplan.models.plan import Plan, PlanStatus
 from gpuplan.models.problem import PlanningInput
-from gpuplan.planner.capacity import GapOptions, capacity_gap, load_node_types
-from gpuplan.planner.errors import InvalidPlanError
-from gpuplan.planner.explain import explain_workload
-from gpuplan.planner.planning import make_plan
-from gpuplan.planner.progress import (
+from gpuplan.planner.capacity.gap import GapOptions, capacity_gap, load_node_types
+from gpuplan.planner.explain.reasons import explain_workload
+from gpuplan.planner.pipeline.progress import (
     CPSAT_LOGGER,
     PLANNING_LOGGER,
     SearchLine,
@@ -46,6 +44,8 @@ from gpuplan.planner.progress import (
     reporting,
     stdout_silenced,
 )
+from gpuplan.planner.planning import make_plan
+from gpuplan.planner.validation.errors import InvalidPlanError
 
 log = logging.getLogger(__name__)
 

@@ -27,7 +27,7 @@ import httpx
 from sqlalchemy import create_engine, select, text
 
 from benchmarks.b8_api_load import body, launch
-from gpuplan.planner.db import database_url
+from gpuplan.planner.store.db import database_url
 from gpuplan.planner.store.tables import jobs
 
 KEY = "b11-benchmark-planner-key-0123456789"

@@ -46,7 +46,7 @@ from benchmarks.common import (
 )
 from benchmarks.variants import variant, write_rows
 from gpuplan.models import Workload
-from gpuplan.planner.importers.openb import read_workloads
+from gpuplan.planner.io.importers.openb import read_workloads
 
 log = logging.getLogger("benchmarks.b13")
 

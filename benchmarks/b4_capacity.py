@@ -3,7 +3,7 @@
 Per seed the arrival sequence is B1's (the default pod list shuffled and inflated to 130% of GPU
 capacity). FGD places it one pod at a time (B1's protocol); gpuplan (``make_plan``, default solver,
 every tier weight 1) plans all arrived pods at once within ``--time-limit``. The GPU pods each leaves
-unplaced are the gap demand. The capacity-gap purchase MILP (:mod:`planner.purchase`) chooses the
+unplaced are the gap demand. The capacity-gap purchase MILP (:mod:`planner.capacity.purchase`) chooses the
 cheapest mix of the node shapes of ``openb_node_list_all_node.csv`` (EXAMPLE prices below), and the
 purchase is checked by placing the failed pods on the purchased nodes alone with FGD; what is left
 over is bought by a second MILP (at most ``--repair-rounds`` times). The naive answer is
@@ -40,11 +40,11 @@ from benchmarks.common import (
 )
 from gpuplan.models import PlanningInput, default_catalog
 from gpuplan.models.capacity import NodeType, NodeTypeCatalog
-from gpuplan.planner.capacity import node_for, type_specs
-from gpuplan.planner.compile import compile_node
-from gpuplan.planner.importers.openb import read_cluster
+from gpuplan.planner.capacity.gap import node_for, type_specs
+from gpuplan.planner.capacity.purchase import TypeSpec, shape_fits, solve_purchase
+from gpuplan.planner.io.importers.openb import read_cluster
+from gpuplan.planner.pipeline.compile import compile_node
 from gpuplan.planner.planning import make_plan
-from gpuplan.planner.purchase import TypeSpec, shape_fits, solve_purchase
 from gpuplan.solvers.placement import Placer
 from gpuplan.solvers.problem import Request
 

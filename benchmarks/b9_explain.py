@@ -26,7 +26,7 @@ import pandas as pd
 
 from benchmarks.common import openb_cluster, openb_pods, total_milli, write
 from gpuplan.models import PlanningInput, Workload
-from gpuplan.planner.explain import explain_all
+from gpuplan.planner.explain.reasons import explain_all
 from gpuplan.planner.planning import make_plan
 
 log = logging.getLogger("benchmarks.b9")

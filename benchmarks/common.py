@@ -24,11 +24,11 @@ import pandas as pd
 from gpuplan.models import Cluster, PlanningInput, Policy, Workload, default_catalog
 from gpuplan.models.plan import Assignment, Plan
 from gpuplan.models.policy import DisruptionBudget, MigPolicy, Tier
-from gpuplan.planner.actions import CREATE, DESTROY
-from gpuplan.planner.compile import compile_node, compile_problem
 from gpuplan.planner.executor import Executor, SimCluster
-from gpuplan.planner.importers.openb import read_cluster, read_workloads
-from gpuplan.planner.occupancy import Holding, Key
+from gpuplan.planner.io.importers.openb import read_cluster, read_workloads
+from gpuplan.planner.pipeline.actions import CREATE, DESTROY
+from gpuplan.planner.pipeline.compile import compile_node, compile_problem
+from gpuplan.planner.pipeline.occupancy import Holding, Key
 from gpuplan.planner.planning import make_plan
 from gpuplan.solvers.greedy import BestFitScorer, FgdScorer, FirstFitScorer
 from gpuplan.solvers.placement import Placer, Scorer, target_mix

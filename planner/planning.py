@@ -15,17 +15,17 @@ from gpuplan.models.catalog import default_catalog
 from gpuplan.models.hardware import HardwareCatalog
 from gpuplan.models.plan import NodeSharing, Plan, SolverReport
 from gpuplan.models.problem import PlanningInput
-from gpuplan.planner.actions import plan_actions
-from gpuplan.planner.compile import compile_problem
-from gpuplan.planner.deadline import MIN_SOLVE_S, Deadline, Stopwatch
-from gpuplan.planner.errors import InvalidPlanError
-from gpuplan.planner.explain import explain_all, with_explanations
-from gpuplan.planner.layouts import cluster_with_sharing
-from gpuplan.planner.metrics import fragmentation, plan_metrics
-from gpuplan.planner.repair import without_idle_moves
-from gpuplan.planner.sharing import choose_sharing, used_changes
-from gpuplan.planner.timeline import TIMELINE_CUT, previous_reservations, with_reservations
-from gpuplan.planner.validate import validate_plan
+from gpuplan.planner.explain.reasons import explain_all, with_explanations
+from gpuplan.planner.pipeline.actions import plan_actions
+from gpuplan.planner.pipeline.compile import compile_problem
+from gpuplan.planner.pipeline.deadline import MIN_SOLVE_S, Deadline, Stopwatch
+from gpuplan.planner.pipeline.layouts import cluster_with_sharing
+from gpuplan.planner.pipeline.metrics import fragmentation, plan_metrics
+from gpuplan.planner.pipeline.repair import without_idle_moves
+from gpuplan.planner.pipeline.sharing import choose_sharing, used_changes
+from gpuplan.planner.pipeline.timeline import TIMELINE_CUT, previous_reservations, with_reservations
+from gpuplan.planner.validation.errors import InvalidPlanError
+from gpuplan.planner.validation.validate import validate_plan
 from gpuplan.solvers.base import CUT, SolveResult, get_solver
 from gpuplan.solvers.evaluate import reported
 from gpuplan.solvers.problem import PlacementProblem

@@ -1,6 +1,6 @@
 """The solver-neutral placement problem: integers, canonical model names and candidate structure.
 
-``planner.compile`` builds it from a :class:`models.PlanningInput`; every back-end reads only this.
+``planner.pipeline.compile`` builds it from a :class:`models.PlanningInput`; every back-end reads only this.
 """
 
 from __future__ import annotations

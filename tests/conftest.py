@@ -9,7 +9,7 @@ from pathlib import Path
 import pytest
 from sqlalchemy import text
 
-from gpuplan.planner.db import make_engine, postgres_test_url
+from gpuplan.planner.store.db import make_engine, postgres_test_url
 
 
 @pytest.fixture(params=["sqlite", "postgresql"])

@@ -30,7 +30,7 @@ from gpuplan.models import default_catalog as catalog_of
 from gpuplan.models.plan import GpuUse
 from gpuplan.models.policy import Tier
 from gpuplan.models.workload import Placement
-from gpuplan.planner.actions import (
+from gpuplan.planner.pipeline.actions import (
     CREATE,
     DESTROY,
     DRAIN,
@@ -43,9 +43,9 @@ from gpuplan.planner.actions import (
     schedule_rounds,
     where,
 )
-from gpuplan.planner.compile import compile_node, compile_problem
-from gpuplan.planner.occupancy import Occupancy, OverCommitError
-from gpuplan.planner.validate import validate_plan
+from gpuplan.planner.pipeline.compile import compile_node, compile_problem
+from gpuplan.planner.pipeline.occupancy import Occupancy, OverCommitError
+from gpuplan.planner.validation.validate import validate_plan
 from gpuplan.solvers.greedy import FirstFitScorer
 from gpuplan.solvers.placement import Placer
 

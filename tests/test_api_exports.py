@@ -7,7 +7,7 @@ import io
 
 from openpyxl import load_workbook
 
-from gpuplan.planner.export import FORMULA_START
+from gpuplan.planner.io.exporters.workbook import FORMULA_START
 from tests._api import PLANNER, Server, live, tiny_body
 
 __all__ = ["live"]

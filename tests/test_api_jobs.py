@@ -13,7 +13,7 @@ import openpyxl
 from gpuplan.models.catalog import default_catalog
 from gpuplan.models.plan import Plan
 from gpuplan.models.problem import PlanningInput
-from gpuplan.planner.validate import validate_plan
+from gpuplan.planner.validation.validate import validate_plan
 from tests._api import (
     ADMIN,
     PLANNER,

@@ -1,4 +1,4 @@
-"""The job queue in the store (``planner.store.queue``) on SQLite and PostgreSQL: claims, leases,
+"""The job queue in the store (``api.queue``) on SQLite and PostgreSQL: claims, leases,
 heartbeats, expiry, poison jobs and hand-back, with several claimers at once."""
 
 from __future__ import annotations
@@ -9,8 +9,8 @@ from collections.abc import Iterator
 import pytest
 from sqlalchemy import select
 
+from gpuplan.api.queue import Expired, JobQueue, poison_error
 from gpuplan.api.store import Actor, JobInput, JobRecord, JobStatus, Store, now
-from gpuplan.planner.store.queue import Expired, JobQueue, poison_error
 from gpuplan.planner.store.tables import jobs
 
 ACTOR = Actor("abc", "planner")

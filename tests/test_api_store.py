@@ -9,9 +9,9 @@ from datetime import timedelta
 from fastapi.testclient import TestClient
 
 from gpuplan.api import create_app
+from gpuplan.api.queue import JobQueue
 from gpuplan.api.settings import Settings
 from gpuplan.api.store import Actor, JobInput, JobRecord, JobStatus, Store, now
-from gpuplan.planner.store.queue import JobQueue
 from tests._api import (
     KEYS,
     PLANNER,

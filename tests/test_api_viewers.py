@@ -10,7 +10,7 @@ import pandas as pd
 import pytest
 
 from gpuplan.models.plan import Change, Counterfactual, Explanation, Plan, Unplaced
-from gpuplan.planner.team_view import team_explanations, team_plan
+from gpuplan.planner.explain.team_view import team_explanations, team_plan
 from tests._api import PLANNER, VIEWER_ML, Server, live, tiny_body
 
 __all__ = ["live"]

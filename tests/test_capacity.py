@@ -23,17 +23,17 @@ from gpuplan.models.capacity import (
     ScenarioFile,
 )
 from gpuplan.models.workload import Workload
-from gpuplan.planner import capacity as capacity_module
-from gpuplan.planner import purchase as purchase_module
-from gpuplan.planner import scenarios as scenarios_module
-from gpuplan.planner.capacity import GapOptions, capacity_gap, gap_demand, load_node_types, type_specs
+from gpuplan.planner.capacity import gap as capacity_module
+from gpuplan.planner.capacity import purchase as purchase_module
+from gpuplan.planner.capacity import scenarios as scenarios_module
+from gpuplan.planner.capacity.gap import GapOptions, capacity_gap, gap_demand, load_node_types, type_specs
+from gpuplan.planner.capacity.purchase import NO_SOLUTION, PurchaseSolution, solve_purchase
+from gpuplan.planner.capacity.scenarios import grow, run_scenarios, scenario_input, scenario_types
 from gpuplan.planner.cli import capacity as capacity_cli
 from gpuplan.planner.cli import common, main
-from gpuplan.planner.compile import compile_problem
-from gpuplan.planner.deadline import Deadline
+from gpuplan.planner.pipeline.compile import compile_problem
+from gpuplan.planner.pipeline.deadline import Deadline
 from gpuplan.planner.planning import make_plan
-from gpuplan.planner.purchase import NO_SOLUTION, PurchaseSolution, solve_purchase
-from gpuplan.planner.scenarios import grow, run_scenarios, scenario_input, scenario_types
 from tests._clock import FakeClock
 
 NOW = datetime(2026, 11, 29, 12, 0, tzinfo=UTC)
@@ -343,7 +343,7 @@ def test_purchase_milp_matches_brute_force_on_divisible_sizes(
 
 
 class Recorder:
-    """Stands in for the placement solver and the purchase MILP of ``planner.capacity``: each call runs
+    """Stands in for the placement solver and the purchase MILP of ``planner.capacity.gap``: each call runs
     the real one (tiny instances finish at once) and then lets ``spend`` x its time limit pass on the
     fake clock, so the shares the phases get depend on the fake clock alone."""
 

@@ -20,7 +20,7 @@ import yaml
 from gpuplan.models import Cluster, default_catalog
 from gpuplan.models.base import InputError
 from gpuplan.models.catalog import CATALOG_ENV, extend_catalog
-from gpuplan.planner.importers import lookup_gpu_model
+from gpuplan.planner.io.importers import lookup_gpu_model
 
 ROOT = Path(__file__).resolve().parent.parent
 

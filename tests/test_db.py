@@ -8,7 +8,7 @@ import pytest
 from sqlalchemy import text
 
 from gpuplan.models.base import InputError
-from gpuplan.planner.db import database_url, make_engine
+from gpuplan.planner.store.db import database_url, make_engine
 
 
 def test_round_trip(db_url: str) -> None:

@@ -3,7 +3,7 @@ checked on a fake clock (no test waits or measures time)."""
 
 from __future__ import annotations
 
-from gpuplan.planner.deadline import Deadline, Phases, command_start, process_age_s
+from gpuplan.planner.pipeline.deadline import Deadline, Phases, command_start, process_age_s
 from tests._clock import FakeClock
 
 

@@ -12,10 +12,10 @@ import pytest
 from gpuplan.models import data_dir
 from gpuplan.models.problem import PlanningInput
 from gpuplan.planner.cli.common import load_input
-from gpuplan.planner.deadline import Deadline
-from gpuplan.planner.explain import explain_all
+from gpuplan.planner.explain.reasons import explain_all
+from gpuplan.planner.pipeline.deadline import Deadline
 from gpuplan.planner.planning import POST_SOLVE_MAX_SHARE, POST_SOLVE_SHARE, make_plan, post_solve_s
-from gpuplan.planner.validate import validate_plan
+from gpuplan.planner.validation.validate import validate_plan
 from gpuplan.solvers.base import CUT
 
 EXAMPLES = data_dir() / "examples"

@@ -11,10 +11,11 @@ import yaml
 from gpuplan.models import Cluster, DisruptionBudget, Plan, PlanningInput, Policy, Workload, default_catalog
 from gpuplan.models.plan import Assignment
 from gpuplan.models.policy import Quota
-from gpuplan.planner.actions import CREATE, MIGRATE, START
-from gpuplan.planner.executor import Executor, Failure, SimCluster, kubernetes, migparted, state_input, unfit
+from gpuplan.planner.executor import Executor, Failure, SimCluster, state_input, unfit
+from gpuplan.planner.io.exporters import kubernetes, migparted
+from gpuplan.planner.pipeline.actions import CREATE, MIGRATE, START
 from gpuplan.planner.planning import make_plan
-from gpuplan.planner.validate import validate_plan
+from gpuplan.planner.validation.validate import validate_plan
 from gpuplan.solvers.greedy import BestFit, FirstFit
 
 NOW = datetime(2026, 11, 29, 12, tzinfo=UTC)

@@ -20,7 +20,7 @@ from gpuplan.models.cluster import MigConfig
 from gpuplan.models.plan import Counterfactual, Explanation
 from gpuplan.models.workload import GpuRef, Placement
 from gpuplan.planner.cli import main
-from gpuplan.planner.explain import (
+from gpuplan.planner.explain.reasons import (
     BLOCKED,
     FITS_NOW,
     GANG,

@@ -15,7 +15,7 @@ from gpuplan.models import Plan, PlanningInput, Policy, Workload, default_catalo
 from gpuplan.models.catalog import data_dir
 from gpuplan.models.plan import Action, Unplaced
 from gpuplan.planner.cli import common
-from gpuplan.planner.explain import explain_workload
+from gpuplan.planner.explain.reasons import explain_workload
 from gpuplan.planner.planning import make_plan
 from tests import _factories as factories
 from tests._factories import gpus, node, planning_input

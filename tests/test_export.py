@@ -16,9 +16,9 @@ from openpyxl import load_workbook
 
 from gpuplan.models import Plan, PlanningInput, default_catalog
 from gpuplan.models.capacity import CapacityReport, NodeTypeCatalog, ScenarioResult
-from gpuplan.planner.capacity import GapOptions, capacity_gap, load_node_types
+from gpuplan.planner.capacity.gap import GapOptions, capacity_gap, load_node_types
 from gpuplan.planner.cli import main
-from gpuplan.planner.export import (
+from gpuplan.planner.io.exporters.workbook import (
     EMPTY_HINTS,
     PERCENT_FORMAT,
     SHEETS,
@@ -27,9 +27,9 @@ from gpuplan.planner.export import (
     write_csv,
     write_xlsx,
 )
-from gpuplan.planner.io import write_json
+from gpuplan.planner.pipeline.files import write_json
 from gpuplan.planner.planning import make_plan
-from gpuplan.planner.validate import validate_plan
+from gpuplan.planner.validation.validate import validate_plan
 
 NOW = datetime(2026, 11, 29, 12, 0, tzinfo=UTC)
 

@@ -14,7 +14,7 @@ from hypothesis import HealthCheck, given, settings
 from hypothesis import strategies as st
 
 from gpuplan.models import Node, PlanningInput, PlanStatus, default_catalog
-from gpuplan.planner.compile import compile_problem
+from gpuplan.planner.pipeline.compile import compile_problem
 from gpuplan.planner.planning import make_plan
 from gpuplan.solvers.cpsat import solver
 from gpuplan.solvers.fleet.classes import node_classes, request_classes
@@ -213,7 +213,7 @@ def test_purchase_by_configuration_is_exact_per_node() -> None:
     pooled count of shared GPU capacity would say two). The cheaper two-GPU node holds two of them,
     one per GPU: the best buy is one of each (15 + 10); the bound is the LP's, 3 replicas at 7.5 each
     (half of a two-GPU node)."""
-    from gpuplan.planner.compile import compile_node
+    from gpuplan.planner.pipeline.compile import compile_node
     from gpuplan.solvers.fleet.purchase import Offer, configure_purchase
 
     work = [{"id": "f", "gpu_milli": 600, "replicas": 3, "cpu_milli": 1000}]

@@ -17,8 +17,8 @@ from hypothesis import strategies as st
 
 from benchmarks.variants import is_multi, is_sharing, read_rows, share, variant, write_rows
 from gpuplan.models import PlanningInput, default_catalog
-from gpuplan.planner.compile import compile_problem
-from gpuplan.planner.importers.openb import read_workloads
+from gpuplan.planner.io.importers.openb import read_workloads
+from gpuplan.planner.pipeline.compile import compile_problem
 from gpuplan.planner.planning import make_plan
 from gpuplan.solvers.cpsat import solver
 from gpuplan.solvers.fleet.engine import plan_fleet

@@ -13,11 +13,11 @@ import yaml
 from gpuplan.models.catalog import default_catalog
 from gpuplan.models.problem import PlanningInput
 from gpuplan.planner.cli import main
-from gpuplan.planner.compile import compile_problem
-from gpuplan.planner.export import build_tables
-from gpuplan.planner.io import load_workloads
+from gpuplan.planner.io.exporters.workbook import build_tables
+from gpuplan.planner.pipeline.compile import compile_problem
+from gpuplan.planner.pipeline.files import load_workloads
+from gpuplan.planner.pipeline.summary import render
 from gpuplan.planner.planning import make_plan
-from gpuplan.planner.summary import render
 from gpuplan.solvers.cpsat import solver as cpsat_solver
 from gpuplan.solvers.fleet.classes import node_classes, request_classes
 from gpuplan.solvers.fleet.engine import _placer

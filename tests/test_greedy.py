@@ -24,7 +24,7 @@ from gpuplan.models import (
     check_mig_layout,
     default_catalog,
 )
-from gpuplan.planner.compile import compile_problem
+from gpuplan.planner.pipeline.compile import compile_problem
 from gpuplan.solvers.base import SolveResult, get_solver
 from gpuplan.solvers.greedy import BestFit, Fgd, FirstFit, FirstFitScorer, fgd_score
 from gpuplan.solvers.placement import GANG, NEVER_FITS, NO_CAPACITY, Placer, target_mix

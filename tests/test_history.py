@@ -17,7 +17,7 @@ import yaml
 from gpuplan.models import Plan, PlanningInput
 from gpuplan.planner import planning
 from gpuplan.planner.cli import common, main
-from gpuplan.planner.deadline import (
+from gpuplan.planner.pipeline.deadline import (
     MIN_SOLVE_S,
     OUTPUT_S,
     RESERVE_MAX_S,
@@ -25,8 +25,8 @@ from gpuplan.planner.deadline import (
     Deadline,
     solve_share,
 )
-from gpuplan.planner.history import PlanHistory, plan_diff
 from gpuplan.planner.planning import make_plan
+from gpuplan.planner.store.history import PlanHistory, plan_diff
 from tests._clock import FakeClock
 
 ROOT = Path(__file__).resolve().parent.parent

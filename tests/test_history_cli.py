@@ -12,9 +12,9 @@ import yaml
 
 from gpuplan.models.plan import Plan
 from gpuplan.planner.cli import main
-from gpuplan.planner.history import PlanHistory
-from gpuplan.planner.io import planning_input
+from gpuplan.planner.pipeline.files import planning_input
 from gpuplan.planner.planning import make_plan
+from gpuplan.planner.store.history import PlanHistory
 from gpuplan.planner.store.records import PLAN_KIND, Actor, JobRecord, JobSource, JobStatus, now
 
 NOW = "2026-11-29T12:00:00+00:00"

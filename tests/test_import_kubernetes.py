@@ -19,9 +19,9 @@ from hypothesis import strategies as st
 from gpuplan.models import Workload
 from gpuplan.models.base import InputError
 from gpuplan.planner.cli import main
-from gpuplan.planner.history import PlanHistory
-from gpuplan.planner.importers.kubernetes import KubernetesState, quantity, read_state
-from gpuplan.planner.io import load_cluster, load_plan, load_workloads
+from gpuplan.planner.io.importers.kubernetes import KubernetesState, quantity, read_state
+from gpuplan.planner.pipeline.files import load_cluster, load_plan, load_workloads
+from gpuplan.planner.store.history import PlanHistory
 
 DATA = Path(__file__).resolve().parent / "data" / "kubernetes"
 NOW = "2026-11-30T03:00:00+00:00"

@@ -16,8 +16,8 @@ import pytest
 from gpuplan.models import Workload
 from gpuplan.models.cluster import Node
 from gpuplan.planner.cli import main
-from gpuplan.planner.importers.kubernetes import KubernetesState, read_state
-from gpuplan.planner.io import load_cluster, load_plan, load_workloads
+from gpuplan.planner.io.importers.kubernetes import KubernetesState, read_state
+from gpuplan.planner.pipeline.files import load_cluster, load_plan, load_workloads
 
 DUMPS = Path(__file__).resolve().parent / "data" / "kubernetes"
 FLEETS = ("dgx", "mig-single", "sharing", "odd", "empty")

@@ -12,8 +12,8 @@ from typing import Any
 import pytest
 
 from gpuplan.planner.cli import main
-from gpuplan.planner.importers.kubernetes import read_state
-from gpuplan.planner.io import load_plan
+from gpuplan.planner.io.importers.kubernetes import read_state
+from gpuplan.planner.pipeline.files import load_plan
 
 NOW = "2026-11-30T03:00:00+00:00"
 #: What HAMi's device plugin writes on a node (one entry per GPU, 10 virtual GPUs each).

@@ -11,7 +11,7 @@ import pytest
 import yaml
 
 from gpuplan.models import Cluster, Node, Workload, data_dir
-from gpuplan.planner.importers import (
+from gpuplan.planner.io.importers import (
     OpenbSummary,
     compare_mig_with_catalog,
     identify_gpu_model,
@@ -22,7 +22,7 @@ from gpuplan.planner.importers import (
     parse_topo,
     resolve_mig_model,
 )
-from gpuplan.planner.importers.openb import WORKLOAD_COLUMNS, read_cluster, read_workloads
+from gpuplan.planner.io.importers.openb import WORKLOAD_COLUMNS, read_cluster, read_workloads
 
 SMI = data_dir() / "hardware" / "nvidia-smi"
 TRACE = Path(__file__).resolve().parents[1] / "data" / "traces" / "alibaba-gpu-v2023"

@@ -17,13 +17,13 @@ import yaml
 
 from gpuplan.models import Cluster, Plan, PlanningInput, Policy, Workload, data_dir, default_catalog
 from gpuplan.models.base import InputError
-from gpuplan.planner.actions import CREATE, DESTROY, MIGRATE, PREEMPT, START, plan_actions
 from gpuplan.planner.cli import main
-from gpuplan.planner.executor import kubernetes, migparted
-from gpuplan.planner.history import PlanHistory
-from gpuplan.planner.io import load_plan
+from gpuplan.planner.io.exporters import kubernetes, migparted
+from gpuplan.planner.pipeline.actions import CREATE, DESTROY, MIGRATE, PREEMPT, START, plan_actions
+from gpuplan.planner.pipeline.files import load_plan
 from gpuplan.planner.planning import make_plan
-from gpuplan.planner.validate import validate_plan
+from gpuplan.planner.store.history import PlanHistory
+from gpuplan.planner.validation.validate import validate_plan
 
 NOW = datetime(2026, 11, 29, 12, tzinfo=UTC)
 EXAMPLES = data_dir() / "examples"

@@ -28,7 +28,7 @@ import yaml
 
 from gpuplan.models.catalog import data_dir
 from gpuplan.planner.cli import main
-from gpuplan.planner.map import TEAM_PALETTE, TIER_PALETTE
+from gpuplan.planner.io.exporters.map import TEAM_PALETTE, TIER_PALETTE
 from tests._api import PLANNER, VIEWER_ML, Server, live
 
 __all__ = ["live"]

@@ -8,7 +8,7 @@ import logging
 import re
 import time
 
-from gpuplan.planner.progress import (
+from gpuplan.planner.pipeline.progress import (
     CPSAT_LOGGER,
     PLANNING_LOGGER,
     SearchLine,

@@ -14,9 +14,9 @@ import pytest
 
 from gpuplan.models import Plan, PlanningInput, PlanStatus
 from gpuplan.models.plan import Assignment, GpuUse
-from gpuplan.planner.compile import compile_problem
+from gpuplan.planner.pipeline.compile import compile_problem
+from gpuplan.planner.pipeline.repair import without_idle_moves
 from gpuplan.planner.planning import make_plan
-from gpuplan.planner.repair import without_idle_moves
 from gpuplan.solvers.base import CUT, SolveResult
 from gpuplan.solvers.cpsat import pools, solver
 from gpuplan.solvers.milp.engine import pulp_engine

@@ -15,9 +15,9 @@ from fastapi.testclient import TestClient
 from gpuplan.api import create_app
 from gpuplan.api.settings import Settings
 from gpuplan.models import Cluster, Node, Plan, PlanningInput, Policy, TimeSliced, Workload
-from gpuplan.planner.importers.kubernetes import read_state
+from gpuplan.planner.io.importers.kubernetes import read_state
 from gpuplan.planner.planning import make_plan
-from gpuplan.planner.validate import validate_plan
+from gpuplan.planner.validation.validate import validate_plan
 from gpuplan.solvers.cpsat import solver as cpsat_solver
 from tests._api import KEYS, PLANNER, auth, tiny_body
 from tests._factories import assign, frac, mig, mig_gpu, node, plan, planning_input, wait, whole

@@ -15,11 +15,11 @@ from fastapi.testclient import TestClient
 from gpuplan.api import create_app
 from gpuplan.api.settings import Settings
 from gpuplan.models import NodeSharing, Plan, PlanningInput, Policy, TimeSliced, Workload, default_catalog
-from gpuplan.planner.actions import SET_SHARING, START
 from gpuplan.planner.executor import Executor, SimCluster
-from gpuplan.planner.occupancy import Holding, Occupancy
+from gpuplan.planner.pipeline.actions import SET_SHARING, START
+from gpuplan.planner.pipeline.occupancy import Holding, Occupancy
 from gpuplan.planner.planning import make_plan
-from gpuplan.planner.validate import validate_plan
+from gpuplan.planner.validation.validate import validate_plan
 from gpuplan.solvers.cpsat import solver as cpsat_solver
 from tests._api import KEYS, PLANNER, auth, tiny_body
 from tests._factories import assign, frac, node, plan, planning_input, wait, whole

@@ -14,7 +14,14 @@ from pathlib import Path
 import pytest
 
 from gpuplan.planner.cli import main
-from gpuplan.planner.simulate import POLICIES, TRACE_DIR, SimConfig, arrivals, gpu_demand, sample_cluster
+from gpuplan.planner.executor.simulate import (
+    POLICIES,
+    TRACE_DIR,
+    SimConfig,
+    arrivals,
+    gpu_demand,
+    sample_cluster,
+)
 
 PYPROJECT = Path(__file__).resolve().parents[1] / "pyproject.toml"
 

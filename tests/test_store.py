@@ -26,9 +26,9 @@ from gpuplan.models.base import InputError
 from gpuplan.models.plan import Plan
 from gpuplan.models.problem import PlanningInput
 from gpuplan.planner.cli import main
-from gpuplan.planner.db import locked, make_engine
-from gpuplan.planner.history import PlanHistory
 from gpuplan.planner.planning import make_plan
+from gpuplan.planner.store.db import locked, make_engine
+from gpuplan.planner.store.history import PlanHistory
 from gpuplan.planner.store.migrate import alembic_config, head, revision, upgrade
 from gpuplan.planner.store.records import Actor, JobInput, JobRecord, JobSource, JobStatus
 from gpuplan.planner.store.store import Store
@@ -213,7 +213,7 @@ def test_processes_starting_together_upgrade_once(db_url: str) -> None:
 
 # --- a database made before Alembic -------------------------------------------------------------------
 
-#: The tables as ``create_all`` made them before the one store (``planner/history.py`` and
+#: The tables as ``create_all`` made them before the one store (``planner/store/history.py`` and
 #: ``api/store.py`` then), for SQLite; ``{ts}`` and ``{serial}`` are PostgreSQL's ``TIMESTAMP WITH TIME
 #: ZONE`` and ``SERIAL`` there.
 OLD_SCHEMA = """

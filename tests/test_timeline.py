@@ -11,7 +11,7 @@ from gpuplan.models import Cluster, Plan, PlanningInput, Policy, Workload, defau
 from gpuplan.models.policy import Tier
 from gpuplan.planner.executor import Executor, SimCluster
 from gpuplan.planner.planning import make_plan
-from gpuplan.planner.validate import validate_plan
+from gpuplan.planner.validation.validate import validate_plan
 
 NOW = datetime(2026, 11, 29, 12, tzinfo=UTC)
 TIERS = (
@@ -141,9 +141,9 @@ def test_predicted_starts_match_the_simulator_when_durations_are_exact(solver: s
 def test_a_timeline_cut_by_the_deadline_keeps_the_solver_plan() -> None:
     """Past its deadline the predicted-start pass changes nothing it has not reached: the solver's
     starts stay (here S would otherwise wait for H's reservation) and the cut is reported."""
-    from gpuplan.planner.compile import compile_problem
-    from gpuplan.planner.deadline import Deadline
-    from gpuplan.planner.timeline import with_reservations
+    from gpuplan.planner.pipeline.compile import compile_problem
+    from gpuplan.planner.pipeline.deadline import Deadline
+    from gpuplan.planner.pipeline.timeline import with_reservations
     from gpuplan.solvers.greedy import Fgd
 
     cluster = Cluster.model_validate({"nodes": [_node("n", 2)]})

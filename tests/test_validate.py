@@ -36,8 +36,8 @@ from gpuplan.models import (
     default_catalog,
 )
 from gpuplan.models.plan import DRAIN, MIGRATE, PREEMPT
-from gpuplan.planner.topology import is_nvlink_clique
-from gpuplan.planner.validate import (
+from gpuplan.models.topology import is_nvlink_clique
+from gpuplan.planner.validation.validate import (
     MISSING_NAMED,
     ImpliedWorkloadError,
     Report,

@@ -19,7 +19,7 @@ from gpuplan.api.deps import Caller, RunnerDep, SettingsDep, StoreDep
 from gpuplan.api.jobs import JobId, check_reads, check_time_limit, finished_plan
 from gpuplan.api.views import PLANS, visible_workloads
 from gpuplan.models.plan import Explanation
-from gpuplan.planner.team_view import team_explanations
+from gpuplan.planner.explain.team_view import team_explanations
 from gpuplan.solvers.base import solver_names
 
 router = APIRouter(prefix=PLANS, tags=["explain"])

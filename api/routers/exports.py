@@ -19,8 +19,8 @@ from gpuplan.api.views import PLANS, visible_workloads
 from gpuplan.models.catalog import default_catalog
 from gpuplan.models.plan import Plan
 from gpuplan.models.problem import PlanningInput
-from gpuplan.planner.capacity import load_node_types
-from gpuplan.planner.export import SHEETS, build_tables, csv_text, write_xlsx
+from gpuplan.planner.capacity.gap import load_node_types
+from gpuplan.planner.io.exporters.workbook import SHEETS, build_tables, csv_text, write_xlsx
 
 router = APIRouter(prefix=PLANS, tags=["exports"])
 

@@ -17,7 +17,7 @@ from gpuplan.api.views import PLANS, visible_workloads
 from gpuplan.models.catalog import default_catalog
 from gpuplan.models.plan import Plan
 from gpuplan.models.problem import PlanningInput
-from gpuplan.planner.map import Colour, render_html, render_svg
+from gpuplan.planner.io.exporters.map import Colour, render_html, render_svg
 
 router = APIRouter(prefix=PLANS, tags=["map"])
 

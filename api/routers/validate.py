@@ -14,7 +14,7 @@ from gpuplan.api.jobs import check_demand, check_size
 from gpuplan.api.schemas import SkippedOut, ValidateRequest, ValidateResponse, ViolationOut
 from gpuplan.models.catalog import default_catalog
 from gpuplan.models.problem import PlanningInput
-from gpuplan.planner.validate import ImpliedWorkloadError, check_plan, implied_workloads
+from gpuplan.planner.validation.validate import ImpliedWorkloadError, check_plan, implied_workloads
 
 router = APIRouter(prefix="/v1", tags=["validate"])
 

@@ -20,7 +20,7 @@ from pydantic import ValidationError
 
 from gpuplan.models.base import InputError
 from gpuplan.planner.cli.common import EXIT_INPUT, EXIT_OK, Subparsers, add_common_options, command_context
-from gpuplan.planner.deadline import command_start
+from gpuplan.planner.pipeline.deadline import command_start
 
 #: What ``gpuplan --help`` says first.
 DESCRIPTION = "The ``gpuplan`` command line: plan, validate, schema, demo and import."

@@ -12,7 +12,7 @@ from gpuplan.models.base import InputError
 from gpuplan.models.capacity import CapacityReport
 from gpuplan.models.catalog import default_catalog
 from gpuplan.planner.cli import common
-from gpuplan.planner.io import describe, load_plan, read_structured, write_json
+from gpuplan.planner.pipeline.files import describe, load_plan, read_structured, write_json
 
 if TYPE_CHECKING:
     from gpuplan.models.capacity import CapacityGap, ScenarioResult
@@ -68,9 +68,14 @@ def render_gap(gap: CapacityGap) -> str:
 def cmd_capacity_gap(args: argparse.Namespace) -> int:
     """Plan, re-partition, then buy: the capacity gap of the demand (and of every scenario), all within
     ``--time-limit`` from the start of the command."""
-    from gpuplan.planner.capacity import GapOptions, capacity_gap, load_node_types, plan_fleet
-    from gpuplan.planner.export import build_tables, write_xlsx
-    from gpuplan.planner.scenarios import load_scenarios, prepare_scenarios, render_table, run_prepared
+    from gpuplan.planner.capacity.gap import GapOptions, capacity_gap, load_node_types, plan_fleet
+    from gpuplan.planner.capacity.scenarios import (
+        load_scenarios,
+        prepare_scenarios,
+        render_table,
+        run_prepared,
+    )
+    from gpuplan.planner.io.exporters.workbook import build_tables, write_xlsx
 
     deadline = common.command_deadline(args)
     catalog = default_catalog()
@@ -126,8 +131,8 @@ def load_report(path: Path) -> CapacityReport:
 
 def export_tables(args: argparse.Namespace, plan: Plan, catalog: HardwareCatalog) -> int:
     """Write the plan (and gap) as a workbook or CSV files."""
-    from gpuplan.planner.capacity import load_node_types
-    from gpuplan.planner.export import build_tables, write_csv, write_xlsx
+    from gpuplan.planner.capacity.gap import load_node_types
+    from gpuplan.planner.io.exporters.workbook import build_tables, write_csv, write_xlsx
 
     given = [args.cluster, args.workloads]
     if any(given) and not all(given):
@@ -147,17 +152,17 @@ def export_tables(args: argparse.Namespace, plan: Plan, catalog: HardwareCatalog
 
 def write_plan_workbook(plan: Plan, inp: PlanningInput, path: Path) -> None:
     """The workbook of a plan with its inputs (no capacity gap), priced with the bundled node types."""
-    from gpuplan.planner.capacity import load_node_types
-    from gpuplan.planner.export import build_tables, write_xlsx
+    from gpuplan.planner.capacity.gap import load_node_types
+    from gpuplan.planner.io.exporters.workbook import build_tables, write_xlsx
 
     catalog = default_catalog()
     write_xlsx(build_tables(plan, catalog, inp, None, load_node_types(None, catalog)), path)
 
 
 def export_kubernetes(args: argparse.Namespace, plan: Plan, catalog: HardwareCatalog) -> int:
-    """Write the plan as Kubernetes objects, one file per round (:mod:`planner.executor.kubernetes`)."""
-    from gpuplan.planner.executor import kubernetes
-    from gpuplan.planner.validate import check_plan
+    """Write the plan as Kubernetes objects, one file per round (:mod:`planner.io.exporters.kubernetes`)."""
+    from gpuplan.planner.io.exporters import kubernetes
+    from gpuplan.planner.validation.validate import check_plan
 
     if not (args.cluster and args.workloads):
         raise InputError("--kubernetes: give --cluster and --workloads (what runs now, tiers, teams, gangs)")

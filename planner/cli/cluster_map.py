@@ -8,7 +8,7 @@ from pathlib import Path
 from gpuplan.models.base import InputError
 from gpuplan.models.catalog import default_catalog
 from gpuplan.planner.cli import common
-from gpuplan.planner.io import load_plan
+from gpuplan.planner.pipeline.files import load_plan
 
 #: Output formats by file suffix.
 FORMATS = (".html", ".svg")
@@ -16,7 +16,7 @@ FORMATS = (".html", ".svg")
 
 def cmd_map(args: argparse.Namespace) -> int:
     """Draw the plan made from the given inputs and write it to ``--out``."""
-    from gpuplan.planner.map import render_html, render_svg
+    from gpuplan.planner.io.exporters.map import render_html, render_svg
     from gpuplan.planner.planning import inputs_digest
 
     out = Path(args.out)

@@ -18,14 +18,20 @@ from gpuplan.models.base import InputError
 from gpuplan.models.catalog import CATALOG_ENV, default_catalog, uncertain_in_use
 from gpuplan.models.hardware import HardwareCatalog
 from gpuplan.models.problem import PlanningInput
-from gpuplan.planner.deadline import Deadline
-from gpuplan.planner.io import load_cluster, load_policy, load_workloads, planning_input, read_structured
-from gpuplan.planner.occupancy import running_conflicts
-from gpuplan.planner.progress import TerminalProgress, native_stdout_elsewhere, reporting
+from gpuplan.planner.pipeline.deadline import Deadline
+from gpuplan.planner.pipeline.files import (
+    load_cluster,
+    load_policy,
+    load_workloads,
+    planning_input,
+    read_structured,
+)
+from gpuplan.planner.pipeline.occupancy import running_conflicts
+from gpuplan.planner.pipeline.progress import TerminalProgress, native_stdout_elsewhere, reporting
 from gpuplan.solvers.base import solver_names
 
 if TYPE_CHECKING:
-    from gpuplan.planner.executor.kubernetes import Images
+    from gpuplan.planner.io.exporters.kubernetes import Images
 
 log = logging.getLogger(__name__)
 
@@ -211,7 +217,7 @@ def add_kubernetes_options(p: argparse.ArgumentParser) -> None:
 
 def images_from_args(args: argparse.Namespace) -> Images:
     """The images named by ``--image`` and ``--images``."""
-    from gpuplan.planner.executor.kubernetes import Images
+    from gpuplan.planner.io.exporters.kubernetes import Images
 
     per_workload: dict[str, str] = {}
     if args.images:

@@ -10,7 +10,7 @@ from gpuplan.models.base import InputError
 from gpuplan.models.catalog import default_catalog
 from gpuplan.models.plan import Explanation
 from gpuplan.planner.cli import common
-from gpuplan.planner.io import load_plan
+from gpuplan.planner.pipeline.files import load_plan
 
 
 def _input_path(given: str | None, provenance: dict[str, object], name: str) -> Path | None:
@@ -53,7 +53,7 @@ def render(explanations: list[Explanation], workload: str) -> str:
 
 def cmd_explain(args: argparse.Namespace) -> int:
     """Explain one workload of a plan against the inputs it was made from."""
-    from gpuplan.planner.explain import explain_workload
+    from gpuplan.planner.explain.reasons import explain_workload
     from gpuplan.planner.planning import inputs_digest
 
     plan = load_plan(Path(args.plan))

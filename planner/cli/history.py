@@ -12,10 +12,10 @@ from typing import TYPE_CHECKING
 
 from gpuplan.models.base import InputError
 from gpuplan.planner.cli import common
-from gpuplan.planner.db import database_url, shown
+from gpuplan.planner.store.db import database_url, shown
 
 if TYPE_CHECKING:
-    from gpuplan.planner.history import PlanHistory, StoredPlan
+    from gpuplan.planner.store.history import PlanHistory, StoredPlan
 
 
 def _when(at: datetime) -> str:
@@ -28,8 +28,8 @@ def _history(target: str | None) -> Iterator[PlanHistory]:
     that does not exist is not made: there is no history to read)."""
     from sqlalchemy.exc import SQLAlchemyError
 
-    from gpuplan.planner.db import driver_reason
-    from gpuplan.planner.history import PlanHistory
+    from gpuplan.planner.store.db import driver_reason
+    from gpuplan.planner.store.history import PlanHistory
 
     url = database_url(target)
     name = shown(target or url)
@@ -83,8 +83,8 @@ def cmd_list(args: argparse.Namespace) -> int:
 
 
 def _show(stored: StoredPlan) -> str:
-    from gpuplan.planner import summary
-    from gpuplan.planner.fleet_metrics import fleet_metrics
+    from gpuplan.planner.pipeline import summary
+    from gpuplan.planner.pipeline.fleet_metrics import fleet_metrics
 
     job = stored.job
     lines = [
@@ -107,7 +107,7 @@ def cmd_show(args: argparse.Namespace) -> int:
 
 def cmd_diff(args: argparse.Namespace) -> int:
     """What changed from plan N to plan M (the diff ``gpuplan replan`` prints)."""
-    from gpuplan.planner.history import plan_diff
+    from gpuplan.planner.store.history import plan_diff
 
     with _history(args.db) as history:
         before, after = history.plan(args.first), history.plan(args.second)

@@ -21,7 +21,7 @@ def _read(path: str) -> str:
 
 def cmd_topo(args: argparse.Namespace) -> int:
     """Print (or write) a cluster node built from ``nvidia-smi topo -m`` output."""
-    from gpuplan.planner.importers import node_from_topo
+    from gpuplan.planner.io.importers import node_from_topo
 
     try:
         node = node_from_topo(
@@ -46,8 +46,8 @@ def cmd_topo(args: argparse.Namespace) -> int:
 def cmd_mig(args: argparse.Namespace) -> int:
     """Compare ``nvidia-smi mig -lgipp`` output with the catalog, or read the GPU-instance layout of
     ``nvidia-smi mig -lgi`` output; exit 1 on differences."""
-    from gpuplan.planner.importers import compare_mig_with_catalog, parse_mig_lgipp, resolve_mig_model
-    from gpuplan.planner.importers.nvidia_smi import is_mig_lgi
+    from gpuplan.planner.io.importers import compare_mig_with_catalog, parse_mig_lgipp, resolve_mig_model
+    from gpuplan.planner.io.importers.nvidia_smi import is_mig_lgi
 
     text = _read(args.file)
     if is_mig_lgi(text):
@@ -69,7 +69,7 @@ def cmd_mig(args: argparse.Namespace) -> int:
 def _mig_layout(args: argparse.Namespace, text: str) -> int:
     """Print the GPU-instance layout of ``mig -lgi`` output as cluster GPUs; exit 1 when the catalog's model
     does not allow it."""
-    from gpuplan.planner.importers.nvidia_smi import layout_from_lgi, lgi_model, parse_mig_lgi
+    from gpuplan.planner.io.importers.nvidia_smi import layout_from_lgi, lgi_model, parse_mig_lgi
 
     try:
         instances = parse_mig_lgi(text)
@@ -88,7 +88,7 @@ def _mig_layout(args: argparse.Namespace, text: str) -> int:
 
 def cmd_openb(args: argparse.Namespace) -> int:
     """Convert the Alibaba openb node and pod lists to a cluster and a workloads CSV."""
-    from gpuplan.planner.importers import import_openb
+    from gpuplan.planner.io.importers import import_openb
 
     try:
         summary = import_openb(Path(args.nodes), Path(args.pods), Path(args.out))
@@ -100,7 +100,7 @@ def cmd_openb(args: argparse.Namespace) -> int:
 
 def cmd_kubernetes(args: argparse.Namespace) -> int:
     """Convert ``kubectl get nodes/pods -o json`` dumps to a cluster and workloads with ``running_on``."""
-    from gpuplan.planner.importers.kubernetes import load_tier_map, read_state, write_state
+    from gpuplan.planner.io.importers.kubernetes import load_tier_map, read_state, write_state
 
     state = read_state(
         Path(args.nodes),

@@ -27,7 +27,7 @@ def _with_store(args: argparse.Namespace, run: Callable[[Store], int]) -> int:
     """Open the store named by ``--database`` and run ``run`` on it; a database error is one line."""
     from sqlalchemy.exc import SQLAlchemyError
 
-    from gpuplan.planner.db import driver_reason
+    from gpuplan.planner.store.db import driver_reason
     from gpuplan.planner.store.store import Store
 
     target = args.database or os.environ.get(DATABASE_ENV) or None

@@ -14,10 +14,10 @@ from gpuplan.models.cluster import Cluster
 from gpuplan.models.plan import Plan
 from gpuplan.models.policy import Policy
 from gpuplan.models.workload import Workloads
-from gpuplan.planner import summary
 from gpuplan.planner.cli import common
-from gpuplan.planner.deadline import Stopwatch, solve_share
-from gpuplan.planner.io import (
+from gpuplan.planner.pipeline import summary
+from gpuplan.planner.pipeline.deadline import Stopwatch, solve_share
+from gpuplan.planner.pipeline.files import (
     load_cluster,
     load_plan,
     load_policy,
@@ -28,7 +28,7 @@ from gpuplan.planner.io import (
 
 if TYPE_CHECKING:
     from gpuplan.models.problem import PlanningInput
-    from gpuplan.planner.validate import Report
+    from gpuplan.planner.validation.validate import Report
 
 log = logging.getLogger(__name__)
 
@@ -102,7 +102,7 @@ def not_checked(report: Report) -> str:
 
 def cmd_validate(args: argparse.Namespace) -> int:
     """Check a plan against a cluster (and the demand and policy when given)."""
-    from gpuplan.planner.validate import check_plan, implied_workloads
+    from gpuplan.planner.validation.validate import check_plan, implied_workloads
 
     catalog = default_catalog()
     cluster = load_cluster(Path(args.cluster), catalog)

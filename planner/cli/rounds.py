@@ -14,14 +14,14 @@ from typing import TYPE_CHECKING
 from gpuplan.models.base import InputError
 from gpuplan.models.catalog import default_catalog
 from gpuplan.models.policy import DisruptionBudget
-from gpuplan.planner import summary
 from gpuplan.planner.cli import common
-from gpuplan.planner.deadline import solve_share
-from gpuplan.planner.io import load_policy, planning_input, write_json
+from gpuplan.planner.pipeline import summary
+from gpuplan.planner.pipeline.deadline import solve_share
+from gpuplan.planner.pipeline.files import load_policy, planning_input, write_json
 
 if TYPE_CHECKING:
     from gpuplan.models.problem import PlanningInput
-    from gpuplan.planner.history import PlanHistory
+    from gpuplan.planner.store.history import PlanHistory
 
 log = logging.getLogger(__name__)
 
@@ -47,7 +47,7 @@ def _state(args: argparse.Namespace, history: PlanHistory) -> PlanningInput:
     without it)."""
     policy = load_policy(Path(args.policy)) if args.policy else None
     if args.kubernetes_state:
-        from gpuplan.planner.importers.kubernetes import load_tier_map, read_state
+        from gpuplan.planner.io.importers.kubernetes import load_tier_map, read_state
 
         if args.cluster or args.workloads:
             raise InputError("--kubernetes-state: give it instead of --cluster and --workloads")
@@ -77,10 +77,10 @@ def _state(args: argparse.Namespace, history: PlanHistory) -> PlanningInput:
 
 def cmd_replan(args: argparse.Namespace) -> int:
     """Replan the current state with a long time limit, store the plan and print what changed."""
-    from gpuplan.planner.actions import plan_actions
-    from gpuplan.planner.executor import kubernetes, migparted
-    from gpuplan.planner.history import PlanHistory, plan_diff
+    from gpuplan.planner.io.exporters import kubernetes, migparted
+    from gpuplan.planner.pipeline.actions import plan_actions
     from gpuplan.planner.planning import make_plan
+    from gpuplan.planner.store.history import PlanHistory, plan_diff
 
     if args.rounds < 1:
         raise InputError("--rounds: must be at least 1")
@@ -147,7 +147,7 @@ def cmd_replan(args: argparse.Namespace) -> int:
 
 def cmd_simulate(args: argparse.Namespace) -> int:
     """Simulate gpuplan, FGD and best-fit on the same Poisson arrivals; print (and write) the metrics."""
-    from gpuplan.planner.simulate import SimConfig, simulate_all
+    from gpuplan.planner.executor.simulate import SimConfig, simulate_all
 
     if not 0 < args.rho <= 2 or args.nodes < 1 or args.hours <= args.warmup_hours or args.round_s <= 0:
         raise InputError(
@@ -202,7 +202,7 @@ def _int_list(text: str) -> list[int]:
 
 def add_parsers(sub: common.Subparsers) -> None:
     """Register ``replan`` and ``simulate``."""
-    from gpuplan.planner.simulate import SimConfig
+    from gpuplan.planner.executor.simulate import SimConfig
 
     p = sub.add_parser("replan", help="nightly replanning: long solve, plan history, diff from the last plan")
     p.add_argument("--cluster", help="cluster file (default: the state of the latest stored plan)")

@@ -1,5 +1,6 @@
 """Apply plans round by round: the executor loop, the back-end protocol, the simulated cluster and the
-exporters for Kubernetes and the NVIDIA MIG manager."""
+simulated arrivals of benchmark B5 (``simulate``). The Kubernetes and MIG manager exporters are in
+:mod:`gpuplan.planner.io.exporters`."""
 
 from gpuplan.planner.executor.backend import Backend, Observation, Outcome
 from gpuplan.planner.executor.loop import Executor, Planner, RoundReport, StateInput, state_input, unfit

@@ -28,11 +28,11 @@ from gpuplan.models.plan import Action, Assignment, Plan
 from gpuplan.models.policy import Policy
 from gpuplan.models.problem import PlanningInput
 from gpuplan.models.workload import Workload
-from gpuplan.planner.actions import MIGRATE, PREEMPT, START, ordered_actions, schedule_rounds, where
-from gpuplan.planner.compile import compile_problem
 from gpuplan.planner.executor.backend import Backend, Observation, Outcome
-from gpuplan.planner.occupancy import Holding, Key, Occupancy, holding
-from gpuplan.planner.timeline import previous_reservations, quiet_overcommit
+from gpuplan.planner.pipeline.actions import MIGRATE, PREEMPT, START, ordered_actions, schedule_rounds, where
+from gpuplan.planner.pipeline.compile import compile_problem
+from gpuplan.planner.pipeline.occupancy import Holding, Key, Occupancy, holding
+from gpuplan.planner.pipeline.timeline import previous_reservations, quiet_overcommit
 from gpuplan.solvers.greedy import FirstFit, GreedySolver
 from gpuplan.solvers.placement import Placer
 from gpuplan.solvers.problem import PlacementProblem, Request, Running

@@ -11,7 +11,8 @@ from datetime import datetime, timedelta
 from gpuplan.models.cluster import Cluster, Node
 from gpuplan.models.hardware import HardwareCatalog
 from gpuplan.models.plan import Action, Assignment
-from gpuplan.planner.actions import (
+from gpuplan.planner.executor.backend import Observation, Outcome
+from gpuplan.planner.pipeline.actions import (
     CREATE,
     DESTROY,
     MIGRATE,
@@ -22,8 +23,7 @@ from gpuplan.planner.actions import (
     instance,
     target_sharing,
 )
-from gpuplan.planner.executor.backend import Observation, Outcome
-from gpuplan.planner.occupancy import Key, Occupancy, OverCommitError, holding
+from gpuplan.planner.pipeline.occupancy import Key, Occupancy, OverCommitError, holding
 
 log = logging.getLogger(__name__)
 

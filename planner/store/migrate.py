@@ -20,7 +20,7 @@ from alembic.script import ScriptDirectory
 from sqlalchemy import Connection, Engine
 
 from gpuplan.models.base import InputError
-from gpuplan.planner.db import locked
+from gpuplan.planner.store.db import locked
 
 log = logging.getLogger(__name__)
 

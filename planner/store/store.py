@@ -11,7 +11,7 @@ from typing import Any
 from sqlalchemy import Connection, Engine, RowMapping, Select, func, insert, select, update
 
 from gpuplan.models.base import InputError
-from gpuplan.planner.db import make_engine
+from gpuplan.planner.store.db import make_engine
 from gpuplan.planner.store.keys import KeyRecord
 from gpuplan.planner.store.migrate import upgrade
 from gpuplan.planner.store.records import (
@@ -217,7 +217,7 @@ class Store:
         owner: str | None = None,
     ) -> bool:
         """Close an active job; False (and nothing written) when it had already been closed, or, with
-        ``owner``, when that process no longer holds its lease (``planner.store.queue``)."""
+        ``owner``, when that process no longer holds its lease (``api.queue``)."""
         conds = [jobs.c.id == job_id]
         if owner is None:
             conds.append(jobs.c.status.in_([s.value for s in ACTIVE]))

@@ -1,6 +1,6 @@
 """Importers turning third-party outputs (nvidia-smi text, the Alibaba openb trace) into gpuplan inputs."""
 
-from gpuplan.planner.importers.nvidia_smi import (
+from gpuplan.planner.io.importers.nvidia_smi import (
     GpuInstance,
     ObservedProfile,
     TopoGpu,
@@ -17,7 +17,7 @@ from gpuplan.planner.importers.nvidia_smi import (
     parse_topo,
     resolve_mig_model,
 )
-from gpuplan.planner.importers.openb import OpenbSummary, import_openb, read_cluster, read_workloads
+from gpuplan.planner.io.importers.openb import OpenbSummary, import_openb, read_cluster, read_workloads
 
 __all__ = [
     "GpuInstance",

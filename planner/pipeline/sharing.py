@@ -25,8 +25,8 @@ from gpuplan.models.hardware import HardwareCatalog
 from gpuplan.models.plan import Assignment, NodeSharing, Unplaced
 from gpuplan.models.policy import ObjectiveMode, Policy
 from gpuplan.models.problem import PlanningInput
-from gpuplan.planner.compile import compile_problem
-from gpuplan.planner.layouts import cluster_with_sharing
+from gpuplan.planner.pipeline.compile import compile_problem
+from gpuplan.planner.pipeline.layouts import cluster_with_sharing
 from gpuplan.solvers.base import get_solver
 from gpuplan.solvers.formulation.objective import queue_penalty
 

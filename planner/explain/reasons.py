@@ -3,7 +3,7 @@ and every replica placed on a worse alternative than its first, with verified co
 
 One function, :meth:`Explainer.explain`, computes every reason: the plan (``make_plan`` attaches one to
 each waiting replica) and ``gpuplan explain`` / ``GET .../explain/{workload}`` call it on the same state
-(:class:`~gpuplan.planner.explain_state.PlanState`, the state the plan leaves, nodes in name order), so
+(:class:`~gpuplan.planner.explain.state.PlanState`, the state the plan leaves, nodes in name order), so
 both give the same code, sentence and node.
 
 Codes: ``NO_CAPACITY``, ``NO_NVLINK_CLIQUE`` (no node has, or has free, an all-to-all NVLink group of
@@ -33,12 +33,12 @@ from gpuplan.models.hardware import HardwareCatalog
 from gpuplan.models.plan import CREATE, Counterfactual, Explanation, Plan, ReasonDetail
 from gpuplan.models.problem import PlanningInput
 from gpuplan.models.workload import TopologyNeed
-from gpuplan.planner import counterfactual as cfs
-from gpuplan.planner.counterfactual import Candidate, Target
-from gpuplan.planner.deadline import Deadline
-from gpuplan.planner.explain_state import Key, PlanState
-from gpuplan.planner.sharing import mode_notes
-from gpuplan.planner.timeline import RESERVED, duration_s
+from gpuplan.planner.explain import counterfactual as cfs
+from gpuplan.planner.explain.counterfactual import Candidate, Target
+from gpuplan.planner.explain.state import Key, PlanState
+from gpuplan.planner.pipeline.deadline import Deadline
+from gpuplan.planner.pipeline.sharing import mode_notes
+from gpuplan.planner.pipeline.timeline import RESERVED, duration_s
 from gpuplan.solvers.placement.options import describe, whole_groups
 from gpuplan.solvers.placement.state import NodeInfo
 from gpuplan.solvers.problem import Request, ShapeSpec, any_model

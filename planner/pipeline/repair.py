@@ -17,9 +17,9 @@ from dataclasses import replace
 from gpuplan.models.hardware import HardwareCatalog
 from gpuplan.models.plan import Assignment, MigLayout, Plan, PlanStatus, SolverReport
 from gpuplan.models.problem import PlanningInput
-from gpuplan.planner.layouts import cluster_with_layouts
-from gpuplan.planner.occupancy import Holding, Key, Occupancy, holding
-from gpuplan.planner.validate import validate_plan
+from gpuplan.planner.pipeline.layouts import cluster_with_layouts
+from gpuplan.planner.pipeline.occupancy import Holding, Key, Occupancy, holding
+from gpuplan.planner.validation.validate import validate_plan
 from gpuplan.solvers.base import SolveResult
 from gpuplan.solvers.evaluate import NodeFragmentation
 from gpuplan.solvers.problem import PlacementProblem, Request

@@ -5,7 +5,7 @@
 2. No purchase first: when the policy forbids MIG re-partitions, plan again allowing them; the gap
    replicas that this plan places are served by re-partitioning (its MIG actions say how).
 3. Replicas that no node type of the catalog can ever host are reported, naming the workload.
-4. The rest goes to the purchase MILP (:mod:`planner.purchase`), whose optimum is a lower bound.
+4. The rest goes to the purchase MILP (:mod:`planner.capacity.purchase`), whose optimum is a lower bound.
 5. The purchase is checked by planning the remaining demand on the purchased nodes alone with the real
    placement solver (validated plan); if anything is left over, the cheapest node type that hosts
    it is added and the check repeats.
@@ -38,13 +38,19 @@ from gpuplan.models.plan import Plan, PlanStatus, Unplaced
 from gpuplan.models.policy import DisruptionBudget, IsolationKind, Policy
 from gpuplan.models.problem import PlanningInput
 from gpuplan.models.workload import GpuRef, Placement, Workload
-from gpuplan.planner.compile import compile_node, compile_problem
-from gpuplan.planner.deadline import Deadline, Phases
-from gpuplan.planner.io import describe, read_structured
-from gpuplan.planner.layouts import cluster_after
-from gpuplan.planner.metrics import gpu_equivalents
+from gpuplan.planner.capacity.purchase import (
+    NO_SOLUTION,
+    PurchaseSolution,
+    TypeSpec,
+    shape_fits,
+    solve_purchase,
+)
+from gpuplan.planner.pipeline.compile import compile_node, compile_problem
+from gpuplan.planner.pipeline.deadline import Deadline, Phases
+from gpuplan.planner.pipeline.files import describe, read_structured
+from gpuplan.planner.pipeline.layouts import cluster_after
+from gpuplan.planner.pipeline.metrics import gpu_equivalents
 from gpuplan.planner.planning import inputs_digest, make_plan
-from gpuplan.planner.purchase import NO_SOLUTION, PurchaseSolution, TypeSpec, shape_fits, solve_purchase
 from gpuplan.solvers.fleet.purchase import Offer, configure_purchase
 from gpuplan.solvers.problem import PlacementProblem, Request
 

@@ -1,8 +1,8 @@
 """Independent plan validation: every rule a plan must obey, checked without any solver code.
 
-This module deliberately imports nothing from ``solvers/``, ``planner.compile`` or ``planner.actions``:
-it re-derives every rule from the schema objects in ``models/``, so that it can check any solver's
-output. :func:`check_plan` also says which rule families it could not check (for instance when the
+This module deliberately imports nothing from ``solvers/`` or the planner's pipeline (``compile``,
+``actions``): it re-derives every rule from the schema objects in ``models/``, so that it can check any
+solver's output. :func:`check_plan` also says which rule families it could not check (for instance when the
 workloads are rebuilt from the plan itself by :func:`implied_workloads`).
 """
 
@@ -35,8 +35,8 @@ from gpuplan.models.hardware import GpuModelSpec, HardwareCatalog
 from gpuplan.models.plan import DRAIN, MIGRATE, PREEMPT, Assignment, GpuUse, Plan
 from gpuplan.models.policy import IsolationKind, IsolationRule, Policy, Quota
 from gpuplan.models.problem import PlanningInput
+from gpuplan.models.topology import link_graph
 from gpuplan.models.workload import STANDARD, GpuRef, Placement, Shape, TopologyNeed, Workload
-from gpuplan.planner.topology import link_graph
 
 log = logging.getLogger(__name__)
 

@@ -57,10 +57,10 @@ from gpuplan.models.cluster import MigInstance, mig_layout_problems
 from gpuplan.models.hardware import GpuModelSpec
 from gpuplan.models.plan import GpuUse
 from gpuplan.models.workload import MEMORY_ONLY_MILLI
-from gpuplan.planner.actions import where
-from gpuplan.planner.importers.nvidia_smi import lookup_gpu_model
-from gpuplan.planner.io import WORKLOAD_COLUMNS, describe, read_structured
-from gpuplan.planner.occupancy import FULL_MILLI, Holding, Occupancy
+from gpuplan.planner.io.importers.nvidia_smi import lookup_gpu_model
+from gpuplan.planner.pipeline.actions import where
+from gpuplan.planner.pipeline.files import WORKLOAD_COLUMNS, describe, read_structured
+from gpuplan.planner.pipeline.occupancy import FULL_MILLI, Holding, Occupancy
 
 log = logging.getLogger(__name__)
 

@@ -34,9 +34,9 @@ from gpuplan.models.cluster import Cluster, Node
 from gpuplan.models.hardware import HardwareCatalog
 from gpuplan.models.plan import Counterfactual, GpuUse, Plan, Unplaced
 from gpuplan.models.problem import PlanningInput
-from gpuplan.planner.metrics import gpu_equivalents, gpu_memory_held
-from gpuplan.planner.scenarios import scenario_row
-from gpuplan.planner.team_view import team_plan
+from gpuplan.planner.capacity.scenarios import scenario_row
+from gpuplan.planner.explain.team_view import team_plan
+from gpuplan.planner.pipeline.metrics import gpu_equivalents, gpu_memory_held
 
 if TYPE_CHECKING:
     from collections.abc import Set as AbstractSet

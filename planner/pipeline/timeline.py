@@ -32,10 +32,10 @@ from gpuplan.models.plan import Assignment, GpuUse, MigLayout, Plan, PlanStatus,
 from gpuplan.models.policy import Policy
 from gpuplan.models.problem import PlanningInput
 from gpuplan.models.workload import Workload
-from gpuplan.planner.deadline import Deadline
-from gpuplan.planner.layouts import cluster_with_layouts
-from gpuplan.planner.occupancy import Holding, Key, Occupancy, holding
-from gpuplan.planner.validate import validate_plan
+from gpuplan.planner.pipeline.deadline import Deadline
+from gpuplan.planner.pipeline.layouts import cluster_with_layouts
+from gpuplan.planner.pipeline.occupancy import Holding, Key, Occupancy, holding
+from gpuplan.planner.validation.validate import validate_plan
 from gpuplan.solvers.base import SolveResult
 from gpuplan.solvers.evaluate import with_layouts
 from gpuplan.solvers.greedy import BestFitScorer

@@ -4,7 +4,7 @@ Three policies see the same arrivals and run times, each driving its own simulat
 executor's rounds loop (:meth:`Executor.run`) with ``make_plan``:
 
 * ``gpuplan`` — CP-SAT (moves within the disruption budget, predicted starts and reservations from
-  :mod:`planner.timeline`, the last plan's reservations kept);
+  :mod:`planner.pipeline.timeline`, the last plan's reservations kept);
 * ``fgd`` — FGD placing the queue in tier-then-FIFO order, nothing ever moves;
 * ``best-fit`` — best-fit placing the queue in FIFO order (every tier weight equal).
 
@@ -37,10 +37,10 @@ from gpuplan.models.plan import Plan
 from gpuplan.models.policy import DisruptionBudget, Policy, default_tiers
 from gpuplan.models.problem import PlanningInput
 from gpuplan.models.workload import Workload
-from gpuplan.planner.compile import compile_problem
 from gpuplan.planner.executor import Executor, SimCluster, state_input
-from gpuplan.planner.importers.openb import read_cluster, read_workloads
-from gpuplan.planner.metrics import fragmentation
+from gpuplan.planner.io.importers.openb import read_cluster, read_workloads
+from gpuplan.planner.pipeline.compile import compile_problem
+from gpuplan.planner.pipeline.metrics import fragmentation
 from gpuplan.planner.planning import make_plan
 from gpuplan.solvers.greedy import BestFit, Fgd, GreedySolver
 from gpuplan.solvers.parallel import run_tasks

@@ -20,8 +20,8 @@ from datetime import datetime
 from gpuplan.models.hardware import HardwareCatalog
 from gpuplan.models.plan import Assignment, Plan, Unplaced
 from gpuplan.models.problem import PlanningInput
-from gpuplan.planner.compile import compile_problem
-from gpuplan.planner.layouts import cluster_after
+from gpuplan.planner.pipeline.compile import compile_problem
+from gpuplan.planner.pipeline.layouts import cluster_after
 from gpuplan.solvers.greedy import Fgd
 from gpuplan.solvers.placement import Placer
 from gpuplan.solvers.placement.options import Option, options

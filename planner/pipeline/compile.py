@@ -10,8 +10,8 @@ from gpuplan.models.cluster import Node
 from gpuplan.models.hardware import HardwareCatalog
 from gpuplan.models.plan import GpuUse
 from gpuplan.models.problem import PlanningInput
+from gpuplan.models.topology import link_graph, nvlink_cliques
 from gpuplan.models.workload import Placement, Shape, Workload
-from gpuplan.planner.topology import link_graph, nvlink_cliques
 from gpuplan.solvers.problem import (
     GpuSlot,
     NodeSpec,

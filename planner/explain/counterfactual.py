@@ -1,6 +1,6 @@
 """Counterfactuals: the smallest changes that would place a waiting replica now, each verified.
 
-Candidates are searched on the state the plan leaves (:class:`planner.explain_state.PlanState`):
+Candidates are searched on the state the plan leaves (:class:`planner.explain.state.PlanState`):
 migrating named replicas off a node (to named destinations), preempting them, waiting until running
 work ends (when durations are known), raising a team's quota, re-partitioning a MIG GPU, allowing PCIe
 instead of NVLink (or GPUs across NUMA nodes), allowing another GPU model, letting a team onto a
@@ -25,11 +25,11 @@ from gpuplan.models.plan import Assignment, Change, Counterfactual, Plan, Solver
 from gpuplan.models.policy import DisruptionBudget, IsolationKind
 from gpuplan.models.problem import PlanningInput
 from gpuplan.models.workload import Shape, TopologyNeed
-from gpuplan.planner.compile import compile_problem
-from gpuplan.planner.errors import InvalidPlanError
-from gpuplan.planner.explain_state import Key, PlanState
-from gpuplan.planner.layouts import cluster_after
-from gpuplan.planner.validate import validate_plan
+from gpuplan.planner.explain.state import Key, PlanState
+from gpuplan.planner.pipeline.compile import compile_problem
+from gpuplan.planner.pipeline.layouts import cluster_after
+from gpuplan.planner.validation.errors import InvalidPlanError
+from gpuplan.planner.validation.validate import validate_plan
 from gpuplan.solvers.base import get_solver
 from gpuplan.solvers.placement.options import options
 from gpuplan.solvers.problem import Request, ShapeSpec, any_model

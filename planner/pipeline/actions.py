@@ -6,7 +6,7 @@ that drains a GPU for a MIG re-partition), ``destroy-mig`` (the GPU must be drai
 ``start`` (the kind constants live beside ``Action`` in ``models.plan`` and are re-exported here,
 where the executor imports them). Inside a round the phases run in that order: stops, MIG destroys and
 sharing changes, MIG creates, starts (including the second half of each migration).
-:func:`schedule_rounds` replays every round on an :class:`~planner.occupancy.Occupancy`, so no
+:func:`schedule_rounds` replays every round on an :class:`~planner.pipeline.occupancy.Occupancy`, so no
 intermediate state over-commits a GPU, a MIG instance or a node, and each round stays within the moves
 and preemptions the policy allows.
 """
@@ -33,7 +33,7 @@ from gpuplan.models.plan import Action, Assignment, GpuUse, MigLayout, NodeShari
 from gpuplan.models.policy import Policy
 from gpuplan.models.problem import PlanningInput
 from gpuplan.models.workload import Workload
-from gpuplan.planner.occupancy import Key, Occupancy, OverCommitError, holding
+from gpuplan.planner.pipeline.occupancy import Key, Occupancy, OverCommitError, holding
 
 log = logging.getLogger(__name__)
 

@@ -16,8 +16,8 @@ from gpuplan.models.catalog import default_catalog
 from gpuplan.models.hardware import HardwareCatalog
 from gpuplan.models.plan import Plan
 from gpuplan.models.problem import PlanningInput
-from gpuplan.planner.metrics import gpu_equivalents
-from gpuplan.planner.timeline import predicted_waits
+from gpuplan.planner.pipeline.metrics import gpu_equivalents
+from gpuplan.planner.pipeline.timeline import predicted_waits
 
 #: The pool of nodes that name none.
 NO_POOL = "(none)"

@@ -29,9 +29,9 @@ from gpuplan.models.plan import Plan
 from gpuplan.models.policy import Policy
 from gpuplan.models.problem import PlanningInput
 from gpuplan.models.workload import Workload
-from gpuplan.planner.capacity import GapOptions, capacity_gap, load_node_types
-from gpuplan.planner.deadline import Deadline
-from gpuplan.planner.io import describe, read_structured
+from gpuplan.planner.capacity.gap import GapOptions, capacity_gap, load_node_types
+from gpuplan.planner.pipeline.deadline import Deadline
+from gpuplan.planner.pipeline.files import describe, read_structured
 from gpuplan.planner.planning import inputs_digest
 from gpuplan.solvers.parallel import run_tasks, slots
 

@@ -17,11 +17,11 @@ from sqlalchemy import Engine
 from gpuplan.models.base import InputError
 from gpuplan.models.plan import GpuUse, Plan
 from gpuplan.models.problem import PlanningInput
-from gpuplan.planner.actions import where
-from gpuplan.planner.db import make_engine
+from gpuplan.planner.pipeline.actions import where
+from gpuplan.planner.pipeline.timeline import predicted_waits
+from gpuplan.planner.store.db import make_engine
 from gpuplan.planner.store.records import CLI, PLAN_KIND, JobInput, JobRecord, JobSource, JobStatus, now
 from gpuplan.planner.store.store import Store, StoredJob
-from gpuplan.planner.timeline import predicted_waits
 
 
 @dataclass(frozen=True)

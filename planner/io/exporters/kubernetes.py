@@ -1,6 +1,6 @@
 """Export a plan as the Kubernetes objects a GPU Operator cluster applies, one file per step.
 
-**Order.** The plan numbers its actions by round (:mod:`planner.actions`: each round keeps the
+**Order.** The plan numbers its actions by round (:mod:`planner.pipeline.actions`: each round keeps the
 disruption budget and replays without over-committing anything) and runs a round in phases: stops, MIG
 destroys and sharing changes, MIG creates, starts. The export keeps that order (a GPU is drained before
 it is re-partitioned, and a replica is stopped before it starts elsewhere) and splits each plan round
@@ -24,7 +24,7 @@ into up to four steps, each finished before the next one is applied; each step i
 Empty steps are left out. The PriorityClasses of the pods' tiers come first, alone in ``round-01.yaml``
 (so that every file of Evictions holds nothing else: ``kubectl apply`` does not take those). Work
 that stays where it runs gets no object. A plan without actions (an older plan file) gets them from
-:func:`~planner.actions.ordered_actions`, all in one round.
+:func:`~planner.pipeline.actions.ordered_actions`, all in one round.
 
 **Pods.** A Pod is named ``<workload>-<replica>-<plan digest>`` (a moved replica's new pod never
 collides with the old one), pinned to its node (``nodeSelector`` ``kubernetes.io/hostname``), tolerates
@@ -67,9 +67,9 @@ from gpuplan.models.plan import (
 )
 from gpuplan.models.problem import PlanningInput
 from gpuplan.models.workload import Workload
-from gpuplan.planner.actions import PHASE, instance, ordered_actions, target_sharing, where
-from gpuplan.planner.executor.migparted import config_document, config_name, node_configs
-from gpuplan.planner.importers.kubernetes import mig_resource
+from gpuplan.planner.io.exporters.migparted import config_document, config_name, node_configs
+from gpuplan.planner.io.importers.kubernetes import mig_resource
+from gpuplan.planner.pipeline.actions import PHASE, instance, ordered_actions, target_sharing, where
 
 GPU = "nvidia.com/gpu"
 SHARED_GPU = "nvidia.com/gpu.shared"

@@ -9,7 +9,7 @@ SVG ``<title>`` (workload, tier, team, start), which browsers show on hover in b
 
 Colours follow the tier or the team: the SVG's root class (``by-tier`` / ``by-team``) selects one of two
 style sets, so the HTML page switches colour with one control and no re-rendering. A team's map
-(``visible``) reads the plan through :func:`gpuplan.planner.team_view.team_plan`; other teams' work is
+(``visible``) reads the plan through :func:`gpuplan.planner.explain.team_view.team_plan`; other teams' work is
 drawn as anonymous ``other`` occupancy.
 """
 
@@ -20,9 +20,9 @@ from dataclasses import dataclass
 from html import escape
 from typing import TYPE_CHECKING, Literal
 
-from gpuplan.planner.layouts import cluster_after
-from gpuplan.planner.team_view import team_plan
-from gpuplan.planner.topology import nvlink_cliques
+from gpuplan.models.topology import nvlink_cliques
+from gpuplan.planner.explain.team_view import team_plan
+from gpuplan.planner.pipeline.layouts import cluster_after
 
 if TYPE_CHECKING:
     from collections.abc import Set as AbstractSet

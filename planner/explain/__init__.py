@@ -1,0 +1,3 @@
+"""Explanations: why each waiting replica waits (one reason code and sentence), the smallest verified
+changes that would place it, the state a plan leaves that both are asked on, and what one team may see
+of a plan."""
