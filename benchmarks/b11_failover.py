@@ -145,7 +145,7 @@ def main() -> None:
     p.add_argument("--out", help="append the row to this CSV")
     args = p.parse_args()
     if not args.database:
-        p.error("--database: give a PostgreSQL URL (bash .ci/postgres.sh starts one)")
+        p.error("--database: give a PostgreSQL URL (bash .ci/postgres.sh start DIR starts one)")
     database = fresh_database(args.database)
     with tempfile.TemporaryDirectory() as logs:
         row = run(args, database, Path(logs))
