@@ -9,7 +9,7 @@ from collections.abc import Callable
 from functools import cache, partial
 from importlib import resources
 from pathlib import Path
-from typing import TYPE_CHECKING, Any, TypeVar
+from typing import Any, TypeVar
 
 import yaml
 from pydantic import ValidationError
@@ -27,8 +27,6 @@ from gpuplan.models.hardware import (
 
 #: Environment variable naming another data directory (with a ``hardware/`` folder inside).
 DATA_ENV = "GPUPLAN_DATA"
-if TYPE_CHECKING:
-    from gpuplan.models.cluster import Cluster
 
 _T = TypeVar("_T")
 
@@ -204,20 +202,3 @@ def _catalog(user_file: str | None) -> HardwareCatalog:
 def default_catalog() -> HardwareCatalog:
     """The catalog bundled with gpuplan, extended by the user catalog file ``GPUPLAN_CATALOG`` names."""
     return _catalog(os.environ.get(CATALOG_ENV) or None)
-
-
-def uncertain_in_use(cluster: Cluster, catalog: HardwareCatalog) -> list[str]:
-    """The catalog entries marked ``uncertain`` that ``cluster`` uses (reference topologies, GPU models and
-    MIG profiles), each named once, in cluster order: what a run should ask the user to check."""
-    found: dict[str, None] = {}
-    for node in cluster.nodes:
-        if node.topology and catalog.topology(node.topology).uncertain:
-            found[f"reference topology {catalog.topology(node.topology).name}"] = None
-        for gpu in node.gpus:
-            spec = catalog.model(gpu.model)
-            if spec.uncertain:
-                found[f"GPU model {spec.name}"] = None
-            for inst in gpu.mig.instances if gpu.mig is not None else ():
-                if spec.profile(inst.profile).uncertain:
-                    found[f"MIG profile {inst.profile} of {spec.name}"] = None
-    return list(found)

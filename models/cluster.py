@@ -337,3 +337,20 @@ class Cluster(Strict):
     def gpu_count(self) -> int:
         """Number of GPUs in the cluster."""
         return sum(len(n.gpus) for n in self.nodes)
+
+
+def uncertain_in_use(cluster: Cluster, catalog: HardwareCatalog) -> list[str]:
+    """The catalog entries marked ``uncertain`` that ``cluster`` uses (reference topologies, GPU models and
+    MIG profiles), each named once, in cluster order: what a run should ask the user to check."""
+    found: dict[str, None] = {}
+    for node in cluster.nodes:
+        if node.topology and catalog.topology(node.topology).uncertain:
+            found[f"reference topology {catalog.topology(node.topology).name}"] = None
+        for gpu in node.gpus:
+            spec = catalog.model(gpu.model)
+            if spec.uncertain:
+                found[f"GPU model {spec.name}"] = None
+            for inst in gpu.mig.instances if gpu.mig is not None else ():
+                if spec.profile(inst.profile).uncertain:
+                    found[f"MIG profile {inst.profile} of {spec.name}"] = None
+    return list(found)

@@ -17,8 +17,7 @@ from gpuplan.models import (
     check_mig_layout,
     default_catalog,
 )
-from gpuplan.models.catalog import uncertain_in_use
-from gpuplan.models.cluster import MigInstance
+from gpuplan.models.cluster import MigInstance, uncertain_in_use
 
 
 def node(**extra: Any) -> dict[str, Any]:

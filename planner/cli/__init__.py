@@ -1,41 +1,43 @@
 """The ``gpuplan`` command line.
 
-Each command group is a module named in :data:`GROUPS` by its path and the function that adds its
-sub-commands to the parser, imported when the parser is built, as the solver registry does: ``serve``
-belongs to the API (``gpuplan.api.cli``) and the planner never imports the API. A group module imports
-only what its parser needs; its commands import the heavy modules (planning, pandas exports, the
-capacity MILPs, the SQLAlchemy plan history, FastAPI) when they run, so that ``gpuplan --help`` and
-``gpuplan plan`` start fast: a ``--time-limit`` counts from the process start.
+Each command group is a module whose ``add_parsers`` adds its sub-commands to the parser
+(:data:`GROUPS`). The command line is the outermost layer: ``serve`` and ``worker`` are the API's
+(``gpuplan.api.cli``), the one import from the planner's tree into the API (see the layer contract in
+``pyproject.toml``). A group module imports only what its parser needs; its commands import the heavy
+modules (planning, pandas exports, the capacity MILPs, the SQLAlchemy plan history, FastAPI) when they
+run, so that ``gpuplan --help`` and ``gpuplan plan`` start fast: a ``--time-limit`` counts from the
+process start.
 """
 
 from __future__ import annotations
 
 import argparse
-import importlib
 import logging
 import sys
 from collections.abc import Callable, Iterator, Sequence
 
 from pydantic import ValidationError
 
+from gpuplan.api import cli as api_cli
 from gpuplan.models.base import InputError
+from gpuplan.planner.cli import capacity, cluster_map, explain, history, imports, keys, plan, rounds
 from gpuplan.planner.cli.common import EXIT_INPUT, EXIT_OK, Subparsers, add_common_options, command_context
 from gpuplan.planner.pipeline.deadline import command_start
 
 #: What ``gpuplan --help`` says first.
 DESCRIPTION = "The ``gpuplan`` command line: plan, validate, schema, demo and import."
-#: The command groups, in the order ``gpuplan --help`` lists them: module and the function of it that
-#: registers the group's sub-commands.
-GROUPS: tuple[tuple[str, str], ...] = (
-    ("gpuplan.planner.cli.plan", "add_parsers"),
-    ("gpuplan.planner.cli.imports", "add_parsers"),
-    ("gpuplan.planner.cli.rounds", "add_parsers"),
-    ("gpuplan.planner.cli.history", "add_parsers"),
-    ("gpuplan.planner.cli.capacity", "add_parsers"),
-    ("gpuplan.api.cli", "add_parsers"),
-    ("gpuplan.planner.cli.keys", "add_parsers"),
-    ("gpuplan.planner.cli.explain", "add_parsers"),
-    ("gpuplan.planner.cli.cluster_map", "add_parsers"),
+#: The functions that register each command group's sub-commands, in the order ``gpuplan --help``
+#: lists them.
+GROUPS: tuple[Callable[[Subparsers], None], ...] = (
+    plan.add_parsers,
+    imports.add_parsers,
+    rounds.add_parsers,
+    history.add_parsers,
+    capacity.add_parsers,
+    api_cli.add_parsers,
+    keys.add_parsers,
+    explain.add_parsers,
+    cluster_map.add_parsers,
 )
 
 
@@ -54,8 +56,7 @@ def build_parser() -> argparse.ArgumentParser:
     parser.add_argument("-v", "--verbose", action="store_true", help="log progress")
     add_common_options(parser, top=True)
     sub = parser.add_subparsers(dest="command", required=True)
-    for module, name in GROUPS:
-        register: Callable[[Subparsers], None] = getattr(importlib.import_module(module), name)
+    for register in GROUPS:
         register(sub)
     for command in _commands(parser):
         add_common_options(command, top=False)

@@ -15,7 +15,8 @@ from pathlib import Path
 from typing import TYPE_CHECKING, Any, TypeAlias
 
 from gpuplan.models.base import InputError
-from gpuplan.models.catalog import CATALOG_ENV, default_catalog, uncertain_in_use
+from gpuplan.models.catalog import CATALOG_ENV, default_catalog
+from gpuplan.models.cluster import uncertain_in_use
 from gpuplan.models.hardware import HardwareCatalog
 from gpuplan.models.problem import PlanningInput
 from gpuplan.planner.pipeline.deadline import Deadline
