@@ -29,7 +29,7 @@ from gpuplan.models.catalog import default_catalog
 from gpuplan.models.cluster import Cluster
 from gpuplan.models.problem import PlanningInput
 from gpuplan.models.workload import Workload
-from gpuplan.planner.pipeline.occupancy import running_conflicts
+from gpuplan.planner.pipeline.occupancy import RunningConflictError, check_running
 
 Wait = Annotated[float, Query(ge=0, le=300, description="seconds to wait for the result")]
 JobId = Annotated[str, Path(pattern=r"^[0-9a-f]{32}$", description="job id")]
@@ -181,11 +181,10 @@ def _planning_input(limits: Limits, body: PlanRequest) -> tuple[str, str]:
     except ValidationError as exc:
         msg = str(exc.errors(include_url=False)[0]["msg"]).removeprefix("Value error, ")
         raise InputRejected(("body", "workloads"), msg) from None
-    conflicts = running_conflicts(inp.cluster, inp.workloads, default_catalog())
-    if conflicts:
-        i, r, msg = conflicts[0]
-        more = f" (and {len(conflicts) - 1} more)" if len(conflicts) > 1 else ""
-        raise InputRejected(("body", "workloads", i, "running_on", r), msg + more)
+    try:
+        check_running(inp, default_catalog())
+    except RunningConflictError as exc:
+        raise InputRejected(("body", *exc.loc), str(exc)) from None
     input_json = inp.model_dump_json()
     return input_json, hashlib.sha256(input_json.encode()).hexdigest()
 

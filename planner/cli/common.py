@@ -19,15 +19,8 @@ from gpuplan.models.catalog import CATALOG_ENV, default_catalog
 from gpuplan.models.cluster import uncertain_in_use
 from gpuplan.models.hardware import HardwareCatalog
 from gpuplan.models.problem import PlanningInput
+from gpuplan.planner.pipeline import files
 from gpuplan.planner.pipeline.deadline import Deadline
-from gpuplan.planner.pipeline.files import (
-    load_cluster,
-    load_policy,
-    load_workloads,
-    planning_input,
-    read_structured,
-)
-from gpuplan.planner.pipeline.occupancy import running_conflicts
 from gpuplan.planner.pipeline.progress import TerminalProgress, native_stdout_elsewhere, reporting
 from gpuplan.solvers.base import solver_names
 
@@ -51,17 +44,10 @@ Subparsers: TypeAlias = "argparse._SubParsersAction[argparse.ArgumentParser]"
 def load_input(
     cluster: Path, workloads: Path, policy: Path | None, catalog: HardwareCatalog | None = None
 ) -> PlanningInput:
-    """The cluster, workloads and policy files (the default policy without one) as one planning input;
-    running work that over-commits a GPU or node is an input error."""
+    """The checked planning input of the three files (:func:`gpuplan.load`), noting once per run the
+    catalog entries marked uncertain that the cluster uses."""
     catalog = catalog or default_catalog()
-    inp = planning_input(
-        load_cluster(cluster, catalog), load_workloads(workloads), load_policy(policy), catalog,
-        source=str(workloads),
-    )  # fmt: skip
-    conflicts = running_conflicts(inp.cluster, inp.workloads, catalog)
-    if conflicts:
-        more = f" (and {len(conflicts) - 1} more)" if len(conflicts) > 1 else ""
-        raise InputError(f"{workloads}: {conflicts[0][2]}{more}")
+    inp = files.load_input(cluster, workloads, policy, catalog)
     new = [entry for entry in uncertain_in_use(inp.cluster, catalog) if entry not in _noted]
     if new:
         _noted.update(new)
@@ -222,7 +208,7 @@ def images_from_args(args: argparse.Namespace) -> Images:
 
     per_workload: dict[str, str] = {}
     if args.images:
-        raw: Any = read_structured(Path(args.images))
+        raw: Any = files.read_structured(Path(args.images))
         if not isinstance(raw, dict):
             raise InputError(f"--images {args.images}: expected a mapping of workload id to image")
         for wid, image in raw.items():

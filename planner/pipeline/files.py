@@ -11,12 +11,14 @@ import yaml
 from pydantic import BaseModel, ValidationError
 
 from gpuplan.models.base import InputError
+from gpuplan.models.catalog import default_catalog
 from gpuplan.models.cluster import Cluster
 from gpuplan.models.hardware import HardwareCatalog
 from gpuplan.models.plan import Plan
 from gpuplan.models.policy import Policy
 from gpuplan.models.problem import PlanningInput
 from gpuplan.models.workload import Workload
+from gpuplan.planner.pipeline.occupancy import RunningConflictError, check_running
 
 #: Column order of the workloads CSV (FORMATS.md).
 WORKLOAD_COLUMNS: tuple[str, ...] = (
@@ -167,6 +169,30 @@ def planning_input(
     except ValidationError as exc:
         msg = str(exc.errors(include_url=False)[0]["msg"]).removeprefix("Value error, ")
         raise InputError(f"{source}: {msg}") from None
+
+
+def load_input(
+    cluster: str | Path,
+    workloads: str | Path,
+    policy: str | Path | None = None,
+    catalog: HardwareCatalog | None = None,
+) -> PlanningInput:
+    """The cluster, workloads and policy files (the default policy without one) as one checked planning
+    input: every error names the file and the field, and running work that over-commits a GPU or node
+    is an input error."""
+    catalog = catalog or default_catalog()
+    inp = planning_input(
+        load_cluster(Path(cluster), catalog),
+        load_workloads(Path(workloads)),
+        load_policy(Path(policy) if policy is not None else None),
+        catalog,
+        source=str(workloads),
+    )
+    try:
+        check_running(inp, catalog)
+    except RunningConflictError as exc:
+        raise InputError(f"{workloads}: {exc}") from None
+    return inp
 
 
 def write_json(path: Path, model: BaseModel) -> None:

@@ -11,6 +11,7 @@ from __future__ import annotations
 from collections.abc import Iterable, Iterator, Sequence
 from dataclasses import dataclass, field
 
+from gpuplan.models.base import InputError
 from gpuplan.models.cluster import (
     Cluster,
     MigInstance,
@@ -22,6 +23,7 @@ from gpuplan.models.cluster import (
 )
 from gpuplan.models.hardware import HardwareCatalog
 from gpuplan.models.plan import Assignment, GpuUse, NodeSharing
+from gpuplan.models.problem import PlanningInput
 from gpuplan.models.workload import Workload
 
 #: A replica: (workload id, replica index).
@@ -289,6 +291,25 @@ class Occupancy:
 def holding(a: Assignment) -> Holding:
     """The resources a plan assignment takes."""
     return Holding(a.node, a.gpus, a.cpu_milli, a.memory_mib, a.alternative, a.gpu_memory_mib)
+
+
+class RunningConflictError(InputError):
+    """Running work that over-commits a GPU or node: the first conflict, the count of the others and
+    the path of the field (``workloads``, position, ``running_on``, replica)."""
+
+    def __init__(self, message: str, loc: tuple[str | int, ...]) -> None:
+        super().__init__(message)
+        self.loc = loc
+
+
+def check_running(inp: PlanningInput, catalog: HardwareCatalog) -> None:
+    """Refuse running work that over-commits a GPU or node (:func:`running_conflicts`): the one input
+    check that files (CLI), request bodies (API) and library callers share."""
+    conflicts = running_conflicts(inp.cluster, inp.workloads, catalog)
+    if conflicts:
+        i, r, msg = conflicts[0]
+        more = f" (and {len(conflicts) - 1} more)" if len(conflicts) > 1 else ""
+        raise RunningConflictError(msg + more, ("workloads", i, "running_on", r))
 
 
 def running_conflicts(
