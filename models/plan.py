@@ -191,7 +191,7 @@ class SolverReport(Strict):
 
 
 class Plan(Strict):
-    """A complete, validated plan (see ``FORMATS.md``)."""
+    """A complete, validated plan (see ``docs/FORMATS.md``)."""
 
     status: PlanStatus
     solver: SolverReport

@@ -20,7 +20,7 @@ from gpuplan.models.problem import PlanningInput
 from gpuplan.models.workload import Workload
 from gpuplan.planner.pipeline.occupancy import RunningConflictError, check_running
 
-#: Column order of the workloads CSV (FORMATS.md).
+#: Column order of the workloads CSV (docs/FORMATS.md).
 WORKLOAD_COLUMNS: tuple[str, ...] = (
     "id", "team", "tier", "priority", "replicas", "gpus", "gpu_milli", "gpu_memory_mib", "mig_profile",
     "gpu_models", "cpu_milli", "memory_mib", "topology", "gang", "preemptible", "queued_since", "duration_s",
@@ -128,7 +128,7 @@ def _raw_workloads(path: Path) -> list[Any]:
 
 
 def load_workloads(path: Path) -> tuple[Workload, ...]:
-    """Workloads from CSV (FORMATS.md columns) or YAML/JSON (with ``alternatives``)."""
+    """Workloads from CSV (docs/FORMATS.md columns) or YAML/JSON (with ``alternatives``)."""
     raw = _raw_workloads(path)
     out: list[Workload] = []
     for i, item in enumerate(raw):
@@ -151,7 +151,7 @@ def load_policy(path: Path | None) -> Policy:
 
 
 def load_plan(path: Path) -> Plan:
-    """A plan JSON written by gpuplan (or another tool following FORMATS.md)."""
+    """A plan JSON written by gpuplan (or another tool following docs/FORMATS.md)."""
     return _validate(Plan, read_structured(path), path)
 
 

@@ -1,4 +1,4 @@
-"""Sharing-mode changes chosen from the waiting demand before the solve (issue 15 item 2).
+"""Sharing-mode changes chosen from the waiting demand before the solve.
 
 The device plugin serves one mode per node, so a fleet whose free nodes are all exclusive cannot start
 a waiting fraction however idle they are. Changing a node's mode is an action with a drain cost, like a

@@ -478,7 +478,7 @@ def _entry(
         "memory_mib": memory_mib(quantity(alloc["memory"], f"{where}.memory"), up=False),
     }
     if info.gpus > len(info.layouts) and not info.scheduler_shared:
-        # How the device plugin offers the non-MIG GPUs (FORMATS.md): the planner keeps to it.
+        # How the device plugin offers the non-MIG GPUs (docs/FORMATS.md): the planner keeps to it.
         entry["sharing"] = {"time-slicing": {"replicas": info.replicas}} if info.time_sliced else "exclusive"
     # GFD's machine label is the DMI product name: "NVIDIA DGX H100", "DGXH100", "DGXA100 920-23687-...".
     machine = re.sub(r"[^0-9a-z]", "", labels.get(MACHINE, "").lower()).removeprefix("nvidia")
@@ -1149,7 +1149,8 @@ def read_state(
 
 
 def write_state(state: KubernetesState, out_dir: Path) -> tuple[Path, Path]:
-    """Write ``out_dir/cluster.yaml`` and ``out_dir/workloads.csv`` (FORMATS.md columns, ``running_on``)."""
+    """Write ``out_dir/cluster.yaml`` and ``out_dir/workloads.csv`` (the columns of docs/FORMATS.md,
+    ``running_on`` included)."""
     out = Path(out_dir)
     out.mkdir(parents=True, exist_ok=True)
     cluster_path = out / "cluster.yaml"

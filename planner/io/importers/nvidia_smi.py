@@ -272,7 +272,7 @@ def node_from_topo(
     pool: str | None = None,
     catalog: HardwareCatalog | None = None,
 ) -> dict[str, Any]:
-    """A cluster node (the FORMATS.md dict shape) built from ``topo -m`` output.
+    """A cluster node (the docs/FORMATS.md dict shape) built from ``topo -m`` output.
 
     ``gpu_model`` may be any catalog name or alias; the catalog's own name is written.
     """

@@ -33,7 +33,7 @@ from gpuplan.models import (
 
 log = logging.getLogger(__name__)
 
-#: Workload CSV columns, in the order of FORMATS.md.
+#: Workload CSV columns, in the order of docs/FORMATS.md.
 WORKLOAD_COLUMNS: tuple[str, ...] = (
     "id", "team", "tier", "priority", "replicas", "gpus", "gpu_milli", "mig_profile", "gpu_models",
     "cpu_milli", "memory_mib", "topology", "gang", "preemptible", "queued_since", "duration_s",
