@@ -53,15 +53,16 @@ def _state(args: argparse.Namespace, history: PlanHistory) -> PlanningInput:
             raise InputError("--kubernetes-state: give it instead of --cluster and --workloads")
         folder = Path(args.kubernetes_state)
         tiers = folder / "tier-map.yaml"
+        if policy is None:
+            stored = history.latest()
+            policy = stored.inputs.policy if stored is not None else load_policy(None)
         state = read_state(
             folder / "nodes.json",
             folder / "pods.json",
             tier_map=load_tier_map(tiers if tiers.is_file() else None),
             pod_resources=sorted(folder.glob("pod-resources*.json")),
+            tiers=policy.tiers,
         )
-        if policy is None:
-            stored = history.latest()
-            policy = stored.inputs.policy if stored is not None else load_policy(None)
         return planning_input(state.cluster, state.workloads, policy, source=str(folder))
     if args.cluster and args.workloads:
         return common.input_from_args(args)
