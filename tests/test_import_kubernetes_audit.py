@@ -38,6 +38,7 @@ from gpuplan.planner.io.importers.kubernetes import (
     read_state,
 )
 from gpuplan.planner.pipeline.files import load_cluster, load_plan, load_workloads
+from gpuplan.planner.store.history import PlanHistory
 
 DATA = Path(__file__).resolve().parent / "data" / "kubernetes"
 FLEET = DATA / "classes"
@@ -465,3 +466,30 @@ def test_a_mig_profile_no_model_has_leaves_the_pod_out(
     plan = tmp_path / "plan.json"
     workloads = ["--cluster", str(tmp_path / "cluster.yaml"), "--workloads", str(tmp_path / "workloads.csv")]
     assert main(["plan", *workloads, "--out", str(plan), "--now", NOW, "--time-limit", "5", "-q"]) == 0
+
+
+def test_replan_maps_classes_onto_the_policy_in_force_and_reads_topology_yaml(tmp_path: Path) -> None:
+    """The nightly loop reads ``DIR/topology.yaml`` (as ``--topology``; a relative file is taken from
+    DIR) and ranks the classes onto the tiers of the policy it plans with."""
+    state = tmp_path / "state"
+    state.mkdir()
+    for name in ("nodes.json", "pods.json"):
+        (state / name).write_text((FLEET / name).read_text())
+    (state / "p5.txt").write_text(TOPO_P5.read_text())
+    (state / "topology.yaml").write_text(yaml.safe_dump({"gpu-h100-a": "p5.txt", "gpu-h100-b": "dgx-h100"}))
+    policy = tmp_path / "policy.yaml"
+    policy.write_text(
+        yaml.safe_dump({"tiers": [{"name": "hot", "weight": 9}, {"name": "cold", "weight": 1}]})
+    )
+    db = str(tmp_path / "h.db")
+    args = ["replan", "--db", db, "--kubernetes-state", str(state), "--policy", str(policy)]
+    assert main([*args, "--time-limit", "5", "-q", "--now", NOW]) == 0
+    latest = PlanHistory(db).latest()
+    assert latest is not None
+    # four priorities onto two tiers: round(i / 3) for i = 0..3 is 0, 0, 1, 1
+    tiers = {w.id: w.tier for w in latest.inputs.workloads}
+    assert tiers["serving/ranker-0"] == tiers["serving/chat-7b-0"] == "hot"
+    assert tiers["etl/embed-batch-0"] == tiers["research/sweep-be-0"] == "cold"
+    nodes = latest.inputs.cluster.node_by_name
+    assert [g.numa for g in nodes["gpu-h100-a"].gpus] == [0, 0, 0, 0, 1, 1, 1, 1]
+    assert nodes["gpu-h100-b"].topology == "dgx-h100"

@@ -1471,6 +1471,18 @@ def load_tier_map(path: Path | None) -> TierMap:
     return TierMap(tiers, preemptible)
 
 
+def load_topologies(path: Path) -> dict[str, str]:
+    """Node (or pattern) to topology from a YAML/JSON mapping, as ``--topology`` gives them; a relative
+    file path is taken from the mapping file's folder."""
+    raw = read_structured(path)
+    if not isinstance(raw, dict) or not all(isinstance(v, str) and v for v in raw.values()):
+        raise InputError(
+            f"{path}: expected a mapping of node name (or pattern) to a topo -m file or reference"
+        )
+    folder = Path(path).parent
+    return {str(k): str(folder / v) if (folder / v).is_file() else v for k, v in raw.items()}
+
+
 def read_state(
     nodes_json: Path,
     pods_json: Path,
