@@ -1107,9 +1107,9 @@ class _Audit:
         return True
 
 
-def _pods_text(n: int) -> str:
+def _plural(n: int, noun: str) -> str:
     """``1 pod``, ``2 pods``."""
-    return f"{n} pod" if n == 1 else f"{n} pods"
+    return f"{n} {noun}" if n == 1 else f"{n} {noun}s"
 
 
 def _left_out_lines(left_out: Sequence[LeftOut]) -> list[str]:
@@ -1397,7 +1397,8 @@ class KubernetesState:
         lines = []
         if self.tiers:
             mapped = "; ".join(
-                f"{c.klass or '(no class)'} -> {c.tier} ({c.why}; {_pods_text(c.pods)})" for c in self.tiers
+                f"{c.klass or '(no class)'} -> {c.tier} ({c.why}; {_plural(c.pods, 'pod')})"
+                for c in self.tiers
             )
             lines.append(f"tiers by priority class: {mapped}")
         rows = self.rows
@@ -1414,9 +1415,9 @@ class KubernetesState:
         )
         if self.no_topology:
             lines.append(
-                f"no topology: {len(self.no_topology)} nodes ({', '.join(self.no_topology)}) have no "
-                f"{MACHINE} label the catalog knows; their GPUs are taken as NUMA node 0 without NVLink "
-                "(--topology NODE=FILE|REFERENCE attaches one)"
+                f"no topology: {_plural(len(self.no_topology), 'node')} ({', '.join(self.no_topology)}) "
+                f"without a {MACHINE} label the catalog knows; their GPUs are taken as NUMA node 0 "
+                "without NVLink (--topology NODE=FILE|REFERENCE attaches one)"
             )
         lines += [f"warning: {w}" for w in self.warnings]
         return lines + _left_out_lines(self.left_out)
