@@ -7,11 +7,13 @@ allocatable resources (``nvidia.com/gpu``, ``nvidia.com/gpu.shared``, ``nvidia.c
 else ``nvidia.com/gpu.count``, the MIG layout from ``nvidia.com/mig.config`` (``all-disabled``,
 ``all-<profile>``, ``all-balanced``) or else the ``mig-<profile>`` counts, the node's CPU and memory from
 its allocatable resources less what pods gpuplan does not plan hold there (DaemonSet and static pods,
-and pods without GPUs). ``nvidia.com/gpu.machine`` naming a reference topology of the catalog (``DGX-H100``)
-gives the GPUs' NUMA nodes and links. Nodes without GPUs are left out, as no imported pod needs them;
-so are GPU nodes that take no new pods (cordoned, or not Ready), with the pods bound to them: the cluster
-model has no way to keep work off a node, and leaving it out keeps new work off it and its pods where
-they are. MPS sharing counts as time-slicing (each of ``r`` replicas a ``1000 / r`` share).
+and pods without GPUs). ``nvidia.com/gpu.machine`` naming a reference topology of the catalog
+(``DGX-H100``) gives the GPUs' NUMA nodes and links; other multi-GPU nodes are named in a warning and can
+be given a ``topo -m`` dump or a reference topology (``--topology``). Nodes without GPUs are left out, as
+no imported pod needs them; so are GPU nodes that take no new pods (cordoned, or not Ready), with the
+pods bound to them: the cluster model has no way to keep work off a node, and leaving it out keeps new
+work off it and its pods where they are. MPS sharing counts as time-slicing (each of ``r`` replicas a
+``1000 / r`` share).
 
 Pods: each pod that asks for GPUs becomes a one-replica workload ``<namespace>/<name>`` (pods of one
 gang share its ``gang``); Succeeded, Failed and terminating pods are skipped. Requests (else limits) give
@@ -25,6 +27,11 @@ placements are completed per node, deterministically and without double booking 
 the lowest free indices, then MIG instances in layout order, then shares first fit), checked by the same
 occupancy rules the executor uses; kubelet PodResources dumps, when given, say which pods hold the same
 GPU.
+
+Tiers come from the priority class: named in the tier map, else ranked by ``spec.priority`` onto the
+policy's tiers; pods of the least important tier are preemptible unless the tier map says otherwise.
+Nothing is dropped silently: ``nvidia.com/`` resources no node offers and MIG profiles no model the pod
+may go to has are warnings naming pod and resource, and every pod left out is listed with its reason.
 """
 
 from __future__ import annotations
