@@ -302,6 +302,9 @@ def test_nodes_without_a_known_machine_are_named(
     assert code == 0
     warning = next(r.getMessage() for r in caplog.records if "no topology" in r.getMessage())
     assert "gpu-h100-a, gpu-h100-b, gpu-l40s-c" in warning and "--topology NODE=FILE|REFERENCE" in warning
+    # the catalog's 8 x H100-80GB reference fits the two H100 nodes; none has 4 L40S
+    assert warning.endswith("(dgx-h100 fits gpu-h100-a, gpu-h100-b)")
+    assert "attaches one; dgx-h100 fits gpu-h100-a, gpu-h100-b)" in text
     assert (
         "no topology: 3 nodes (gpu-h100-a, gpu-h100-b, gpu-l40s-c) without a nvidia.com/gpu.machine" in text
     )
@@ -495,3 +498,20 @@ def test_replan_maps_classes_onto_the_policy_in_force_and_reads_topology_yaml(tm
     nodes = latest.inputs.cluster.node_by_name
     assert [g.numa for g in nodes["gpu-h100-a"].gpus] == [0, 0, 0, 0, 1, 1, 1, 1]
     assert nodes["gpu-h100-b"].topology == "dgx-h100"
+
+
+def test_a_topology_file_keeps_a_mig_nodes_layouts(tmp_path: Path) -> None:
+    """``xe8545-07`` (4 x A100 40GB, MIG ``single`` strategy, 7 x 1g.5gb each) has a machine label the
+    catalog does not know; a 4-GPU ``topo -m`` dump (NV4 between every pair, all on NUMA node 0) gives it
+    6 NVLink pairs, and every GPU keeps its MIG layout and the pods on it."""
+    topo = TOPO_P5.parent / "topo-hgx-a100-64gb-x4-4nic-01.txt"
+    plain = read_state(DATA / "nodes.json", DATA / "pods.json")
+    state = read_state(DATA / "nodes.json", DATA / "pods.json", topologies={"xe8545-07": str(topo)})
+    node = state.cluster.node_by_name["xe8545-07"]
+    assert {(lk.a, lk.b, lk.kind) for lk in node.links} == {
+        (a, b, "NV4") for a in range(4) for b in range(a + 1, 4)
+    }
+    assert [g.mig for g in node.gpus] == [g.mig for g in plain.cluster.node_by_name["xe8545-07"].gpus]
+    assert all(g.mig is not None and len(g.mig.instances) == 7 for g in node.gpus)
+    assert {w.id: w.running_on for w in state.workloads} == {w.id: w.running_on for w in plain.workloads}
+    assert "xe8545-07" in plain.no_topology and "xe8545-07" not in state.no_topology

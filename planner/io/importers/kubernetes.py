@@ -1342,6 +1342,18 @@ def attach_topologies(
     ]
 
 
+def topology_hint(names: Sequence[str], infos: Mapping[str, _NodeInfo], catalog: HardwareCatalog) -> str:
+    """The catalog's reference topologies that fit nodes without one (same GPU model and count), as
+    ``dgx-h100 fits gpu-a, gpu-b``; "" when none does."""
+    fits: dict[str, list[str]] = {}
+    for name in names:
+        info = infos[name]
+        for ref in catalog.topologies:
+            if catalog.canonical(ref.gpu_model) == info.model.name and len(ref.gpus) == info.gpus:
+                fits.setdefault(ref.name, []).append(name)
+    return "; ".join(f"{ref} fits {', '.join(nodes)}" for ref, nodes in sorted(fits.items()))
+
+
 # --------------------------------------------------------------------------------------------
 # Files
 
@@ -1366,8 +1378,10 @@ class KubernetesState:
     preemptible_by_map: tuple[tuple[str, bool], ...] = ()
     #: Every pod left out, and why.
     left_out: tuple[LeftOut, ...] = ()
-    #: Multi-GPU nodes without a known topology (their GPUs on NUMA node 0, without NVLink).
+    #: Multi-GPU nodes without a known topology (their GPUs on NUMA node 0, without NVLink), and the
+    #: reference topologies that fit them.
     no_topology: tuple[str, ...] = ()
+    topology_hint: str = ""
     #: Warnings about resources and MIG profiles no node can offer.
     warnings: tuple[str, ...] = ()
 
@@ -1424,7 +1438,8 @@ class KubernetesState:
             lines.append(
                 f"no topology: {_plural(len(self.no_topology), 'node')} ({', '.join(self.no_topology)}) "
                 f"without a {MACHINE} label the catalog knows; their GPUs are taken as NUMA node 0 "
-                "without NVLink (--topology NODE=FILE|REFERENCE attaches one)"
+                "without NVLink (--topology NODE=FILE|REFERENCE attaches one"
+                + (f"; {self.topology_hint})" if self.topology_hint else ")")
             )
         lines += [f"warning: {w}" for w in self.warnings]
         return lines + _left_out_lines(self.left_out)
@@ -1549,12 +1564,14 @@ def read_state(
             del entry["sharing"]
         entries.append(entry)
     no_topology = attach_topologies(entries, infos, topologies or {}, cat)
+    hint = topology_hint(no_topology, infos, cat)
     if no_topology:
         log.warning(
             "no topology for %s: no %s label the catalog knows, so their GPUs are taken as NUMA node 0 "
-            "without NVLink; attach one with --topology NODE=FILE|REFERENCE",
+            "without NVLink; attach one with --topology NODE=FILE|REFERENCE%s",
             ", ".join(no_topology),
             MACHINE,
+            f" ({hint})" if hint else "",
         )
     try:
         cluster = Cluster.model_validate({"nodes": entries}, context={"catalog": cat})
@@ -1580,6 +1597,7 @@ def read_state(
         preemptible_by_map=tuple(sorted(mapping.preemptible.items())),
         left_out=tuple(audit.left_out),
         no_topology=tuple(no_topology),
+        topology_hint=hint,
         warnings=tuple(audit.warnings),
     )
 
