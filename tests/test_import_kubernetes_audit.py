@@ -338,6 +338,16 @@ def test_topology_from_a_file_keeps_numa_nodes(tmp_path: Path) -> None:
     assert state.no_topology == ("gpu-h100-a", "gpu-l40s-c")
 
 
+def test_a_node_matched_by_two_topology_options_is_one_line(
+    tmp_path: Path, capsys: pytest.CaptureFixture[str]
+) -> None:
+    code, _, err = _import(
+        tmp_path, capsys, "--topology", "gpu-h100-*=dgx-h100", "--topology", f"*-b={TOPO_P5}"
+    )
+    assert code == 2 and err.count("\n") == 1
+    assert f"--topology *-b={TOPO_P5}: node 'gpu-h100-b' also matches --topology gpu-h100-*" in err
+
+
 @pytest.mark.parametrize(
     ("option", "message"),
     [

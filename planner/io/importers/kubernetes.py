@@ -1299,11 +1299,14 @@ def _topology_entries(
         gpus = node["gpus"]
         if len(gpus) != info.gpus:
             raise InputError(f"{where}: the file shows {len(gpus)} GPUs, the node has {info.gpus}")
+        # The node's GPUs are numbered 0..n-1 in the dump's order (a dump may skip indices).
+        index = {gpu["index"]: i for i, gpu in enumerate(gpus)}
         for i, gpu in enumerate(gpus):
             gpu["index"] = i
             if i in mig:
                 gpu["mig"] = mig[i]
-        return {"gpus": gpus, "links": node["links"]}
+        links = [{**lk, "a": index[lk["a"]], "b": index[lk["b"]]} for lk in node["links"]]
+        return {"gpus": gpus, "links": links}
     try:
         ref = catalog.topology(spec)
     except KeyError as exc:
@@ -1327,11 +1330,17 @@ def attach_topologies(
 ) -> list[str]:
     """Give nodes the topology ``--topology`` names (``NODE`` may be a shell pattern such as ``gpu-*``) and
     return the multi-GPU nodes still without one, whose GPUs are then all on NUMA node 0 without NVLink."""
+    given: dict[str, str] = {}
     for pattern, spec in topologies.items():
         matched = [e for e in entries if fnmatch.fnmatchcase(e["name"], pattern)]
         if not matched:
             raise InputError(f"--topology {pattern}={spec}: no GPU node of the node list is called that")
         for entry in matched:
+            earlier = given.setdefault(entry["name"], pattern)
+            if earlier != pattern:
+                raise InputError(
+                    f"--topology {pattern}={spec}: node '{entry['name']}' also matches --topology {earlier}"
+                )
             info = infos[entry["name"]]
             fields = _topology_entries(spec, info, entry, catalog)
             for key in ("topology", "gpus", "links"):
