@@ -101,18 +101,35 @@ def cmd_openb(args: argparse.Namespace) -> int:
 def cmd_kubernetes(args: argparse.Namespace) -> int:
     """Convert ``kubectl get nodes/pods -o json`` dumps to a cluster and workloads with ``running_on``."""
     from gpuplan.planner.io.importers.kubernetes import load_tier_map, read_state, write_state
+    from gpuplan.planner.pipeline.files import load_policy
 
+    policy = load_policy(Path(args.policy) if args.policy else None)
     state = read_state(
         Path(args.nodes),
         Path(args.pods),
         tier_map=load_tier_map(Path(args.tier_map) if args.tier_map else None),
         team_label=args.team_label,
         pod_resources=[Path(f) for f in args.pod_resources],
+        tiers=policy.tiers,
+        topologies=_topologies(args.topology),
     )
     cluster_path, workloads_path = write_state(state, Path(args.out))
     print(state.describe())
     print(f"wrote {cluster_path} and {workloads_path}")
     return 0
+
+
+def _topologies(given: list[str]) -> dict[str, str]:
+    """``--topology NODE=FILE|REFERENCE`` options as node (or pattern) to file or reference name."""
+    out: dict[str, str] = {}
+    for text in given:
+        node, sep, spec = text.partition("=")
+        if not sep or not node.strip() or not spec.strip():
+            raise InputError(f"--topology {text}: expected NODE=FILE or NODE=REFERENCE")
+        if node.strip() in out:
+            raise InputError(f"--topology {text}: node '{node.strip()}' is given twice")
+        out[node.strip()] = spec.strip()
+    return out
 
 
 def add_parsers(sub: common.Subparsers) -> None:
@@ -150,7 +167,9 @@ def add_parsers(sub: common.Subparsers) -> None:
     p.add_argument("--pods", required=True, help="output of `kubectl get pods -A -o json`")
     p.add_argument("--out", required=True, help="output directory")
     p.add_argument(
-        "--tier-map", help="YAML mapping of priorityClassName to tier ('*': the rest), over the defaults"
+        "--tier-map",
+        help="YAML mapping of priorityClassName to a tier or {tier: T, preemptible: true|false} ('*': "
+        "the rest), over the defaults",
     )
     p.add_argument("--team-label", help="pod label naming the team (default: the namespace)")
     p.add_argument(
@@ -160,4 +179,13 @@ def add_parsers(sub: common.Subparsers) -> None:
         metavar="FILE",
         help="a node's kubelet PodResources dump (ListPodResourcesResponse JSON); repeat for more nodes",
     )
+    p.add_argument(
+        "--topology",
+        action="append",
+        default=[],
+        metavar="NODE=FILE|REFERENCE",
+        help="the GPU topology of a node (or of nodes matching a pattern such as 'gpu-*') the labels do "
+        "not give: an `nvidia-smi topo -m` dump, or a catalog reference topology (dgx-h100, ...); repeatable",
+    )
+    p.add_argument("--policy", help="policy whose tiers the priority classes are mapped onto (default tiers)")
     p.set_defaults(func=cmd_kubernetes)

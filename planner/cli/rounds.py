@@ -47,21 +47,23 @@ def _state(args: argparse.Namespace, history: PlanHistory) -> PlanningInput:
     without it)."""
     policy = load_policy(Path(args.policy)) if args.policy else None
     if args.kubernetes_state:
-        from gpuplan.planner.io.importers.kubernetes import load_tier_map, read_state
+        from gpuplan.planner.io.importers.kubernetes import load_tier_map, load_topologies, read_state
 
         if args.cluster or args.workloads:
             raise InputError("--kubernetes-state: give it instead of --cluster and --workloads")
         folder = Path(args.kubernetes_state)
-        tiers = folder / "tier-map.yaml"
+        tiers, topologies = folder / "tier-map.yaml", folder / "topology.yaml"
+        if policy is None:
+            stored = history.latest()
+            policy = stored.inputs.policy if stored is not None else load_policy(None)
         state = read_state(
             folder / "nodes.json",
             folder / "pods.json",
             tier_map=load_tier_map(tiers if tiers.is_file() else None),
             pod_resources=sorted(folder.glob("pod-resources*.json")),
+            tiers=policy.tiers,
+            topologies=load_topologies(topologies) if topologies.is_file() else None,
         )
-        if policy is None:
-            stored = history.latest()
-            policy = stored.inputs.policy if stored is not None else load_policy(None)
         return planning_input(state.cluster, state.workloads, policy, source=str(folder))
     if args.cluster and args.workloads:
         return common.input_from_args(args)

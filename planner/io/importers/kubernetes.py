@@ -7,11 +7,13 @@ allocatable resources (``nvidia.com/gpu``, ``nvidia.com/gpu.shared``, ``nvidia.c
 else ``nvidia.com/gpu.count``, the MIG layout from ``nvidia.com/mig.config`` (``all-disabled``,
 ``all-<profile>``, ``all-balanced``) or else the ``mig-<profile>`` counts, the node's CPU and memory from
 its allocatable resources less what pods gpuplan does not plan hold there (DaemonSet and static pods,
-and pods without GPUs). ``nvidia.com/gpu.machine`` naming a reference topology of the catalog (``DGX-H100``)
-gives the GPUs' NUMA nodes and links. Nodes without GPUs are left out, as no imported pod needs them;
-so are GPU nodes that take no new pods (cordoned, or not Ready), with the pods bound to them: the cluster
-model has no way to keep work off a node, and leaving it out keeps new work off it and its pods where
-they are. MPS sharing counts as time-slicing (each of ``r`` replicas a ``1000 / r`` share).
+and pods without GPUs). ``nvidia.com/gpu.machine`` naming a reference topology of the catalog
+(``DGX-H100``) gives the GPUs' NUMA nodes and links; other multi-GPU nodes are named in a warning and can
+be given a ``topo -m`` dump or a reference topology (``--topology``). Nodes without GPUs are left out, as
+no imported pod needs them; so are GPU nodes that take no new pods (cordoned, or not Ready), with the
+pods bound to them: the cluster model has no way to keep work off a node, and leaving it out keeps new
+work off it and its pods where they are. MPS sharing counts as time-slicing (each of ``r`` replicas a
+``1000 / r`` share).
 
 Pods: each pod that asks for GPUs becomes a one-replica workload ``<namespace>/<name>`` (pods of one
 gang share its ``gang``); Succeeded, Failed and terminating pods are skipped. Requests (else limits) give
@@ -25,16 +27,23 @@ placements are completed per node, deterministically and without double booking 
 the lowest free indices, then MIG instances in layout order, then shares first fit), checked by the same
 occupancy rules the executor uses; kubelet PodResources dumps, when given, say which pods hold the same
 GPU.
+
+Tiers come from the priority class: named in the tier map, else ranked by ``spec.priority`` onto the
+policy's tiers; pods of the least important tier are preemptible unless the tier map says otherwise.
+Nothing is dropped silently: ``nvidia.com/`` resources no node offers and MIG profiles no model the pod
+may go to has are warnings naming pod and resource, and every pod left out is listed with its reason.
 """
 
 from __future__ import annotations
 
 import csv
+import difflib
+import fnmatch
 import json
 import logging
 import re
 from collections import Counter
-from collections.abc import Container, Iterable, Mapping
+from collections.abc import Container, Iterable, Mapping, Sequence
 from dataclasses import dataclass, field
 from decimal import ROUND_CEILING, ROUND_FLOOR, Decimal
 from pathlib import Path
@@ -56,8 +65,9 @@ from gpuplan.models.base import InputError
 from gpuplan.models.cluster import MigInstance, mig_layout_problems
 from gpuplan.models.hardware import GpuModelSpec
 from gpuplan.models.plan import GpuUse
+from gpuplan.models.policy import Tier, default_tiers
 from gpuplan.models.workload import MEMORY_ONLY_MILLI
-from gpuplan.planner.io.importers.nvidia_smi import lookup_gpu_model
+from gpuplan.planner.io.importers.nvidia_smi import lookup_gpu_model, node_from_topo
 from gpuplan.planner.pipeline.actions import where
 from gpuplan.planner.pipeline.files import WORKLOAD_COLUMNS, describe, read_structured
 from gpuplan.planner.pipeline.occupancy import FULL_MILLI, Holding, Occupancy
@@ -95,8 +105,8 @@ GANG_LABELS: tuple[str, ...] = (
 )
 GANG_ANNOTATIONS: tuple[str, ...] = ("scheduling.k8s.io/group-name",)
 
-#: Tier of a ``priorityClassName`` unless ``--tier-map`` says otherwise; the key ``*`` is the tier of
-#: every other class and of pods without one.
+#: Tier of a ``priorityClassName`` unless ``--tier-map`` says otherwise; other classes are ranked by
+#: priority onto the policy's tiers (:func:`assign_tiers`).
 DEFAULT_TIER_MAP: dict[str, str] = {
     "system-node-critical": LATENCY_SENSITIVE,
     "system-cluster-critical": LATENCY_SENSITIVE,
@@ -105,7 +115,6 @@ DEFAULT_TIER_MAP: dict[str, str] = {
     "standard": STANDARD,
     "low-priority": BACKGROUND,
     "background": BACKGROUND,
-    "*": STANDARD,
 }
 
 #: Node labels kept in the cluster file: topology, and the GPU Operator's view of the node.
@@ -521,6 +530,9 @@ class _Pod:
     created: str
     #: Whether a scheduler shares its GPU (KAI Scheduler's or HAMi's conventions), not the device plugin.
     scheduler_share: bool = False
+    #: Its ``priorityClassName`` ("" for none) and ``spec.priority`` (``None`` when not set).
+    klass: str = ""
+    spec_priority: int | None = None
 
 
 def _requests(spec: Mapping[str, Any], where: str) -> dict[str, Decimal]:
@@ -790,7 +802,7 @@ def _shape(
 def _pods(
     items: Iterable[Mapping[str, Any]],
     nodes: Mapping[str, _NodeInfo],
-    tier_map: Mapping[str, str],
+    audit: _Audit,
     team_label: str | None,
     catalog: HardwareCatalog,
     absent: Container[str] = (),
@@ -798,7 +810,8 @@ def _pods(
     """The pods that ask for GPUs, the CPU and memory that other pods hold on each GPU node, and how many
     pods were left out with their node (``absent``: cordoned or NotReady). Finished pods (Succeeded,
     Failed) and terminating ones (``metadata.deletionTimestamp``: their devices are released when they end)
-    are skipped."""
+    are skipped. Every pod left out, and every GPU resource or MIG profile no node can offer, is noted
+    in ``audit``."""
     held: dict[str, list[int]] = {name: [0, 0] for name in nodes}
     offers = _Offers(nodes.values())
     pods: list[_Pod] = []
@@ -818,8 +831,10 @@ def _pods(
         phase = status.get("phase", "Pending")
         node_name = spec.get("nodeName") or None
         if phase in _SKIPPED_PHASES or meta.get("deletionTimestamp"):
+            audit.leave(key, FINISHED if phase in _SKIPPED_PHASES else TERMINATING, phase)
             continue
         if node_name in absent:
+            audit.leave(key, ON_UNAVAILABLE, str(node_name))
             with_absent += 1
             continue
         req = _requests(spec, where)
@@ -833,22 +848,22 @@ def _pods(
         )
         cpu = cpu_milli(req.get("cpu", Decimal(0)))
         mem = memory_mib(req.get("memory", Decimal(0)))
+        imported = audit.check(key, req, shape, node_name, selection)
         if shape is None:
             if node is not None:
                 held[node.name][0] += cpu
                 held[node.name][1] += mem
             continue
+        if not imported:
+            continue
         if node_name and node is None:
             raise InputError(f"{where}: spec.nodeName: '{node_name}' is not a GPU node of the node list")
         kind, values = shape
         labels = meta.get("labels") or {}
-        klass = str(spec.get("priorityClassName") or "")
-        tier = tier_map.get(klass) or tier_map.get("*") or STANDARD
         team = str(labels.get(team_label) or "") if team_label else ""
         values = {
             "id": key,
             "team": team or meta.get("namespace", "default"),
-            "tier": tier,
             "priority": spec.get("priority") or 0,
             **values,
             "cpu_milli": cpu,
@@ -862,8 +877,264 @@ def _pods(
         created = str(meta.get("creationTimestamp") or "")
         if created:
             values["queued_since"] = created
-        pods.append(_Pod(key, node_name, values, kind, created, scheduler_share=scheduled_share is not None))
+        pods.append(
+            _Pod(
+                key,
+                node_name,
+                values,
+                kind,
+                created,
+                scheduler_share=scheduled_share is not None,
+                klass=str(spec.get("priorityClassName") or ""),
+                spec_priority=_priority(spec, where),
+            )
+        )
     return pods, held, with_absent
+
+
+def _priority(spec: Mapping[str, Any], where: str) -> int | None:
+    """The pod's ``spec.priority`` (its PriorityClass's ``value``, set on admission), ``None`` if unset."""
+    value = spec.get("priority")
+    if value is None:
+        return None
+    if isinstance(value, bool) or not isinstance(value, int):
+        raise InputError(f"{where}: spec.priority: '{value}' is not a whole number")
+    return value
+
+
+# --------------------------------------------------------------------------------------------
+# Tiers and preemptibility
+
+
+@dataclass(frozen=True)
+class TierMap:
+    """Priority class to tier, and the classes whose pods may (or may not) be preempted whatever their
+    tier's default; the key ``*`` stands for every class not named and for pods without a class."""
+
+    tiers: Mapping[str, str] = field(default_factory=lambda: dict(DEFAULT_TIER_MAP))
+    preemptible: Mapping[str, bool] = field(default_factory=dict)
+
+
+@dataclass(frozen=True)
+class TierChoice:
+    """The tier the pods of one priority class get, and why (for the import summary)."""
+
+    klass: str
+    tier: str
+    why: str
+    pods: int
+
+
+def _tier_order(tiers: Sequence[Tier]) -> list[str]:
+    """The policy's tier names, most important (highest weight) first."""
+    return [t.name for t in sorted(tiers, key=lambda t: -t.weight)]
+
+
+def _ranked_tier(value: int, levels: Sequence[int], anchors: Sequence[tuple[int, int]], n_tiers: int) -> int:
+    """The tier index (0 is the most important) of a class not in the tier map with priority ``value``.
+
+    The distinct priorities of the pods' classes (``levels``, highest first; the named classes count too,
+    so naming one class does not move the others) are spread evenly over the tiers: the highest on the
+    first, the lowest on the last, those between at the nearest even step (one level alone takes the
+    middle tier). ``anchors`` (priority, tier index of the classes the map names) keep
+    the order: a class never ranks above a named class of higher priority nor below one of lower
+    priority, and takes the tier of a named class of the same priority."""
+    same = [k for v, k in anchors if v == value]
+    if same:
+        return min(same)
+    last, i = n_tiers - 1, levels.index(value)
+    spread = last // 2 if len(levels) == 1 else (2 * i * last + len(levels) - 1) // (2 * (len(levels) - 1))
+    low = max((k for v, k in anchors if v > value), default=0)
+    high = min((k for v, k in anchors if v < value), default=last)
+    return max(low, min(spread, high))
+
+
+def assign_tiers(pods: Sequence[_Pod], tier_map: TierMap, tiers: Sequence[Tier]) -> tuple[TierChoice, ...]:
+    """Set each pod's ``tier`` and ``preemptible`` and say how each priority class was mapped.
+
+    A class the tier map names keeps its tier. Without a ``*`` entry the other classes are ranked by their
+    pods' ``spec.priority`` onto the policy's tiers (:func:`_ranked_tier`); a class without one, and pods
+    without a class, get ``standard`` (or the middle tier). A pod is preemptible when the tier map says
+    so for its class (or ``*``), else when its tier is the policy's least important one: Kubernetes
+    preempts any pod for one of higher priority (``preemptionPolicy: Never`` only stops a pod from
+    preempting others), and the lowest tier is the one every other tier outranks.
+    """
+    order = _tier_order(tiers)
+    index = {name: i for i, name in enumerate(order)}
+    default = STANDARD if STANDARD in index else order[(len(order) - 1) // 2]
+    values: dict[str, int | None] = {}
+    counts: Counter[str] = Counter()
+    for pod in pods:
+        counts[pod.klass] += 1
+        seen = values.get(pod.klass)
+        if pod.klass and pod.spec_priority is not None:
+            values[pod.klass] = pod.spec_priority if seen is None else max(seen, pod.spec_priority)
+        else:
+            values.setdefault(pod.klass, None)
+    named = {c: tier_map.tiers[c] for c in values if c and c in tier_map.tiers}
+    rest = tier_map.tiers.get("*")
+    anchors = [
+        (v, index[named[c]]) for c, v in values.items() if c in named and v is not None and named[c] in index
+    ]
+    levels = sorted({v for c, v in values.items() if c and v is not None}, reverse=True)
+    chosen: dict[str, tuple[str, str]] = {}
+    for klass, value in values.items():
+        if klass in named:
+            chosen[klass] = (named[klass], "tier map")
+        elif rest is not None:
+            chosen[klass] = (rest, "tier map '*'")
+        elif not klass:
+            chosen[klass] = (default, "no priority class")
+        elif value is None:
+            chosen[klass] = (default, "no spec.priority to rank it by")
+        else:
+            k = _ranked_tier(value, levels, anchors, len(order))
+            chosen[klass] = (order[k], f"spec.priority {value}, ranked")
+    lowest = order[-1] if len(order) > 1 else None
+    for pod in pods:
+        tier = chosen[pod.klass][0]
+        pod.values["tier"] = tier
+        own = tier_map.preemptible.get(pod.klass)
+        if own is None and pod.klass not in named:
+            own = tier_map.preemptible.get("*")
+        if (tier == lowest) if own is None else own:
+            pod.values["preemptible"] = True
+
+    def rank(klass: str) -> tuple[int, int, str]:
+        return (index.get(chosen[klass][0], len(order)), -(values[klass] or 0), klass)
+
+    return tuple(
+        TierChoice(klass=c, tier=chosen[c][0], why=chosen[c][1], pods=counts[c])
+        for c in sorted(chosen, key=rank)
+    )
+
+
+# --------------------------------------------------------------------------------------------
+# What is left out
+
+
+#: Why a pod is left out (the summary groups pods by these, in this order).
+FINISHED = "finished (Succeeded or Failed)"
+TERMINATING = "terminating"
+ON_UNAVAILABLE = "bound to a node that takes no new pods"
+UNKNOWN_RESOURCE = "asks for a GPU resource no node offers"
+UNKNOWN_PROFILE = "asks for a MIG profile no GPU model of the catalog has"
+PENDING_NO_GPU = "pending, asks for no GPU"
+BOUND_NO_GPU = "runs without a GPU (its CPU and memory are taken off its node)"
+_REASONS = (
+    UNKNOWN_RESOURCE,
+    UNKNOWN_PROFILE,
+    PENDING_NO_GPU,
+    ON_UNAVAILABLE,
+    FINISHED,
+    TERMINATING,
+    BOUND_NO_GPU,
+)
+#: ``nvidia.com/`` resources a pod may ask for without a node offering them (HAMi's share requests).
+_SCHEDULER_RESOURCES = frozenset({HAMI_GPU_MEMORY, HAMI_GPU_MEMORY_PERCENT, HAMI_GPU_CORES})
+
+
+@dataclass(frozen=True)
+class LeftOut:
+    """A pod the import leaves out, why, and the detail (phase, node or resource)."""
+
+    pod: str
+    reason: str
+    detail: str = ""
+
+
+@dataclass
+class _Audit:
+    """What the import leaves out or doubts: the resources some node offers (a pod asking for another
+    ``nvidia.com/`` resource has a typo or a missing device plugin), the pods left out, and warnings."""
+
+    offered: frozenset[str]
+    catalog: HardwareCatalog
+    #: The GPU models of the fleet's nodes, where a pod without a model selection may go.
+    models: tuple[str, ...] = ()
+    left_out: list[LeftOut] = field(default_factory=list)
+    warnings: list[str] = field(default_factory=list)
+
+    def leave(self, pod: str, reason: str, detail: str = "") -> None:
+        """Note a pod left out."""
+        self.left_out.append(LeftOut(pod, reason, detail))
+
+    def warn(self, message: str) -> None:
+        """Log a warning and keep it for the summary."""
+        log.warning("%s", message)
+        self.warnings.append(message)
+
+    def check(
+        self,
+        key: str,
+        req: Mapping[str, Decimal],
+        shape: tuple[str, dict[str, Any]] | None,
+        node_name: str | None,
+        selection: _Selection,
+    ) -> bool:
+        """Whether the pod is imported as a workload. Warns about ``nvidia.com/`` resources no node offers
+        and, for a pending pod, a MIG profile no GPU model it may go to has; notes the pod left out when
+        it asks for no GPU gpuplan knows, or for a MIG profile no model of the catalog has (no plan could
+        read it)."""
+        unknown = sorted(
+            k for k, v in req.items()
+            if v and k.startswith("nvidia.com/") and k not in self.offered and k not in _SCHEDULER_RESOURCES
+            and not (shape is not None and shape[0] == "mig" and k.startswith(MIG_PREFIX))
+        )  # fmt: skip
+        for resource in unknown:
+            known = sorted({GPU, SHARED, *(k for k in self.offered if k.startswith("nvidia.com/"))})
+            guess = difflib.get_close_matches(resource, known, n=1)
+            hint = f" (did you mean {guess[0]}?)" if guess else ""
+            kept = "" if shape is None else "; gpuplan plans its GPU request, but Kubernetes will not bind it"
+            self.warn(f"pod '{key}': resources.requests.{resource}: no node offers it{hint}{kept}")
+        if shape is None:
+            if unknown:
+                self.leave(key, UNKNOWN_RESOURCE, ", ".join(unknown))
+            else:
+                self.leave(key, BOUND_NO_GPU if node_name else PENDING_NO_GPU, node_name or "")
+            return False
+        if shape[0] == "mig" and node_name is None:
+            return self._check_profile(key, shape[1]["mig_profile"], selection)
+        return True
+
+    def _check_profile(self, key: str, profile: str, selection: _Selection) -> bool:
+        """Whether a pending pod's MIG profile is one the catalog knows; warns when no GPU model the pod
+        may go to has it (the plan then says it never fits)."""
+        resource = mig_resource(profile)
+        if not any(profile in m.profile_map for m in self.catalog.models):
+            self.warn(f"pod '{key}': resources.requests.{resource}: no GPU model has MIG profile '{profile}'")
+            self.leave(key, UNKNOWN_PROFILE, resource)
+            return False
+        models = list(selection.models or self.models)
+        if models and not any(profile in self.catalog.model(m).profile_map for m in models):
+            self.warn(
+                f"pod '{key}': resources.requests.{resource}: no GPU model it may go to "
+                f"({', '.join(models)}) has MIG profile '{profile}'"
+            )
+        return True
+
+
+def _plural(n: int, noun: str) -> str:
+    """``1 pod``, ``2 pods``."""
+    return f"{n} {noun}" if n == 1 else f"{n} {noun}s"
+
+
+def _left_out_lines(left_out: Sequence[LeftOut]) -> list[str]:
+    """The summary's lines naming every pod left out, grouped by reason."""
+    if not left_out:
+        return []
+    groups: dict[str, list[str]] = {}
+    for item in left_out:
+        shown = item.detail and item.reason in (UNKNOWN_RESOURCE, UNKNOWN_PROFILE)
+        text = f"{item.pod} ({item.detail})" if shown else item.pod
+        groups.setdefault(item.reason, []).append(text)
+    lines = [f"pods left out: {len(left_out)}"]
+    lines += [
+        f"  {reason}: {len(groups[reason])}: {', '.join(groups[reason])}"
+        for reason in _REASONS
+        if reason in groups
+    ]
+    return lines
 
 
 # --------------------------------------------------------------------------------------------
@@ -1006,6 +1277,93 @@ def load_pod_resources(paths: Iterable[Path]) -> dict[str, list[str]]:
 
 
 # --------------------------------------------------------------------------------------------
+# Topology
+
+
+def _topology_entries(
+    spec: str, info: _NodeInfo, entry: Mapping[str, Any], catalog: HardwareCatalog
+) -> dict[str, Any]:
+    """The cluster-file topology fields of a node from ``--topology NODE=SPEC``: a reference topology of
+    the catalog by name, or a file of ``nvidia-smi topo -m`` output (NUMA nodes and links per GPU)."""
+    where = f"--topology {info.name}={spec}"
+    mig = {g["index"]: g["mig"] for g in entry.get("gpus", ()) if "mig" in g}
+    path = Path(spec)
+    if path.is_file():
+        try:
+            node = node_from_topo(
+                path.read_text(), name=info.name, gpu_model=info.model.name, cpu_milli=0, memory_mib=0,
+                catalog=catalog,
+            )  # fmt: skip
+        except ValueError as exc:
+            raise InputError(f"{where}: {exc}") from None
+        gpus = node["gpus"]
+        if len(gpus) != info.gpus:
+            raise InputError(f"{where}: the file shows {len(gpus)} GPUs, the node has {info.gpus}")
+        # The node's GPUs are numbered 0..n-1 in the dump's order (a dump may skip indices).
+        index = {gpu["index"]: i for i, gpu in enumerate(gpus)}
+        for i, gpu in enumerate(gpus):
+            gpu["index"] = i
+            if i in mig:
+                gpu["mig"] = mig[i]
+        links = [{**lk, "a": index[lk["a"]], "b": index[lk["b"]]} for lk in node["links"]]
+        return {"gpus": gpus, "links": links}
+    try:
+        ref = catalog.topology(spec)
+    except KeyError as exc:
+        raise InputError(f"{where}: not a file, and {exc.args[0]}") from None
+    if catalog.canonical(ref.gpu_model) != info.model.name or len(ref.gpus) != info.gpus:
+        raise InputError(
+            f"{where}: {ref.name} has {len(ref.gpus)} {catalog.canonical(ref.gpu_model)} GPUs, "
+            f"the node {info.gpus} {info.model.name}"
+        )
+    return {
+        "topology": ref.name,
+        **({"gpus": [{"index": i, "mig": m} for i, m in sorted(mig.items())]} if mig else {}),
+    }
+
+
+def attach_topologies(
+    entries: list[dict[str, Any]],
+    infos: Mapping[str, _NodeInfo],
+    topologies: Mapping[str, str],
+    catalog: HardwareCatalog,
+) -> list[str]:
+    """Give nodes the topology ``--topology`` names (``NODE`` may be a shell pattern such as ``gpu-*``) and
+    return the multi-GPU nodes still without one, whose GPUs are then all on NUMA node 0 without NVLink."""
+    given: dict[str, str] = {}
+    for pattern, spec in topologies.items():
+        matched = [e for e in entries if fnmatch.fnmatchcase(e["name"], pattern)]
+        if not matched:
+            raise InputError(f"--topology {pattern}={spec}: no GPU node of the node list is called that")
+        for entry in matched:
+            earlier = given.setdefault(entry["name"], pattern)
+            if earlier != pattern:
+                raise InputError(
+                    f"--topology {pattern}={spec}: node '{entry['name']}' also matches --topology {earlier}"
+                )
+            info = infos[entry["name"]]
+            fields = _topology_entries(spec, info, entry, catalog)
+            for key in ("topology", "gpus", "links"):
+                entry.pop(key, None)
+            entry.update(fields)
+    return [
+        e["name"] for e in entries if "topology" not in e and not e.get("links") and infos[e["name"]].gpus > 1
+    ]
+
+
+def topology_hint(names: Sequence[str], infos: Mapping[str, _NodeInfo], catalog: HardwareCatalog) -> str:
+    """The catalog's reference topologies that fit nodes without one (same GPU model and count), as
+    ``dgx-h100 fits gpu-a, gpu-b``; "" when none does."""
+    fits: dict[str, list[str]] = {}
+    for name in names:
+        info = infos[name]
+        for ref in catalog.topologies:
+            if catalog.canonical(ref.gpu_model) == info.model.name and len(ref.gpus) == info.gpus:
+                fits.setdefault(ref.name, []).append(name)
+    return "; ".join(f"{ref} fits {', '.join(nodes)}" for ref, nodes in sorted(fits.items()))
+
+
+# --------------------------------------------------------------------------------------------
 # Files
 
 
@@ -1021,6 +1379,20 @@ class KubernetesState:
     #: GPU nodes that take no new pods (``name (cordoned|NotReady)``), left out with their pods.
     unavailable: tuple[str, ...] = ()
     unavailable_pods: int = 0
+    #: How each priority class of the imported pods was mapped to a tier.
+    tiers: tuple[TierChoice, ...] = ()
+    #: The policy's least important tier (its pods are preemptible by default), ``None`` with one tier.
+    lowest_tier: str | None = None
+    #: Classes whose pods the tier map makes preemptible (``True``) or not.
+    preemptible_by_map: tuple[tuple[str, bool], ...] = ()
+    #: Every pod left out, and why.
+    left_out: tuple[LeftOut, ...] = ()
+    #: Multi-GPU nodes without a known topology (their GPUs on NUMA node 0, without NVLink), and the
+    #: reference topologies that fit them.
+    no_topology: tuple[str, ...] = ()
+    topology_hint: str = ""
+    #: Warnings about resources and MIG profiles no node can offer.
+    warnings: tuple[str, ...] = ()
 
     def describe(self) -> str:
         """A short human-readable report of what was read."""
@@ -1046,8 +1418,40 @@ class KubernetesState:
                 )
                 + ")",
                 *away,
+                *self._audit_lines(),
             ]
         )
+
+    def _audit_lines(self) -> list[str]:
+        """The summary's lines on tiers, preemptibility, topology, warnings and pods left out."""
+        lines = []
+        if self.tiers:
+            mapped = "; ".join(
+                f"{c.klass or '(no class)'} -> {c.tier} ({c.why}; {_plural(c.pods, 'pod')})"
+                for c in self.tiers
+            )
+            lines.append(f"tiers by priority class: {mapped}")
+        rows = self.rows
+        flagged = [r for r in rows if r.get("preemptible")]
+        why = []
+        if self.lowest_tier is not None:
+            n = sum(1 for r in flagged if r.get("tier") == self.lowest_tier)
+            why.append(f"{n} in {self.lowest_tier}, the policy's least important tier")
+        if self.preemptible_by_map:
+            said = ", ".join(f"{c} {'yes' if v else 'no'}" for c, v in self.preemptible_by_map)
+            why.append(f"tier map: {said}")
+        lines.append(
+            f"preemptible: {len(flagged)} of {len(rows)} pods" + (f" ({'; '.join(why)})" if why else "")
+        )
+        if self.no_topology:
+            lines.append(
+                f"no topology: {_plural(len(self.no_topology), 'node')} ({', '.join(self.no_topology)}) "
+                f"without a {MACHINE} label the catalog knows; their GPUs are taken as NUMA node 0 "
+                "without NVLink (--topology NODE=FILE|REFERENCE attaches one"
+                + (f"; {self.topology_hint})" if self.topology_hint else ")")
+            )
+        lines += [f"warning: {w}" for w in self.warnings]
+        return lines + _left_out_lines(self.left_out)
 
 
 def _items(path: Path, kind: str) -> list[Mapping[str, Any]]:
@@ -1069,29 +1473,63 @@ def _items(path: Path, kind: str) -> list[Mapping[str, Any]]:
     return items
 
 
-def load_tier_map(path: Path | None) -> dict[str, str]:
-    """The default priority-class → tier map, updated by a YAML/JSON mapping file when given."""
-    out = dict(DEFAULT_TIER_MAP)
+def load_tier_map(path: Path | None) -> TierMap:
+    """The default priority-class → tier map, updated by a YAML/JSON mapping file when given: each class
+    maps to a tier name, or to ``{tier: NAME, preemptible: true|false}`` (either key may be left out)."""
+    tiers = dict(DEFAULT_TIER_MAP)
     if path is None:
-        return out
+        return TierMap(tiers)
+    raw = read_structured(path)
+    if not isinstance(raw, dict):
+        raise InputError(f"{path}: expected a mapping of priorityClassName to tier name ('*' for the rest)")
+    preemptible: dict[str, bool] = {}
+    for key, value in raw.items():
+        klass = str(key)
+        entry = value if isinstance(value, dict) else {"tier": value}
+        tier, flag = entry.get("tier"), entry.get("preemptible")
+        if (
+            set(entry) - {"tier", "preemptible"}
+            or not entry
+            or (tier is not None and not (isinstance(tier, str) and tier))
+            or (flag is not None and not isinstance(flag, bool))
+        ):
+            raise InputError(
+                f"{path}: '{klass}': expected a tier name or {{tier: NAME, preemptible: true|false}}"
+            )
+        if tier is not None:
+            tiers[klass] = tier
+        if flag is not None:
+            preemptible[klass] = flag
+    return TierMap(tiers, preemptible)
+
+
+def load_topologies(path: Path) -> dict[str, str]:
+    """Node (or pattern) to topology from a YAML/JSON mapping, as ``--topology`` gives them; a relative
+    file path is taken from the mapping file's folder."""
     raw = read_structured(path)
     if not isinstance(raw, dict) or not all(isinstance(v, str) and v for v in raw.values()):
-        raise InputError(f"{path}: expected a mapping of priorityClassName to tier name ('*' for the rest)")
-    out.update({str(k): v for k, v in raw.items()})
-    return out
+        raise InputError(
+            f"{path}: expected a mapping of node name (or pattern) to a topo -m file or reference"
+        )
+    folder = Path(path).parent
+    return {str(k): str(folder / v) if (folder / v).is_file() else v for k, v in raw.items()}
 
 
 def read_state(
     nodes_json: Path,
     pods_json: Path,
     *,
-    tier_map: Mapping[str, str] | None = None,
+    tier_map: TierMap | None = None,
     team_label: str | None = None,
     pod_resources: Iterable[Path] = (),
     catalog: HardwareCatalog | None = None,
+    tiers: Sequence[Tier] | None = None,
+    topologies: Mapping[str, str] | None = None,
 ) -> KubernetesState:
     """The cluster and workloads of ``kubectl get nodes -o json`` and ``kubectl get pods -A -o json``, with
-    the GPUs of running pods from kubelet PodResources dumps when given.
+    the GPUs of running pods from kubelet PodResources dumps when given. Priority classes are mapped onto
+    ``tiers`` (the policy's; the default tiers without one), and ``topologies`` (node name or pattern to a
+    ``topo -m`` file or reference topology) give nodes the topology their labels do not.
 
     Raises :class:`InputError` naming the node or pod and the field of the first bad value.
     """
@@ -1115,7 +1553,15 @@ def read_state(
     if absent:
         log.warning("left out, taking no new pods: %s", ", ".join(f"{n} ({w})" for n, w in absent.items()))
     pod_items = _items(Path(pods_json), "pods")
-    pods, held, with_absent = _pods(pod_items, infos, tier_map or DEFAULT_TIER_MAP, team_label, cat, absent)
+    offered = frozenset(
+        str(k) for raw in node_items for k in ((raw.get("status") or {}).get("allocatable") or {})
+    )
+    models = tuple(sorted({i.model.name for i in infos.values()}))
+    audit = _Audit(offered=offered, catalog=cat, models=models)
+    pods, held, with_absent = _pods(pod_items, infos, audit, team_label, cat, absent)
+    policy_tiers = tuple(tiers) if tiers is not None else default_tiers()
+    mapping = tier_map or TierMap()
+    choices = assign_tiers(pods, mapping, policy_tiers)
     shared_by_scheduler = any(p.scheduler_share for p in pods)
     entries = []
     for info in infos.values():
@@ -1126,6 +1572,16 @@ def read_state(
             # A scheduler (KAI, HAMi) shares GPUs the device plugin offers whole: the node takes both.
             del entry["sharing"]
         entries.append(entry)
+    no_topology = attach_topologies(entries, infos, topologies or {}, cat)
+    hint = topology_hint(no_topology, infos, cat)
+    if no_topology:
+        log.warning(
+            "no topology for %s: no %s label the catalog knows, so their GPUs are taken as NUMA node 0 "
+            "without NVLink; attach one with --topology NODE=FILE|REFERENCE%s",
+            ", ".join(no_topology),
+            MACHINE,
+            f" ({hint})" if hint else "",
+        )
     try:
         cluster = Cluster.model_validate({"nodes": entries}, context={"catalog": cat})
     except ValidationError as exc:
@@ -1145,6 +1601,13 @@ def read_state(
         skipped_nodes=skipped,
         unavailable=tuple(f"{n} ({w})" for n, w in sorted(absent.items())),
         unavailable_pods=with_absent,
+        tiers=choices,
+        lowest_tier=_tier_order(policy_tiers)[-1] if len(policy_tiers) > 1 else None,
+        preemptible_by_map=tuple(sorted(mapping.preemptible.items())),
+        left_out=tuple(audit.left_out),
+        no_topology=tuple(no_topology),
+        topology_hint=hint,
+        warnings=tuple(audit.warnings),
     )
 
 
