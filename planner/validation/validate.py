@@ -1101,31 +1101,23 @@ class _Checker:
     def _disruption_total(self, stopped: Sequence[_Stopped]) -> None:
         """Rule 13: over the whole plan, the migrations and preemptions its assignments imply (drains for
         a re-partition excluded: rounds space them out) stay within the per-round budget times the rounds
-        the plan was made for (:data:`ROUNDS_KEY`), in all and per team; spreading actions over more
-        rounds does not buy more of them."""
+        the plan was made for (:data:`ROUNDS_KEY`); spreading actions over more rounds does not buy more
+        of them. (``max_moves_per_team`` is checked per round only.)"""
         budget = self.inp.policy.disruption
         rounds = self._rounds()
         made_for = f"{rounds} round(s)" + (f" (provenance {ROUNDS_KEY})" if rounds > 1 else "")
-        moved = [s for s in stopped if s.how == MIGRATE]
-        preempted = [s for s in stopped if s.how == PREEMPT]
-        checks: list[tuple[str, str, list[_Stopped], int | None, str]] = [
-            ("plan", "moves", moved, budget.max_moves_per_round, "max_moves_per_round"),
-            ("plan", "preempts", preempted, budget.max_preemptions_per_round, "max_preemptions_per_round"),
-        ]
-        by_team: defaultdict[str, list[_Stopped]] = defaultdict(list)
-        for s in moved:
-            by_team[s.workload.team].append(s)
-        for team, group in sorted(by_team.items()):
-            checks.append(
-                (f"plan team {team}", "moves", group, budget.max_moves_per_team, "max_moves_per_team")
-            )
-        for subject, verb, group, limit, name in checks:
-            if limit is None or len(group) <= limit * rounds:
+        checks = (
+            ("moves", MIGRATE, budget.max_moves_per_round, "max_moves_per_round"),
+            ("preempts", PREEMPT, budget.max_preemptions_per_round, "max_preemptions_per_round"),
+        )
+        for verb, how, limit, name in checks:
+            group = [s for s in stopped if s.how == how]
+            if len(group) <= limit * rounds:
                 continue
             names = ", ".join(f"{s.workload.id}#{s.replica}" for s in group)
             self._add(
                 "disruption-budget",
-                subject,
+                "plan",
                 f"The plan {verb} {len(group)} running replica(s) ({names}), more than "
                 f"disruption.{name} ({limit}) times the {made_for} it was made for.",
             )
