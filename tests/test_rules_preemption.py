@@ -106,7 +106,7 @@ def test_the_validator_rejects_a_preemption_for_an_equal_tier_when_the_rule_is_o
     assert validate_plan(hand, issue_input(only_for_higher_tier=True, w_tier="standard")) == []
 
 
-def test_a_newcomer_on_another_node_or_a_moved_replica_does_not_justify_a_preemption() -> None:
+def test_a_newcomer_on_another_node_does_not_justify_a_preemption() -> None:
     # Two nodes: r runs on a0; the standard newcomer starts on a1, so nothing of a higher tier starts
     # where r ran.
     inp = planning_input(
