@@ -361,6 +361,10 @@ def _layout_twice(s: Scenario) -> None:
     s.layouts.append(layout("dgx-01", 7, ("3g.40gb", 0), ("3g.40gb", 4)))
 
 
+def _layout_unscheduled(s: Scenario) -> None:
+    s.mig_actions = False
+
+
 def _layout_on_l40s(s: Scenario) -> None:
     s.layouts.append(layout("l40s-01", 1))
 
@@ -594,6 +598,7 @@ BROKEN: list[tuple[Callable[[Scenario], None], str, str]] = [
     (_mig_instance_shared, "mig-instance-shared", "node dgx-02 gpu 7"),
     (_layout_twice, "mig-layout-duplicate", "node dgx-01 gpu 7"),
     (_layout_on_l40s, "gpu-model", "node l40s-01 gpu 1"),
+    (_layout_unscheduled, "mig-unscheduled", "node dgx-01 gpu 7"),
     (_node_cpu, "cpu", "node l40s-01"),
     (_node_memory, "memory", "node l40s-01"),
     (_model_not_allowed, "gpu-model", "workload nb2 replica 0"),
