@@ -7,9 +7,12 @@ GPU x (8 + hours waited).
 
 from __future__ import annotations
 
+import itertools
 from datetime import UTC, datetime, timedelta
 
 import pytest
+from hypothesis import HealthCheck, given, settings
+from hypothesis import strategies as st
 
 from gpuplan.models import Action, DisruptionBudget, Plan, PlanningInput, Policy, Workload
 from gpuplan.models.plan import PREEMPT, START, PlanStatus
@@ -129,3 +132,93 @@ def test_a_newcomer_on_another_node_does_not_justify_a_preemption() -> None:
         update={"actions": (Action(kind=PREEMPT, workload="r", replica=0),)}
     )
     assert validate_plan(on_a0, inp) == []
+
+
+TIERS = ("latency-sensitive", "standard", "background")
+WEIGHT = {"latency-sensitive": 10, "standard": 3, "background": 1}
+
+
+@st.composite
+def one_node(draw: st.DrawFn) -> tuple[PlanningInput, list[Workload], list[Workload]]:
+    """One 4-GPU node: up to three preemptible 1-GPU replicas running on GPUs 0, 1, 2 and up to two
+    waiting whole-GPU workloads, in drawn tiers, under a drawn preemption budget and tier rule."""
+    runners = [
+        Workload.model_validate(
+            {
+                "id": f"r{i}",
+                "tier": draw(st.sampled_from(TIERS)),
+                "gpus": 1,
+                "preemptible": True,
+                "running_on": f"n:{i}",
+                "started_at": NOW - timedelta(days=1),
+            }
+        )
+        for i in range(draw(st.integers(1, 3)))
+    ]
+    waiting = [
+        Workload.model_validate(
+            {
+                "id": f"w{i}",
+                "tier": draw(st.sampled_from(TIERS)),
+                "gpus": draw(st.integers(1, 4)),
+                "queued_since": NOW - timedelta(hours=draw(st.integers(0, 30))),
+            }
+        )
+        for i in range(draw(st.integers(1, 2)))
+    ]
+    budget = DisruptionBudget(
+        max_preemptions_per_round=draw(st.integers(0, 2)), preempt_only_for_higher_tier=draw(st.booleans())
+    )
+    inp = planning_input(
+        [node("n", gpus=gpus("A100-SXM4-80GB", [0, 0, 0, 0]))],
+        [*runners, *waiting],
+        Policy(disruption=budget),
+    )
+    return inp, runners, waiting
+
+
+def _penalty(w: Workload, hours: int) -> int:
+    """The README's queue term of one waiting replica: weight x hundredths of a GPU x (8 + hours)."""
+    return WEIGHT[w.tier] * 100 * w.gpus * (8 + min(hours, 168))
+
+
+def brute_force(inp: PlanningInput, runners: list[Workload], waiting: list[Workload]) -> int:
+    """The least queue term over every choice of preempted runners and placed newcomers whose plan the
+    validator accepts (newcomers on the lowest free GPUs)."""
+    best: int | None = None
+    for stop in itertools.product([False, True], repeat=len(runners)):
+        for start in itertools.product([False, True], repeat=len(waiting)):
+            free = [g for g in range(4) if not any(s is False and g == i for i, s in enumerate(stop))]
+            assignments, unplaced, actions = [], [], []
+            for i, r in enumerate(runners):
+                if stop[i]:
+                    unplaced.append(wait(r.id, 0))
+                    actions.append(Action(kind=PREEMPT, workload=r.id, replica=0))
+                else:
+                    assignments.append(assign(r.id, 0, "n", whole(i)))
+            cost = sum(_penalty(r, 0) for r, s in zip(runners, stop, strict=True) if s)
+            for w, s in zip(waiting, start, strict=True):
+                hours = round((NOW - w.queued_since).total_seconds() / 3600) if w.queued_since else 0
+                if s and len(free) >= w.gpus:
+                    use, free = free[: w.gpus], free[w.gpus :]
+                    assignments.append(assign(w.id, 0, "n", whole(*use)))
+                    actions.append(Action(kind=START, workload=w.id, replica=0))
+                else:
+                    unplaced.append(wait(w.id, 0))
+                    cost += _penalty(w, hours)
+            p = plan(assignments, unplaced).model_copy(update={"actions": tuple(actions)})
+            if not validate_plan(p, inp) and (best is None or cost < best):
+                best = cost
+    assert best is not None  # keeping every runner and starting nothing is always valid
+    return best
+
+
+@settings(max_examples=12, deadline=None, suppress_health_check=[HealthCheck.too_slow])
+@given(one_node(), st.sampled_from(EXACT))
+def test_the_exact_engines_reach_the_brute_force_optimum_under_either_rule(
+    drawn: tuple[PlanningInput, list[Workload], list[Workload]], solver: str
+) -> None:
+    inp, runners, waiting = drawn
+    p = make_plan(inp, solver=solver, now=NOW, time_limit_s=10)
+    assert p.status is PlanStatus.OPTIMAL
+    assert p.solver.objective == brute_force(inp, runners, waiting)
