@@ -119,3 +119,28 @@ def test_a_split_fleet_shares_the_budget_among_its_parts(
     moved += [a for a in p.assignments if a.workload.startswith("r") and a.gpus != whole(0)]
     assert len({a.workload for a in moved}) <= budget
     assert sum(a.workload == "job" for a in p.assignments) <= budget
+
+
+def test_a_whole_plan_violation_names_ten_replicas_and_counts_them_all() -> None:
+    inp = planning_input(
+        [node(n, gpus=gpus("L40S-48GB", [0] * 12)) for n in ("a", "b")],
+        [
+            Workload.model_validate(
+                {"id": f"r{i:02d}", "gpus": 1, "running_on": f"a:{i}", "started_at": LONG_AGO}
+            )
+            for i in range(12)
+        ],
+        Policy(disruption=DisruptionBudget(max_moves_per_round=12)),
+    )
+    p = plan([assign(f"r{i:02d}", 0, "b", whole(i)) for i in range(12)]).model_copy(
+        update={"actions": tuple(Action(kind=MIGRATE, workload=f"r{i:02d}", replica=0) for i in range(12))}
+    )
+    assert validate_plan(p, inp) == []
+    tight = inp.model_copy(update={"policy": Policy(disruption=DisruptionBudget(max_moves_per_round=6))})
+    p = p.model_copy(
+        update={"actions": tuple(a.model_copy(update={"round": 1 + i // 6}) for i, a in enumerate(p.actions))}
+    )
+    found = validate_plan(p, tight)
+    assert [(v.rule, v.subject) for v in found] == [("disruption-budget", "plan")]
+    assert "moves 12 running replica(s) (r00#0, " in found[0].message
+    assert "r09#0, ...)" in found[0].message and "r10#0" not in found[0].message

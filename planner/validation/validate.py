@@ -45,7 +45,8 @@ log = logging.getLogger(__name__)
 FULL_MILLI = 1000
 
 #: Missing replicas of one workload named one by one; more are counted in one violation, so that a
-#: demand or plan claiming millions of replicas costs no more than the replicas it lists.
+#: demand or plan claiming millions of replicas costs no more than the replicas it lists. Also the most
+#: replicas a whole-plan budget violation names.
 MISSING_NAMED = 10
 
 #: Rule families that only the workloads file feeds (shapes, allowed GPU models, topology, gangs and
@@ -1114,7 +1115,8 @@ class _Checker:
             group = [s for s in stopped if s.how == how]
             if len(group) <= limit * rounds:
                 continue
-            names = ", ".join(f"{s.workload.id}#{s.replica}" for s in group)
+            names = ", ".join(f"{s.workload.id}#{s.replica}" for s in group[:MISSING_NAMED])
+            names += ", ..." if len(group) > MISSING_NAMED else ""
             self._add(
                 "disruption-budget",
                 "plan",
