@@ -3,7 +3,9 @@ obeys."""
 
 from __future__ import annotations
 
+import itertools
 import re
+from collections.abc import Iterable
 from typing import Annotated, Any
 
 from pydantic import AfterValidator, BaseModel, ConfigDict, Field, ValidationInfo
@@ -30,6 +32,36 @@ class Strict(BaseModel):
 
 class InputError(ValueError):
     """Bad user input: the message names the object, the field and the reason."""
+
+
+#: Objects named in a grouped input error; the others are counted.
+GROUP_NAMED = 3
+#: Distinct input errors given in one message; the others are counted.
+MAX_ERRORS = 10
+
+
+def grouped_errors(noun: str, errors: Iterable[tuple[str, str]]) -> list[str]:
+    """``(id, reason)`` errors of objects called ``noun`` (e.g. ``workload``), each reason once.
+
+    A reason one object has reads ``workload 'a' field team: unknown team 'x'``; one many objects share
+    names the first :data:`GROUP_NAMED` and counts them, ``field team: unknown team 'x' (8,152
+    workloads: a, b, c, ...)``, so that one bad value in a large input gives one short line. At most
+    :data:`MAX_ERRORS` reasons, in order of first appearance; the rest are counted in a last entry.
+    """
+    by_reason: dict[str, list[str]] = {}
+    for ident, reason in errors:
+        by_reason.setdefault(reason, []).append(ident)
+    lines: list[str] = []
+    for reason, idents in itertools.islice(by_reason.items(), MAX_ERRORS):
+        if len(idents) == 1:
+            lines.append(f"{noun} '{idents[0]}' {reason}")
+            continue
+        shown = ", ".join(idents[:GROUP_NAMED]) + (", ..." if len(idents) > GROUP_NAMED else "")
+        lines.append(f"{reason} ({len(idents):,} {noun}s: {shown})")
+    rest = len(by_reason) - MAX_ERRORS
+    if rest > 0:
+        lines.append(f"and {rest:,} more {noun} error(s)")
+    return lines
 
 
 def _printable(value: str, info: ValidationInfo) -> str:

@@ -76,13 +76,20 @@ class IsolationRule(Strict):
 
 
 class DisruptionBudget(Strict):
-    """How much running work one round may disturb."""
+    """How much running work one round may disturb, and when.
+
+    ``preempt_only_for_higher_tier`` (default true, as Kubernetes preempts a pod only for a pod of
+    higher priority): a running replica is preempted only when the plan starts a waiting replica of a
+    strictly higher tier (higher weight) on the node it ran on; false, any preemptible replica may be
+    preempted (within the budget) whenever that lowers the objective.
+    """
 
     max_moves_per_round: int = Field(default=0, ge=0)
     max_preemptions_per_round: int = Field(default=0, ge=0)
     max_moves_per_team: int | None = Field(default=None, ge=0)
     min_runtime_s: Seconds = 0
     preempt_latency_sensitive: bool = False
+    preempt_only_for_higher_tier: bool = True
 
 
 class MigPolicy(Strict):

@@ -7,14 +7,14 @@ from functools import cached_property
 
 from pydantic import Field, ValidationInfo, model_validator
 
-from gpuplan.models.base import Strict
+from gpuplan.models.base import Strict, grouped_errors
 from gpuplan.models.cluster import Cluster, catalog_from, describe_sharing, sharing_offers
 from gpuplan.models.hardware import GpuModelSpec, HardwareCatalog
 from gpuplan.models.policy import Policy
 from gpuplan.models.workload import Shape, Workload
 
 
-def _memory_errors(where: str, shape: Shape, allowed: list[GpuModelSpec]) -> list[str]:
+def _memory_errors(field: str, shape: Shape, allowed: list[GpuModelSpec]) -> list[str]:
     """A GPU memory ask that no allowed GPU model (or MIG profile) has room for, ever."""
     if not shape.gpu_memory_mib or shape.kind == "cpu" or not allowed:
         return []
@@ -27,59 +27,61 @@ def _memory_errors(where: str, shape: Shape, allowed: list[GpuModelSpec]) -> lis
         room = f"a {shape.mig_profile} instance has at most {max(sizes)} MiB"
     else:
         room = f"the largest allowed GPU model has {max(m.memory_mib for m in allowed)} MiB"
-    return [f"{where}: asks for {shape.gpu_memory_mib} MiB of GPU memory per GPU, but {room}"]
+    return [f"field {field}: asks for {shape.gpu_memory_mib} MiB of GPU memory per GPU, but {room}"]
+
+
+def _workload_errors(w: Workload, cluster: Cluster, policy: Policy, catalog: HardwareCatalog) -> list[str]:
+    """Every cross-reference error of one workload, as ``field ...: reason`` (without its id)."""
+    errors: list[str] = []
+    tiers = {t.name for t in policy.tiers}
+    teams = set(policy.teams)
+    if w.tier not in tiers:
+        errors.append(f"field tier: unknown tier '{w.tier}' (known: {sorted(tiers)})")
+    if teams and w.team not in teams:
+        errors.append(f"field team: unknown team '{w.team}'")
+    for k, shape in enumerate(w.shapes):
+        field = "" if not w.alternatives else f"alternatives[{k}]."
+        for m in shape.gpu_models:
+            if not catalog.has_model(m):
+                errors.append(f"field {field}gpu_models: unknown GPU model '{m}'")
+        allowed = [catalog.model(m) for m in shape.gpu_models if catalog.has_model(m)]
+        if not shape.gpu_models:
+            allowed = list(catalog.models)
+        errors.extend(_memory_errors(f"{field}gpu_memory_mib", shape, allowed))
+        if shape.mig_profile is None:
+            continue
+        offering = [s for s in allowed if shape.mig_profile in s.profile_map]
+        if not offering:
+            names = ", ".join(s.name for s in allowed) if shape.gpu_models else "no GPU model of the catalog"
+            errors.append(
+                f"field {field}mig_profile: asks for MIG profile '{shape.mig_profile}' "
+                f"which {names} does not offer"
+            )
+    for r, place in enumerate(w.running_on):
+        node = cluster.node_by_name.get(place.node)
+        if node is None:
+            errors.append(f"field running_on[{r}]: unknown node '{place.node}'")
+            continue
+        for g in place.gpus:
+            gpu = node.gpu_by_index.get(g.index)
+            if gpu is None:
+                errors.append(f"field running_on[{r}]: node '{node.name}' has no GPU {g.index}")
+            elif node.sharing is not None and gpu.mig is None and not sharing_offers(node.sharing, g.kind):
+                errors.append(
+                    f"field running_on[{r}]: runs on {'a fraction of' if g.milli else 'whole'} GPU {g.index} "
+                    f"of node '{node.name}', whose sharing mode is {describe_sharing(node.sharing)}"
+                )
+    return errors
 
 
 def reference_errors(
     cluster: Cluster, workloads: tuple[Workload, ...], policy: Policy, catalog: HardwareCatalog
 ) -> list[str]:
-    """Every cross-reference error, each naming the object id and the field."""
-    errors: list[str] = []
-    tiers = {t.name for t in policy.tiers}
-    teams = set(policy.teams)
-    for w in workloads:
-        where = f"workload '{w.id}'"
-        if w.tier not in tiers:
-            errors.append(f"{where} field tier: unknown tier '{w.tier}' (known: {sorted(tiers)})")
-        if teams and w.team not in teams:
-            errors.append(f"{where} field team: unknown team '{w.team}'")
-        for k, shape in enumerate(w.shapes):
-            field = "" if not w.alternatives else f"alternatives[{k}]."
-            for m in shape.gpu_models:
-                if not catalog.has_model(m):
-                    errors.append(f"{where} field {field}gpu_models: unknown GPU model '{m}'")
-            allowed = [catalog.model(m) for m in shape.gpu_models if catalog.has_model(m)]
-            if not shape.gpu_models:
-                allowed = list(catalog.models)
-            errors.extend(_memory_errors(f"{where} field {field}gpu_memory_mib", shape, allowed))
-            if shape.mig_profile is None:
-                continue
-            offering = [s for s in allowed if shape.mig_profile in s.profile_map]
-            if not offering:
-                names = (
-                    ", ".join(s.name for s in allowed) if shape.gpu_models else "no GPU model of the catalog"
-                )
-                errors.append(
-                    f"{where} field {field}mig_profile: asks for MIG profile "
-                    f"'{shape.mig_profile}' which {names} does not offer"
-                )
-        for r, place in enumerate(w.running_on):
-            node = cluster.node_by_name.get(place.node)
-            if node is None:
-                errors.append(f"{where} field running_on[{r}]: unknown node '{place.node}'")
-                continue
-            for g in place.gpus:
-                gpu = node.gpu_by_index.get(g.index)
-                if gpu is None:
-                    errors.append(f"{where} field running_on[{r}]: node '{node.name}' has no GPU {g.index}")
-                elif (
-                    node.sharing is not None and gpu.mig is None and not sharing_offers(node.sharing, g.kind)
-                ):
-                    errors.append(
-                        f"{where} field running_on[{r}]: runs on {'a fraction of' if g.milli else 'whole'} "
-                        f"GPU {g.index} of node "
-                        f"'{node.name}', whose sharing mode is {describe_sharing(node.sharing)}"
-                    )
+    """Every cross-reference error, each naming the object id and the field; an error many workloads
+    share is given once with their count (:func:`~gpuplan.models.base.grouped_errors`)."""
+    errors = grouped_errors(
+        "workload", ((w.id, e) for w in workloads for e in _workload_errors(w, cluster, policy, catalog))
+    )
     nodes = cluster.node_by_name
     pools = {n.pool for n in cluster.nodes if n.pool}
     for i, q in enumerate(policy.quotas):

@@ -194,9 +194,13 @@ def test_the_validator_accepts_every_complete_schedule(
     per_team: int | None,
 ) -> None:
     # The independent validator re-derives the budget rules: every schedule that takes all the actions
-    # (nothing deferred) must pass it, drains counted as moves.
+    # (nothing deferred) must pass it, drains counted as moves. The target preempts whatever it drops
+    # (not only for a higher tier) and is made for as many rounds as the schedule takes.
     budget = DisruptionBudget(
-        max_moves_per_round=moves, max_preemptions_per_round=preempts, max_moves_per_team=per_team
+        max_moves_per_round=moves,
+        max_preemptions_per_round=preempts,
+        max_moves_per_team=per_team,
+        preempt_only_for_higher_tier=False,
     )
     inp, target, layouts = _scenario(shapes, keep, seeds, budget)
     policy = inp.policy.model_copy(update={"mig": MigPolicy(allow_repartition=True)})
@@ -223,6 +227,7 @@ def test_the_validator_accepts_every_complete_schedule(
         ),
         mig_layouts=tuple(layouts),
         actions=sched.actions,
+        provenance={"replan_rounds": max(1, sched.rounds)},
     )
     assert validate_plan(plan, inp, catalog) == []
 

@@ -102,9 +102,10 @@ def test_validate_checks_running_work(
     args = ["validate", "--cluster", str(cluster), "--plan", str(plan), "--workloads", str(workloads)]
     code, out, _ = run(args, capsys)
     assert code == 1
-    assert out.splitlines()[0] == f"{plan}: 2 violation(s)"
+    assert out.splitlines()[0] == f"{plan}: 3 violation(s)"
     assert "[preempt-forbidden] workload svc replica 0: " in out
     assert "[disruption-unscheduled] workload svc replica 0: " in out
+    assert "[disruption-budget] plan: " in out  # one preemption, none allowed
     stays = {"workload": "svc", "replica": 0, "node": "dgx-01", "gpus": [{"index": 0}]}
     plan.write_text(json.dumps({"status": "FEASIBLE", "solver": {"name": "hand"}, "assignments": [stays]}))
     code, out, _ = run(args, capsys)

@@ -35,7 +35,7 @@ from gpuplan.models import (
     data_dir,
     default_catalog,
 )
-from gpuplan.models.plan import DRAIN, MIGRATE, PREEMPT
+from gpuplan.models.plan import CREATE, DESTROY, DRAIN, MIGRATE, PREEMPT
 from gpuplan.models.topology import is_nvlink_clique
 from gpuplan.planner.validation.validate import (
     MISSING_NAMED,
@@ -153,6 +153,22 @@ def act(kind: str, workload: str, replica: int = 0, rnd: int = 1, detail: str | 
     return Action(kind=kind, workload=workload, replica=replica, round=rnd, detail=detail)
 
 
+def layout_actions(nodes: Sequence[Node], layouts: Sequence[MigLayout]) -> list[Action]:
+    """The ``destroy-mig`` and ``create-mig`` actions that take each GPU from its layout in ``nodes`` to
+    the plan's (layouts naming no existing GPU get none)."""
+    by_name = {n.name: n for n in nodes}
+    out: list[Action] = []
+    for lay in layouts:
+        gpu = by_name[lay.node].gpu_by_index.get(lay.gpu) if lay.node in by_name else None
+        if gpu is None:
+            continue
+        now = {(i.profile, i.start) for i in (gpu.mig.instances if gpu.mig else ())}
+        then = {(i.profile, i.start) for i in lay.instances}
+        for kind, pairs in ((DESTROY, now - then), (CREATE, then - now)):
+            out += [Action(kind=kind, node=lay.node, gpu=lay.gpu, detail=f"{p}@{st_}") for p, st_ in pairs]
+    return out
+
+
 @dataclass
 class Scenario:
     """A mutable recipe for an input and a plan; :meth:`build` validates the input."""
@@ -167,6 +183,8 @@ class Scenario:
     actions: list[Action] = field(default_factory=list)
     provenance: dict[str, Any] = field(default_factory=lambda: {"now": NOW.isoformat()})
     nodes: list[Node] = field(default_factory=base_nodes)
+    #: Whether :meth:`build` adds the MIG actions of the layouts to ``actions``.
+    mig_actions: bool = True
 
     def replace(self, new: Assignment) -> None:
         """Put ``new`` in place of the assignment of the same replica."""
@@ -206,7 +224,8 @@ class Scenario:
         """The planning input and the plan."""
         inp = planning_input(self.nodes, self.workloads, self.policy)
         base = plan(self.assignments, [wait(w, r) for w, r in self.unplaced], self.layouts)
-        return inp, base.model_copy(update={"actions": tuple(self.actions), "provenance": self.provenance})
+        actions = [*self.actions, *(layout_actions(self.nodes, self.layouts) if self.mig_actions else [])]
+        return inp, base.model_copy(update={"actions": tuple(actions), "provenance": self.provenance})
 
 
 def check(s: Scenario) -> list[Violation]:
@@ -342,6 +361,10 @@ def _layout_twice(s: Scenario) -> None:
     s.layouts.append(layout("dgx-01", 7, ("3g.40gb", 0), ("3g.40gb", 4)))
 
 
+def _layout_unscheduled(s: Scenario) -> None:
+    s.mig_actions = False
+
+
 def _layout_on_l40s(s: Scenario) -> None:
     s.layouts.append(layout("l40s-01", 1))
 
@@ -451,10 +474,24 @@ def _team_over_budget(s: Scenario) -> None:
 
 
 def _preemptions_over_budget(s: Scenario) -> None:
-    s.budget(max_preemptions_per_round=1)
+    s.budget(max_preemptions_per_round=1, preempt_only_for_higher_tier=False)
     s.stop("batch")
     s.stop("scav")
     s.actions += [act(PREEMPT, "batch"), act(PREEMPT, "scav")]
+
+
+def _moves_spread_over_rounds(s: Scenario) -> None:
+    """Two moves, one per round, in a plan made for one round of one move: two rounds buy no more."""
+    s.budget(max_moves_per_round=1)
+    _move_two(s)
+    s.actions += [act(MIGRATE, "batch", rnd=1), act(MIGRATE, "scav", rnd=2)]
+
+
+def _preemptions_spread_over_rounds(s: Scenario) -> None:
+    s.budget(max_preemptions_per_round=1, preempt_only_for_higher_tier=False)
+    s.stop("batch")
+    s.stop("scav")
+    s.actions += [act(PREEMPT, "batch", rnd=1), act(PREEMPT, "scav", rnd=2)]
 
 
 def _move_unscheduled(s: Scenario) -> None:
@@ -561,6 +598,7 @@ BROKEN: list[tuple[Callable[[Scenario], None], str, str]] = [
     (_mig_instance_shared, "mig-instance-shared", "node dgx-02 gpu 7"),
     (_layout_twice, "mig-layout-duplicate", "node dgx-01 gpu 7"),
     (_layout_on_l40s, "gpu-model", "node l40s-01 gpu 1"),
+    (_layout_unscheduled, "mig-unscheduled", "node dgx-01 gpu 7"),
     (_node_cpu, "cpu", "node l40s-01"),
     (_node_memory, "memory", "node l40s-01"),
     (_model_not_allowed, "gpu-model", "workload nb2 replica 0"),
@@ -580,6 +618,8 @@ BROKEN: list[tuple[Callable[[Scenario], None], str, str]] = [
     (_moves_over_budget, "disruption-budget", "round 1"),
     (_team_over_budget, "disruption-budget", "round 1 team ops"),
     (_preemptions_over_budget, "disruption-budget", "round 1"),
+    (_moves_spread_over_rounds, "disruption-budget", "plan"),
+    (_preemptions_spread_over_rounds, "disruption-budget", "plan"),
     (_move_unscheduled, "disruption-unscheduled", "workload batch replica 0"),
     (_preempt_unscheduled, "disruption-unscheduled", "workload scav replica 0"),
     (_young_move, "min-runtime", "workload batch replica 0"),
@@ -620,16 +660,16 @@ def _preempt_preemptible(s: Scenario) -> None:
 
 
 def _preempt_latency_sensitive_when_allowed(s: Scenario) -> None:
-    s.budget(max_preemptions_per_round=1, preempt_latency_sensitive=True)
+    s.budget(max_preemptions_per_round=1, preempt_latency_sensitive=True, preempt_only_for_higher_tier=False)
     s.update("svc", preemptible=True)
     s.stop("svc")
     s.actions.append(act(PREEMPT, "svc"))
 
 
 def _moves_over_two_rounds(s: Scenario) -> None:
-    s.budget(max_moves_per_round=1)
-    _move_two(s)
-    s.actions += [act(MIGRATE, "batch", rnd=1), act(MIGRATE, "scav", rnd=2)]
+    """Two moves in two rounds of one move each, in a plan made for two rounds."""
+    _moves_spread_over_rounds(s)
+    s.provenance["replan_rounds"] = 2
 
 
 def _moves_of_two_teams(s: Scenario) -> None:
@@ -640,7 +680,8 @@ def _moves_of_two_teams(s: Scenario) -> None:
 
 
 def _preemptions_over_two_rounds(s: Scenario) -> None:
-    s.budget(max_preemptions_per_round=1)
+    s.budget(max_preemptions_per_round=1, preempt_only_for_higher_tier=False)
+    s.provenance["replan_rounds"] = 2
     s.stop("batch")
     s.stop("scav")
     s.actions += [act(PREEMPT, "batch", rnd=1), act(PREEMPT, "scav", rnd=2)]
@@ -727,11 +768,12 @@ def test_stopping_protected_work_without_a_preemption_budget() -> None:
     # A non-preemptible latency-sensitive replica stopped while no preemption is allowed at all.
     s = Scenario()
     s.stop("svc")
-    assert {v.rule for v in check(s)} == {"preempt-forbidden", "disruption-unscheduled"}
+    assert {v.rule for v in check(s)} == {"preempt-forbidden", "disruption-unscheduled", "disruption-budget"}
     s.actions.append(act(PREEMPT, "svc"))
     found = check(s)
     assert {(v.rule, v.subject) for v in found} == {
         ("preempt-forbidden", "workload svc replica 0"),
+        ("disruption-budget", "plan"),
         ("disruption-budget", "round 1"),
     }
     assert "'svc'" in found[0].message and "not preemptible" in found[0].message
@@ -1050,7 +1092,8 @@ class Generated:
         """The planning input and the plan (planned at ``NOW``)."""
         inp = planning_input(self.nodes, self.workloads, self.policy)
         base = plan(self.assignments, [wait(w, r) for w, r in self.unplaced], self.layouts)
-        update = {"actions": tuple(self.actions), "provenance": {"now": NOW.isoformat()}}
+        actions = (*self.actions, *layout_actions(self.nodes, self.layouts))
+        update = {"actions": actions, "provenance": {"now": NOW.isoformat()}}
         return inp, base.model_copy(update=update)
 
 

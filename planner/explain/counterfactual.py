@@ -616,7 +616,7 @@ def verify(
         unplaced=result.unplaced,
         mig_layouts=result.mig_layouts,
     )
-    violations = validate_plan(checked, sub, catalog)
+    violations = validate_plan(checked, sub, catalog, actions_derived=False)
     if violations:
         raise InvalidPlanError(result.solver, violations)
     wanted = {w: sum(1 for k in target.members if k[0] == w) for w in {k[0] for k in target.members}}

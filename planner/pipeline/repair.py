@@ -129,7 +129,11 @@ def without_idle_moves(
         unplaced=repaired.unplaced,
         mig_layouts=repaired.mig_layouts,
     )
-    violations = [v for v in validate_plan(trial_plan, inp, catalog) if not v.rule.startswith("disruption")]
+    violations = [
+        v
+        for v in validate_plan(trial_plan, inp, catalog, actions_derived=False)
+        if not v.rule.startswith("disruption")
+    ]
     if violations:
         log.info("undoing idle moves breaks %s; keeping the solver's plan", violations[0].message)
         return result

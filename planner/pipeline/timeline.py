@@ -536,7 +536,7 @@ def with_reservations(
             unplaced=tuple(unplaced),
             mig_layouts=layouts,
         )
-        violations = validate_plan(trial, inp, catalog)
+        violations = validate_plan(trial, inp, catalog, actions_derived=False)
         if violations:
             # Reservations skip some rules (later quotas, isolation over time): keep the solver's starts.
             log.info("timeline starts rejected (%s); keeping the solver's", violations[0].message)

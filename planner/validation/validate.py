@@ -26,13 +26,14 @@ from gpuplan.models.cluster import (
     Gpu,
     MigInstance,
     Node,
+    TimeSliced,
     describe_sharing,
     mig_layout_problems,
     sharing_offers,
     sharing_replicas,
 )
 from gpuplan.models.hardware import GpuModelSpec, HardwareCatalog
-from gpuplan.models.plan import DRAIN, MIGRATE, PREEMPT, Assignment, GpuUse, Plan
+from gpuplan.models.plan import CREATE, DESTROY, DRAIN, MIGRATE, PREEMPT, Assignment, GpuUse, Plan
 from gpuplan.models.policy import IsolationKind, IsolationRule, Policy, Quota
 from gpuplan.models.problem import PlanningInput
 from gpuplan.models.topology import link_graph
@@ -44,7 +45,8 @@ log = logging.getLogger(__name__)
 FULL_MILLI = 1000
 
 #: Missing replicas of one workload named one by one; more are counted in one violation, so that a
-#: demand or plan claiming millions of replicas costs no more than the replicas it lists.
+#: demand or plan claiming millions of replicas costs no more than the replicas it lists. Also the most
+#: replicas a whole-plan budget violation names.
 MISSING_NAMED = 10
 
 #: Rule families that only the workloads file feeds (shapes, allowed GPU models, topology, gangs and
@@ -52,6 +54,15 @@ MISSING_NAMED = 10
 WORKLOAD_FAMILIES = ("shapes", "gpu-models", "gangs", "topology", "disruption", "min-runtime")
 #: Why those families are skipped (a phrase that follows "not checked").
 WITHOUT_WORKLOADS = "without the workloads"
+
+#: Provenance key of the rounds a plan was made for (``gpuplan replan --rounds``): the plan as a whole
+#: may move and preempt that many rounds' worth of the budget.
+ROUNDS_KEY = "replan_rounds"
+#: Rule family of the checks that read the plan's actions for its MIG layout changes; skipped for a
+#: trial plan whose actions are not derived yet.
+ACTIONS_FAMILY = "actions"
+#: Why that family is skipped.
+WITHOUT_ACTIONS = "before the plan's actions are derived"
 
 GpuKey = tuple[str, int]
 
@@ -83,7 +94,7 @@ class Skipped:
     ----------
     family
         A short stable code: ``shapes``, ``gpu-models``, ``gangs``, ``topology``, ``isolation``,
-        ``quotas``, ``disruption`` or ``min-runtime``.
+        ``quotas``, ``disruption``, ``min-runtime`` or ``actions``.
     reason
         Why, as a phrase that follows "not checked", e.g. ``without the workloads``.
     """
@@ -260,6 +271,8 @@ class _Checker:
             self._shapes()
         self._layouts()
         self._mig_policy()
+        if self._checks(ACTIONS_FAMILY):
+            self._mig_actions()
         self._gpus()
         self._sharing()
         self._sharing_changes()
@@ -281,6 +294,7 @@ class _Checker:
             stopped = self._stopped()
             if disruption:
                 self._disruption(stopped)
+                self._disruption_total(stopped)
                 self._disruption_budget()
             if min_runtime:
                 self._min_runtime(stopped)
@@ -522,6 +536,29 @@ class _Checker:
                     "the policy does not allow re-partitioning (mig.allow_repartition is false).",
                 )
 
+    def _mig_actions(self) -> None:
+        """Rule 12b: every MIG instance the plan's layouts create or destroy has its ``create-mig`` or
+        ``destroy-mig`` action (a layout change is applied through its actions, like a move)."""
+        nodes = self.inp.cluster.node_by_name
+        done = {(a.kind, a.node, a.gpu, a.detail) for a in self.plan.actions if a.kind in (CREATE, DESTROY)}
+        for (node, index), layout in self.layouts.items():
+            gpu = nodes[node].gpu_by_index[index]
+            current = {(i.profile, i.start) for i in (gpu.mig.instances if gpu.mig else ())}
+            target = {(i.profile, i.start) for i in layout}
+            missing = [
+                f"{kind} {prof}@{start}"
+                for kind, pairs in ((DESTROY, current - target), (CREATE, target - current))
+                for prof, start in sorted(pairs, key=lambda x: (x[1], x[0]))
+                if (kind, node, index, f"{prof}@{start}") not in done
+            ]
+            if missing:
+                self._add(
+                    "mig-unscheduled",
+                    gpu_subject(node, index),
+                    f"The plan changes the MIG layout of GPU {index} of node '{node}' but has no action "
+                    f"for {', '.join(missing)}.",
+                )
+
     def _gpus(self) -> None:
         """Rules 4 and 5: per-GPU exclusivity, milli capacity, MIG/non-MIG mixing, MIG instance use."""
         for p in self.placed:
@@ -603,8 +640,9 @@ class _Checker:
 
     def _sharing_changes(self) -> None:
         """Rule 14b: a plan changes the sharing mode of existing nodes only, only when the policy allows
-        it (``sharing.allow_change``), and only of a node whose non-MIG GPUs the plan drains: every
-        replica running on them is moved or preempted."""
+        it (``sharing.allow_change``), only between exclusive and time-slicing with the policy's
+        ``sharing.replicas``, and only of a node whose non-MIG GPUs the plan drains: every replica
+        running on them is moved or preempted."""
         nodes = self.inp.cluster.node_by_name
         target = {(a.workload, a.replica): a for a in self.plan.assignments}
         for change in self.plan.sharing:
@@ -624,6 +662,22 @@ class _Checker:
                     "sharing-change",
                     f"node {node.name}",
                     f"{what}, but the policy does not allow it (sharing.allow_change is false).",
+                )
+            replicas = self.inp.policy.sharing.replicas
+            if isinstance(change.sharing, TimeSliced) and isinstance(node.sharing, TimeSliced):
+                self._add(
+                    "sharing-change",
+                    f"node {node.name}",
+                    f"{what}, but the node is time-sliced with {node.sharing.time_slicing.replicas} "
+                    "replicas already: a plan switches a node between exclusive and time-slicing, it does "
+                    "not change its replicas.",
+                )
+            elif isinstance(change.sharing, TimeSliced) and change.sharing.time_slicing.replicas != replicas:
+                self._add(
+                    "sharing-change",
+                    f"node {node.name}",
+                    f"{what}, but a node switched to time-slicing gets the policy's {replicas} replicas "
+                    "(sharing.replicas).",
                 )
             plain = {g.index for g in node.gpus if g.mig is None}
             for w in self.inp.workloads:
@@ -979,11 +1033,25 @@ class _Checker:
                 stopped.append(_Stopped(w, r, place, a, how, (how, w.id, r) in actions))
         return stopped
 
+    def _newcomer_ranks(self) -> dict[str, int]:
+        """The best (lowest) tier rank of the replicas the plan starts on each node (replicas that do not
+        run yet), the tiers a preemption there may make room for."""
+        best: dict[str, int] = {}
+        for p in self.placed:
+            if p.assignment.replica < len(p.workload.running_on):
+                continue
+            rank = self.inp.policy.tier_rank(p.workload.tier)
+            best[p.node.name] = min(rank, best.get(p.node.name, rank))
+        return best
+
     def _disruption(self, stopped: Sequence[_Stopped]) -> None:
-        """Rule 13: only preemptible work in a tier that may be preempted is stopped, and every move and
-        preemption that the assignments imply has its action (a drain is known by its action)."""
+        """Rule 13: only preemptible work in a tier that may be preempted is stopped, under
+        ``disruption.preempt_only_for_higher_tier`` only for a replica of a strictly higher tier that the
+        plan starts on its node, and every move and preemption that the assignments imply has its action
+        (a drain is known by its action)."""
         policy = self.inp.policy
         every_tier = policy.disruption.preempt_latency_sensitive  # the policy opens every tier
+        newcomers = self._newcomer_ranks() if policy.disruption.preempt_only_for_higher_tier else {}
         for s in stopped:
             w = s.workload
             running = _where(s.place.node, s.place.gpus)
@@ -1002,6 +1070,16 @@ class _Checker:
                         f"The plan stops {s.what}, which runs on {running}, but its tier '{w.tier}' may not "
                         "be preempted (and disruption.preempt_latency_sensitive is false).",
                     )
+                elif policy.disruption.preempt_only_for_higher_tier and newcomers.get(
+                    s.place.node, len(policy.tiers)
+                ) >= policy.tier_rank(w.tier):
+                    self._add(
+                        "preempt-higher-tier",
+                        s.subject,
+                        f"The plan preempts {s.what}, which runs on {running}, but starts no replica of a "
+                        f"tier above '{w.tier}' on node '{s.place.node}' "
+                        "(disruption.preempt_only_for_higher_tier is true).",
+                    )
             if s.scheduled:
                 continue
             if s.target is None:
@@ -1014,6 +1092,37 @@ class _Checker:
                     "but has no migrate action for it."
                 )
             self._add("disruption-unscheduled", s.subject, message)
+
+    def _rounds(self) -> int:
+        """The rounds the plan was made for: its provenance's ``replan_rounds`` (a positive whole number),
+        else one."""
+        rounds = self.plan.provenance.get(ROUNDS_KEY)
+        return rounds if isinstance(rounds, int) and not isinstance(rounds, bool) and rounds > 0 else 1
+
+    def _disruption_total(self, stopped: Sequence[_Stopped]) -> None:
+        """Rule 13: over the whole plan, the migrations and preemptions its assignments imply (drains for
+        a re-partition excluded: rounds space them out) stay within the per-round budget times the rounds
+        the plan was made for (:data:`ROUNDS_KEY`); spreading actions over more rounds does not buy more
+        of them. (``max_moves_per_team`` is checked per round only.)"""
+        budget = self.inp.policy.disruption
+        rounds = self._rounds()
+        made_for = f"{rounds} round(s)" + (f" (provenance {ROUNDS_KEY})" if rounds > 1 else "")
+        checks = (
+            ("moves", MIGRATE, budget.max_moves_per_round, "max_moves_per_round"),
+            ("preempts", PREEMPT, budget.max_preemptions_per_round, "max_preemptions_per_round"),
+        )
+        for verb, how, limit, name in checks:
+            group = [s for s in stopped if s.how == how]
+            if len(group) <= limit * rounds:
+                continue
+            names = ", ".join(f"{s.workload.id}#{s.replica}" for s in group[:MISSING_NAMED])
+            names += ", ..." if len(group) > MISSING_NAMED else ""
+            self._add(
+                "disruption-budget",
+                "plan",
+                f"The plan {verb} {len(group)} running replica(s) ({names}), more than "
+                f"disruption.{name} ({limit}) times the {made_for} it was made for.",
+            )
 
     def _disruption_budget(self) -> None:
         """Rule 13: each round's ``migrate`` actions (drains included) and ``preempt`` actions stay
@@ -1097,6 +1206,7 @@ def check_plan(
     catalog: HardwareCatalog | None = None,
     *,
     workloads_implied: bool = False,
+    actions_derived: bool = True,
 ) -> Report:
     """Every rule ``plan`` breaks for ``inp`` (in a deterministic order) and the rule families that
     could not be checked.
@@ -1113,6 +1223,10 @@ def check_plan(
         ``inp``'s workloads were rebuilt from the plan by :func:`implied_workloads`: the families only
         the demand feeds (:data:`WORKLOAD_FAMILIES`, and isolation and quotas when the policy has such
         rules, as they read teams and tiers) are reported as skipped instead of passing vacuously.
+    actions_derived
+        ``plan`` carries its actions; false for a trial plan built before they are derived, whose MIG
+        layout changes are then not required to have their actions (family :data:`ACTIONS_FAMILY`,
+        reported as skipped).
     """
     skip: dict[str, str] = {}
     if workloads_implied:
@@ -1120,6 +1234,8 @@ def check_plan(
         families += ["isolation"] if inp.policy.isolation else []
         families += ["quotas"] if inp.policy.quotas else []
         skip = dict.fromkeys(families, WITHOUT_WORKLOADS)
+    if not actions_derived:
+        skip[ACTIONS_FAMILY] = WITHOUT_ACTIONS
     checker = _Checker(plan=plan, inp=inp, catalog=catalog or default_catalog(), skip=skip)
     violations = checker.run()
     log.debug(
@@ -1131,10 +1247,17 @@ def check_plan(
     return Report(tuple(violations), tuple(checker.skipped))
 
 
-def validate_plan(plan: Plan, inp: PlanningInput, catalog: HardwareCatalog | None = None) -> list[Violation]:
+def validate_plan(
+    plan: Plan,
+    inp: PlanningInput,
+    catalog: HardwareCatalog | None = None,
+    *,
+    actions_derived: bool = True,
+) -> list[Violation]:
     """Every rule ``plan`` breaks for ``inp``, in a deterministic order (empty when the plan is valid);
-    :func:`check_plan` also says which rule families could not be checked."""
-    return list(check_plan(plan, inp, catalog).violations)
+    :func:`check_plan` also says which rule families could not be checked (and what
+    ``actions_derived`` means)."""
+    return list(check_plan(plan, inp, catalog, actions_derived=actions_derived).violations)
 
 
 class ImpliedWorkloadError(InputError):

@@ -18,7 +18,7 @@ from collections.abc import Callable, Sequence
 from dataclasses import dataclass, replace
 from fractions import Fraction
 
-from gpuplan.models.policy import Quota
+from gpuplan.models.policy import DisruptionBudget, Quota
 from gpuplan.solvers.base import SolveResult
 from gpuplan.solvers.formulation.constraints import QUOTA_UNIT, charged_units, quota_limit_units
 from gpuplan.solvers.parallel import run_tasks
@@ -112,6 +112,26 @@ def _split_quota(
     return [Fraction(held[i] + share[i], QUOTA_UNIT) for i in range(parts)]
 
 
+def _shares(total: int, weights: Sequence[int]) -> list[int]:
+    """``total`` dealt out in whole units: evenly, the remainder to the heaviest parts (ties: first)."""
+    out = [total // len(weights)] * len(weights)
+    for p in sorted(range(len(weights)), key=lambda p: (-weights[p], p))[: total % len(weights)]:
+        out[p] += 1
+    return out
+
+
+def _split_budget(problem: PlacementProblem, movable: Sequence[int]) -> list[DisruptionBudget]:
+    """Each part's disruption budget: the round's moves and preemptions shared out (more to parts with
+    more running replicas that may be disturbed), so that the merged plan keeps the whole budget."""
+    budget = problem.policy.disruption
+    moves = _shares(budget.max_moves_per_round, movable)
+    preempts = _shares(budget.max_preemptions_per_round, movable)
+    return [
+        budget.model_copy(update={"max_moves_per_round": m, "max_preemptions_per_round": k})
+        for m, k in zip(moves, preempts, strict=True)
+    ]
+
+
 def split(problem: PlacementProblem, parts: int, movable: set[int]) -> list[Part]:
     """The parts of ``problem`` (``movable``: indices of running replicas that may move)."""
     rng = random.Random(problem.seed)
@@ -144,10 +164,15 @@ def split(problem: PlacementProblem, parts: int, movable: set[int]) -> list[Part
     reqs: list[list[Request]] = [[] for _ in range(parts)]
     for q in problem.requests:
         reqs[part_of[q.key]].append(q)
+    in_part = Counter(part_of[problem.requests[r].key] for r in movable)
+    budgets = _split_budget(problem, [in_part[p] for p in range(parts)])
     out: list[Part] = []
     for p in range(parts):
         policy = problem.policy.model_copy(
-            update={"quotas": tuple(q.model_copy(update={"gpus": float(s[p])}) for q, s in quotas)}
+            update={
+                "quotas": tuple(q.model_copy(update={"gpus": float(s[p])}) for q, s in quotas),
+                "disruption": budgets[p],
+            }
         )
         out.append(
             Part(

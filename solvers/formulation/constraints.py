@@ -284,8 +284,9 @@ def quotas(problem: PlacementProblem, v: Variables) -> None:
 
 
 def running(problem: PlacementProblem, v: Variables) -> None:
-    """Running work stays, migrates or is preempted (preemptible, lower tier than what displaces it),
-    within the disruption budget."""
+    """Running work stays, migrates or is preempted (preemptible and, under
+    ``disruption.preempt_only_for_higher_tier``, only when a waiting replica of a strictly higher tier
+    starts on its node), within the disruption budget."""
     m = v.model
     budget = problem.policy.disruption
     moves: list[Expr] = []
@@ -315,8 +316,9 @@ def running(problem: PlacementProblem, v: Variables) -> None:
         team_moves[req.team].append(moved)
         if not may_preempt(problem.policy, req):
             m.add(v.placed[r] == 1)
-        else:
-            preempts.append(preempted)
+            continue
+        preempts.append(preempted)
+        if budget.preempt_only_for_higher_tier:
             displacers = [
                 c.x
                 for c in newcomers[node_pos[req.running.node]]
