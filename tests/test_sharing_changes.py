@@ -11,6 +11,8 @@ from datetime import UTC, datetime
 
 import pytest
 from fastapi.testclient import TestClient
+from hypothesis import HealthCheck, given, settings
+from hypothesis import strategies as st
 
 from gpuplan.api import create_app
 from gpuplan.api.settings import Settings
@@ -261,3 +263,22 @@ def test_modes_the_pre_pass_fixed_prove_nothing(solver: str, monkeypatch: pytest
     assert p.solver.objective == 80 * 3 * 50 * 10
     assert p.status is not PlanStatus.OPTIMAL
     assert p.solver.best_bound is not None and p.solver.best_bound <= 0
+
+
+@settings(max_examples=20, deadline=None, suppress_health_check=[HealthCheck.too_slow])
+@given(nodes=st.integers(1, 12), data=st.data())
+def test_the_pre_pass_flips_enough_nodes_and_no_more_than_help(nodes: int, data: st.DataObject) -> None:
+    # ``nodes`` drained exclusive one-GPU nodes; ``jobs`` whole GPUs and ``halves`` half-GPU fractions
+    # wait, few enough to all start once ceil(halves / 2) nodes are time-sliced and the rest exclusive.
+    halves = data.draw(st.integers(1, 2 * nodes))
+    jobs = data.draw(st.integers(0, nodes - (halves + 1) // 2))
+    one = [{"index": 0, "model": "L40S-48GB"}]
+    work = [Workload.model_validate({"id": "nb", "gpu_milli": 500, "replicas": halves})]
+    if jobs:
+        work.append(Workload.model_validate({"id": "job", "gpus": 1, "replicas": jobs}))
+    inp = planning_input([node(f"n{i:02d}", gpus=one, sharing="exclusive") for i in range(nodes)], work)
+    p = make_plan(inp, solver="greedy-fgd", now=NOW, time_limit_s=10, deterministic=True)
+    assert validate_plan(p, inp) == []
+    assert not p.unplaced and p.solver.objective == 0
+    assert p.solver.best_bound is not None and p.solver.best_bound <= 0
+    assert len(p.sharing) >= (halves + 1) // 2
