@@ -245,7 +245,8 @@ def reported(problem: PlacementProblem, result: SolveResult, sharing_changes: in
     The gap is signed, ``(objective - bound) / max(1, objective)``; a bound above the objective would
     be a bug, so it is dropped (logged) rather than reported. ``OPTIMAL`` needs a zero gap: a proof of
     a model whose objective differs from the reported one (the weighted mode's linearised terms) is
-    reported ``FEASIBLE``.
+    reported ``FEASIBLE``; so is a plan that drains running work, which the exact model's disruption
+    term does not count (its proof is of another measure).
     """
     ev = evaluate(problem, result.assignments, result.mig_layouts, sharing_changes)
     objective = ev.objective(problem)
@@ -262,7 +263,7 @@ def reported(problem: PlacementProblem, result: SolveResult, sharing_changes: in
         diagnostics["invalid_bound_dropped"] = 1.0
     gap = None if bound is None else (objective - bound) / max(1.0, float(objective))
     status = result.status
-    if status is PlanStatus.OPTIMAL and gap != 0:
+    if status is PlanStatus.OPTIMAL and (gap != 0 or ev.drains):
         status = PlanStatus.FEASIBLE
     return replace(
         result,
