@@ -5,13 +5,19 @@ README's "What a plan's report means" defines them."""
 from __future__ import annotations
 
 from datetime import UTC, datetime
+from typing import Any
 
 import pytest
+from hypothesis import HealthCheck, given, settings
+from hypothesis import strategies as st
 
-from gpuplan.models import NodeSharing, Plan, PlanningInput, Policy, TimeSliced, Workload
+from gpuplan.models import NodeSharing, Plan, PlanningInput, Policy, TimeSliced, Workload, default_catalog
 from gpuplan.models.plan import DESTROY, DRAIN, MIGRATE, PREEMPT, SET_SHARING
 from gpuplan.planner import planning
+from gpuplan.planner.pipeline.compile import compile_problem
+from gpuplan.planner.pipeline.layouts import cluster_with_sharing
 from gpuplan.planner.validation.validate import validate_plan
+from gpuplan.solvers.evaluate import fragmented_milli
 from tests._factories import node, planning_input
 
 NOW = datetime(2026, 11, 30, 12, tzinfo=UTC)
@@ -21,6 +27,7 @@ WEIGHT = {"latency-sensitive": 10, "standard": 3, "background": 1}
 #: GPU demand of a MIG profile in hundredths of a GPU: its compute slices of 7.
 MIG_HUNDREDTHS = {"1g.10gb": 100 // 7, "3g.40gb": 300 // 7}
 EXACT = ["cpsat", "milp-highs"]
+A100 = "A100-SXM4-80GB"
 
 
 def _hundredths(w: Workload) -> int:
@@ -179,3 +186,72 @@ def test_a_preemption_counts_thirty_and_the_preempted_replica_waits() -> None:
         assert p.solver.terms["disruption"] == disruption_by_hand(inp, p) == 30
         # background weight 1 x 100 hundredths x (8 + 2 hours)
         assert p.solver.objective == queue_by_hand(inp, p) == 1000
+
+
+MODES: list[Any] = [None, "exclusive", {"time-slicing": {"replicas": 2}}]
+
+
+@settings(max_examples=40, deadline=None, suppress_health_check=[HealthCheck.too_slow])
+@given(data=st.data())
+def test_every_term_is_the_returned_plans(data: st.DataObject) -> None:
+    """Random small fleets (L40S nodes in any mode, an A100 with MIG), whole GPUs, fractions and MIG
+    instances waiting, a running job: the report's queue and disruption are those recomputed by hand
+    from the plan, its fragmentation the measure of the cluster the plan leaves."""
+    nodes = []
+    for i in range(data.draw(st.integers(1, 3))):
+        mode = data.draw(st.sampled_from(MODES))
+        gpus = [{"index": g, "model": "L40S-48GB"} for g in range(data.draw(st.integers(1, 2)))]
+        nodes.append(node(f"l{i}", gpus=gpus, **({"sharing": mode} if mode is not None else {})))
+    layout = data.draw(st.sampled_from([[("7g.80gb", 0)], [("3g.40gb", 0), ("3g.40gb", 4)], []]))
+    a100 = [
+        {"index": 0, "model": A100, "mig": {"instances": [{"profile": p, "start": s} for p, s in layout]}}
+    ]
+    nodes.append(node("m", gpus=a100))
+    shapes: dict[str, dict[str, Any]] = {
+        "job": {"gpus": 1},
+        "half": {"gpu_milli": 500},
+        "nb": {"mig_profile": "1g.10gb"},
+    }
+    work = []
+    for name, shape in shapes.items():
+        replicas = data.draw(st.integers(0, 4))
+        if replicas:
+            work.append(
+                Workload.model_validate(
+                    {"id": name, "replicas": replicas, "queued_since": TWO_HOURS_AGO, **shape}
+                )
+            )
+    if len(layout) > 1 or (layout and data.draw(st.booleans())):
+        prof, start = layout[0]
+        work.append(
+            Workload.model_validate(
+                {
+                    "id": "run",
+                    "mig_profile": prof,
+                    "running_on": f"m:0/{prof}@{start}",
+                    "queued_since": TWO_HOURS_AGO,
+                }
+            )
+        )
+    repartition = data.draw(st.sampled_from([True, True, False]))
+    policy = Policy.model_validate(
+        {
+            "mig": {"allow_repartition": repartition, "repartition_cost": 7},
+            "sharing": {"change_cost": 5},
+            "disruption": {"max_moves_per_round": 1},
+        }
+    )
+    inp = planning_input(nodes, work, policy)
+    solver = data.draw(st.sampled_from(["greedy-fgd", "cpsat"]))
+    p = planning.make_plan(inp, solver=solver, now=NOW, time_limit_s=5, deterministic=True)
+    assert validate_plan(p, inp) == []
+    terms = p.solver.terms
+    assert terms["queue"] == queue_by_hand(inp, p) == p.solver.objective
+    assert terms["disruption"] == disruption_by_hand(inp, p)
+    assert terms["sharing_changes"] == len(p.sharing)
+    left = inp.model_copy(update={"cluster": cluster_with_sharing(inp.cluster, p.sharing)})
+    fragmented, _ = fragmented_milli(
+        compile_problem(left, default_catalog(), NOW), p.assignments, p.mig_layouts
+    )
+    assert terms["fragmentation"] == round(fragmented)
+    assert p.metrics["fragmented_gpus"] == round(fragmented / 1000, 4)
