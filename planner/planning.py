@@ -22,7 +22,7 @@ from gpuplan.planner.pipeline.deadline import MIN_SOLVE_S, Deadline, Stopwatch
 from gpuplan.planner.pipeline.layouts import cluster_with_sharing
 from gpuplan.planner.pipeline.metrics import fragmentation, plan_metrics
 from gpuplan.planner.pipeline.repair import without_idle_moves
-from gpuplan.planner.pipeline.sharing import choose_sharing, used_changes
+from gpuplan.planner.pipeline.sharing import choose_sharing, modes_fixed, modes_left, used_changes
 from gpuplan.planner.pipeline.timeline import TIMELINE_CUT, previous_reservations, with_reservations
 from gpuplan.planner.validation.errors import InvalidPlanError
 from gpuplan.planner.validation.validate import validate_plan
@@ -196,7 +196,7 @@ def make_plan(
     left = max(MIN_SOLVE_S, min(solve_s, deadline.reserve(post_s + explain_s).remaining()))
     problem = replace(problem, time_limit_s=solve_s if deterministic else left)
     log.info("planning %d replicas on %d nodes with %s", len(problem.requests), len(problem.nodes), solver)
-    result = get_solver(solver).solve(problem)
+    result = modes_fixed(inp, problem, get_solver(solver).solve(problem))
     watch.lap("solve")
     # The passes after the solve share what it left; a deterministic plan's are cut only at the limit.
     cut: list[str] = []
@@ -209,8 +209,10 @@ def make_plan(
     watch.lap("timeline")
     result = without_idle_moves(planned, problem, result, catalog)  # linear: never cut
     watch.lap("idle_moves")
-    # The report describes the plan returned, after every pass that changed it.
-    result = reported(problem, result)
+    # The report describes the plan returned, after every pass that changed it, in the modes it leaves.
+    kept = used_changes(changes, inp, result.assignments, result.unplaced)
+    problem = modes_left(inp, problem, changes, kept)
+    result = reported(problem, result, len(kept))
     provenance = {
         "inputs_sha256": inputs_digest(inp),
         "gpuplan_version": _version("gpuplan"),
@@ -224,7 +226,6 @@ def make_plan(
         "deterministic": deterministic,
         "now": now.isoformat(),
     }
-    kept = used_changes(changes, inp, result.assignments, result.unplaced)
     plan = assemble_plan(inp, problem, result, catalog, provenance, kept)
     watch.lap("build")
     plan = checked(plan, inp, catalog)

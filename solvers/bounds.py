@@ -8,6 +8,7 @@ problem.
 from __future__ import annotations
 
 from collections.abc import Collection
+from dataclasses import replace
 from fractions import Fraction
 
 from gpuplan.models.policy import ObjectiveMode
@@ -88,3 +89,23 @@ def objective_bound(problem: PlacementProblem, queue_bound: int) -> int:
     if problem.policy.objective is ObjectiveMode.WEIGHTED:
         return problem.policy.weights.queue * queue_bound
     return queue_bound
+
+
+def knapsack_bound(problem: PlacementProblem) -> int:
+    """The knapsack bound on the policy's objective (:func:`queue_lower_bound` over the replicas that
+    fit somewhere), valid for the whole problem."""
+    return objective_bound(problem, queue_lower_bound(problem, never_fitting(problem)))
+
+
+def with_modes_free(problem: PlacementProblem, nodes: Collection[str]) -> PlacementProblem:
+    """``problem`` with the non-MIG GPUs of ``nodes`` in no sharing mode: whole GPUs and fractions alike,
+    no share count. Every mode those nodes may be given is a restriction of it, so its bounds hold
+    whichever modes a plan gives them."""
+    free = set(nodes)
+    return replace(
+        problem,
+        nodes=tuple(
+            replace(n, gpus=tuple(replace(g, sharing=None) for g in n.gpus)) if n.name in free else n
+            for n in problem.nodes
+        ),
+    )

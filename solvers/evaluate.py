@@ -8,7 +8,9 @@ report of a plan is always computed here, from its assignments and MIG layouts:
   running replica waits too);
 - ``fragmentation``: FGD's expected fragmented free GPU capacity, in milli-GPU, for the demand's own
   target mix (the measure FGD minimises greedily);
-- ``disruption``: migrations, preemptions and destroyed MIG instances at their costs;
+- ``disruption``: migrations (a running replica restarted in place because its GPU is re-partitioned,
+  a *drain*, counts as one), preemptions, destroyed MIG instances and sharing-mode changes at their
+  costs;
 - ``topology``: the alternative-rank cost plus the link cost of each multi-GPU set actually chosen.
 
 The objective is the queue term in the default lexicographic mode, the weighted sum in weighted mode.
@@ -53,6 +55,8 @@ class Evaluation:
     preemptions: int
     destroyed_instances: int
     free_gpu_milli: int
+    drains: int = 0
+    sharing_changes: int = 0
 
     def objective(self, problem: PlacementProblem) -> int:
         """The primary objective the policy asks for: the queue term, or the weighted sum."""
@@ -74,8 +78,10 @@ class Evaluation:
             "disruption": float(self.disruption),
             "topology": float(self.topology),
             "moves": float(self.moves),
+            "drains": float(self.drains),
             "preemptions": float(self.preemptions),
             "destroyed_mig_instances": float(self.destroyed_instances),
+            "sharing_changes": float(self.sharing_changes),
         }
 
 
@@ -180,12 +186,24 @@ def _topology(problem: PlacementProblem, req: Request, a: Assignment, nodes: dic
 
 
 def evaluate(
-    problem: PlacementProblem, assignments: Sequence[Assignment], layouts: Sequence[MigLayout]
+    problem: PlacementProblem,
+    assignments: Sequence[Assignment],
+    layouts: Sequence[MigLayout],
+    sharing_changes: int = 0,
 ) -> Evaluation:
-    """The exact objective terms of a plan (assignments and target MIG layouts) of ``problem``."""
+    """The exact objective terms of a plan (assignments, target MIG layouts and the number of nodes whose
+    sharing mode it changes) of ``problem``, whose nodes are in the modes the plan leaves them."""
     placed = {(a.workload, a.replica): a for a in assignments}
     nodes = {n.name: n for n in problem.nodes}
-    queue = moves = preemptions = topology = 0
+    current = {(n.name, g.index): set(g.mig) for n in problem.nodes for g in n.gpus if g.mig is not None}
+    destroyed = 0
+    repartitioned: set[tuple[str, int]] = set()
+    for lay in layouts:
+        gone = current.get((lay.node, lay.gpu), set()) - {(i.profile, i.start) for i in lay.instances}
+        destroyed += len(gone)
+        if gone:
+            repartitioned.add((lay.node, lay.gpu))
+    queue = moves = drains = preemptions = topology = 0
     for req in problem.requests:
         a = placed.get(req.key)
         if a is None:
@@ -193,16 +211,18 @@ def evaluate(
             preemptions += req.running is not None
             continue
         topology += _topology(problem, req, a, nodes)
-        if req.running is not None and not _stays(req, a):
+        if req.running is None:
+            continue
+        if not _stays(req, a):
             moves += 1
-    current = {(n.name, g.index): set(g.mig) for n in problem.nodes for g in n.gpus if g.mig is not None}
-    destroyed = 0
-    for lay in layouts:
-        kept = {(i.profile, i.start) for i in lay.instances}
-        destroyed += len(current.get((lay.node, lay.gpu), set()) - kept)
+        elif any((a.node, g.index) in repartitioned for g in a.gpus):
+            drains += 1
     fragmented, free = fragmented_milli(problem, assignments, layouts)
     disruption = (
-        MOVE_COST * moves + PREEMPT_COST * preemptions + problem.policy.mig.repartition_cost * destroyed
+        MOVE_COST * (moves + drains)
+        + PREEMPT_COST * preemptions
+        + problem.policy.mig.repartition_cost * destroyed
+        + problem.policy.sharing.change_cost * sharing_changes
     )
     return Evaluation(
         queue=queue,
@@ -213,18 +233,22 @@ def evaluate(
         preemptions=preemptions,
         destroyed_instances=destroyed,
         free_gpu_milli=free,
+        drains=drains,
+        sharing_changes=sharing_changes,
     )
 
 
-def reported(problem: PlacementProblem, result: SolveResult) -> SolveResult:
-    """``result`` with the objective, terms and gap of the plan it returns.
+def reported(problem: PlacementProblem, result: SolveResult, sharing_changes: int = 0) -> SolveResult:
+    """``result`` with the objective, terms and gap of the plan it returns, which changes the sharing
+    mode of ``sharing_changes`` nodes (``problem`` has the modes the plan leaves).
 
     The gap is signed, ``(objective - bound) / max(1, objective)``; a bound above the objective would
     be a bug, so it is dropped (logged) rather than reported. ``OPTIMAL`` needs a zero gap: a proof of
     a model whose objective differs from the reported one (the weighted mode's linearised terms) is
-    reported ``FEASIBLE``.
+    reported ``FEASIBLE``; so is a plan that drains running work, which the exact model's disruption
+    term does not count (its proof is of another measure).
     """
-    ev = evaluate(problem, result.assignments, result.mig_layouts)
+    ev = evaluate(problem, result.assignments, result.mig_layouts, sharing_changes)
     objective = ev.objective(problem)
     bound, source = result.best_bound, result.bound_source
     diagnostics = {k: v for k, v in result.terms.items() if k not in ev.terms()}
@@ -239,7 +263,7 @@ def reported(problem: PlacementProblem, result: SolveResult) -> SolveResult:
         diagnostics["invalid_bound_dropped"] = 1.0
     gap = None if bound is None else (objective - bound) / max(1.0, float(objective))
     status = result.status
-    if status is PlanStatus.OPTIMAL and gap != 0:
+    if status is PlanStatus.OPTIMAL and (gap != 0 or ev.drains):
         status = PlanStatus.FEASIBLE
     return replace(
         result,

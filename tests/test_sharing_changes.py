@@ -1,4 +1,4 @@
-"""Changing a node's sharing mode (issue 15 item 2): an action with a drain cost, like a MIG
+"""Changing a node's sharing mode: an action with a drain cost, like a MIG
 re-partition. The planner switches a drained node whose mode blocks waiting demand (unless the policy
 forbids it), every back-end plans on the new mode, the executor applies the change, and the validator
 checks the placements against the mode after the change and that the node was drained."""
@@ -11,11 +11,23 @@ from datetime import UTC, datetime
 
 import pytest
 from fastapi.testclient import TestClient
+from hypothesis import HealthCheck, given, settings
+from hypothesis import strategies as st
 
 from gpuplan.api import create_app
 from gpuplan.api.settings import Settings
-from gpuplan.models import NodeSharing, Plan, PlanningInput, Policy, TimeSliced, Workload, default_catalog
+from gpuplan.models import (
+    NodeSharing,
+    Plan,
+    PlanningInput,
+    PlanStatus,
+    Policy,
+    TimeSliced,
+    Workload,
+    default_catalog,
+)
 from gpuplan.planner.executor import Executor, SimCluster
+from gpuplan.planner.pipeline import sharing
 from gpuplan.planner.pipeline.actions import SET_SHARING, START
 from gpuplan.planner.pipeline.occupancy import Holding, Occupancy
 from gpuplan.planner.planning import make_plan
@@ -209,3 +221,64 @@ def test_api_names_a_bad_sharing_policy_and_validates_mode_changes(client: TestC
         ("sharing-mode", "node busy gpu 0"),
         ("sharing-mode", "node busy gpu 1"),
     ]
+
+
+def forty_exclusive_nodes() -> PlanningInput:
+    """40 drained exclusive L40S nodes (one GPU each) and 80 waiting half-GPU fractions: with every node
+    time-sliced all 80 start (2 per GPU), so the true optimum of the queue term is 0."""
+    one = [{"index": 0, "model": "L40S-48GB"}]
+    return planning_input(
+        [node(f"n{i:02d}", gpus=one, sharing="exclusive") for i in range(40)],
+        [
+            Workload.model_validate(
+                {"id": "nb", "gpu_milli": 500, "replicas": 80, "queued_since": "2026-11-30T10:00:00Z"}
+            )
+        ],
+        Policy.model_validate({"sharing": {"allow_change": True}}),
+    )
+
+
+@pytest.mark.parametrize("solver", ["cpsat", "milp-highs"])
+def test_the_pre_pass_flips_as_many_nodes_as_help(solver: str) -> None:
+    inp = forty_exclusive_nodes()
+    p = make_plan(inp, solver=solver, now=NOW, time_limit_s=20)
+    assert validate_plan(p, inp) == []
+    assert len(p.assignments) == 80 and not p.unplaced
+    assert len(p.sharing) == 40 and p.solver.objective == 0
+    # Modes fixed before the solve: the model was a restriction, so nothing is proved optimal.
+    assert p.status is not PlanStatus.OPTIMAL
+    assert p.solver.best_bound is not None and p.solver.best_bound <= 0
+
+
+@pytest.mark.parametrize("solver", ["cpsat", "milp-highs", "greedy-fgd"])
+def test_modes_the_pre_pass_fixed_prove_nothing(solver: str, monkeypatch: pytest.MonkeyPatch) -> None:
+    # A pre-pass that tries nothing leaves every node exclusive: the solver proves the queue term of
+    # that restriction (all 80 wait), not of the problem, whose optimum is 0 (every node flipped).
+    monkeypatch.setattr(sharing, "MAX_TRIALS", 0)
+    inp = forty_exclusive_nodes()
+    p = make_plan(inp, solver=solver, now=NOW, time_limit_s=20)
+    assert validate_plan(p, inp) == []
+    assert p.sharing == () and len(p.unplaced) == 80
+    # 80 x standard weight 3 x 50 hundredths x (8 + 2 hours waited).
+    assert p.solver.objective == 80 * 3 * 50 * 10
+    assert p.status is not PlanStatus.OPTIMAL
+    assert p.solver.best_bound is not None and p.solver.best_bound <= 0
+
+
+@settings(max_examples=20, deadline=None, suppress_health_check=[HealthCheck.too_slow])
+@given(nodes=st.integers(1, 12), data=st.data())
+def test_the_pre_pass_flips_enough_nodes_and_no_more_than_help(nodes: int, data: st.DataObject) -> None:
+    # ``nodes`` drained exclusive one-GPU nodes; ``jobs`` whole GPUs and ``halves`` half-GPU fractions
+    # wait, few enough to all start once ceil(halves / 2) nodes are time-sliced and the rest exclusive.
+    halves = data.draw(st.integers(1, 2 * nodes))
+    jobs = data.draw(st.integers(0, nodes - (halves + 1) // 2))
+    one = [{"index": 0, "model": "L40S-48GB"}]
+    work = [Workload.model_validate({"id": "nb", "gpu_milli": 500, "replicas": halves})]
+    if jobs:
+        work.append(Workload.model_validate({"id": "job", "gpus": 1, "replicas": jobs}))
+    inp = planning_input([node(f"n{i:02d}", gpus=one, sharing="exclusive") for i in range(nodes)], work)
+    p = make_plan(inp, solver="greedy-fgd", now=NOW, time_limit_s=10, deterministic=True)
+    assert validate_plan(p, inp) == []
+    assert not p.unplaced and p.solver.objective == 0
+    assert p.solver.best_bound is not None and p.solver.best_bound <= 0
+    assert len(p.sharing) >= (halves + 1) // 2

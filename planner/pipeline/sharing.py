@@ -7,10 +7,12 @@ instances and work), costs ``policy.sharing.change_cost`` in the disruption term
 ``policy.sharing.allow_change`` is false.
 
 The choice is greedy, as the FGD greedy plans: with the current modes the greedy places the demand;
-then, one drained node at a time (one trial per kind of node: nodes alike in GPUs, CPU, memory, pool,
-labels and mode behave alike), the node's mode is flipped when the greedy then leaves less tier-weighted
-queue penalty waiting (in weighted mode: by more than the change costs). The solvers plan on the cluster
-with the chosen modes; :func:`used_changes` keeps only the changes the plan uses.
+then, kind of node by kind of node (nodes alike in GPUs, CPU, memory, pool, labels and mode behave
+alike), batches of drained nodes are flipped when the greedy then leaves less tier-weighted queue
+penalty waiting (in weighted mode: by more than the changes cost), batches doubling while they pay. The
+solvers plan on the cluster with the chosen modes; :func:`used_changes` keeps only the changes the plan
+uses. The modes are fixed before the solve, so the solve is a restriction of the problem whenever some
+node's mode could change: :func:`modes_fixed` says so in the report and gives a bound with modes free.
 """
 
 from __future__ import annotations
@@ -18,22 +20,26 @@ from __future__ import annotations
 import logging
 import time
 from collections.abc import Hashable, Iterable, Sequence
+from dataclasses import replace
 from datetime import datetime
 
 from gpuplan.models.cluster import EXCLUSIVE, Node, Sharing, TimeSliced, sharing_offers
 from gpuplan.models.hardware import HardwareCatalog
-from gpuplan.models.plan import Assignment, NodeSharing, Unplaced
+from gpuplan.models.plan import Assignment, NodeSharing, PlanStatus, Unplaced
 from gpuplan.models.policy import ObjectiveMode, Policy
 from gpuplan.models.problem import PlanningInput
 from gpuplan.planner.pipeline.compile import compile_problem
 from gpuplan.planner.pipeline.layouts import cluster_with_sharing
-from gpuplan.solvers.base import get_solver
+from gpuplan.solvers.base import SolveResult, get_solver
+from gpuplan.solvers.bounds import knapsack_bound, with_modes_free
 from gpuplan.solvers.formulation.objective import queue_penalty
+from gpuplan.solvers.problem import PlacementProblem
 
 log = logging.getLogger(__name__)
 
-#: Greedy plans tried at most, so that large fleets with many kinds of drained node stay quick.
-MAX_TRIALS = 32
+#: Greedy plans tried at most, so that large fleets with many kinds of drained node stay quick (each kind
+#: takes a number of trials logarithmic in its nodes).
+MAX_TRIALS = 64
 #: Time limit of each greedy trial (the greedy finishes well within it on fleets of thousands of GPUs).
 TRIAL_LIMIT_S = 5.0
 
@@ -100,47 +106,93 @@ def _entries(modes: dict[str, Sharing]) -> tuple[NodeSharing, ...]:
     return tuple(NodeSharing(node=n, sharing=s) for n, s in sorted(modes.items()))
 
 
-def _worth(policy: Policy, gain: int) -> bool:
-    """Whether placing ``gain`` more queue penalty pays for one mode change."""
+def _worth(policy: Policy, gain: int, changes: int) -> bool:
+    """Whether placing ``gain`` more queue penalty pays for ``changes`` more mode changes."""
     if policy.objective is ObjectiveMode.WEIGHTED:
-        return policy.weights.queue * gain > policy.weights.disruption * policy.sharing.change_cost
+        return policy.weights.queue * gain > policy.weights.disruption * policy.sharing.change_cost * changes
     return gain > 0
+
+
+def candidates(inp: PlanningInput) -> list[Node]:
+    """The drained nodes whose other mode offers a GPU kind the waiting demand asks for (none when the
+    policy forbids changes): the nodes whose mode the plan may change for the queue."""
+    if not inp.policy.sharing.allow_change:
+        return []
+    wanted = _waiting_kinds(inp)
+    return [
+        n for n in drained(inp) if n.sharing is not None and _serves(flipped(n.sharing, inp.policy), wanted)
+    ]
+
+
+def changeable(inp: PlanningInput) -> list[Node]:
+    """The nodes whose mode a plan of ``inp`` may change to do better: the :func:`candidates`; in
+    weighted mode, where other terms count too, every drained node (none when the policy forbids
+    changes)."""
+    if inp.policy.objective is ObjectiveMode.WEIGHTED and inp.policy.sharing.allow_change:
+        return drained(inp)
+    return candidates(inp)
+
+
+def modes_fixed(inp: PlanningInput, problem: PlacementProblem, result: SolveResult) -> SolveResult:
+    """``result`` of a solve on the modes the pre-pass chose (``problem``) as a plan of ``inp``: when
+    some node's mode could change, the solver saw a restriction of the problem (the modes it was given),
+    so it proved nothing for the whole problem: not ``OPTIMAL``, and the bound is the knapsack bound
+    with those nodes' modes free (the solver's own bound holds for the modes it was given only)."""
+    free = [n.name for n in changeable(inp)]
+    if not free:
+        return result
+    return replace(
+        result,
+        status=PlanStatus.FEASIBLE if result.status is PlanStatus.OPTIMAL else result.status,
+        best_bound=float(knapsack_bound(with_modes_free(problem, free))),
+        bound_source="knapsack",
+        terms={**result.terms, "sharing_modes_fixed": float(len(free))},
+    )
 
 
 def choose_sharing(
     inp: PlanningInput, catalog: HardwareCatalog, now: datetime, budget_s: float | None = None
 ) -> tuple[NodeSharing, ...]:
-    """The mode changes of drained nodes that let the greedy place more of the waiting demand; trials
-    stop after :data:`MAX_TRIALS` and, if given, ``budget_s`` seconds."""
-    if not inp.policy.sharing.allow_change:
-        return ()
-    wanted = _waiting_kinds(inp)
-    candidates = [
-        n for n in drained(inp) if n.sharing is not None and _serves(flipped(n.sharing, inp.policy), wanted)
-    ]
-    if not candidates:
+    """The mode changes of drained nodes that let the greedy place more of the waiting demand.
+
+    Nodes of one kind are flipped in growing batches (1, 2, 4, ... in name order) while a batch pays,
+    and in halving batches after one that does not, so a kind is flipped as far as it helps in a number
+    of trials logarithmic in its nodes. Trials stop when nothing waits, after :data:`MAX_TRIALS` and,
+    if given, after ``budget_s`` seconds."""
+    found = sorted(candidates(inp), key=lambda n: n.name)
+    if not found:
         return ()
     stop = None if budget_s is None else time.perf_counter() + budget_s
+    by_kind: dict[Hashable, list[Node]] = {}
+    for node in found:
+        by_kind.setdefault(_kind_of_node(node), []).append(node)
     modes: dict[str, Sharing] = {}
     best = _waiting_penalty(inp, modes, catalog, now)
-    useless: set[Hashable] = set()
     trials = 0
-    for node in candidates:
-        kind = _kind_of_node(node)
-        if best == 0 or trials >= MAX_TRIALS or (stop is not None and time.perf_counter() > stop):
-            break
-        if kind in useless:
-            continue
-        assert node.sharing is not None
-        trial = {**modes, node.name: flipped(node.sharing, inp.policy)}
-        penalty = _waiting_penalty(inp, trial, catalog, now)
-        trials += 1
-        if _worth(inp.policy, best - penalty):
-            modes, best = trial, penalty
-        else:
-            useless.add(kind)
+
+    def more() -> bool:
+        return best > 0 and trials < MAX_TRIALS and (stop is None or time.perf_counter() <= stop)
+
+    for nodes in by_kind.values():
+        at, step = 0, 1
+        while at < len(nodes) and more():
+            batch = nodes[at : at + step]
+            trial = {
+                **modes,
+                **{n.name: flipped(n.sharing, inp.policy) for n in batch if n.sharing is not None},
+            }
+            penalty = _waiting_penalty(inp, trial, catalog, now)
+            trials += 1
+            if _worth(inp.policy, best - penalty, len(batch)):
+                modes, best = trial, penalty
+                at += len(batch)
+                step *= 2
+            elif step == 1:
+                break
+            else:
+                step //= 2
     if modes:
-        log.info("sharing mode changes for waiting demand: %s", ", ".join(sorted(modes)))
+        log.info("sharing mode changes for waiting demand (%d trials): %s", trials, ", ".join(sorted(modes)))
     return _entries(modes)
 
 
@@ -163,6 +215,28 @@ def used_changes(
         ):
             kept.append(change)
     return tuple(kept)
+
+
+def modes_left(
+    inp: PlanningInput, problem: PlacementProblem, changes: Sequence[NodeSharing], kept: Sequence[NodeSharing]
+) -> PlacementProblem:
+    """``problem`` (compiled with every change of ``changes``) with the nodes whose change the plan
+    dropped (not in ``kept``) back in their mode: the modes the plan leaves, which its report measures."""
+    dropped = {c.node for c in changes} - {c.node for c in kept}
+    if not dropped:
+        return problem
+    mode = {n: inp.cluster.node_by_name[n].sharing for n in dropped}
+    return replace(
+        problem,
+        nodes=tuple(
+            replace(
+                n, gpus=tuple(g if g.mig is not None else replace(g, sharing=mode[n.name]) for g in n.gpus)
+            )
+            if n.name in mode
+            else n
+            for n in problem.nodes
+        ),
+    )
 
 
 def mode_notes(inp: PlanningInput, catalog: HardwareCatalog, workloads: Iterable[str]) -> dict[str, str]:

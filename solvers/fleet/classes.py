@@ -41,12 +41,14 @@ class RequestClass:
 
 @dataclass(frozen=True)
 class NodeClass:
-    """Nodes in interchangeable states: a representative's description and state, and the members."""
+    """Nodes in interchangeable states: a representative's description and state, and the members;
+    ``repartition``: whether a plan may destroy their idle MIG instances and create others."""
 
     index: int
     info: NodeInfo
     state: NodeState
     members: tuple[int, ...]
+    repartition: bool = False
 
     @property
     def count(self) -> int:
@@ -87,10 +89,13 @@ def request_classes(problem: PlacementProblem, positions: Sequence[int]) -> tupl
     return tuple(out)
 
 
-def node_classes(placer: Placer, *, with_room: bool = False) -> tuple[NodeClass, ...]:
+def node_classes(
+    placer: Placer, *, with_room: bool = False, repartition: bool = False
+) -> tuple[NodeClass, ...]:
     """The node classes of a placer's current state (its signature groups), ordered by the name of
     their first member so that the order does not depend on the input order of the nodes; with
-    ``with_room``, only the nodes with CPU and memory left."""
+    ``with_room``, only the nodes with CPU and memory left; ``repartition``: whether a plan may
+    destroy idle MIG instances and create others (the policy allows both)."""
     states = placer.cluster.states
     groups = [
         sorted(g.members, key=lambda n: placer.infos[n].name)
@@ -98,4 +103,6 @@ def node_classes(placer: Placer, *, with_room: bool = False) -> tuple[NodeClass,
         if g.members and (not with_room or (states[g.first()].cpu > 0 and states[g.first()].mem > 0))
     ]
     groups.sort(key=lambda members: placer.infos[members[0]].name)
-    return tuple(NodeClass(i, placer.infos[m[0]], states[m[0]], tuple(m)) for i, m in enumerate(groups))
+    return tuple(
+        NodeClass(i, placer.infos[m[0]], states[m[0]], tuple(m), repartition) for i, m in enumerate(groups)
+    )

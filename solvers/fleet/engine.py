@@ -27,7 +27,8 @@ from collections import Counter
 from collections.abc import Sequence
 from dataclasses import dataclass, replace
 
-from gpuplan.models.plan import Assignment, PlanStatus, Unplaced
+from gpuplan.models.cluster import MigInstance, mig_layout_problems
+from gpuplan.models.plan import Assignment, MigLayout, PlanStatus, Unplaced
 from gpuplan.solvers.base import CUT, SolveResult
 from gpuplan.solvers.evaluate import queue_term
 from gpuplan.solvers.fleet.classes import NodeClass, RequestClass, node_classes, request_classes
@@ -134,12 +135,69 @@ def _first_plans(problem: PlacementProblem, deadline: float) -> list[SolveResult
     return plans
 
 
+def _repartitions(problem: PlacementProblem) -> bool:
+    """Whether a plan may re-partition MIG GPUs: destroy idle instances and create others."""
+    return problem.policy.mig.allow_repartition and problem.policy.mig.allow_create
+
+
+def _freed(problem: PlacementProblem) -> tuple[PlacementProblem, frozenset[tuple[str, int]]]:
+    """``problem`` with the MIG GPUs that run nothing emptied of their (idle) instances when the policy
+    lets a plan re-partition them, so that the placement kernel creates the instances the plan needs,
+    and those GPUs (node, index). GPUs with running work keep their layouts: re-partitioning them would
+    drain that work."""
+    if not _repartitions(problem):
+        return problem, frozenset()
+    busy = {
+        (q.running.node, g.index) for q in problem.requests if q.running is not None for g in q.running.gpus
+    }
+    freed = frozenset(
+        (n.name, g.index) for n in problem.nodes for g in n.gpus if g.mig and (n.name, g.index) not in busy
+    )
+    if not freed:
+        return problem, freed
+    nodes = tuple(
+        replace(n, gpus=tuple(replace(g, mig=()) if (n.name, g.index) in freed else g for g in n.gpus))
+        for n in problem.nodes
+    )
+    return replace(problem, nodes=nodes), freed
+
+
+def _restored(
+    problem: PlacementProblem, freed: frozenset[tuple[str, int]], layouts: Sequence[MigLayout]
+) -> tuple[MigLayout, ...]:
+    """``layouts`` of a plan of the freed problem with the idle instances of each freed GPU put back
+    wherever the instances the plan uses leave them room (a valid layout): a GPU the plan does not use
+    keeps its layout, and only the instances in the way of new ones are destroyed."""
+    current = {(n.name, g.index): (g.model, g.mig or ()) for n in problem.nodes for g in n.gpus}
+    out = []
+    for lay in layouts:
+        key = (lay.node, lay.gpu)
+        if key not in freed:
+            out.append(lay)
+            continue
+        model, before = current[key]
+        spec = problem.catalog.model(model)
+        instances = lay.instances
+        for prof, start in before:
+            trial = tuple(sorted((*instances, MigInstance(profile=prof, start=start)), key=lambda i: i.start))
+            if not mig_layout_problems(spec, trial):
+                instances = trial
+        out.append(MigLayout(node=lay.node, gpu=lay.gpu, instances=instances))
+    return tuple(out)
+
+
 def plan_fleet(problem: PlacementProblem, deadline: float) -> FleetPlan:
-    """Plan ``problem`` by its configuration LP within ``deadline`` (perf_counter)."""
+    """Plan ``problem`` by its configuration LP within ``deadline`` (perf_counter).
+
+    When the policy allows MIG re-partitions, the idle MIG GPUs are planned empty (:func:`_freed`) and
+    pricing counts idle instances as free to replace, so the plan may re-partition them and the bound
+    covers every layout; the plan's layouts keep the idle instances nothing is in the way of
+    (:func:`_restored`)."""
     start = time.perf_counter()
     # Nodes in name order: the greedy placers break ties towards the first node in cluster order, which
     # must not be the order the input lists its nodes in.
-    problem = replace(problem, nodes=tuple(sorted(problem.nodes, key=lambda n: n.name)))
+    original = replace(problem, nodes=tuple(sorted(problem.nodes, key=lambda n: n.name)))
+    problem, freed = _freed(original)
     # The first columns come from FGD in canonical orders, never in the input order: the plan must not
     # depend on how the input lists its rows.
     firsts = _first_plans(problem, deadline)
@@ -149,7 +207,7 @@ def plan_fleet(problem: PlacementProblem, deadline: float) -> FleetPlan:
     waiting = [r for r, q in enumerate(problem.requests) if q.running is None]
     singles = [r for r in waiting if problem.requests[r].gang is None]
     classes = request_classes(problem, singles)
-    nodes = node_classes(placer)
+    nodes = node_classes(placer, repartition=_repartitions(problem))
     budget = GENERATION_SHARE * (deadline - time.perf_counter())
     config = generate(
         nodes,
@@ -217,4 +275,6 @@ def plan_fleet(problem: PlacementProblem, deadline: float) -> FleetPlan:
             terms={**result.terms, "kept_hint": 1.0},
             model_size=result.model_size,
         )
+    if freed:
+        result = replace(result, mig_layouts=_restored(original, freed, result.mig_layouts))
     return FleetPlan(result, config, bound)

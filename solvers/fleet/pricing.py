@@ -11,7 +11,9 @@ counts replicas per class, never one variable per replica:
   GPU's free milli, free GPU memory (fractions that ask for GPU memory always take this form) and, on
   a time-sliced GPU, within its shares left (always GPU by GPU).
 - MIG GPUs count instances by profile within free memory and compute slices and the instances they
-  already have, ignoring start positions.
+  already have, ignoring start positions; when the policy lets a plan re-partition (destroy idle
+  instances and create others), every instance used counts against the memory and compute slices the
+  busy instances leave, idle ones being free to reuse or replace.
 
 CPU and memory bound every pattern. The model is exact for GPUs without MIG whose whole-GPU groups do
 not overlap; for MIG start positions, overlapping NVLink cliques and isolation between teams on one GPU
@@ -310,6 +312,9 @@ class _Model:
 
     def _mig(self) -> None:
         """Per MIG GPU: free instances of a profile serve it; new ones take free memory and compute."""
+        if self.nc.repartition:
+            self._mig_repartition()
+            return
         info, state = self.nc.info, self.nc.state
         for p, uses in self.migs.items():
             model = info.models[p]
@@ -337,6 +342,29 @@ class _Model:
                 new_compute.append(spec.compute_slices * created)
             self.m.add(sum(new_mem) <= model.memory_slices - held_mem)
             self.m.add(sum(new_compute) <= model.compute_slices - held_compute)
+
+    def _mig_repartition(self) -> None:
+        """Per MIG GPU whose idle instances a plan may destroy: every instance used, reused or new,
+        takes its memory and compute slices out of what the busy instances leave (start positions
+        ignored: a relaxation of every layout the GPU may be given)."""
+        info, state = self.nc.info, self.nc.state
+        for p, uses in self.migs.items():
+            model = info.models[p]
+            slots = state.mig[p]
+            assert slots is not None
+            busy = [(prof, size) for _, prof, size, occupied in slots if occupied]
+            mem: list[cp_model.LinearExprT] = []
+            compute: list[cp_model.LinearExprT] = []
+            for shape, n in uses:
+                assert shape.mig_profile is not None
+                spec = model.profile(shape.mig_profile)
+                # The fewest memory slices any placement of the profile takes.
+                mem.append(min((pl.size for pl in spec.placements), default=spec.memory_slices) * n)
+                compute.append(spec.compute_slices * n)
+            self.m.add(sum(mem) <= model.memory_slices - sum(size for _, size in busy))
+            self.m.add(
+                sum(compute) <= model.compute_slices - sum(model.profile(b).compute_slices for b, _ in busy)
+            )
 
 
 def _asks_gpu_memory(items: Sequence[tuple[RequestClass, int, ShapeSpec, int]]) -> bool:
