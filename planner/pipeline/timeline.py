@@ -385,6 +385,11 @@ def _roll(
     solver_starts = {
         k: _Interval(k, 0.0, math.inf, holding(a)) for k, a in chosen.items() if requests[k].running is None
     }
+    start_ends = {
+        k: end
+        for k in solver_starts
+        if (end := duration_s(workloads[k[0]], inp.policy) or math.inf) <= HORIZON_S
+    }
     order = problem.queue_order()
     for req in order:
         if req.key in chosen and req.running is not None:
@@ -405,7 +410,9 @@ def _roll(
         honoured = fresh and all(m.key in previous for m in members)
         processed.update(m.key for m in members)
         promoted = False
-        times = sorted({0.0, *roll.ends})
+        # Start times: the expected ends so far, and those of the solver's starts not reached yet (a
+        # replica ahead of them in the queue may start when they end).
+        times = sorted({0.0, *roll.ends, *(e for k, e in start_ends.items() if k not in processed)})
         for t in times:
             ivs = roll.overlapping(t, d)
             found = None

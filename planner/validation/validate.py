@@ -271,7 +271,8 @@ class _Checker:
             self._shapes()
         self._layouts()
         self._mig_policy()
-        if self._checks(ACTIONS_FAMILY):
+        actions = self._checks(ACTIONS_FAMILY)
+        if actions:
             self._mig_actions()
         self._gpus()
         self._sharing()
@@ -293,7 +294,7 @@ class _Checker:
         if disruption or min_runtime:
             stopped = self._stopped()
             if disruption:
-                self._disruption(stopped)
+                self._disruption(stopped, actions)
                 self._disruption_total(stopped)
                 self._disruption_budget()
             if min_runtime:
@@ -1044,11 +1045,11 @@ class _Checker:
             best[p.node.name] = min(rank, best.get(p.node.name, rank))
         return best
 
-    def _disruption(self, stopped: Sequence[_Stopped]) -> None:
+    def _disruption(self, stopped: Sequence[_Stopped], actions: bool) -> None:
         """Rule 13: only preemptible work in a tier that may be preempted is stopped, under
         ``disruption.preempt_only_for_higher_tier`` only for a replica of a strictly higher tier that the
-        plan starts on its node, and every move and preemption that the assignments imply has its action
-        (a drain is known by its action)."""
+        plan starts on its node, and (``actions``: the plan carries its actions) every move and
+        preemption that the assignments imply has its action (a drain is known by its action)."""
         policy = self.inp.policy
         every_tier = policy.disruption.preempt_latency_sensitive  # the policy opens every tier
         newcomers = self._newcomer_ranks() if policy.disruption.preempt_only_for_higher_tier else {}
@@ -1080,7 +1081,7 @@ class _Checker:
                         f"tier above '{w.tier}' on node '{s.place.node}' "
                         "(disruption.preempt_only_for_higher_tier is true).",
                     )
-            if s.scheduled:
+            if s.scheduled or not actions:
                 continue
             if s.target is None:
                 message = (
@@ -1225,8 +1226,8 @@ def check_plan(
         rules, as they read teams and tiers) are reported as skipped instead of passing vacuously.
     actions_derived
         ``plan`` carries its actions; false for a trial plan built before they are derived, whose MIG
-        layout changes are then not required to have their actions (family :data:`ACTIONS_FAMILY`,
-        reported as skipped).
+        layout changes, moves and preemptions are then not required to have their actions (family
+        :data:`ACTIONS_FAMILY`, reported as skipped).
     """
     skip: dict[str, str] = {}
     if workloads_implied:

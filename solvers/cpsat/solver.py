@@ -34,7 +34,7 @@ from gpuplan.solvers.formulation.linear_frag import linear_fragmentation
 from gpuplan.solvers.formulation.objective import build_terms, queue_penalty
 from gpuplan.solvers.formulation.staged import StageResult, Values, fallback, result, run_stages
 from gpuplan.solvers.formulation.variables import Variables, build_variables
-from gpuplan.solvers.greedy import Fgd
+from gpuplan.solvers.greedy import Fgd, make_room
 from gpuplan.solvers.placement import NEVER_FITS, NO_CAPACITY, Placer
 from gpuplan.solvers.problem import PlacementProblem, disturbable
 
@@ -48,6 +48,12 @@ TRANSITION_SHARE = 0.8
 FLEET_SHARE = 0.95
 #: Above this many variables, skip symmetry detection and probing in presolve (seconds for little gain).
 FAST_PRESOLVE_VARIABLES = 4000
+#: Share of the time limit the make-room search may take to improve the FGD hint of a whole-cluster
+#: model (on the bundled example it places the 8-GPU training jobs FGD leaves waiting within a second).
+ROOM_SHARE = 0.15
+#: Trials of the make-room search per second of its share, in a deterministic solve (about a second's
+#: worth on a busy 2-core machine); the wall clock still stops it at twice its share, flagged.
+ROOM_STEPS_PER_S = 1000
 #: Deterministic seconds a deterministic solve gets per second of its wall-clock share: CP-SAT's
 #: deterministic time ran 0.3-0.5x the wall time on a busy 2-core machine, so a quarter leaves room for
 #: slower machines to finish on deterministic time (and so give the same plan) within the time limit.
@@ -189,6 +195,9 @@ class CpSat:
         never = never_fitting(problem, seen.placer)
         if repack:
             return self._repack(problem, seen.placer, greedy, never, start)
+        room_cut = False
+        if not large:
+            greedy, room_cut = _with_room(problem, greedy, start)
         candidates = seen.candidates(greedy) if seen.rank else None
         full = candidates is None and movable == disturbed
         builder = CpSatBuilder()
@@ -220,7 +229,7 @@ class CpSat:
             linearised = frag is not None and not movable and not problem.policy.mig.allow_repartition
             if linearised and problem.policy.objective is ObjectiveMode.LEXICOGRAPHIC:
                 out = _better_of(problem, seen, out, greedy)
-        if stages.cut_by_wall:
+        if stages.cut_by_wall or (room_cut and problem.deterministic):
             out = replace(out, terms={**out.terms, CUT: 1.0})
         out = _never_worse(problem, out, greedy)
         out = _with_fleet_bound(problem, _recoded(out, never), never)
@@ -331,6 +340,19 @@ class CpSat:
         return reported(problem, _with_fleet_bound(problem, _recoded(merged, never), never))
 
 
+def _with_room(problem: PlacementProblem, greedy: SolveResult, start: float) -> tuple[SolveResult, bool]:
+    """The FGD plan improved by making room for waiting replicas (on a placer of its own, so that the
+    candidate rankings keep the FGD state), and whether the wall clock cut that search short. A
+    deterministic solve bounds the search by trials, not time."""
+    share = ROOM_SHARE * problem.time_limit_s
+    held: list[Placer] = []
+    again = Fgd().place(problem, on_kept=held.append)
+    if not problem.deterministic:
+        return make_room(problem, held[0], again, start + share)
+    steps = max(1, round(ROOM_STEPS_PER_S * share))
+    return make_room(problem, held[0], again, start + 2 * share, steps)
+
+
 def _search_terms(report: LnsReport) -> dict[str, float]:
     """What a neighbourhood search did, as report terms."""
     return {
@@ -417,7 +439,8 @@ def hint_from(m: cp_model.CpModel, v: Variables, problem: PlacementProblem, gree
         grp = next((g for s, g in cand.groups if used <= s), None)
         if grp is not None:
             chosen.add(grp.index)
-        if r in v.stay:
+        running = problem.requests[r].running
+        if r in v.stay and running is not None and a == problem.requests[r].assignment(running):
             chosen.add(v.stay[r].index)
     for lay in greedy.mig_layouts:
         n = node_pos[lay.node]

@@ -292,6 +292,8 @@ class ClusterState:
         self.capacity_gpu_milli = sum(MILLI * len(i.spec.gpus) for i in self.infos)
         self.free_gpu_milli = sum(sum(s.free) for s in self.states)
         self._journal: list[tuple[int, NodeState]] | None = None
+        #: Where each open transaction starts in the journal, innermost last.
+        self._marks: list[int] = []
         #: Bumped by every change of a node's state, so callers can memoise answers about the state.
         self.version = 0
 
@@ -323,16 +325,24 @@ class ClusterState:
         self.sigs[n] = sig
 
     def begin(self) -> None:
-        """Start journalling changes (for a gang placed all together or not at all)."""
-        self._journal = []
+        """Start journalling changes (for a gang placed all together or not at all); transactions
+        nest: each :meth:`commit` or :meth:`rollback` ends the innermost one."""
+        if self._journal is None:
+            self._journal = []
+        self._marks.append(len(self._journal))
 
     def commit(self) -> None:
-        """Keep the journalled changes."""
-        self._journal = None
+        """Keep the changes of the innermost transaction (an outer one may still undo them)."""
+        self._marks.pop()
+        if not self._marks:
+            self._journal = None
 
     def rollback(self) -> None:
-        """Undo every change since :meth:`begin`."""
+        """Undo every change since the innermost :meth:`begin`."""
+        mark = self._marks.pop()
         journal = self._journal or []
-        self._journal = None
-        for n, old in reversed(journal):
+        for n, old in reversed(journal[mark:]):
             self._swap(n, self.states[n], old)
+        del journal[mark:]
+        if not self._marks:
+            self._journal = None
