@@ -17,6 +17,7 @@ from gpuplan.models.catalog import default_catalog
 from gpuplan.models.plan import Assignment, GpuUse, MigLayout, SolverReport
 from gpuplan.planner.pipeline.compile import compile_problem
 from gpuplan.planner.pipeline.repair import without_idle_moves
+from gpuplan.planner.pipeline.summary import render
 from gpuplan.planner.validation.validate import validate_plan
 from gpuplan.solvers.base import SolveResult
 from gpuplan.solvers.evaluate import evaluate
@@ -295,3 +296,12 @@ def test_a_runner_does_not_go_back_beside_a_tier_it_is_kept_apart_from() -> None
     repaired = _repair(inp, *plan)
     assert _where(repaired) == {"ls": "n1", "ls2": "n1", "b0": "n0", "b1": "n0"}
     assert _valid(inp, repaired, moves=True) == []
+
+
+def test_the_summary_says_how_many_idle_moves_were_undone() -> None:
+    inp = _input(1, [_runner("r", "n0")])
+    solver = SolverReport(name="cpsat", terms={"idle_moves_undone": 2.0})
+    plan = Plan(status=PlanStatus.FEASIBLE, solver=solver, assignments=(_on("r", "n0"),))
+    assert "undone: 2 move(s) or preemption(s) that bought nothing" in render(plan, inp)
+    plain = plan.model_copy(update={"solver": SolverReport(name="cpsat")})
+    assert "undone" not in render(plain, inp)
