@@ -168,27 +168,34 @@ class _Repair:
                     elif _disturbed(r, state.placed.get(k)):
                         home_of[k] = _origin(r)
                         todo.append(k)
-        trial = state.occ.copy()
-        for k in [*home_of, *newcomers]:
-            trial.stop(k)
-        step: Step = {}
-        for k in sorted(home_of):
-            if trial.problem(k, home_of[k]) is not None:
+        # Tried on the state itself and undone before returning: no copy of a whole fleet per step.
+        occ = state.occ
+        stopped = {k: occ.stop(k) for k in [*home_of, *newcomers]}
+        try:
+            step: Step = {}
+            for k in sorted(home_of):
+                if occ.problem(k, home_of[k]) is not None:
+                    return None
+                occ.start(k, home_of[k])
+                q = self.by_key[k]
+                assert q.running is not None
+                step[k] = q.assignment(q.running)
+            if not all(self._apart(occ, self.by_key[k], a) for k, a in step.items()):
                 return None
-            trial.start(k, home_of[k])
-            q = self.by_key[k]
-            assert q.running is not None
-            step[k] = q.assignment(q.running)
-        if not all(self._apart(trial, self.by_key[k], a) for k, a in step.items()):
+            left = [state.placed[k] for k in sorted(home_of) if k in state.placed]
+            # Newcomers pushed off first try their own place, then a place a runner leaves; or the other
+            # way round (fractions: one newcomer of the runner's size leaves, its neighbours stay).
+            for stay_first in (True, False):
+                found = self._new_places(occ, sorted(newcomers), state.placed, left, stay_first=stay_first)
+                if found is not None and self._as_good(state, step | found):
+                    return step | found
             return None
-        left = [state.placed[k] for k in sorted(home_of) if k in state.placed]
-        # Newcomers pushed off first try their own place, then a place a runner leaves; or the other way
-        # round (fractions: one newcomer of the runner's size leaves, its neighbours stay).
-        for stay_first in (True, False):
-            found = self._new_places(trial, sorted(newcomers), state.placed, left, stay_first=stay_first)
-            if found is not None and self._as_good(state, step | found):
-                return step | found
-        return None
+        finally:
+            for k in home_of:
+                occ.stop(k)
+            for k, hold in stopped.items():
+                if hold is not None:
+                    occ.start(k, hold, force=True)
 
     def _new_places(
         self,
@@ -325,12 +332,15 @@ class _Repair:
                 step = self.step(state, q)
                 if step is None:
                     continue
-                nxt = state.copy()
-                nxt.apply(step)
-                if accept is not None and not accept(nxt):
-                    continue
+                if accept is None:
+                    state.apply(step)
+                else:
+                    nxt = state.copy()
+                    nxt.apply(step)
+                    if not accept(nxt):
+                        continue
+                    state = nxt
                 undone += sum(self.by_key[k].running is not None for k in step)
-                state = nxt
                 progress = True
         return state, undone
 
