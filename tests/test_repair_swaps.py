@@ -14,7 +14,7 @@ from hypothesis import strategies as st
 
 from gpuplan.models import Plan, PlanningInput, PlanStatus
 from gpuplan.models.catalog import default_catalog
-from gpuplan.models.plan import Assignment, GpuUse, MigLayout, SolverReport
+from gpuplan.models.plan import Assignment, GpuUse, MigLayout, SolverReport, Unplaced
 from gpuplan.planner.pipeline.compile import compile_problem
 from gpuplan.planner.pipeline.repair import without_idle_moves
 from gpuplan.planner.pipeline.summary import render
@@ -305,3 +305,45 @@ def test_the_summary_says_how_many_idle_moves_were_undone() -> None:
     assert "undone: 2 move(s) or preemption(s) that bought nothing" in render(plan, inp)
     plain = plan.model_copy(update={"solver": SolverReport(name="cpsat")})
     assert "undone" not in render(plain, inp)
+
+
+def test_a_swap_on_gpus_reserved_for_a_predicted_start_is_kept() -> None:
+    """The plan reserves n1's GPU for ``later`` from when ``r`` (moved there) ends: putting ``w``, whose
+    end is another, on that GPU instead would leave the reservation describing another plan."""
+    inp = _input(2, [_runner("r", "n0"), _newcomer("w"), _newcomer("later")])
+    problem = compile_problem(inp, CATALOG, NOW)
+    wait = Unplaced(
+        workload="later", replica=0, code="RESERVED_FOR_EARLIER", reason="x",
+        predicted_start=(NOW + timedelta(hours=3)).isoformat(), reserved_node="n1",
+        reserved_gpus=(GpuUse(index=0),),
+    )  # fmt: skip
+    result = SolveResult(
+        status=PlanStatus.FEASIBLE,
+        solver="test",
+        assignments=(_on("r", "n1"), _on("w", "n0")),
+        unplaced=(wait,),
+    )
+    repaired = without_idle_moves(inp, problem, result, CATALOG)
+    assert _where(repaired) == {"r": "n1", "w": "n0"}
+
+
+def test_a_whole_gpu_newcomer_takes_free_gpus_of_the_node_a_runner_leaves() -> None:
+    """``train`` (4 GPUs) moved from d0 to d1 while ``svc`` (8 GPUs) took d0: d1 is empty once ``train``
+    goes back, so ``svc`` runs there and nothing moves (the shapes differ: not a plain swap)."""
+    nodes = [
+        {"name": f"d{i}", "cpu_milli": 224000, "memory_mib": 2097152, "topology": "dgx-h100"}
+        for i in range(2)
+    ]
+    work = [
+        {"id": "train", "gpus": 4, "topology": "nvlink", "running_on": "d0:0,1,2,3", "started_at": STARTED},
+        {"id": "svc", "gpus": 8, "queued_since": QUEUED},
+    ]
+    inp = PlanningInput.model_validate(
+        {"cluster": {"nodes": nodes}, "workloads": work, "policy": {"disruption": {"max_moves_per_round": 1}}}
+    )
+    moved = Assignment(workload="train", replica=0, node="d1", gpus=tuple(GpuUse(index=g) for g in range(4)))
+    svc = Assignment(workload="svc", replica=0, node="d0", gpus=tuple(GpuUse(index=g) for g in range(8)))
+    repaired = _repair(inp, moved, svc)
+    gpus = {a.workload: (a.node, [g.index for g in a.gpus]) for a in repaired.assignments}
+    assert gpus == {"train": ("d0", [0, 1, 2, 3]), "svc": ("d1", list(range(8)))}
+    assert _valid(inp, repaired) == []

@@ -129,6 +129,10 @@ class _Repair:
         self.nodes: Mapping[str, NodeSpec] = {n.name: n for n in problem.nodes}
         self.rules = Rules(problem.policy, catalog)
         self.meter = NodeFragmentation(problem, result.mig_layouts)
+        #: GPUs the plan reserves for waiting replicas' predicted starts, which assume who holds them now.
+        self.reserved = {
+            (u.reserved_node, g.index) for u in result.unplaced if u.reserved_node for g in u.reserved_gpus
+        }
 
     def initial(self) -> _State:
         """The solver's plan as a state."""
@@ -305,7 +309,14 @@ class _Repair:
         return fragmented, links
 
     def _as_good(self, state: _State, step: Step) -> bool:
-        """Whether the nodes ``step`` touches are as little fragmented, with as cheap links, after it."""
+        """Whether the nodes ``step`` touches are as little fragmented, with as cheap links, after it,
+        and no replica it moves leaves or takes a GPU reserved for a predicted start."""
+        for k, a in step.items():
+            old = state.placed.get(k)
+            if old != a and any(
+                (p.node, g.index) in self.reserved for p in (a, old) if p is not None for g in p.gpus
+            ):
+                return False
         nodes = {a.node for a in step.values()} | {state.placed[k].node for k in step if k in state.placed}
         after: dict[str, dict[Key, Assignment]] = {n: dict(state.on_node.get(n, {})) for n in nodes}
         for k in step:
@@ -377,12 +388,10 @@ def without_idle_moves(
     inp: PlanningInput, problem: PlacementProblem, result: SolveResult, catalog: HardwareCatalog
 ) -> SolveResult:
     """``result`` with every move or preemption undone whose undoing loses nothing (see module doc)."""
-    if not any(q.running is not None for q in problem.requests):
+    placed = {(a.workload, a.replica): a for a in result.assignments}
+    if not any(q.running is not None and _disturbed(q, placed.get(q.key)) for q in problem.requests):
         return result
     repair = _Repair(inp, problem, result, catalog)
-    start = repair.initial()
-    if not repair.disturbed(start):
-        return result
     state, undone = repair.search()
     if not undone:
         return result
