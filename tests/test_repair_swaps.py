@@ -347,3 +347,30 @@ def test_a_whole_gpu_newcomer_takes_free_gpus_of_the_node_a_runner_leaves() -> N
     gpus = {a.workload: (a.node, [g.index for g in a.gpus]) for a in repaired.assignments}
     assert gpus == {"train": ("d0", [0, 1, 2, 3]), "svc": ("d1", list(range(8)))}
     assert _valid(inp, repaired) == []
+
+
+def test_an_undoing_the_validator_refuses_is_left_out_and_the_others_kept() -> None:
+    """Two swaps: ``r``/``w`` across an L4 and an L40S node, where team b may use no L40S (quota 0),
+    and ``r2``/``w2`` across two identical L40S nodes. Undoing the first would put ``w`` on the L40S,
+    which the validator refuses (a rule the repair does not check itself): that one stays, the other is
+    undone."""
+    nodes = [
+        {"name": "l4", "cpu_milli": 64000, "memory_mib": 262144, "gpus": [{"index": 0, "model": "L4-24GB"}]},
+        *_nodes(3),
+    ]
+    work = [
+        {**_runner("r", "l4"), "team": "a"},
+        {**_newcomer("w"), "team": "b"},
+        {**_runner("r2", "n1"), "team": "a"},
+        {**_newcomer("w2"), "team": "a"},
+    ]
+    policy = {
+        "teams": ["a", "b"],
+        "quotas": [{"team": "b", "gpu_model": "L40S-48GB", "gpus": 0}],
+        "disruption": {"max_moves_per_round": 2},
+    }
+    inp = PlanningInput.model_validate({"cluster": {"nodes": nodes}, "workloads": work, "policy": policy})
+    repaired = _repair(inp, _on("r", "n0"), _on("w", "l4"), _on("r2", "n2"), _on("w2", "n1"))
+    assert _where(repaired) == {"r": "n0", "w": "l4", "r2": "n1", "w2": "n2"}
+    assert repaired.terms["idle_moves_undone"] == 1
+    assert _valid(inp, repaired, moves=True) == []
