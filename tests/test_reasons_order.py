@@ -24,9 +24,9 @@ NOW = datetime(2026, 11, 29, 12, tzinfo=UTC)
 QUEUED = (NOW - timedelta(hours=1)).isoformat()
 
 
-def _node(name: str, model: str, count: int, cpu_milli: int = 64000) -> dict[str, Any]:
+def _node(name: str, model: str, count: int, cpu_milli: int = 64000, **extra: Any) -> dict[str, Any]:
     gpus = [{"index": i, "model": model} for i in range(count)]
-    return {"name": name, "cpu_milli": cpu_milli, "memory_mib": 262144, "gpus": gpus}
+    return {"name": name, "cpu_milli": cpu_milli, "memory_mib": 262144, "gpus": gpus, **extra}
 
 
 def _work(wid: str, **fields: Any) -> dict[str, Any]:
@@ -38,6 +38,11 @@ NODES = [
     *(_node(f"a{i}", "A100-SXM4-80GB", 4) for i in range(3)),
     _node("own", "L4-24GB", 2, cpu_milli=8000),
     _node("l4", "L4-24GB", 3, cpu_milli=8000),
+    # Time-sliced nodes keep whole-GPU pods off: their reasons name them (by name, in any row order).
+    *(
+        _node(f"ts{i}", "L4-24GB", 1, cpu_milli=8000, sharing={"time-slicing": {"replicas": 4}})
+        for i in range(3)
+    ),
 ]
 WORK = [
     # Ten one-GPU background pods, equal in tier, priority and wait, for eight L40S GPUs (the L4 node
@@ -54,6 +59,7 @@ POLICY = {
     "teams": ["default", "small", "owner"],
     "quotas": [{"team": "small", "gpus": 2}],
     "isolation": [{"kind": "team-exclusive", "team": "owner", "nodes": ["own"]}],
+    "sharing": {"allow_change": False},
 }
 
 
