@@ -7,11 +7,13 @@ runner's place, the runner the place the newcomer could have taken), or moves ru
 Each such change disturbs running work for nothing. Here every disturbed running replica is tried in
 reverse on the plan's final state, together with whatever blocks its way home: other disturbed
 runners on its old place go home too (chains and cycles), and newcomers on it keep their own place
-if it still fits or take a place one of those runners leaves, when their shapes use GPUs alike (a
-swap). The change is dropped when it places the same replicas (or more: a preempted one back), keeps
-every newcomer on its alternative, and leaves FGD's fragmentation and the link cost of the nodes
-involved as good. The repaired plan is checked by the independent validator as a whole; if it breaks
-a rule the solver's plan did not, the undoings are redone one at a time, each checked alone.
+if it still fits, or take a place one of those runners leaves when their shapes use GPUs alike (a
+swap), or, asking for whole GPUs, free GPUs of the nodes involved. The change is dropped when it
+places the same replicas (or more: a preempted one back), keeps every newcomer on its alternative,
+keeps GPU isolation, touches no GPU reserved for a predicted start, and leaves FGD's fragmentation
+and the link cost of the nodes involved as good. The repaired plan is checked by the independent
+validator as a whole; if it breaks a rule the solver's plan did not, the undoings are redone one at a
+time, each checked alone.
 """
 
 from __future__ import annotations
