@@ -9,6 +9,7 @@ from __future__ import annotations
 from datetime import UTC, datetime, timedelta
 from typing import Any
 
+import pytest
 from hypothesis import HealthCheck, given, settings
 from hypothesis import strategies as st
 
@@ -307,10 +308,15 @@ def test_the_summary_says_how_many_idle_moves_were_undone() -> None:
     assert "undone" not in render(plain, inp)
 
 
-def test_a_swap_on_gpus_reserved_for_a_predicted_start_is_kept() -> None:
-    """The plan reserves n1's GPU for ``later`` from when ``r`` (moved there) ends: putting ``w``, whose
-    end is another, on that GPU instead would leave the reservation describing another plan."""
-    inp = _input(2, [_runner("r", "n0"), _newcomer("w"), _newcomer("later")])
+@pytest.mark.parametrize(("hours", "undone"), [(10, False), (1, True)])
+def test_a_swap_onto_a_gpu_reserved_for_a_predicted_start_needs_an_end_as_early(
+    hours: int, undone: bool
+) -> None:
+    """The plan reserves n1's GPU for ``later`` from when ``r`` (moved there, 3 hours left) ends. The swap
+    puts ``w`` there instead: with 10 hours to run it would hold the GPU past the reserved start, so
+    the move stays; with 1 hour the reservation still holds and the swap is undone."""
+    runner = {**_runner("r", "n0"), "duration_s": (24 + 3) * 3600}
+    inp = _input(2, [runner, {**_newcomer("w"), "duration_s": hours * 3600}, _newcomer("later")])
     problem = compile_problem(inp, CATALOG, NOW)
     wait = Unplaced(
         workload="later", replica=0, code="RESERVED_FOR_EARLIER", reason="x",
@@ -324,7 +330,7 @@ def test_a_swap_on_gpus_reserved_for_a_predicted_start_is_kept() -> None:
         unplaced=(wait,),
     )
     repaired = without_idle_moves(inp, problem, result, CATALOG)
-    assert _where(repaired) == {"r": "n1", "w": "n0"}
+    assert _where(repaired) == ({"r": "n0", "w": "n1"} if undone else {"r": "n1", "w": "n0"})
 
 
 def test_a_whole_gpu_newcomer_takes_free_gpus_of_the_node_a_runner_leaves() -> None:

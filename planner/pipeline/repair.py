@@ -20,6 +20,7 @@ from __future__ import annotations
 
 import itertools
 import logging
+import math
 from collections import defaultdict
 from collections.abc import Callable, Iterable, Mapping
 from dataclasses import dataclass, replace
@@ -29,6 +30,7 @@ from gpuplan.models.plan import Assignment, GpuUse, MigLayout, Plan, PlanStatus,
 from gpuplan.models.problem import PlanningInput
 from gpuplan.planner.pipeline.layouts import cluster_with_layouts
 from gpuplan.planner.pipeline.occupancy import Holding, Key, Occupancy, holding
+from gpuplan.planner.pipeline.timeline import OVERDUE_S, duration_s
 from gpuplan.planner.validation.validate import validate_plan
 from gpuplan.solvers.base import SolveResult
 from gpuplan.solvers.evaluate import NodeFragmentation
@@ -131,10 +133,15 @@ class _Repair:
         self.nodes: Mapping[str, NodeSpec] = {n.name: n for n in problem.nodes}
         self.rules = Rules(problem.policy, catalog)
         self.meter = NodeFragmentation(problem, result.mig_layouts)
-        #: GPUs the plan reserves for waiting replicas' predicted starts, which assume who holds them now.
+        #: GPU entries the plan reserves for waiting replicas' predicted starts, which assume who holds
+        #: them now (by node and GPU; a MIG instance is told apart from the others of its GPU).
         self.reserved = {
-            (u.reserved_node, g.index) for u in result.unplaced if u.reserved_node for g in u.reserved_gpus
+            (u.reserved_node, g.index, g.mig_profile, g.mig_start)
+            for u in result.unplaced
+            if u.reserved_node
+            for g in u.reserved_gpus
         }
+        self.reserved_gpus = {r[:2] for r in self.reserved}
 
     def initial(self) -> _State:
         """The solver's plan as a state."""
@@ -295,6 +302,35 @@ class _Repair:
                     return False
         return True
 
+    def _entries(self, a: Assignment) -> set[tuple[str, int, str | None, int | None]]:
+        """The GPU entries of ``a`` that the plan reserves for predicted starts: the same MIG instance,
+        or its GPU outside MIG (as ``(node, gpu, None, None)``)."""
+        out: set[tuple[str, int, str | None, int | None]] = set()
+        for g in a.gpus:
+            if g.mig_profile is not None:
+                if (a.node, g.index, g.mig_profile, g.mig_start) in self.reserved:
+                    out.add((a.node, g.index, g.mig_profile, g.mig_start))
+            elif (a.node, g.index) in self.reserved_gpus:
+                out.add((a.node, g.index, None, None))
+        return out
+
+    def _remaining(self, key: Key) -> float:
+        """Expected seconds until ``key`` ends, as the predicted starts count them (infinite: unknown)."""
+        q = self.by_key[key]
+        d = duration_s(self.inp.workload_by_id[q.workload], self.inp.policy)
+        if d is None:
+            return math.inf
+        return d if q.running is None else max(OVERDUE_S, d - (q.runtime_s or 0))
+
+    def _last_end(
+        self, on_node: Mapping[str, Mapping[Key, Assignment]], entry: tuple[str, int, str | None, int | None]
+    ) -> float:
+        """When the last replica holding ``entry`` ends (0: nobody holds it)."""
+        return max(
+            (self._remaining(k) for k, a in on_node.get(entry[0], {}).items() if entry in self._entries(a)),
+            default=0.0,
+        )
+
     def _cost(
         self, on_node: Mapping[str, Mapping[Key, Assignment]], nodes: Iterable[str]
     ) -> tuple[float, int]:
@@ -312,13 +348,7 @@ class _Repair:
 
     def _as_good(self, state: _State, step: Step) -> bool:
         """Whether the nodes ``step`` touches are as little fragmented, with as cheap links, after it,
-        and no replica it moves leaves or takes a GPU reserved for a predicted start."""
-        for k, a in step.items():
-            old = state.placed.get(k)
-            if old != a and any(
-                (p.node, g.index) in self.reserved for p in (a, old) if p is not None for g in p.gpus
-            ):
-                return False
+        and every GPU reserved for a predicted start that it touches is free as early as before."""
         nodes = {a.node for a in step.values()} | {state.placed[k].node for k in step if k in state.placed}
         after: dict[str, dict[Key, Assignment]] = {n: dict(state.on_node.get(n, {})) for n in nodes}
         for k in step:
@@ -327,6 +357,10 @@ class _Repair:
                 del after[old.node][k]
         for k, a in step.items():
             after[a.node][k] = a
+        touched = {e for k, a in step.items() if state.placed.get(k) != a for e in self._entries(a)}
+        touched |= {e for k in step if k in state.placed for e in self._entries(state.placed[k])}
+        if any(self._last_end(after, e) > self._last_end(state.on_node, e) for e in touched):
+            return False
         frag_before, links_before = self._cost(state.on_node, nodes)
         frag_after, links_after = self._cost(after, nodes)
         return frag_after <= frag_before + FRAGMENTATION_EPS and links_after <= links_before
