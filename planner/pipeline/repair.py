@@ -12,9 +12,8 @@ swap), or, asking for whole GPUs, free GPUs of the nodes involved. The change is
 places the same replicas (or more: a preempted one back), keeps every newcomer on its alternative,
 keeps GPU isolation, frees every GPU reserved for a predicted start as early as before (the
 predicted starts stay true), and leaves FGD's fragmentation and the link cost of the nodes involved
-as good. The repaired plan is checked by the independent
-validator as a whole; if it breaks a rule the solver's plan did not, the undoings are redone one at a
-time, each checked alone.
+as good. The repaired plan is checked by the independent validator as a whole; if it breaks a rule
+the solver's plan did not, the undoings are redone one at a time, each checked alone.
 """
 
 from __future__ import annotations
