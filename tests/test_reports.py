@@ -246,13 +246,29 @@ def test_a_move_to_an_identical_empty_node_is_undone() -> None:
 
 
 def test_a_move_that_makes_room_is_kept() -> None:
-    inp, problem = _dgx_pair()
+    """``train`` (4 GPUs) moves off d0 so that ``svc`` gets all 8 GPUs there: d1, where ``other`` runs on
+    the other 4 GPUs, has no room for ``svc``, so the move bought something and stays."""
+    nodes = [
+        {"name": f"d{i}", "cpu_milli": 224000, "memory_mib": 2097152, "topology": "dgx-h100"}
+        for i in range(2)
+    ]
+    work = [
+        {"id": "train", "gpus": 4, "topology": "nvlink", "running_on": "d0:0,1,2,3",
+         "started_at": (NOW - timedelta(days=3)).isoformat()},
+        {"id": "other", "gpus": 4, "topology": "nvlink", "running_on": "d1:4,5,6,7",
+         "started_at": (NOW - timedelta(days=3)).isoformat()},
+        {"id": "svc", "tier": "latency-sensitive", "gpus": 8, "queued_since": STAMP},
+    ]  # fmt: skip
+    inp = planning(nodes, work, {"disruption": {"max_moves_per_round": 2}})
     from gpuplan.models.catalog import default_catalog
 
-    gpus = tuple(GpuUse(index=g) for g in range(8))
-    moved = Assignment(workload="train", replica=0, node="d1", gpus=gpus)
-    svc = Assignment(workload="svc", replica=0, node="d0", gpus=gpus)
-    result = _result(moved, svc)
+    problem = compile_problem(inp, default_catalog(), NOW)
+    other = Assignment(
+        workload="other", replica=0, node="d1", gpus=tuple(GpuUse(index=g) for g in range(4, 8))
+    )
+    moved = Assignment(workload="train", replica=0, node="d1", gpus=tuple(GpuUse(index=g) for g in range(4)))
+    svc = Assignment(workload="svc", replica=0, node="d0", gpus=tuple(GpuUse(index=g) for g in range(8)))
+    result = _result(moved, other, svc)
     assert without_idle_moves(inp, problem, result, default_catalog()) == result
 
 

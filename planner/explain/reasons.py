@@ -92,8 +92,8 @@ def _list(items: Sequence[str], limit: int = 4) -> str:
 
 
 def _ahead(st: PlanState, key: Key, req: Request) -> bool:
-    """Whether ``key`` comes before ``req`` in the queue (higher tier or priority, longer wait, or
-    earlier arrival among equals)."""
+    """Whether ``key`` comes before ``req`` in the queue (higher tier or priority, longer wait, or the
+    smaller workload id and replica among equals: never the input's row order)."""
     return st.queue_pos[key] < st.queue_pos[req.key]
 
 

@@ -33,6 +33,11 @@ from gpuplan.solvers.problem import PlacementProblem, Request, Running, ShapeSpe
 Key = tuple[str, int]
 
 
+def _queue_rank(q: Request) -> tuple[int, int, int, str, int]:
+    """A request's place in the canonical queue: tier, priority (high first), wait (long first), key."""
+    return (q.tier_rank, -q.priority, -q.wait_s, q.workload, q.replica)
+
+
 @dataclass(frozen=True)
 class Fit:
     """A node where a shape fits, and the option chosen there."""
@@ -59,7 +64,10 @@ class PlanState:
         self.problem: PlacementProblem = compile_problem(self.after, catalog, now)
         self.requests: dict[Key, Request] = {q.key: q for q in self.problem.requests}
         self.was_running = {q.key for q in self.problem.requests if q.running is not None}
-        self.queue_pos = {q.key: i for i, q in enumerate(self.problem.queue_order())}
+        #: Queue position by tier, priority and wait, then by workload id and replica: equals are
+        #: ranked by name, never by the input's row order, so "ahead of it" names the same replicas
+        #: however the workloads file is ordered.
+        self.queue_pos = {q.key: i for i, q in enumerate(sorted(self.problem.requests, key=_queue_rank))}
         self.assigned: dict[Key, Assignment] = {(a.workload, a.replica): a for a in plan.assignments}
         #: Waiting replicas the plan reserves capacity for at a predicted start.
         self.reservations: dict[Key, Unplaced] = {
@@ -86,7 +94,7 @@ class PlanState:
         self._first_fits: dict[tuple[object, ...], Fit | None] = {}
         self._memo_version = -1
         self._hosts: dict[tuple[ShapeSpec, str], list[int]] = {}
-        for key, a in self.assigned.items():
+        for key, a in sorted(self.assigned.items()):
             self.placer.keep(self.held(key, a))
             self.occupants[self.pos[a.node]].append(key)
 

@@ -242,10 +242,10 @@ def modes_left(
 def mode_notes(inp: PlanningInput, catalog: HardwareCatalog, workloads: Iterable[str]) -> dict[str, str]:
     """For each of ``workloads`` that a node's sharing mode keeps off, the sentence naming those nodes
     and why they were not changed (the policy forbids it, or they are not drained); ``inp`` holds the
-    modes the plan leaves."""
+    modes the plan leaves. Nodes are named in name order, whatever the cluster file's order."""
     moded = [
         (n.name, n.sharing, {catalog.canonical(g.model) for g in n.gpus if g.mig is None})
-        for n in inp.cluster.nodes
+        for n in sorted(inp.cluster.nodes, key=lambda n: n.name)
         if n.sharing is not None and any(g.mig is None for g in n.gpus)
     ]
     if not moded:

@@ -43,6 +43,9 @@ def render(plan: Plan, inp: PlanningInput) -> str:
     kinds = Counter(a.kind for a in plan.actions)
     if kinds:
         lines.append("actions: " + ", ".join(f"{n} {k}" for k, n in sorted(kinds.items())))
+    undone = int(s.terms.get("idle_moves_undone", 0))
+    if undone:
+        lines.append(f"undone: {undone} move(s) or preemption(s) that bought nothing (budget left unused)")
     codes = Counter(u.code for u in plan.unplaced)
     if codes:
         lines.append("waiting: " + ", ".join(f"{n} {c}" for c, n in codes.most_common()))
