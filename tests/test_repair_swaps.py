@@ -79,8 +79,8 @@ def _moves(inp: PlanningInput, result: SolveResult) -> int:
 
 
 def _valid(inp: PlanningInput, result: SolveResult, *, moves: bool = False) -> list[str]:
-    """The validator's complaints; ``moves``: a plan that still moves running work (it has no actions
-    here, so the migrate actions the validator asks for are not counted)."""
+    """The validator's complaints about a plan without its actions (they are derived later, so the
+    actions it would ask for are not counted); ``moves``: a plan that still moves running work."""
     plan = Plan(
         status=result.status,
         solver=SolverReport(name=result.solver),
@@ -88,7 +88,7 @@ def _valid(inp: PlanningInput, result: SolveResult, *, moves: bool = False) -> l
         unplaced=result.unplaced,
         mig_layouts=result.mig_layouts,
     )
-    broken = validate_plan(plan, inp, CATALOG)
+    broken = validate_plan(plan, inp, CATALOG, actions_derived=False)
     return [v.message for v in broken if not (moves and v.rule.startswith("disruption"))]
 
 
