@@ -157,8 +157,9 @@ def choose_sharing(
 
     Nodes of one kind are flipped in growing batches (1, 2, 4, ... in name order) while a batch pays,
     and in halving batches after one that does not, so a kind is flipped as far as it helps in a number
-    of trials logarithmic in its nodes. Trials stop when nothing waits, after :data:`MAX_TRIALS` and,
-    if given, after ``budget_s`` seconds."""
+    of trials logarithmic in its nodes; a batch that pays is then trimmed from its end while that does
+    not raise the waiting penalty (its last flips may have cost other shapes their place). Trials stop
+    when nothing waits, after :data:`MAX_TRIALS` and, if given, after ``budget_s`` seconds."""
     found = sorted(candidates(inp), key=lambda n: n.name)
     if not found:
         return ()
@@ -185,6 +186,18 @@ def choose_sharing(
             trials += 1
             if _worth(inp.policy, best - penalty, len(batch)):
                 modes, best = trial, penalty
+                # A batch can overshoot (its last flips may cost other shapes their place): drop flips
+                # from its end while the penalty does not rise.
+                for cut in range(len(batch) - 1, 0, -1):
+                    if not (trials < MAX_TRIALS and (stop is None or time.perf_counter() <= stop)):
+                        break
+                    dropped = {n.name for n in batch[cut:]}
+                    fewer = {name: mode for name, mode in modes.items() if name not in dropped}
+                    penalty = _waiting_penalty(inp, fewer, catalog, now)
+                    trials += 1
+                    if penalty > best:
+                        break
+                    modes, best = fewer, penalty
                 at += len(batch)
                 step *= 2
             elif step == 1:
