@@ -259,7 +259,7 @@ def test_a_move_that_makes_room_is_kept() -> None:
 def test_cpsat_never_returns_a_plan_that_waits_more_than_its_fgd_hint() -> None:
     """A search cut short may end on a plan worse than the FGD plan it started from: that plan is
     returned instead (two one-GPU replicas on one free GPU: the hint places one, the search none)."""
-    from gpuplan.solvers.cpsat.solver import _never_worse
+    from gpuplan.solvers.cpsat.solver import _never_worse, fits_model
 
     inp = planning(l40s_nodes(1), [{"id": f"w{i}", "gpus": 1, "queued_since": STAMP} for i in range(2)], {})
     from gpuplan.models.catalog import default_catalog
@@ -267,7 +267,25 @@ def test_cpsat_never_returns_a_plan_that_waits_more_than_its_fgd_hint() -> None:
     problem = compile_problem(inp, default_catalog(), NOW)
     hint = _result(Assignment(workload="w0", replica=0, node="n000", gpus=(GpuUse(index=0),)))
     nothing = SolveResult(status=PlanStatus.FEASIBLE, solver="cpsat", assignments=(), best_bound=2400.0)
-    kept = _never_worse(problem, nothing, hint)
+    kept = _never_worse(problem, nothing, hint, lambda: fits_model(problem, None, set(), hint))
     assert [a.workload for a in kept.assignments] == ["w0"]
     assert kept.best_bound == 2400.0 and kept.terms["kept_hint"] == 1.0
-    assert _never_worse(problem, hint, nothing) is hint
+    assert _never_worse(problem, hint, nothing, lambda: fits_model(problem, None, set(), nothing)) is hint
+
+
+def test_cpsat_never_trades_its_plan_for_an_fgd_plan_that_breaks_a_rule() -> None:
+    """An FGD plan that waits less but is no solution of the model (both replicas on the one GPU) is
+    not returned instead of CP-SAT's own plan."""
+    from gpuplan.models.catalog import default_catalog
+    from gpuplan.solvers.cpsat.solver import _never_worse, fits_model
+
+    inp = planning(l40s_nodes(1), [{"id": f"w{i}", "gpus": 1, "queued_since": STAMP} for i in range(2)], {})
+    problem = compile_problem(inp, default_catalog(), NOW)
+    one = _result(Assignment(workload="w0", replica=0, node="n000", gpus=(GpuUse(index=0),)))
+    both = _result(
+        Assignment(workload="w0", replica=0, node="n000", gpus=(GpuUse(index=0),)),
+        Assignment(workload="w1", replica=0, node="n000", gpus=(GpuUse(index=0),)),
+    )
+    assert fits_model(problem, None, set(), one)
+    assert not fits_model(problem, None, set(), both)
+    assert _never_worse(problem, one, both, lambda: fits_model(problem, None, set(), both)) is one

@@ -1,0 +1,232 @@
+"""A current state that already breaks a rule (a team over its quota, work on a node reserved for another
+team or on a GPU shared against an isolation rule, a running replica whose GPUs lack the NVLink it asks
+for) is legal input: every solver plans it without a traceback, the plan never adds to the breakage, and
+the plan lists what stays broken."""
+
+from __future__ import annotations
+
+import json
+import os
+import subprocess
+import sys
+from collections import defaultdict
+from datetime import UTC, datetime
+from fractions import Fraction
+from pathlib import Path
+from typing import Any
+
+import pytest
+import yaml
+from hypothesis import HealthCheck, given, settings
+from hypothesis import strategies as st
+
+from gpuplan.models import Plan, PlanningInput
+from gpuplan.planner.planning import make_plan
+from gpuplan.planner.validation.validate import check_plan
+from tests._factories import DRIFT_CLIQUES, drifted_inputs
+
+NOW = datetime(2026, 12, 1, tzinfo=UTC)
+SOLVERS = ["cpsat", "milp-highs", "greedy-fgd", "best-fit", "first-fit"]
+#: Tier weights of the default policy (``latency-sensitive`` 10, ``standard`` 3, ``background`` 1).
+TIERS = [
+    {"name": "latency-sensitive", "weight": 10, "target_wait_s": 300, "may_be_preempted": False},
+    {"name": "standard", "weight": 3, "target_wait_s": 3600},
+    {"name": "background", "weight": 1, "target_wait_s": 86400},
+]
+
+
+def _cli(*args: str) -> subprocess.CompletedProcess[str]:
+    """``gpuplan ARGS`` in a new process, as a user runs it."""
+    return subprocess.run(
+        [sys.executable, "-m", "gpuplan.planner.cli", *args],
+        capture_output=True,
+        text=True,
+        env={**os.environ, "PYTHONPATH": os.pathsep.join(sys.path)},
+        timeout=300,
+        check=False,
+    )
+
+
+def _write(tmp: Path, name: str, data: dict[str, Any]) -> str:
+    path = tmp / f"{name}.yaml"
+    path.write_text(yaml.safe_dump(data))
+    return str(path)
+
+
+def _over_quota_case(tmp: Path) -> list[str]:
+    """One node with an L4 and an L40S; ``r0`` (team a, preemptible, background) runs on the L4 while
+    team a's quota is half a GPU; ``w0`` (team b, latency-sensitive) waits for one GPU."""
+    cluster = {
+        "nodes": [
+            {
+                "name": "n0",
+                "cpu_milli": 64000,
+                "memory_mib": 262144,
+                "gpus": [{"index": 0, "model": "L4-24GB"}, {"index": 1, "model": "L40S-48GB"}],
+            }
+        ]
+    }
+    r0 = {"id": "r0", "team": "a", "tier": "background", "preemptible": True, "gpus": 1, "running_on": "n0:0"}
+    w0 = {
+        "id": "w0",
+        "team": "b",
+        "tier": "latency-sensitive",
+        "gpus": 1,
+        "queued_since": "2026-11-30T20:00:00Z",
+    }
+    workloads = {"workloads": [r0, w0]}
+    policy = {
+        "tiers": TIERS,
+        "teams": ["a", "b"],
+        "quotas": [{"team": "a", "gpus": 0.5}],
+        "disruption": {"max_preemptions_per_round": 2},
+    }
+    return [
+        "--cluster", _write(tmp, "cluster", cluster),
+        "--workloads", _write(tmp, "workloads", workloads),
+        "--policy", _write(tmp, "policy", policy),
+        "--now", NOW.isoformat(),
+    ]  # fmt: skip
+
+
+def _nvlink_case(tmp: Path) -> list[str]:
+    """A running 4-GPU ``topology: nvlink`` job on a node that declares no links (as an imported node
+    without topology), and a waiting one-GPU job that fits nowhere."""
+    cluster = {
+        "nodes": [
+            {
+                "name": "n0",
+                "cpu_milli": 64000,
+                "memory_mib": 262144,
+                "gpus": [{"index": i, "model": "H100-80GB"} for i in range(4)],
+            }
+        ]
+    }
+    workloads = {
+        "workloads": [
+            {"id": "train", "team": "a", "gpus": 4, "topology": "nvlink", "running_on": "n0:0,1,2,3"},
+            {"id": "w0", "team": "a", "gpus": 1, "queued_since": "2026-11-30T20:00:00Z"},
+        ]
+    }
+    return [
+        "--cluster", _write(tmp, "cluster", cluster),
+        "--workloads", _write(tmp, "workloads", workloads),
+        "--now", NOW.isoformat(),
+    ]  # fmt: skip
+
+
+@pytest.mark.parametrize("solver", ["cpsat", "milp-highs"])
+def test_a_team_over_quota_keeps_its_running_work_and_others_are_placed(tmp_path: Path, solver: str) -> None:
+    """Keeping ``r0`` (already over team a's quota) and placing ``w0`` on the L40S waits for nothing:
+    objective 0, proved. Preempting ``r0`` instead (what the model used to force) costs a queue term."""
+    out = tmp_path / "plan.json"
+    done = _cli(
+        "plan", *_over_quota_case(tmp_path), "--solver", solver, "--time-limit", "10", "--out", str(out)
+    )
+    assert done.returncode == 0, done.stderr
+    assert "Traceback" not in done.stderr
+    assert "stays broken" in done.stdout
+    plan = Plan.model_validate(json.loads(out.read_text()))
+    placed = {a.workload: (a.node, [g.index for g in a.gpus]) for a in plan.assignments}
+    assert placed == {"r0": ("n0", [0]), "w0": ("n0", [1])}
+    assert plan.status.value == "OPTIMAL"
+    assert plan.solver.objective == 0 and plan.solver.best_bound == 0
+    assert [(b.rule, b.subject) for b in plan.stays_broken] == [("quota", "team a")]
+    assert not [a for a in plan.actions if a.kind in ("preempt", "migrate")]
+
+
+def test_capacity_gap_with_a_running_nvlink_job_on_a_node_without_links(tmp_path: Path) -> None:
+    done = _cli("capacity-gap", *_nvlink_case(tmp_path), "--time-limit", "5")
+    assert done.returncode == 0, done.stderr
+    assert "Traceback" not in done.stderr
+    out = tmp_path / "plan.json"
+    done = _cli("plan", *_nvlink_case(tmp_path), "--time-limit", "5", "--out", str(out))
+    assert done.returncode == 0, done.stderr
+    plan = Plan.model_validate(json.loads(out.read_text()))
+    train = next(a for a in plan.assignments if a.workload == "train")
+    assert (train.node, [g.index for g in train.gpus]) == ("n0", [0, 1, 2, 3])
+    assert [(b.rule, b.subject) for b in plan.stays_broken] == [
+        ("topology-nvlink", "workload train replica 0")
+    ]
+
+
+def _running_place(
+    inp: PlanningInput,
+) -> dict[tuple[str, int], tuple[str, frozenset[tuple[int, int | None]]]]:
+    return {
+        (w.id, r): (p.node, frozenset((g.index, g.milli) for g in p.gpus))
+        for w in inp.workloads
+        for r, p in enumerate(w.running_on)
+    }
+
+
+def _broken_by_the_plan(
+    data: dict[str, Any], inp: PlanningInput, plan: Plan
+) -> dict[str, set[tuple[str, int]]]:
+    """Rule -> the replicas that break it in ``plan``, computed without the validator (whole GPUs count
+    1, fractions milli/1000; every drawn GPU is an L40S or an H100 NVL, whole or fraction)."""
+    workloads = {w.id: w for w in inp.workloads}
+    nodes = {n["name"]: n for n in data["cluster"]["nodes"]}
+    model = {name: "H100-94GB" if n["labels"]["kind"] == "nvl" else "L40S-48GB" for name, n in nodes.items()}
+    out: dict[str, set[tuple[str, int]]] = defaultdict(set)
+    for q in data["policy"]["quotas"]:
+        users, used = set(), Fraction(0)
+        for a in plan.assignments:
+            w = workloads[a.workload]
+            if w.team != q["team"] or (q.get("borrow") and w.preemptible):
+                continue
+            if q.get("gpu_model") not in (None, model[a.node]):
+                continue
+            used += sum(Fraction(g.milli or 1000, 1000) for g in a.gpus)
+            users.add((a.workload, a.replica))
+        if used > Fraction(str(q["gpus"])):
+            out["quota"] |= users
+    by_gpu: dict[tuple[str, int], list[tuple[str, int]]] = defaultdict(list)
+    for a in plan.assignments:
+        for g in a.gpus:
+            by_gpu[(a.node, g.index)].append((a.workload, a.replica))
+    for rule in data["policy"]["isolation"]:
+        if rule["kind"] == "team-exclusive":
+            for a in plan.assignments:
+                if nodes[a.node]["pool"] == rule["pool"] and workloads[a.workload].team != rule["team"]:
+                    out["isolation"].add((a.workload, a.replica))
+            continue
+        for sharing in by_gpu.values():
+            if rule["kind"] == "no-shared-gpu-across-teams":
+                groups = {workloads[w].team for w, _ in sharing}
+            else:
+                groups = {workloads[w].tier for w, _ in sharing} & set(rule["tiers"])
+            if len(groups) > 1:
+                out["isolation"] |= set(sharing)
+    for a in plan.assignments:
+        w = workloads[a.workload]
+        gpus = {g.index for g in a.gpus}
+        need = w.shapes[a.alternative].topology.value
+        cliques = DRIFT_CLIQUES[nodes[a.node]["labels"]["kind"]]
+        if len(gpus) > 1 and need == "nvlink" and not any(gpus <= c for c in cliques):
+            out["topology-nvlink"].add((a.workload, a.replica))
+        if len(gpus) > 1 and need == "numa" and len({i // 2 for i in gpus}) > 1:
+            out["topology-numa"].add((a.workload, a.replica))
+    return out
+
+
+@settings(max_examples=40, deadline=None, suppress_health_check=[HealthCheck.too_slow])
+@given(drifted_inputs(), st.sampled_from(SOLVERS))
+def test_every_solver_plans_a_drifted_state_and_adds_no_breakage(data: dict[str, Any], solver: str) -> None:
+    """Every solver returns a plan the validator accepts (``make_plan`` raises otherwise); each rule the
+    plan breaks, by an independent count, is broken only by running replicas that stay exactly where they
+    run, and is listed in ``stays_broken``; nothing else is listed there."""
+    inp = PlanningInput.model_validate(data)
+    plan = make_plan(inp, solver=solver, now=NOW, time_limit_s=5)
+    assert len(plan.assignments) + len(plan.unplaced) == sum(w.replicas for w in inp.workloads)
+    running = _running_place(inp)
+    broken = _broken_by_the_plan(data, inp, plan)
+    where = {
+        (a.workload, a.replica): (a.node, frozenset((g.index, g.milli) for g in a.gpus))
+        for a in plan.assignments
+    }
+    for rule, replicas in broken.items():
+        for key in replicas:
+            assert key in running and where[key] == running[key], f"{rule} broken by {key}, not kept"
+    assert {b.rule for b in plan.stays_broken} == {rule for rule, replicas in broken.items() if replicas}
+    assert check_plan(plan, inp).valid
