@@ -20,7 +20,10 @@ def never_fits(problem: PlacementProblem, req: Request, placer: Placer) -> bool:
     """Whether no node of the whole fleet open to the request could host any of its alternatives even
     if it were empty (``placer`` is any placer over ``problem``'s nodes: its empty node states are
     used). A MIG shape counts as fitting somewhere when re-partitioning is allowed, since the placer's
-    empty states keep today's MIG layouts."""
+    empty states keep today's MIG layouts. A running replica may always stay where it runs, even where
+    a rule now forbids new work (the validator keeps such a place), so it never counts."""
+    if req.running is not None:
+        return False
     if problem.policy.mig.allow_repartition and any(s.kind == "mig" for s in req.shapes):
         return False
     return placer.never_fits(req)
