@@ -243,3 +243,36 @@ def test_every_solver_plans_a_drifted_state_and_adds_no_breakage(data: dict[str,
             assert key in running and where[key] == running[key], f"{rule} broken by {key}, not kept"
     assert {b.rule for b in plan.stays_broken} == {rule for rule, replicas in broken.items() if replicas}
     assert check_plan(plan, inp).valid
+
+
+@pytest.mark.parametrize("solver", SOLVERS)
+def test_a_team_over_a_model_quota_still_places_work_the_quota_does_not_count(solver: str) -> None:
+    """Team c runs one L4 against an L4 quota of half a GPU: it may keep it, and its new one-GPU
+    replica goes to the L40S, which the quota does not count, while a second new replica that only an L4
+    would take waits."""
+    cluster = {
+        "nodes": [
+            {"name": "n0", "cpu_milli": 64000, "memory_mib": 262144, "gpus": [
+                {"index": 0, "model": "L4-24GB"}, {"index": 1, "model": "L4-24GB"}]},
+            {"name": "n1", "cpu_milli": 64000, "memory_mib": 262144, "gpus": [
+                {"index": 0, "model": "L40S-48GB"}]},
+        ]
+    }  # fmt: skip
+    work = [
+        {"id": "r", "team": "c", "gpus": 1, "gpu_models": ["L4-24GB"], "running_on": "n0:0"},
+        {"id": "any", "team": "c", "gpus": 1, "queued_since": "2026-11-30T20:00:00Z"},
+        {
+            "id": "l4",
+            "team": "c",
+            "gpus": 1,
+            "gpu_models": ["L4-24GB"],
+            "queued_since": "2026-11-30T20:00:00Z",
+        },
+    ]
+    policy = {"teams": ["c"], "quotas": [{"team": "c", "gpus": 0.5, "gpu_model": "L4-24GB"}]}
+    inp = PlanningInput.model_validate({"cluster": cluster, "workloads": work, "policy": policy})
+    plan = make_plan(inp, solver=solver, now=NOW, time_limit_s=5)
+    placed = {a.workload: (a.node, [g.index for g in a.gpus]) for a in plan.assignments}
+    assert placed == {"r": ("n0", [0]), "any": ("n1", [0])}
+    assert [u.workload for u in plan.unplaced] == ["l4"]
+    assert [b.rule for b in plan.stays_broken] == ["quota"]
