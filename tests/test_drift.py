@@ -276,3 +276,41 @@ def test_a_team_over_a_model_quota_still_places_work_the_quota_does_not_count(so
     assert placed == {"r": ("n0", [0]), "any": ("n1", [0])}
     assert [u.workload for u in plan.unplaced] == ["l4"]
     assert [b.rule for b in plan.stays_broken] == ["quota"]
+
+
+@settings(max_examples=60, deadline=None, suppress_health_check=[HealthCheck.too_slow])
+@given(drifted_inputs())
+def test_no_bound_or_optimum_beats_a_valid_plan_of_a_drifted_state(data: dict[str, Any]) -> None:
+    """Every solver's plan is valid, so none may wait less than a bound, nor less than a plan called
+    OPTIMAL: a model stricter than the validator about what running work may keep (an over-quota team's
+    GPUs, a place a rule now forbids) would claim an optimum that a greedy plan beats."""
+    inp = PlanningInput.model_validate(data)
+    plans = {s: make_plan(inp, solver=s, now=NOW, time_limit_s=5) for s in SOLVERS}
+    best = min(p.solver.objective or 0.0 for p in plans.values())
+    for name, plan in plans.items():
+        assert plan.solver.best_bound is not None and plan.solver.best_bound <= best, name
+        if plan.status.value == "OPTIMAL":
+            assert plan.solver.objective == best, name
+
+
+@pytest.mark.parametrize("solver", ["cpsat", "milp-highs"])
+def test_a_running_replica_across_two_nvlink_pairs_may_stay(solver: str) -> None:
+    """An H100 NVL server bridges GPUs 0-1 and 2-3; a two-GPU NVLink replica runs on 0 and 2. Staying
+    is allowed (and listed as staying broken), so with a quarter-GPU newcomer placed on GPU 1 nothing
+    waits: objective 0, proved (the model used to offer the bridged pairs only, and preempted it)."""
+    cluster = {
+        "nodes": [
+            {"name": "n1", "cpu_milli": 64000, "memory_mib": 262144, "topology": "pcie-4x-h100-nvl-bridged"}
+        ]
+    }
+    work = [
+        {"id": "r1", "gpus": 2, "topology": "nvlink", "preemptible": True, "running_on": "n1:0,2"},
+        {"id": "w0", "tier": "latency-sensitive", "gpu_milli": 250, "queued_since": "2026-11-29T00:00:00Z"},
+    ]
+    policy = {"disruption": {"max_preemptions_per_round": 1}}
+    inp = PlanningInput.model_validate({"cluster": cluster, "workloads": work, "policy": policy})
+    plan = make_plan(inp, solver=solver, now=NOW, time_limit_s=5)
+    placed = {a.workload: sorted(g.index for g in a.gpus) for a in plan.assignments}
+    assert placed["r1"] == [0, 2] and "w0" in placed
+    assert plan.status.value == "OPTIMAL" and plan.solver.objective == 0 and plan.solver.best_bound == 0
+    assert [b.rule for b in plan.stays_broken] == ["topology-nvlink"]

@@ -325,13 +325,15 @@ def keep_current(v: Variables, problem: PlacementProblem, r: int, n: int) -> Non
     run = req.running
     assert run is not None
     node = problem.nodes[n]
-    if current_vars(v, problem, r) is not None or (req.gang_domain and req.gang_domain not in node.labels):
-        return
     shape = req.shapes[run.alternative]
     pos = {g.index: p for p, g in enumerate(node.gpus)}
-    if any(u.index not in pos for u in run.gpus):
+    if any(u.index not in pos for u in run.gpus) or (req.gang_domain and req.gang_domain not in node.labels):
         return
     here = sorted({pos[u.index] for u in run.gpus})
+    cand = v.cands.get((r, run.alternative, n))
+    grouped = cand is None or not cand.groups or any(set(here) <= grp for grp, _ in cand.groups)
+    if current_vars(v, problem, r) is not None and grouped:
+        return
     if not set(here) <= set(_free_gpus(v, n, shape, eligible_gpus(problem, node, shape))):
         return
     if shape.cpu_milli > node.cpu_milli - v.baseline.cpu.get(n, 0):
@@ -351,7 +353,6 @@ def keep_current(v: Variables, problem: PlacementProblem, r: int, n: int) -> Non
             return
     m = v.model
     tag = f"{_name(req)},a{run.alternative},{node.name}"
-    cand = v.cands.get((r, run.alternative, n))
     if cand is None:
         cand = Candidate(r, run.alternative, n, m.bool_var(f"x[{tag}]"))
         v.cands[(r, run.alternative, n)] = cand
