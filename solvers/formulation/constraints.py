@@ -213,24 +213,17 @@ def _no_sharing(
         m.add(m.sum(flag.values()) <= 1)
 
 
-def _isolation_groups(problem: PlacementProblem) -> list[tuple[str, dict[int, str]]]:
-    """(label, group of each request concerned) of every GPU-sharing isolation rule."""
-    out: list[tuple[str, dict[int, str]]] = []
-    for i, rule in enumerate(problem.policy.isolation):
-        if rule.kind is IsolationKind.NO_SHARED_GPU_ACROSS_TEAMS:
-            out.append((f"team{i}", {r: q.team for r, q in enumerate(problem.requests)}))
-        elif rule.kind is IsolationKind.TIERS_NO_SHARE:
-            tiers = set(rule.tiers)
-            out.append((f"tier{i}", {r: q.tier for r, q in enumerate(problem.requests) if q.tier in tiers}))
-    return out
-
-
 def isolation(problem: PlacementProblem, v: Variables) -> None:
     """No GPU shared across teams, or across the tiers of a tiers-no-share rule (team-exclusive nodes
     are enforced when candidates are created)."""
     uses = _gpu_uses(v)
-    for label, group_of in _isolation_groups(problem):
-        _no_sharing(v, label, group_of, uses)
+    for i, rule in enumerate(problem.policy.isolation):
+        if rule.kind is IsolationKind.NO_SHARED_GPU_ACROSS_TEAMS:
+            _no_sharing(v, f"team{i}", {r: q.team for r, q in enumerate(problem.requests)}, uses)
+        elif rule.kind is IsolationKind.TIERS_NO_SHARE:
+            tiers = set(rule.tiers)
+            group = {r: q.tier for r, q in enumerate(problem.requests) if q.tier in tiers}
+            _no_sharing(v, f"tier{i}", group, uses)
 
 
 def quota_units(problem: PlacementProblem, shape: ShapeSpec, n: int, p: int) -> int:
@@ -385,6 +378,19 @@ def _current_units(problem: PlacementProblem, v: Variables, q: Quota) -> int:
 def _stays(v: Variables, rs: list[int]) -> list[Expr]:
     """``stay`` of each replica of ``rs`` free to move (fixed replicas have none: they stay)."""
     return [v.stay[r] for r in rs if r in v.stay]
+
+
+def _isolation_groups(problem: PlacementProblem) -> list[tuple[str, dict[int, str]]]:
+    """(label, group of each request concerned) of every GPU-sharing isolation rule, as
+    :func:`isolation` reads them."""
+    out: list[tuple[str, dict[int, str]]] = []
+    for i, rule in enumerate(problem.policy.isolation):
+        if rule.kind is IsolationKind.NO_SHARED_GPU_ACROSS_TEAMS:
+            out.append((f"team{i}", {r: q.team for r, q in enumerate(problem.requests)}))
+        elif rule.kind is IsolationKind.TIERS_NO_SHARE:
+            tiers = set(rule.tiers)
+            out.append((f"tier{i}", {r: q.tier for r, q in enumerate(problem.requests) if q.tier in tiers}))
+    return out
 
 
 def kept(problem: PlacementProblem, v: Variables) -> None:
