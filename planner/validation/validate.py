@@ -309,8 +309,9 @@ class _Checker:
 
     def _add(self, rule: str, subject: str, message: str, *, kept: bool = False) -> None:
         """Record a violation; ``kept``: the current state already breaks the rule there and the
-        plan only keeps it (:meth:`_kept`), so it is reported as staying broken instead."""
-        (self.kept if kept else self.out).append(Violation(rule, subject, message))
+        plan only keeps it (:meth:`_kept`), so it is reported as staying broken instead (for the rules
+        of :data:`KEPT_RULES` only)."""
+        (self.kept if kept and rule in KEPT_RULES else self.out).append(Violation(rule, subject, message))
 
     def _stays(self, p: _Placed) -> bool:
         """Whether ``p`` is a running replica that stays exactly where it runs (node and GPU entries)."""
