@@ -20,10 +20,11 @@ import yaml
 from hypothesis import HealthCheck, given, settings
 from hypothesis import strategies as st
 
-from gpuplan.models import Plan, PlanningInput
+from gpuplan.models import Action, GpuUse, Plan, PlanningInput
 from gpuplan.planner.planning import make_plan
 from gpuplan.planner.validation.validate import check_plan
 from gpuplan.solvers.cpsat import solver as cpsat
+from tests import _factories as factories
 from tests._factories import DRIFT_CLIQUES, drifted_inputs
 
 NOW = datetime(2026, 12, 1, tzinfo=UTC)
@@ -314,3 +315,74 @@ def test_a_running_replica_across_two_nvlink_pairs_may_stay(solver: str) -> None
     assert placed["r1"] == [0, 2] and "w0" in placed
     assert plan.status.value == "OPTIMAL" and plan.solver.objective == 0 and plan.solver.best_bound == 0
     assert [b.rule for b in plan.stays_broken] == ["topology-nvlink"]
+
+
+def _two_l40s(policy: dict[str, Any], *work: dict[str, Any]) -> PlanningInput:
+    node = {"name": "n0", "cpu_milli": 64000, "memory_mib": 262144, "pool": "p1"}
+    gpus = [{"index": i, "model": "L40S-48GB"} for i in range(2)]
+    budget = {"disruption": {"max_moves_per_round": 2, "max_preemptions_per_round": 2}}
+    return PlanningInput.model_validate(
+        {
+            "cluster": {"nodes": [{**node, "gpus": gpus}]},
+            "workloads": list(work),
+            "policy": {**policy, **budget},
+        }
+    )
+
+
+def _rules(inp: PlanningInput, *placed: tuple[str, tuple[GpuUse, ...]]) -> tuple[list[str], list[str]]:
+    """(violated rules, kept rules) of the plan placing replica 0 of each workload as given on n0; the
+    running replicas it does not place are preempted (with their action)."""
+    where = dict(placed)
+    waiting = [factories.wait(w.id, 0) for w in inp.workloads if w.id not in where]
+    p = factories.plan([factories.assign(w, 0, "n0", uses) for w, uses in placed], waiting)
+    running = [w.id for w in inp.workloads if w.running_on]
+    moved = [
+        Action(kind="migrate", workload=w, replica=0)
+        for w in running
+        if w in where and where[w] != _now(inp, w)
+    ]
+    stopped = [Action(kind="preempt", workload=w, replica=0) for w in running if w not in where]
+    report = check_plan(p.model_copy(update={"actions": (*moved, *stopped)}), inp)
+    return [v.rule for v in report.violations], [k.rule for k in report.kept]
+
+
+def _now(inp: PlanningInput, wid: str) -> tuple[GpuUse, ...]:
+    """The GPU entries replica 0 of ``wid`` runs on now."""
+    place = inp.workload_by_id[wid].running_on[0]
+    return tuple(GpuUse(index=g.index, milli=g.milli) for g in place.gpus)
+
+
+def test_the_validator_keeps_only_what_running_work_that_stays_breaks() -> None:
+    """Hand-made plans: a team over its quota (1 GPU against 0.5) may keep its running GPU, not add or
+    move one; a GPU that two teams share now may keep them, not take a third replica; a node reserved
+    for team a may keep team b's running replica where it is, not on another GPU."""
+    quota = {"teams": ["a", "b"], "quotas": [{"team": "a", "gpus": 0.5}]}
+    r = {"id": "r", "team": "a", "gpus": 1, "preemptible": True, "running_on": "n0:0"}
+    new = {"id": "new", "team": "a", "gpus": 1}
+    inp = _two_l40s(quota, r, new)
+    assert _rules(inp, ("r", factories.whole(0))) == ([], ["quota"])
+    assert _rules(inp, ("r", factories.whole(0)), ("new", factories.whole(1))) == (["quota"], [])
+    assert _rules(inp, ("r", factories.whole(1))) == (["quota"], [])  # moved: not kept
+    assert _rules(inp, ("new", factories.whole(1))) == (["quota"], [])  # r preempted, new over the quota
+    shared = {"teams": ["a", "b"], "isolation": [{"kind": "no-shared-gpu-across-teams"}]}
+    fa = {"id": "fa", "team": "a", "gpu_milli": 250, "running_on": "n0:0=250"}
+    fb = {"id": "fb", "team": "b", "gpu_milli": 250, "preemptible": True, "running_on": "n0:0=250"}
+    fc = {"id": "fc", "team": "a", "gpu_milli": 250}
+    inp = _two_l40s(shared, fa, fb, fc)
+    assert _rules(inp, ("fa", factories.frac(0, 250)), ("fb", factories.frac(0, 250))) == ([], ["isolation"])
+    assert _rules(
+        inp, ("fa", factories.frac(0, 250)), ("fb", factories.frac(0, 250)), ("fc", factories.frac(0, 250))
+    ) == (
+        ["isolation"],
+        [],
+    )
+    assert _rules(inp, ("fa", factories.frac(0, 250)), ("fc", factories.frac(0, 250))) == (
+        [],
+        [],
+    )  # fb preempted: repaired
+    reserved = {"teams": ["a", "b"], "isolation": [{"kind": "team-exclusive", "team": "a", "pool": "p1"}]}
+    b = {"id": "b", "team": "b", "gpus": 1, "running_on": "n0:0"}
+    inp = _two_l40s(reserved, b)
+    assert _rules(inp, ("b", factories.whole(0))) == ([], ["isolation"])
+    assert _rules(inp, ("b", factories.whole(1))) == (["isolation"], [])
