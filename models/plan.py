@@ -171,6 +171,17 @@ class Action(Strict):
     detail: str | None = None
 
 
+class StaysBroken(Strict):
+    """A rule the current state already breaks and the plan keeps broken: every replica concerned runs
+    now and stays where it runs (a team over its quota, a node or GPU shared against an isolation rule, a
+    running replica whose GPUs lack the NVLink or NUMA locality it asks for). ``rule``, ``subject`` and
+    ``message`` as the validator's violations."""
+
+    rule: str
+    subject: str
+    message: str
+
+
 class SolverReport(Strict):
     """What the solver did and proved.
 
@@ -201,5 +212,7 @@ class Plan(Strict):
     sharing: tuple[NodeSharing, ...] = ()
     actions: tuple[Action, ...] = ()
     explanations: tuple[Explanation, ...] = ()
+    #: Rules the current state breaks that the plan keeps broken (never new violations).
+    stays_broken: tuple[StaysBroken, ...] = ()
     metrics: dict[str, float] = Field(default_factory=dict)
     provenance: dict[str, Any] = Field(default_factory=dict)

@@ -13,7 +13,7 @@ from typing import Any
 
 from gpuplan.models.catalog import default_catalog
 from gpuplan.models.hardware import HardwareCatalog
-from gpuplan.models.plan import NodeSharing, Plan, SolverReport
+from gpuplan.models.plan import NodeSharing, Plan, SolverReport, StaysBroken
 from gpuplan.models.problem import PlanningInput
 from gpuplan.planner.explain.reasons import explain_all, with_explanations
 from gpuplan.planner.pipeline.actions import plan_actions
@@ -25,7 +25,7 @@ from gpuplan.planner.pipeline.repair import without_idle_moves
 from gpuplan.planner.pipeline.sharing import choose_sharing, modes_fixed, modes_left, used_changes
 from gpuplan.planner.pipeline.timeline import TIMELINE_CUT, previous_reservations, with_reservations
 from gpuplan.planner.validation.errors import InvalidPlanError
-from gpuplan.planner.validation.validate import validate_plan
+from gpuplan.planner.validation.validate import check_plan
 from gpuplan.solvers.base import CUT, SolveResult, get_solver
 from gpuplan.solvers.evaluate import reported
 from gpuplan.solvers.problem import PlacementProblem
@@ -110,11 +110,13 @@ def assemble_plan(
 
 def checked(plan: Plan, inp: PlanningInput, catalog: HardwareCatalog) -> Plan:
     """``plan`` once the independent validator finds nothing wrong with it (else
-    :class:`InvalidPlanError`). Never cut by a time limit: no plan leaves unchecked."""
-    violations = validate_plan(plan, inp, catalog)
-    if violations:
-        raise InvalidPlanError(plan.solver.name, violations)
-    return plan
+    :class:`InvalidPlanError`), with the rules the current state already breaks and the plan keeps
+    broken (``stays_broken``). Never cut by a time limit: no plan leaves unchecked."""
+    report = check_plan(plan, inp, catalog)
+    if report.violations:
+        raise InvalidPlanError(plan.solver.name, list(report.violations))
+    kept = tuple(StaysBroken(rule=k.rule, subject=k.subject, message=k.message) for k in report.kept)
+    return plan.model_copy(update={"stays_broken": kept}) if kept else plan
 
 
 def post_solve_s(time_limit_s: float, replicas: int) -> float:

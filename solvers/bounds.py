@@ -21,7 +21,10 @@ def never_fits(problem: PlacementProblem, req: Request, placer: Placer) -> bool:
     """Whether no node of the whole fleet open to the request could host any of its alternatives even
     if it were empty (``placer`` is any placer over ``problem``'s nodes: its empty node states are
     used). A MIG shape counts as fitting somewhere when re-partitioning is allowed, since the placer's
-    empty states keep today's MIG layouts."""
+    empty states keep today's MIG layouts. A running replica may always stay where it runs, even where
+    a rule now forbids new work (the validator keeps such a place), so it never counts."""
+    if req.running is not None:
+        return False
     if problem.policy.mig.allow_repartition and any(s.kind == "mig" for s in req.shapes):
         return False
     return placer.never_fits(req)
@@ -35,11 +38,17 @@ def never_fitting(problem: PlacementProblem, placer: Placer | None = None) -> fr
 
 def _team_caps(problem: PlacementProblem) -> dict[str, int]:
     """Milli-GPU each team's non-borrowing work may take at most, from quotas that name neither a GPU
-    model nor a pool (those nest inside the fleet's capacity, so the greedy relaxation stays exact)."""
+    model nor a pool (those nest inside the fleet's capacity, so the greedy relaxation stays exact). A
+    team whose running work is over its quota may keep that work (the validator keeps the violation),
+    so its cap is at least what that work holds now."""
+    running: dict[str, int] = {}
+    for r in problem.requests:
+        if r.running is not None:
+            running[r.team] = running.get(r.team, 0) + r.shapes[r.running.alternative].gpu_milli_total
     caps: dict[str, int] = {}
     for q in problem.policy.quotas:
         if q.gpu_model is None and q.pool is None and not q.borrow:
-            cap = int(Fraction(str(q.gpus)) * 1000)
+            cap = max(int(Fraction(str(q.gpus)) * 1000), running.get(q.team, 0))
             caps[q.team] = min(cap, caps.get(q.team, cap))
     return caps
 

@@ -2,7 +2,10 @@
 
 from __future__ import annotations
 
+import itertools
 from typing import Any
+
+from hypothesis import strategies as st
 
 from gpuplan.models import (
     Assignment,
@@ -117,3 +120,109 @@ def planning_input(
         workloads=tuple(workloads),
         policy=policy or Policy(),
     )
+
+
+# ---------------------------------------------------------------------------------------------
+# Drifted current states: running work that already breaks a quota, an isolation rule or its topology
+# need (fleets drift: quotas shrink, rules and topologies are declared after work started).
+
+#: NVLink cliques of the node kinds :func:`drifted_inputs` draws (L40S servers declare no links).
+DRIFT_CLIQUES = {"l40s": [], "nvl": [{0, 1}, {2, 3}]}
+
+
+@st.composite
+def drifted_inputs(draw: st.DrawFn) -> dict[str, Any]:
+    """A planning input (as plain data) of 1-3 nodes whose running replicas are placed on free GPUs
+    regardless of quotas, isolation rules and topology needs (never over capacity), plus some waiting
+    work, and a policy with such rules and a disruption budget. Each node carries its kind in the
+    label ``kind`` (a key of :data:`DRIFT_CLIQUES`)."""
+    teams, tiers = ["a", "b", "c"], ["latency-sensitive", "standard", "background"]
+    nodes: list[dict[str, Any]] = []
+    free: dict[tuple[str, int], int] = {}  # milli-GPU left per GPU (whole use takes 1000)
+    whole_ok: dict[tuple[str, int], bool] = {}
+    for i in range(draw(st.integers(1, 3))):
+        kind = draw(st.sampled_from(sorted(DRIFT_CLIQUES)))
+        n: dict[str, Any] = {
+            "name": f"n{i}",
+            "cpu_milli": 256_000,
+            "memory_mib": 2_097_152,
+            "pool": draw(st.sampled_from(["p1", "p2"])),
+            "labels": {"kind": kind},
+        }
+        if kind == "nvl":
+            n["topology"] = "pcie-4x-h100-nvl-bridged"
+            count = 4
+        else:
+            count = draw(st.integers(2, 4))
+            n["gpus"] = [{"index": g, "model": "L40S-48GB", "numa": g // 2} for g in range(count)]
+        for g in range(count):
+            free[(n["name"], g)] = 1000
+            whole_ok[(n["name"], g)] = True
+        nodes.append(n)
+    workloads: list[dict[str, Any]] = []
+    for i in range(draw(st.integers(1, 5))):
+        w: dict[str, Any] = {
+            "id": f"r{i}",
+            "team": draw(st.sampled_from(teams)),
+            "tier": draw(st.sampled_from(tiers)),
+            "preemptible": draw(st.booleans()),
+            "queued_since": "2026-11-29T06:00:00Z",
+        }
+        if draw(st.booleans()):
+            size = draw(st.integers(1, 2))
+            w.update(gpus=size, topology=draw(st.sampled_from(["any", "nvlink", "nvlink", "numa"])))
+            spots = [
+                (name, group)
+                for name in (n["name"] for n in nodes)
+                for group in itertools.combinations(sorted(g for (m, g) in free if m == name), size)
+                if all(free[(name, g)] == 1000 and whole_ok[(name, g)] for g in group)
+            ]
+            if spots:
+                name, group = draw(st.sampled_from(spots))
+                for g in group:
+                    free[(name, g)] = 0
+                w["running_on"] = f"{name}:{','.join(map(str, group))}"
+        else:
+            milli = draw(st.sampled_from([250, 500]))
+            w["gpu_milli"] = milli
+            spots2 = sorted(k for k, left in free.items() if left >= milli)
+            if spots2:
+                name, g = draw(st.sampled_from(spots2))
+                free[(name, g)] -= milli
+                whole_ok[(name, g)] = False
+                w["running_on"] = f"{name}:{g}={milli}"
+        if "running_on" in w:
+            workloads.append(w)
+    for i in range(draw(st.integers(0, 3))):
+        w = {
+            "id": f"w{i}",
+            "team": draw(st.sampled_from(teams)),
+            "tier": draw(st.sampled_from(tiers)),
+            "queued_since": f"2026-11-29T{draw(st.integers(0, 11)):02d}:00:00Z",
+        }
+        if draw(st.booleans()):
+            w.update(gpus=draw(st.integers(1, 2)), topology=draw(st.sampled_from(["any", "nvlink"])))
+        else:
+            w["gpu_milli"] = draw(st.sampled_from([250, 500]))
+        workloads.append(w)
+    rules: list[dict[str, Any]] = []
+    if draw(st.booleans()):
+        rules.append({"kind": "no-shared-gpu-across-teams"})
+    if draw(st.booleans()):
+        rules.append({"kind": "tiers-no-share", "tiers": ["latency-sensitive", "background"]})
+    if draw(st.booleans()) and any(n["pool"] == "p1" for n in nodes):
+        rules.append({"kind": "team-exclusive", "team": "a", "pool": "p1"})
+    quotas = [
+        {"team": "b", "gpus": draw(st.sampled_from([0, 0.5, 1])), "borrow": draw(st.booleans())},
+        {"team": "c", "gpus": draw(st.sampled_from([0.25, 1])), "gpu_model": "H100-94GB"},
+    ]
+    policy = {
+        "teams": teams,
+        "isolation": rules,
+        "quotas": draw(st.sampled_from([quotas, quotas[:1], []])),
+        "disruption": {
+            "max_moves_per_round": draw(st.integers(0, 2)),
+            "max_preemptions_per_round": draw(st.integers(0, 2)),
+        },
+    }
+    return {"cluster": {"nodes": nodes}, "workloads": workloads, "policy": policy}

@@ -15,6 +15,7 @@ from gpuplan.models import (
     Assignment,
     Cluster,
     DisruptionBudget,
+    MigInstance,
     MigLayout,
     MigPolicy,
     Node,
@@ -193,9 +194,11 @@ def test_the_validator_accepts_every_complete_schedule(
     preempts: int,
     per_team: int | None,
 ) -> None:
-    # The independent validator re-derives the budget rules: every schedule that takes all the actions
-    # (nothing deferred) must pass it, drains counted as moves. The target preempts whatever it drops
-    # (not only for a higher tier) and is made for as many rounds as the schedule takes.
+    # The independent validator re-derives the budget rules: every schedule must pass it, drains counted
+    # as moves. A schedule that takes all the actions reaches the target; one that defers some reaches
+    # the state its rounds leave, with only the actions it took, and that state is checked instead. The
+    # target preempts whatever it drops (not only for a higher tier) and is made for as many rounds as
+    # the schedule takes.
     budget = DisruptionBudget(
         max_moves_per_round=moves,
         max_preemptions_per_round=preempts,
@@ -206,15 +209,31 @@ def test_the_validator_accepts_every_complete_schedule(
     policy = inp.policy.model_copy(update={"mig": MigPolicy(allow_repartition=True)})
     inp = inp.model_copy(update={"policy": policy})
     catalog = catalog_of()
+    targets = {(a.workload, a.replica): a for a in target}
     sched = schedule_rounds(
         Occupancy.of(inp.cluster, inp.workloads, catalog),
         ordered_actions(inp, tuple(target), tuple(layouts)),
-        {(a.workload, a.replica): a for a in target},
+        targets,
         inp.workload_by_id,
         inp.policy,
     )
     if sched.deferred:
-        return
+        assert all(why for _, why in sched.deferred)
+        occ = Occupancy.of(inp.cluster, inp.workloads, catalog)
+        for rnd in range(1, sched.rounds + 1):
+            apply_round(occ, [a for a in sched.actions if a.round == rnd], targets)
+        target = list(occ.assignments().values())
+        layouts = [
+            MigLayout(
+                node=node,
+                gpu=gpu,
+                instances=tuple(
+                    MigInstance(profile=p, start=st) for p, st in sorted(state.mig, key=lambda i: i[1])
+                ),
+            )
+            for (node, gpu), state in sorted(occ.gpus.items())
+            if state.mig is not None
+        ]
     placed = {a.workload for a in target}
     plan = Plan(
         status=PlanStatus.FEASIBLE,

@@ -19,7 +19,6 @@ from gpuplan.planner.pipeline.repair import without_idle_moves
 from gpuplan.planner.planning import make_plan
 from gpuplan.solvers.base import CUT, SolveResult
 from gpuplan.solvers.cpsat import pools, solver
-from gpuplan.solvers.milp.engine import pulp_engine
 from gpuplan.solvers.problem import PlacementProblem
 
 NOW = datetime(2026, 11, 29, 12, tzinfo=UTC)
@@ -149,11 +148,20 @@ def test_every_solver_reports_the_same_terms(name: str) -> None:
     assert plan.solver.best_bound == 2400 and plan.solver.gap == 0
 
 
-@pytest.mark.parametrize("backend", ["highs", "cbc"])
+@pytest.mark.parametrize("backend", ["milp-highs", "milp-cbc"])
 def test_milp_engines_prove_optimality_to_a_zero_gap(backend: str) -> None:
-    engine = pulp_engine(backend, 5, 1)
-    options = {"gapRel": engine.gapRel, "gapAbs": engine.gapAbs} if backend == "highs" else engine.optionsDict
-    assert options["gapRel"] == 0 and options["gapAbs"] == 0
+    """Two GPUs; a standard two-GPU replica waiting 4 h (3 x 200 x (8 + 4) = 7200 if it waits) or two
+    background one-GPU replicas waiting 10 h (1 x 100 x (8 + 10) = 1800 each). Placing the big one
+    leaves 3600 waiting, the two small ones 7200: the optimum is 3600, proved."""
+    work = [
+        {"id": "big", "tier": "standard", "gpus": 2, "queued_since": (NOW - timedelta(hours=4)).isoformat()},
+        {"id": "small", "tier": "background", "gpus": 1, "replicas": 2,
+         "queued_since": (NOW - timedelta(hours=10)).isoformat()},
+    ]  # fmt: skip
+    plan = make_plan(planning(l40s_nodes(1, gpus=2), work, {}), solver=backend, now=NOW, time_limit_s=10)
+    assert [a.workload for a in plan.assignments] == ["big"]
+    assert plan.status is PlanStatus.OPTIMAL
+    assert plan.solver.objective == 3600 and plan.solver.best_bound == 3600 and plan.solver.gap == 0
 
 
 def test_lns_keeps_quotas_and_gangs_across_neighbourhoods(monkeypatch: pytest.MonkeyPatch) -> None:
@@ -275,7 +283,7 @@ def test_a_move_that_makes_room_is_kept() -> None:
 def test_cpsat_never_returns_a_plan_that_waits_more_than_its_fgd_hint() -> None:
     """A search cut short may end on a plan worse than the FGD plan it started from: that plan is
     returned instead (two one-GPU replicas on one free GPU: the hint places one, the search none)."""
-    from gpuplan.solvers.cpsat.solver import _never_worse
+    from gpuplan.solvers.cpsat.solver import _never_worse, fits_model
 
     inp = planning(l40s_nodes(1), [{"id": f"w{i}", "gpus": 1, "queued_since": STAMP} for i in range(2)], {})
     from gpuplan.models.catalog import default_catalog
@@ -283,7 +291,25 @@ def test_cpsat_never_returns_a_plan_that_waits_more_than_its_fgd_hint() -> None:
     problem = compile_problem(inp, default_catalog(), NOW)
     hint = _result(Assignment(workload="w0", replica=0, node="n000", gpus=(GpuUse(index=0),)))
     nothing = SolveResult(status=PlanStatus.FEASIBLE, solver="cpsat", assignments=(), best_bound=2400.0)
-    kept = _never_worse(problem, nothing, hint)
+    kept = _never_worse(problem, nothing, hint, lambda: fits_model(problem, None, set(), hint))
     assert [a.workload for a in kept.assignments] == ["w0"]
     assert kept.best_bound == 2400.0 and kept.terms["kept_hint"] == 1.0
-    assert _never_worse(problem, hint, nothing) is hint
+    assert _never_worse(problem, hint, nothing, lambda: fits_model(problem, None, set(), nothing)) is hint
+
+
+def test_cpsat_never_trades_its_plan_for_an_fgd_plan_that_breaks_a_rule() -> None:
+    """An FGD plan that waits less but is no solution of the model (both replicas on the one GPU) is
+    not returned instead of CP-SAT's own plan."""
+    from gpuplan.models.catalog import default_catalog
+    from gpuplan.solvers.cpsat.solver import _never_worse, fits_model
+
+    inp = planning(l40s_nodes(1), [{"id": f"w{i}", "gpus": 1, "queued_since": STAMP} for i in range(2)], {})
+    problem = compile_problem(inp, default_catalog(), NOW)
+    one = _result(Assignment(workload="w0", replica=0, node="n000", gpus=(GpuUse(index=0),)))
+    both = _result(
+        Assignment(workload="w0", replica=0, node="n000", gpus=(GpuUse(index=0),)),
+        Assignment(workload="w1", replica=0, node="n000", gpus=(GpuUse(index=0),)),
+    )
+    assert fits_model(problem, None, set(), one)
+    assert not fits_model(problem, None, set(), both)
+    assert _never_worse(problem, one, both, lambda: fits_model(problem, None, set(), both)) is one

@@ -194,7 +194,8 @@ def test_every_solver_plan_is_valid(
 
 
 # ---------------------------------------------------------------------------------------------
-# Running work: a current state that keeps every rule, which the plan may keep, move or preempt.
+# Running work: a current state, which the plan may keep, move or preempt. Fleets drift, so some
+# running replicas break a quota, an isolation rule or their topology need (``breaks``).
 
 H100 = "H100-80GB"
 #: GPU memory (MiB) of the drawn GPU models, as the catalog has it.
@@ -299,14 +300,20 @@ class _State:
                 self.quota_used[f"{team}/{q.get('gpu_model')}"] += equivalents
 
 
-def _spots(state: _State, w: dict[str, Any]) -> list[tuple[_Node, str, list[tuple[int, Any]], float]]:
-    """Where replica 0 of ``w`` could run now: (node, ``running_on`` text, GPUs taken, equivalents)."""
+def _spots(
+    state: _State, w: dict[str, Any], *, breaks: bool = False
+) -> list[tuple[_Node, str, list[tuple[int, Any]], float]]:
+    """Where replica 0 of ``w`` could run now: (node, ``running_on`` text, GPUs taken, equivalents);
+    ``breaks``: also where it breaks a quota, an isolation rule or its topology need (never capacity,
+    sharing modes, GPU memory or MIG instances: those are input errors)."""
     team, tier = w["team"], w["tier"]
     out: list[tuple[_Node, str, list[tuple[int, Any]], float]] = []
     if "alternatives" in w or "gang" in w:
         return out  # a running alternative or part of a gang is left to other tests
     for node in state.nodes:
-        if w["cpu_milli"] > node.cpu or w["memory_mib"] > node.memory or not state.may_host(node, team):
+        if w["cpu_milli"] > node.cpu or w["memory_mib"] > node.memory:
+            continue
+        if not (breaks or state.may_host(node, team)):
             continue
         if "gpus" in w:
             if isinstance(node.sharing, dict):
@@ -316,7 +323,9 @@ def _spots(state: _State, w: dict[str, Any]) -> list[tuple[_Node, str, list[tupl
                 model = node.gpus[group[0]].model
                 if w.get("gpu_memory_mib", 0) > GPU_MEMORY[model]:
                     continue
-                if _fits_topology(node, group, w["topology"]) and state.within_quota(team, model, len(group)):
+                if breaks or (
+                    _fits_topology(node, group, w["topology"]) and state.within_quota(team, model, len(group))
+                ):
                     text = f"{node.name}:{','.join(map(str, group))}"
                     out.append((node, text, [(i, "whole") for i in group], len(group)))
         elif "gpu_milli" in w or "gpu_memory_mib" in w:
@@ -326,15 +335,19 @@ def _spots(state: _State, w: dict[str, Any]) -> list[tuple[_Node, str, list[tupl
                 shares = node.sharing["time-slicing"]["replicas"] if isinstance(node.sharing, dict) else 1000
                 fits = g.instances is None and not g.whole and g.milli + m <= 1000 and g.fractions < shares
                 fits = fits and g.memory + mib <= GPU_MEMORY[g.model]
-                if fits and state.may_share(g, team, tier) and state.within_quota(team, g.model, m / 1000):
+                allowed = state.may_share(g, team, tier) and state.within_quota(team, g.model, m / 1000)
+                if fits and (breaks or allowed):
                     out.append((node, f"{node.name}:{i}={m}", [(i, m)], m / 1000))
         elif "mig_profile" in w:
             prof = w["mig_profile"]
             for i, g in node.gpus.items():
                 for inst in g.instances or ():
-                    if inst[0] != prof or inst in g.used or not state.may_share(g, team, tier):
+                    if inst[0] != prof or inst in g.used:
                         continue
-                    if state.within_quota(team, g.model, MIG_SLICES[prof] / 7):
+                    allowed = state.may_share(g, team, tier) and state.within_quota(
+                        team, g.model, MIG_SLICES[prof] / 7
+                    )
+                    if breaks or allowed:
                         out.append(
                             (node, f"{node.name}:{i}/{prof}@{inst[1]}", [(i, inst)], MIG_SLICES[prof] / 7)
                         )
@@ -365,9 +378,9 @@ def _run(state: _State, w: dict[str, Any], spot: tuple[_Node, str, list[tuple[in
 
 @st.composite
 def running_states(draw: st.DrawFn) -> tuple[list[dict[str, Any]], list[dict[str, Any]], dict[str, Any]]:
-    """A cluster, a demand of which some replicas already run (where their shape, the isolation rules
-    and the quotas allow; some preemptible, some latency-sensitive, some with a start time), and a policy
-    with a disruption budget and a MIG policy."""
+    """A cluster, a demand of which some replicas already run (where their shape allows, most where
+    the isolation rules, quotas and topology needs allow too, some breaking them; some preemptible, some
+    latency-sensitive, some with a start time), and a policy with a disruption budget and a MIG policy."""
     cluster = draw(nodes())
     demand = draw(workloads())
     policy = draw(policies())
@@ -377,7 +390,7 @@ def running_states(draw: st.DrawFn) -> tuple[list[dict[str, Any]], list[dict[str
     state = _State([_inventory(n) for n in cluster], policy)
     for w in demand:
         w.setdefault("topology", "any")
-        spots = _spots(state, w)
+        spots = _spots(state, w, breaks=draw(st.integers(0, 2)) == 0)
         if not spots or draw(st.integers(0, 3)) == 0:
             continue
         _run(state, w, draw(st.sampled_from(spots)))

@@ -116,6 +116,8 @@ def cmd_validate(args: argparse.Namespace) -> int:
             f"{args.plan}: valid ({len(plan.assignments)} assignments, {len(plan.unplaced)} waiting)"
             f"{not_checked(report)}"
         )
+        for k in report.kept:
+            print(f"  stays broken, as in the current state: [{k.rule}] {k.subject}: {k.message}")
         return common.EXIT_OK
     print(f"{args.plan}: {len(report.violations)} violation(s){not_checked(report)}")
     for v in report.violations:

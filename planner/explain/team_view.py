@@ -53,6 +53,7 @@ def team_plan(plan: Plan, mine: AbstractSet[str]) -> Plan:
             ),
             "actions": tuple(a for a in plan.actions if a.workload is None or a.workload in mine),
             "explanations": tuple(team_explanations(plan.explanations, mine)),
+            "stays_broken": (),  # their messages name other teams' work and usage
         }
     )
 

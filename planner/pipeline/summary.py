@@ -49,4 +49,10 @@ def render(plan: Plan, inp: PlanningInput) -> str:
     codes = Counter(u.code for u in plan.unplaced)
     if codes:
         lines.append("waiting: " + ", ".join(f"{n} {c}" for c, n in codes.most_common()))
+    broken = Counter(b.rule for b in plan.stays_broken)
+    if broken:
+        lines.append(
+            "stays broken (already broken now, only by running work that stays): "
+            + ", ".join(f"{n} {rule}" for rule, n in sorted(broken.items()))
+        )
     return "\n".join(lines)

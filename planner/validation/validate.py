@@ -66,6 +66,11 @@ WITHOUT_ACTIONS = "before the plan's actions are derived"
 
 GpuKey = tuple[str, int]
 
+#: Rules that a current state may already break (fleets drift: quotas change, isolation rules and
+#: node topologies are added after work started). A plan keeps such a violation, without breaking the
+#: rule itself, when every replica it concerns is a running replica that stays exactly where it runs.
+KEPT_RULES = ("quota", "isolation", "topology-nvlink", "topology-numa")
+
 
 @dataclass(frozen=True)
 class Violation:
@@ -105,10 +110,13 @@ class Skipped:
 
 @dataclass(frozen=True)
 class Report:
-    """The validator's verdict: every broken rule, and the rule families it could not check."""
+    """The validator's verdict: every broken rule, the rule families it could not check, and the
+    rules the current state already broke and the plan keeps broken (:data:`KEPT_RULES`; not
+    violations: see :meth:`_Checker._kept`)."""
 
     violations: tuple[Violation, ...]
     skipped: tuple[Skipped, ...] = ()
+    kept: tuple[Violation, ...] = ()
 
     @property
     def valid(self) -> bool:
@@ -144,7 +152,11 @@ def _where(node: str, uses: Sequence[GpuUse | GpuRef]) -> str:
     return f"node '{node}' ({_describe_uses(uses)})"
 
 
-def _entries(uses: Iterable[GpuUse | GpuRef]) -> frozenset[tuple[int, int | None, str | None, int | None]]:
+#: GPU entries as plain values (index, milli, MIG profile, MIG start), in any order.
+Entries = frozenset[tuple[int, int | None, str | None, int | None]]
+
+
+def _entries(uses: Iterable[GpuUse | GpuRef]) -> Entries:
     """GPU entries as plain values in any order: a running replica stays when these are equal."""
     return frozenset((u.index, u.milli, u.mig_profile, u.mig_start) for u in uses)
 
@@ -261,6 +273,8 @@ class _Checker:
     node_graphs: dict[str, nx.Graph] = field(default_factory=dict)
     canon: dict[str, str] = field(default_factory=dict)
     unknown_models: set[str] = field(default_factory=set)
+    kept: list[Violation] = field(default_factory=list)
+    staying: set[tuple[str, int, str, Entries]] | None = None
 
     def run(self) -> list[Violation]:
         """All violations, grouped by rule family in a fixed order (families in ``skip`` are recorded
@@ -308,8 +322,27 @@ class _Checker:
             return False
         return True
 
-    def _add(self, rule: str, subject: str, message: str) -> None:
-        self.out.append(Violation(rule, subject, message))
+    def _add(self, rule: str, subject: str, message: str, *, kept: bool = False) -> None:
+        """Record a violation; ``kept``: the current state already breaks the rule there and the
+        plan only keeps it (:meth:`_kept`), so it is reported as staying broken instead (for the rules
+        of :data:`KEPT_RULES` only)."""
+        (self.kept if kept and rule in KEPT_RULES else self.out).append(Violation(rule, subject, message))
+
+    def _stays(self, p: _Placed) -> bool:
+        """Whether ``p`` is a running replica that stays exactly where it runs (node and GPU entries)."""
+        if self.staying is None:
+            self.staying = set()
+            for w in self.inp.workloads:
+                for r, place in enumerate(w.running_on):
+                    self.staying.add((w.id, r, place.node, _entries(place.gpus)))
+        a = p.assignment
+        return (a.workload, a.replica, a.node, _entries(a.gpus)) in self.staying
+
+    def _kept(self, replicas: Iterable[_Placed]) -> bool:
+        """Whether a broken rule (one of :data:`KEPT_RULES`) is only kept from the current state:
+        every replica it concerns runs now and stays exactly where it runs, so the plan places nothing
+        new, moves nothing and adds no usage where the rule is broken (it may stop some of them)."""
+        return all(self._stays(p) for p in replicas)
 
     def _canonical(self, name: str) -> str:
         if name not in self.canon:
@@ -873,7 +906,8 @@ class _Checker:
         return self.node_graphs[node.name]
 
     def _topology(self) -> None:
-        """Rule 9: NVLink replicas use a fully NVLink-connected GPU set, NUMA replicas one NUMA node."""
+        """Rule 9: NVLink replicas use a fully NVLink-connected GPU set, NUMA replicas one NUMA node
+        (a running replica that stays where it runs keeps its GPUs: kept, :meth:`_kept`)."""
         for p in self.placed:
             if p.shape is None or p.shape.topology not in (TopologyNeed.NVLINK, TopologyNeed.NUMA):
                 continue
@@ -893,6 +927,7 @@ class _Checker:
                         p.subject,
                         f"The replica needs NVLink between all its GPUs on node '{p.node.name}' but pairs "
                         f"{', '.join(missing)} are not NVLink-connected.",
+                        kept=self._kept([p]),
                     )
             else:
                 numa = sorted({g.numa for g in gpus.values()})
@@ -902,10 +937,12 @@ class _Checker:
                         p.subject,
                         f"The replica needs one NUMA node but its GPUs on node '{p.node.name}' sit on NUMA "
                         f"nodes {numa}.",
+                        kept=self._kept([p]),
                     )
 
     def _isolation(self) -> None:
-        """Rule 10: team-exclusive nodes, no GPU shared across teams or across isolated tiers."""
+        """Rule 10: team-exclusive nodes, no GPU shared across teams or across isolated tiers (kept
+        when only running replicas that stay break it, :meth:`_kept`)."""
         for rule in self.inp.policy.isolation:
             if rule.kind is IsolationKind.TEAM_EXCLUSIVE:
                 self._team_exclusive(rule)
@@ -917,17 +954,18 @@ class _Checker:
         reserved = set(rule.nodes) | {
             n.name for n in self.inp.cluster.nodes if rule.pool and n.pool == rule.pool
         }
-        intruders: defaultdict[str, list[str]] = defaultdict(list)
+        intruders: defaultdict[str, list[_Placed]] = defaultdict(list)
         for p in self.placed:
             if p.node.name in reserved and p.workload.team != rule.team:
-                intruders[p.node.name].append(f"{p.subject} (team {p.workload.team})")
+                intruders[p.node.name].append(p)
         for node in self.inp.cluster.nodes:
             if node.name in intruders:
+                hosted = ", ".join(f"{p.subject} (team {p.workload.team})" for p in intruders[node.name])
                 self._add(
                     "isolation",
                     f"node {node.name}",
-                    f"The node is reserved for team '{rule.team}' "
-                    f"but hosts {', '.join(intruders[node.name])}.",
+                    f"The node is reserved for team '{rule.team}' but hosts {hosted}.",
+                    kept=self._kept(intruders[node.name]),
                 )
 
     def _shared(self, rule: IsolationRule) -> None:
@@ -946,6 +984,7 @@ class _Checker:
                     gpu_subject(*key),
                     f"The GPU is shared by {what} {', '.join(sorted(groups))}, "
                     f"which rule '{rule.kind}' forbids.",
+                    kept=self._kept(p for p, _ in entries),
                 )
 
     def _equivalents(self, use: GpuUse, gpu: Gpu, unit: int) -> int:
@@ -959,7 +998,9 @@ class _Checker:
         return unit
 
     def _quotas(self) -> None:
-        """Rule 11: a team's GPU-equivalents stay within quota; only preemptible work may borrow."""
+        """Rule 11: a team's GPU-equivalents stay within quota; only preemptible work may borrow. A team
+        over its quota only by running replicas that stay keeps it (:meth:`_kept`): no new placement
+        or move counts against the quota while the team is over it."""
         if not self.inp.policy.quotas:
             return
         # Integer sums in a unit that divides every share exactly (milli-GPU and every MIG geometry).
@@ -971,11 +1012,14 @@ class _Checker:
             if math.isinf(q.gpus):
                 continue
             used, firm_used = 0, 0
+            users: list[_Placed] = []  # the replicas whose use counts against the limit
             for p, use, gpu in self._quota_uses(q, by_team[q.team]):
                 eq = self._equivalents(use, gpu, unit)
                 used += eq
                 if not p.workload.preemptible:
                     firm_used += eq
+                if eq and not (q.borrow and p.workload.preemptible):
+                    users.append(p)
             total, firm = Fraction(used, unit), Fraction(firm_used, unit)
             limit = _limit(q.gpus)
             subject = " ".join(
@@ -988,6 +1032,7 @@ class _Checker:
                     "quota",
                     subject,
                     f"Team '{q.team}' uses {float(total):g} GPU-equivalents, over its quota of {q.gpus:g}.",
+                    kept=self._kept(users),
                 )
             elif q.borrow and firm > limit:
                 self._add(
@@ -995,6 +1040,7 @@ class _Checker:
                     subject,
                     f"Team '{q.team}' uses {float(firm):g} GPU-equivalents for non-preemptible work, "
                     f"over its quota of {q.gpus:g}; only preemptible work may borrow beyond it.",
+                    kept=self._kept(users),
                 )
 
     def _quota_uses(self, q: Quota, placed: Iterable[_Placed]) -> Iterable[tuple[_Placed, GpuUse, Gpu]]:
@@ -1239,13 +1285,15 @@ def check_plan(
         skip[ACTIONS_FAMILY] = WITHOUT_ACTIONS
     checker = _Checker(plan=plan, inp=inp, catalog=catalog or default_catalog(), skip=skip)
     violations = checker.run()
+    if checker.kept:
+        log.info("%d rule(s) the current state breaks stay broken", len(checker.kept))
     log.debug(
         "validated %d assignments: %d violation(s), %d rule family(ies) skipped",
         len(plan.assignments),
         len(violations),
         len(checker.skipped),
     )
-    return Report(tuple(violations), tuple(checker.skipped))
+    return Report(tuple(violations), tuple(checker.skipped), tuple(checker.kept))
 
 
 def validate_plan(

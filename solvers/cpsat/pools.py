@@ -92,7 +92,8 @@ def _split_quota(
     problem: PlacementProblem, q: Quota, part_of: dict[tuple[str, int], int], parts: int
 ) -> list[Fraction]:
     """The quota's GPU-equivalents per part: what each part's running work holds, plus the rest of the
-    quota shared in proportion to the team's waiting demand in each part."""
+    quota shared in proportion to the team's waiting demand in each part (none at all when the running
+    work is already over the quota)."""
     node_pos = {n.name: i for i, n in enumerate(problem.nodes)}
     held = [0] * parts
     wanted = [0] * parts
@@ -105,7 +106,11 @@ def _split_quota(
             continue
         held[p] += charged_units(problem, q, req, node_pos[req.running.node], req.running)
     total = quota_limit_units(q)
-    rest = max(0, total - sum(held))
+    if sum(held) > total:
+        # Running work alone is over the quota: the plan may keep it but place nothing new that counts
+        # (the validator keeps the violation only then), so every part gets none and keeps what stays.
+        return [Fraction(0)] * parts
+    rest = total - sum(held)
     weight = sum(wanted) or parts
     share = [rest * (w if sum(wanted) else 1) // weight for w in wanted]
     share[max(range(parts), key=lambda i: wanted[i])] += rest - sum(share)

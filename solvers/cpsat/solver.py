@@ -12,11 +12,12 @@ from __future__ import annotations
 import logging
 import math
 import time
+from collections.abc import Callable
 from dataclasses import replace
 
 from ortools.sat.python import cp_model
 
-from gpuplan.models.plan import PlanStatus
+from gpuplan.models.plan import Assignment, PlanStatus
 from gpuplan.models.policy import ObjectiveMode
 from gpuplan.solvers.base import CUT, SolveResult
 from gpuplan.solvers.bounds import never_fitting, objective_bound, queue_lower_bound
@@ -36,7 +37,7 @@ from gpuplan.solvers.formulation.staged import StageResult, Values, fallback, re
 from gpuplan.solvers.formulation.variables import Variables, build_variables
 from gpuplan.solvers.greedy import Fgd, make_room
 from gpuplan.solvers.placement import NEVER_FITS, NO_CAPACITY, Placer
-from gpuplan.solvers.problem import PlacementProblem, disturbable
+from gpuplan.solvers.problem import PlacementProblem, Running, disturbable
 
 log = logging.getLogger(__name__)
 
@@ -58,6 +59,9 @@ ROOM_STEPS_PER_S = 1000
 #: deterministic time ran 0.3-0.5x the wall time on a busy 2-core machine, so a quarter leaves room for
 #: slower machines to finish on deterministic time (and so give the same plan) within the time limit.
 DETERMINISTIC_PER_WALL_S = 0.25
+#: Deterministic seconds for checking that the FGD plan is a solution of CP-SAT's model (every
+#: decision fixed, so propagation alone decides; a limit, not a clock, so the answer repeats).
+FIT_CHECK_DETERMINISTIC_S = 2.0
 
 
 class _Stages:
@@ -228,10 +232,12 @@ class CpSat:
             )
             linearised = frag is not None and not movable and not problem.policy.mig.allow_repartition
             if linearised and problem.policy.objective is ObjectiveMode.LEXICOGRAPHIC:
-                out = _better_of(problem, seen, out, greedy)
+                out = _better_of(
+                    problem, seen, out, greedy, lambda: fits_model(problem, candidates, movable, greedy)
+                )
         if stages.cut_by_wall or (room_cut and problem.deterministic):
             out = replace(out, terms={**out.terms, CUT: 1.0})
-        out = _never_worse(problem, out, greedy)
+        out = _never_worse(problem, out, greedy, lambda: fits_model(problem, candidates, movable, greedy))
         out = _with_fleet_bound(problem, _recoded(out, never), never)
         return reported(problem, replace(out, wall_s=time.perf_counter() - start))
 
@@ -364,10 +370,13 @@ def _search_terms(report: LnsReport) -> dict[str, float]:
     }
 
 
-def _never_worse(problem: PlacementProblem, solved: SolveResult, greedy: SolveResult) -> SolveResult:
+def _never_worse(
+    problem: PlacementProblem, solved: SolveResult, greedy: SolveResult, fits: Callable[[], bool]
+) -> SolveResult:
     """CP-SAT's plan, or the FGD plan it started from when the search ended on a plan that waits more
-    (a search cut short can end worse than its hint)."""
-    if queue_term(problem, solved) <= queue_term(problem, greedy):
+    (a search cut short can end worse than its hint) and the FGD plan is a solution of the model
+    (``fits``, asked only then)."""
+    if queue_term(problem, solved) <= queue_term(problem, greedy) or not fits():
         return solved
     log.info("CP-SAT's plan waits more than the FGD plan it was hinted with: returning the FGD plan")
     return replace(
@@ -382,10 +391,14 @@ def _never_worse(problem: PlacementProblem, solved: SolveResult, greedy: SolveRe
 
 
 def _better_of(
-    problem: PlacementProblem, seen: Rankings, solved: SolveResult, hint: SolveResult
+    problem: PlacementProblem,
+    seen: Rankings,
+    solved: SolveResult,
+    hint: SolveResult,
+    fits: Callable[[], bool],
 ) -> SolveResult:
-    """CP-SAT's plan, or the FGD hint when it waits as little and is less fragmented by the exact
-    measure (the model only saw linearised fragmentation costs)."""
+    """CP-SAT's plan, or the FGD hint when it waits as little, is less fragmented by the exact measure
+    (the model only saw linearised fragmentation costs) and is a solution of the model (``fits``)."""
     compared = exact_comparison(problem, seen.infos, seen.states, solved, hint)
     if compared is None:
         return solved
@@ -395,7 +408,7 @@ def _better_of(
         "fragmentation_exact_cpsat": round(ours, 3),
         "fragmentation_exact_hint": round(theirs, 3),
     }
-    if ours <= theirs:
+    if ours <= theirs or not fits():
         return replace(solved, terms=terms)
     log.info("kept the FGD hint: exact fragmentation %.0f against CP-SAT's %.0f", theirs, ours)
     return replace(
@@ -415,16 +428,21 @@ def solve_part(part: Part) -> SolveResult:
     return CpSat(movable_running=movable).solve(part.problem)
 
 
-def hint_from(m: cp_model.CpModel, v: Variables, problem: PlacementProblem, greedy: SolveResult) -> None:
-    """A complete hint of the decision variables from the greedy plan (unused ones at 0)."""
+def hint_from(m: cp_model.CpModel, v: Variables, problem: PlacementProblem, greedy: SolveResult) -> bool:
+    """A complete hint of the decision variables from the greedy plan (unused ones at 0); whether every
+    assignment of the plan has its variables in the model (else the hint leaves some unplaced)."""
     node_pos = {n.name: i for i, n in enumerate(problem.nodes)}
     req_pos = {(q.workload, q.replica): i for i, q in enumerate(problem.requests)}
     chosen: set[int] = set()
+    complete = True
     for a in greedy.assignments:
         r = req_pos[(a.workload, a.replica)]
         n = node_pos[a.node]
+        if r in v.fixed:
+            continue
         cand = v.cands.get((r, a.alternative, n))
         if cand is None:
+            complete = False
             continue
         pos = {g.index: p for p, g in enumerate(problem.nodes[n].gpus)}
         chosen.add(cand.x.index)
@@ -435,12 +453,14 @@ def hint_from(m: cp_model.CpModel, v: Variables, problem: PlacementProblem, gree
             found = cand.var_for(pos[g.index], g)
             if found is not None:
                 chosen.add(found.index)
+            complete &= found is not None
         used = {pos[g.index] for g in a.gpus}
         grp = next((g for s, g in cand.groups if used <= s), None)
         if grp is not None:
             chosen.add(grp.index)
-        running = problem.requests[r].running
-        if r in v.stay and running is not None and a == problem.requests[r].assignment(running):
+        complete &= grp is not None or not cand.groups
+        run = problem.requests[r].running
+        if r in v.stay and run is not None and _same_place(run, a):
             chosen.add(v.stay[r].index)
     for lay in greedy.mig_layouts:
         n = node_pos[lay.node]
@@ -459,3 +479,37 @@ def hint_from(m: cp_model.CpModel, v: Variables, problem: PlacementProblem, gree
         decisions.extend(i for i in mg.inst.values() if not isinstance(i, int))
     for var in decisions:
         m.add_hint(var, 1 if var.index in chosen else 0)
+    return complete
+
+
+def _same_place(run: Running, a: Assignment) -> bool:
+    """Whether assignment ``a`` keeps a running replica exactly where it runs."""
+    entries = {(g.index, g.milli, g.mig_profile, g.mig_start) for g in run.gpus}
+    return (run.node, run.alternative) == (a.node, a.alternative) and entries == {
+        (g.index, g.milli, g.mig_profile, g.mig_start) for g in a.gpus
+    }
+
+
+def fits_model(
+    problem: PlacementProblem,
+    candidates: dict[int, list[int]] | None,
+    movable: set[int],
+    plan: SolveResult,
+) -> bool:
+    """Whether ``plan`` (the FGD plan a CP-SAT solve started from) is a solution of the same model, so
+    that it may replace CP-SAT's own plan: the greedy placement keeps the rules its own way, and a plan
+    the model rejects may break one (a quota or isolation rule the current state already breaks, the
+    budget), so CP-SAT never trades its valid plan for it. Checked by fixing every decision to the plan
+    (no search: propagation decides, within a short limit; unknown counts as no)."""
+    builder = CpSatBuilder()
+    v = build_variables(builder, problem, candidates, movable)
+    add_all(problem, v)
+    if not hint_from(builder.model, v, problem, plan):
+        return False
+    solver = cp_model.CpSolver()
+    solver.parameters.fix_variables_to_their_hinted_value = True
+    solver.parameters.num_workers = 1
+    solver.parameters.max_deterministic_time = FIT_CHECK_DETERMINISTIC_S
+    code = solver.solve(builder.model)
+    log.debug("the FGD plan in CP-SAT's model: %s", code.name)
+    return code in (cp_model.OPTIMAL, cp_model.FEASIBLE)

@@ -111,6 +111,12 @@ def shares(problem: PlacementProblem, v: Variables) -> None:
             m.add(m.sum(fractions) <= max(0, limit - fixed))
 
 
+def _running_alt(req: Request) -> int:
+    """The alternative a running replica runs with."""
+    assert req.running is not None
+    return req.running.alternative
+
+
 def _running_kind(req: Request) -> str:
     """The kind of shape a running replica runs with."""
     assert req.running is not None
@@ -186,9 +192,11 @@ def _no_sharing(
     uses: dict[GpuKey, list[tuple[Candidate, int, Var]]],
 ) -> None:
     """No GPU is used by replicas of two different groups (teams or tiers); fixed work on a GPU
-    excludes every other group from it."""
+    excludes every other group from it (GPUs whose running work already mixes groups: :func:`kept`)."""
     m = v.model
     for (n, p), items in uses.items():
+        if len(_current_groups(v, group_of, (n, p))) > 1:
+            continue
         held = {group_of[r] for r in v.baseline.users.get((n, p), []) if r in group_of}
         if held:
             for cand, _, var in items:
@@ -279,8 +287,8 @@ def quotas(problem: PlacementProblem, v: Variables) -> None:
                 if counts(req, cand.node, p)
             )
         limit = quota_limit_units(q) - held
-        if terms:
-            v.model.add(v.model.sum(terms) <= max(0, limit))
+        if terms and held + _current_units(problem, v, q) <= quota_limit_units(q):
+            v.model.add(v.model.sum(terms) <= max(0, limit))  # else running work is over it: kept()
 
 
 def running(problem: PlacementProblem, v: Variables) -> None:
@@ -348,6 +356,101 @@ def symmetry(problem: PlacementProblem, v: Variables) -> None:
         prev[req.workload] = r
 
 
+def _current_users(v: Variables, key: GpuKey) -> list[int]:
+    """Running replicas (fixed or free to move) whose current place uses GPU ``key``."""
+    return v.baseline.users.get(key, []) + v.running_at.get(key, [])
+
+
+def _current_groups(v: Variables, group_of: dict[int, str], key: GpuKey) -> set[str]:
+    """The isolation groups running work on GPU ``key`` belongs to now."""
+    return {group_of[r] for r in _current_users(v, key) if r in group_of}
+
+
+def _current_units(problem: PlacementProblem, v: Variables, q: Quota) -> int:
+    """Quota units that quota ``q`` counts for running replicas free to move, at their current place."""
+    node_pos = {nd.name: n for n, nd in enumerate(problem.nodes)}
+    total = 0
+    for r in {r for users in v.running_at.values() for r in users}:
+        req = problem.requests[r]
+        assert req.running is not None
+        total += charged_units(problem, q, req, node_pos[req.running.node], req.running)
+    return total
+
+
+def _stays(v: Variables, rs: list[int]) -> list[Expr]:
+    """``stay`` of each replica of ``rs`` free to move (fixed replicas have none: they stay)."""
+    return [v.stay[r] for r in rs if r in v.stay]
+
+
+def _isolation_groups(problem: PlacementProblem) -> list[tuple[str, dict[int, str]]]:
+    """(label, group of each request concerned) of every GPU-sharing isolation rule, as
+    :func:`isolation` reads them."""
+    out: list[tuple[str, dict[int, str]]] = []
+    for i, rule in enumerate(problem.policy.isolation):
+        if rule.kind is IsolationKind.NO_SHARED_GPU_ACROSS_TEAMS:
+            out.append((f"team{i}", {r: q.team for r, q in enumerate(problem.requests)}))
+        elif rule.kind is IsolationKind.TIERS_NO_SHARE:
+            tiers = set(rule.tiers)
+            out.append((f"tier{i}", {r: q.tier for r, q in enumerate(problem.requests) if q.tier in tiers}))
+    return out
+
+
+def kept(problem: PlacementProblem, v: Variables) -> None:
+    """Rules the current state already breaks (quotas, GPUs shared across isolation groups; after
+    :func:`running`, which makes the ``stay`` flags): the validator keeps such a violation when every
+    replica it concerns stays where it runs, so the model says exactly that: either the rule holds, or
+    nothing counts there but replicas that stay (``over`` = 1). Team-exclusive nodes and topology
+    needs are kept by the candidates (``variables.keep_current``)."""
+    m = v.model
+    node_pos = {nd.name: n for n, nd in enumerate(problem.nodes)}
+    for i, q in enumerate(problem.policy.quotas):
+        held = sum(
+            quota_units(problem, problem.requests[r].shapes[_running_alt(problem.requests[r])], n, p)
+            for (n, p), users in v.baseline.users.items()
+            for r in users
+            if quota_charged(problem, q, problem.requests[r], n, p)
+        )
+        limit = quota_limit_units(q)
+        if held + _current_units(problem, v, q) <= limit:
+            continue
+        terms: list[Expr] = []
+        size = held
+        for cand in v.cands.values():
+            req = problem.requests[cand.req]
+            for p, var in cand.gpu_vars():
+                if quota_charged(problem, q, req, cand.node, p):
+                    units = quota_units(problem, req.shapes[cand.alt], cand.node, p)
+                    terms.append(units * var)
+                    size += units
+        staying: list[Expr] = []
+        for r in v.stay:
+            req = problem.requests[r]
+            assert req.running is not None
+            units = charged_units(problem, q, req, node_pos[req.running.node], req.running)
+            if units:
+                staying.append(units * v.stay[r])
+        over = m.bool_var(f"quota_over[{i}]")
+        m.add(held + m.sum(terms) <= limit + size * over)
+        m.add(m.sum(terms) - m.sum(staying) <= size * (1 - over))
+    uses = _gpu_uses(v)
+    for label, group_of in _isolation_groups(problem):
+        for key, items in uses.items():
+            if len(_current_groups(v, group_of, key)) < 2:
+                continue
+            flags: dict[str, Expr] = {group_of[r]: 1 for r in v.baseline.users.get(key, []) if r in group_of}
+            for cand, _, var in items:
+                g = group_of.get(cand.req)
+                if g is None:
+                    continue
+                if g not in flags:
+                    flags[g] = m.bool_var(f"{label}[n{key[0]},g{key[1]},{g}]")
+                m.add(var <= flags[g])
+            over = m.bool_var(f"{label}_over[n{key[0]},g{key[1]}]")
+            m.add(m.sum(flags.values()) <= 1 + len(flags) * over)
+            fresh = m.sum(var for _, _, var in items) - m.sum(_stays(v, v.running_at.get(key, [])))
+            m.add(fresh <= len(items) * (1 - over))
+
+
 def add_all(problem: PlacementProblem, v: Variables) -> None:
     """Every constraint family."""
     one_alternative(v)
@@ -360,4 +463,5 @@ def add_all(problem: PlacementProblem, v: Variables) -> None:
     isolation(problem, v)
     quotas(problem, v)
     running(problem, v)
+    kept(problem, v)
     symmetry(problem, v)

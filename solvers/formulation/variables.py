@@ -118,6 +118,8 @@ class Variables:
     stay: dict[int, Var] = field(default_factory=dict)
     fixed: dict[int, int] = field(default_factory=dict)
     baseline: Baseline = field(default_factory=Baseline)
+    #: Running replicas free to move, by the GPUs their current place uses.
+    running_at: dict[GpuKey, list[int]] = field(default_factory=dict)
 
     def free_milli(self, key: GpuKey) -> int:
         """Milli-GPU of a GPU not held by fixed work."""
@@ -303,8 +305,69 @@ def build_variables(
                 continue
             for k in range(len(req.shapes)):
                 add_candidate(v, problem, r, k, n, allow_create=mig_policy.allow_create)
+        if req.running is not None:
+            n = node_pos[req.running.node]
+            pos = {g.index: p for p, g in enumerate(problem.nodes[n].gpus)}
+            for use in req.running.gpus:
+                v.running_at.setdefault((n, pos[use.index]), []).append(r)
+            keep_current(v, problem, r, n)
         v.placed[r] = v.model.bool_var(f"placed[{_name(req)}]")
     return v
+
+
+def keep_current(v: Variables, problem: PlacementProblem, r: int, n: int) -> None:
+    """Let running replica ``r`` stay exactly where it runs (node ``n``) when a rule it already breaks
+    there (a team-exclusive node, an NVLink or NUMA need) left its place out of its candidates: the
+    validator keeps such a violation when the replica stays, so the model offers staying, and only
+    staying (no other GPU of a node reserved for another team, no other GPU set that breaks the need).
+    Places that break other rules (GPU model, sharing mode, busy GPUs) stay out."""
+    req = problem.requests[r]
+    run = req.running
+    assert run is not None
+    node = problem.nodes[n]
+    shape = req.shapes[run.alternative]
+    pos = {g.index: p for p, g in enumerate(node.gpus)}
+    if any(u.index not in pos for u in run.gpus) or (req.gang_domain and req.gang_domain not in node.labels):
+        return
+    here = sorted({pos[u.index] for u in run.gpus})
+    cand = v.cands.get((r, run.alternative, n))
+    grouped = cand is None or not cand.groups or any(set(here) <= grp for grp, _ in cand.groups)
+    if current_vars(v, problem, r) is not None and grouped:
+        return
+    if not set(here) <= set(_free_gpus(v, n, shape, eligible_gpus(problem, node, shape))):
+        return
+    if shape.cpu_milli > node.cpu_milli - v.baseline.cpu.get(n, 0):
+        return
+    if shape.memory_mib > node.memory_mib - v.baseline.memory.get(n, 0):
+        return
+    slot: Slot | None = None
+    if shape.kind == "whole" and len(here) != shape.gpus:
+        return
+    if shape.kind == "mig":
+        use = run.gpus[0]
+        mg = v.mig_gpus.get((n, here[0]))
+        if use.mig_profile is None or use.mig_start is None or mg is None:
+            return
+        slot = (use.mig_profile, use.mig_start)
+        if slot not in mg.inst:
+            return
+    m = v.model
+    tag = f"{_name(req)},a{run.alternative},{node.name}"
+    if cand is None:
+        cand = Candidate(r, run.alternative, n, m.bool_var(f"x[{tag}]"))
+        v.cands[(r, run.alternative, n)] = cand
+        v.by_req.setdefault(r, []).append(cand)
+    if shape.kind == "whole":
+        for p in here:
+            if p not in cand.whole:
+                cand.whole[p] = m.bool_var(f"whole[{tag},g{node.gpus[p].index}]")
+        if cand.groups:
+            cand.groups.append((frozenset(here), m.bool_var(f"group[{tag},current]")))
+    elif shape.kind == "fraction":
+        cand.frac.setdefault(here[0], m.bool_var(f"frac[{tag},g{node.gpus[here[0]].index}]"))
+    elif slot is not None:
+        gtag = f"{node.name},g{node.gpus[here[0]].index},{slot[0]}@{slot[1]}"
+        cand.mig.setdefault((here[0], slot), m.bool_var(f"mig[{tag},{gtag}]"))
 
 
 def current_vars(v: Variables, problem: PlacementProblem, r: int) -> list[Var] | None:

@@ -113,11 +113,14 @@ class Rules:
         return out
 
     def fits(self, info: NodeInfo, shape: ShapeSpec, option: Option, demand: Demand) -> bool:
-        """Whether taking ``option`` keeps every charging quota within its limit."""
+        """Whether taking ``option`` keeps every charging quota within its limit (a quota the option
+        does not count, by GPU model or pool, is no obstacle even when running work is over it)."""
         if not demand.quotas:
             return True
         charged = self.charges(info, shape, option.gpus, demand)
-        return all(self.used[i] + c <= self.limits[i] for i, c in zip(demand.quotas, charged, strict=True))
+        return all(
+            c == 0 or self.used[i] + c <= self.limits[i] for i, c in zip(demand.quotas, charged, strict=True)
+        )
 
     def charge(
         self, info: NodeInfo, shape: ShapeSpec, gpus: Sequence[int], demand: Demand, sign: int = 1
