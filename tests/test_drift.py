@@ -320,7 +320,14 @@ def test_a_running_replica_across_two_nvlink_pairs_may_stay(solver: str) -> None
 def _two_l40s(policy: dict[str, Any], *work: dict[str, Any]) -> PlanningInput:
     node = {"name": "n0", "cpu_milli": 64000, "memory_mib": 262144, "pool": "p1"}
     gpus = [{"index": i, "model": "L40S-48GB"} for i in range(2)]
-    budget = {"disruption": {"max_moves_per_round": 2, "max_preemptions_per_round": 2}}
+    # Peers may preempt each other here: the cases are about kept violations, not the tier rule.
+    budget = {
+        "disruption": {
+            "max_moves_per_round": 2,
+            "max_preemptions_per_round": 2,
+            "preempt_only_for_higher_tier": False,
+        }
+    }
     return PlanningInput.model_validate(
         {
             "cluster": {"nodes": [{**node, "gpus": gpus}]},
