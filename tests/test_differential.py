@@ -54,14 +54,15 @@ PREEMPT_TIER = (
     "the validator and the README's objective allow any preemption the budget allows"
 )
 DRIFT = (
-    "running work over a quota (or across isolation) is kept where it runs: the plan is invalid although "
-    "preempting or moving it within the budget gives a valid one"
+    "running work that breaks a rule (over a quota, a gang partly running) is kept as it runs: the plan "
+    "is invalid although preempting or moving it within the budget gives a valid one, or the "
+    "predicted-start pass raises OverCommitError (a traceback)"
 )
 FLEET_REPARTITION = "the fleet engine's configuration LP ignores MIG re-partitions: its bound is too high"
-BUSY_SHARING = (
-    "the sharing pre-pass changes the mode of drained nodes only, and the solvers then plan on fixed "
-    "modes: no path considers draining a node (preempting or moving its work) to change its mode, yet "
-    "the exact paths say OPTIMAL and every bound assumes the modes fixed"
+SHARING_PREPASS = (
+    "sharing modes are chosen before the solve by greedy trials on drained nodes only, then every path "
+    "plans and bounds on those modes as if fixed: a mode change the greedy trial does not reward, or one "
+    "that needs a node drained first, is never considered, yet the exact paths say OPTIMAL"
 )
 EXACT = ("cpsat", "cpsat-pop", "milp-highs", "milp-cbc")
 KNOWN: dict[str, dict[str, str]] = {
@@ -69,8 +70,9 @@ KNOWN: dict[str, dict[str, str]] = {
     "running": dict.fromkeys(EXACT, PREEMPT_TIER),
     "drift": dict.fromkeys(PATHS, DRIFT),
     "repartition": {"cpsat-fleet": FLEET_REPARTITION},
-    "running+sharing-change": dict.fromkeys(PATHS, BUSY_SHARING)
-    | dict.fromkeys(EXACT, f"{BUSY_SHARING}; and {PREEMPT_TIER}"),
+    "sharing-change": dict.fromkeys(PATHS, SHARING_PREPASS),
+    "running+sharing-change": dict.fromkeys(PATHS, SHARING_PREPASS)
+    | dict.fromkeys(EXACT, f"{SHARING_PREPASS}; and {PREEMPT_TIER}"),
 }
 #: The features drawn one at a time (``+`` joins features drawn together).
 BY_FEATURE = ("running", "drift", "mig-off", "repartition", "sharing-change", "running+sharing-change")
@@ -112,6 +114,7 @@ RUNNING_BACKGROUND = {
     "running_on": [{"node": "n", "gpus": [{"index": 0}]}],
 }  # fmt: skip
 DRIFTED = {"teams": ["a"], "quotas": [{"team": "a", "gpus": 0.5}]}
+ONE_1G = {"instances": [{"profile": "1g.6gb", "start": 0}]}
 WHOLE_A30 = {"instances": [{"profile": "4g.24gb", "start": 0}]}
 
 
@@ -287,7 +290,48 @@ SMALLEST: dict[str, tuple[list[dict[str, Any]], list[dict[str, Any]], dict[str, 
         ],
         {"sharing": {"allow_change": True, "replicas": 2}, "disruption": {"max_preemptions_per_round": 1}},
         800,
-        BUSY_SHARING,
+        SHARING_PREPASS,
+    ),
+    # n1 time-sliced, w0 on the MIG instance and w1 on n1: 0. The pre-pass's greedy trial puts w0 (its
+    # first alternative, waited longer) on n1, gains nothing and keeps n1 exclusive: every path 1200.
+    "sharing-prepass": (
+        [
+            {"name": "n0", "gpus": _gpus("A30-24GB", 1, mig=ONE_1G)},
+            {"name": "n1", "sharing": "exclusive", "gpus": _gpus("L4-24GB", 1)},
+        ],
+        [
+            {
+                "id": "w0", "queued_since": (NOW - timedelta(hours=30)).isoformat(),
+                "alternatives": [{"gpu_milli": 500, "gpu_memory_mib": 20000}, {"mig_profile": "1g.6gb"}],
+            },
+            {"id": "w1", "gpu_milli": 500, "gpu_memory_mib": 20000},
+        ],
+        {"sharing": {"allow_change": True, "replicas": 2}},
+        0,
+        SHARING_PREPASS,
+    ),
+    # A gang with one of its two replicas running (drift); preempting it is valid (2 x 3 x 100 x 8).
+    "drift-gang": (
+        [{"name": "n", "gpus": _gpus("L4-24GB", 1)}],
+        [_running("g", replicas=2, gang="true")],
+        {"disruption": {"max_preemptions_per_round": 1}},
+        4800,
+        DRIFT,
+    ),
+    # The same with CPU-only replicas and one more waiting: all run (0); every path raises
+    # OverCommitError in the predicted-start pass.
+    "drift-gang-crash": (
+        [{"name": "n", "cpu_milli": 4000, "gpus": _gpus("L4-24GB", 1)}],
+        [
+            {
+                "id": "g", "cpu_milli": 1000, "replicas": 2, "gang": "true", "started_at": STARTED,
+                "running_on": [{"node": "n"}],
+            },
+            {"id": "w", "cpu_milli": 1000},
+        ],
+        {},
+        0,
+        DRIFT,
     ),
 }  # fmt: skip
 
