@@ -8,8 +8,10 @@ the only judge, and every path (``tests._brute.PATHS``: cpsat, the fleet engine,
 and the POP split forced onto small inputs, both MILPs and the three greedy back-ends) plans it through
 ``make_plan``. Disagreements are counted per path and kind: ``crash`` (an exception other than an
 invalid plan), ``invalid`` (the validator rejects the plan), ``bound-above-optimum``,
-``optimal-not-optimum``, ``objective-misreported`` (report vs. the plan's waiting list). Each is also
-tagged with what the brute-force optimal plan does that the current state does not (``mig-on``: MIG
+``optimal-not-optimum``, ``objective-misreported`` (report vs. the plan's waiting list), ``harness`` (a
+valid plan better than the brute force's optimum: the harness would be wrong). Each is also
+tagged with ``drift`` when the current state already breaks a rule (running work over a quota, across
+isolation, a gang partly running) and with what the brute-force optimal plan does (``mig-on``: MIG
 instances on a GPU with MIG disabled; ``repartition``; ``sharing``: a mode change; ``preempt``;
 ``move``), a hint at the cause. Instances for which the validator accepts no plan at all (running work
 that breaks a rule the budget cannot repair) are counted apart.
@@ -33,7 +35,19 @@ from hypothesis import HealthCheck, Phase, given, seed, settings
 
 from gpuplan.models.plan import MIGRATE, PREEMPT, Plan
 from gpuplan.models.problem import PlanningInput
-from tests._brute import FEATURES, KINDS, PATHS, NoValidPlan, TooLarge, instances, judge, optimum
+from gpuplan.planner.validation.validate import validate_plan
+from tests._brute import (
+    CATALOG,
+    FEATURES,
+    KINDS,
+    PATHS,
+    NoValidPlan,
+    TooLarge,
+    current_plan,
+    instances,
+    judge,
+    optimum,
+)
 
 log = logging.getLogger(__name__)
 
@@ -43,8 +57,9 @@ CHECKPOINT = 100
 
 
 def tags(inp: PlanningInput, plan: Plan) -> str:
-    """What the brute-force plan changes: MIG turned on, re-partitions, sharing modes, preemptions, moves."""
-    found: list[str] = []
+    """``drift`` when the current state already breaks a rule, then what the brute-force plan changes:
+    MIG turned on, re-partitions, sharing modes, preemptions, moves."""
+    found = ["drift"] if validate_plan(current_plan(inp), inp, CATALOG) else []
     nodes = inp.cluster.node_by_name
     if any(nodes[lay.node].gpu_by_index[lay.gpu].mig is None for lay in plan.mig_layouts):
         found.append("mig-on")
@@ -157,6 +172,7 @@ def run(
 
     one()
     tally.write(out)
+    log.warning("%d instances in %.0f s", tally.instances["instances"], time.perf_counter() - start)
     if examples is not None:
         examples.write_text(
             "".join(
