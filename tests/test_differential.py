@@ -64,10 +64,14 @@ SHARING_PREPASS = (
     "plans and bounds on those modes as if fixed: a mode change the greedy trial does not reward, or one "
     "that needs a node drained first, is never considered, yet the exact paths say OPTIMAL"
 )
+TRANSITION_CRASH = (
+    "the large-cluster path with running work that may move (transition, then neighbourhood search) "
+    "raises KeyError in the fleet transition's realisation for a gang whose shapes are alternatives"
+)
 EXACT = ("cpsat", "cpsat-pop", "milp-highs", "milp-cbc")
 KNOWN: dict[str, dict[str, str]] = {
     "mig-off": dict.fromkeys(PATHS, MIG_ON),
-    "running": dict.fromkeys(EXACT, PREEMPT_TIER),
+    "running": dict.fromkeys(EXACT, PREEMPT_TIER) | {"cpsat-large": TRANSITION_CRASH},
     "drift": dict.fromkeys(PATHS, DRIFT),
     "repartition": {"cpsat-fleet": FLEET_REPARTITION},
     "sharing-change": dict.fromkeys(PATHS, SHARING_PREPASS),
@@ -332,6 +336,25 @@ SMALLEST: dict[str, tuple[list[dict[str, Any]], list[dict[str, Any]], dict[str, 
         {},
         0,
         DRIFT,
+    ),
+    # Legal input; only the large-cluster path (forced) fails: all four run (0) elsewhere.
+    "transition-crash": (
+        [
+            {"name": "n0", "cpu_milli": 4000, "gpus": _gpus("L4-24GB", 1)},
+            {"name": "n1", "cpu_milli": 4000, "gpus": _gpus("L4-24GB", 2)},
+        ],
+        [
+            {"id": "w0", "cpu_milli": 4000},
+            {"id": "w1", "running_on": [{"node": "n0"}]},
+            {
+                "id": "w3", "gang": "true",
+                "alternatives": [{"cpu_milli": 1000, "gpu_milli": 500}, {"cpu_milli": 1000, "gpus": 1}],
+            },
+            {"id": "w4", "gpus": 2},
+        ],
+        {"disruption": {"max_moves_per_round": 1}},
+        0,
+        TRANSITION_CRASH,
     ),
 }  # fmt: skip
 
