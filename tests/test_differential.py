@@ -238,7 +238,7 @@ def test_every_path_agrees_with_the_brute_force_by_feature(
     if known is not None:
         request.applymarker(pytest.mark.xfail(strict=False, reason=known))
 
-    @settings(max_examples=8, **SETTINGS)
+    @settings(max_examples=15, **SETTINGS)
     @given(inp=instances(features=frozenset(feature.split("+"))))
     def check(inp: PlanningInput) -> None:
         _agrees(inp, path)
