@@ -133,11 +133,6 @@ def _where(node: str, uses: Sequence[GpuUse | GpuRef]) -> str:
     return f"node '{node}' ({_describe_uses(uses)})"
 
 
-def _entries(uses: Iterable[GpuUse | GpuRef]) -> frozenset[tuple[int, int | None, str | None, int | None]]:
-    """GPU entries as plain values in any order: a running replica stays when these are equal."""
-    return frozenset((u.index, u.milli, u.mig_profile, u.mig_start) for u in uses)
-
-
 def _instances(pairs: Iterable[tuple[str, int]]) -> str:
     """``1g.10gb@0, 1g.10gb@2``, by start."""
     return ", ".join(f"{p}@{s}" for p, s in sorted(pairs, key=lambda x: (x[1], x[0])))
@@ -630,9 +625,7 @@ class _Checker:
                 for r, place in enumerate(w.running_on):
                     held = [g for g in place.gpus if place.node == node.name and g.index in plain]
                     a = target.get((w.id, r))
-                    stays = (
-                        a is not None and a.node == place.node and _entries(a.gpus) == _entries(place.gpus)
-                    )
+                    stays = a is not None and w.stays(r, a.node, a.gpus)
                     if held and stays:
                         self._add(
                             "sharing-change",
@@ -970,7 +963,7 @@ class _Checker:
                 a = target.get((w.id, r))
                 if a is None:
                     how = PREEMPT
-                elif a.node != place.node or _entries(a.gpus) != _entries(place.gpus):
+                elif not w.stays(r, a.node, a.gpus):
                     how = MIGRATE
                 elif (DRAIN, w.id, r) in actions:
                     how = DRAIN
