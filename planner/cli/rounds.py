@@ -108,7 +108,7 @@ def cmd_replan(args: argparse.Namespace) -> int:
     print(policy_line(source, inp))
     images = common.images_from_args(args)
     if args.k8s_out:  # before anything is planned or stored
-        images.require(w.id for w in inp.workloads)
+        images.require(w for w in inp.workloads if kubernetes.creates_pod(w))
     previous = history.latest()
     now = common.parse_now(args.now) or datetime.now(UTC)
     ray = common.ray_from_args(args)  # before the solve's share of the time limit is taken
