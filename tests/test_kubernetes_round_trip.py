@@ -288,12 +288,12 @@ def test_the_round_scripts_run_as_they_are(tmp_path: Path) -> None:
             if path.suffix == ".sh":
                 subprocess.run(["sh", str(path)], check=True, env=env, timeout=60)
     calls = log.read_text()
-    for path in (
+    for url in (
         "ml/pods/bind-me/binding",
         "search/pods/serve-search-0/eviction",
         "research/pods/nb-alice/eviction",
     ):
-        assert f"create --raw /api/v1/namespaces/{path} -f -\n{{" in calls
+        assert f"create --raw /api/v1/namespaces/{url} -f -\n{{" in calls
     assert "patch pod -n ml train-gated --type=strategic -p" in calls
     assert "patch pod -n ml train-gated --type=json -p" in calls
 

@@ -1,11 +1,12 @@
-"""Export a plan as the Kubernetes objects a GPU Operator cluster applies, one file per step.
+"""Export a plan as what a GPU Operator cluster applies or runs, one file per step.
 
 **Order.** The plan numbers its actions by round (:mod:`planner.pipeline.actions`: each round keeps the
 disruption budget and replays without over-committing anything) and runs a round in phases: stops, MIG
 destroys and sharing changes, MIG creates, starts. The export keeps that order (a GPU is drained before
 it is re-partitioned, and a replica is stopped before it starts elsewhere) and splits each plan round
-into up to four steps, each finished before the next one is applied; each step is one file,
-``round-01.yaml``, ``round-02.yaml``, ...:
+into up to five steps, each finished before the next one is applied; each step is one file,
+``round-01.yaml`` (objects for ``kubectl apply``) or ``round-02.sh`` (a shell script of ``kubectl`` calls,
+for what ``apply`` cannot do: :data:`SCRIPTS`), ...:
 
 0. ``sharing``: the device plugin's configs as the ConfigMap :data:`DEVICE_PLUGIN_CONFIGMAP` in
    :data:`MIG_NAMESPACE` (the GPU Operator's ClusterPolicy ``devicePlugin.config.name`` names it; one
@@ -13,30 +14,39 @@ into up to four steps, each finished before the next one is applied; each step i
    per node whose mode the round changes (every node with a mode in the first such step), a minimal
    Node with the ``nvidia.com/device-plugin.config`` label. A plan changes the mode of a node only when
    its non-MIG GPUs are drained at the start of the round, so this step comes first;
-1. ``evict``: a ``policy/v1`` Eviction of each preempted, moved or drained replica's pod;
+1. ``evict`` (script): a ``policy/v1`` Eviction of each preempted, moved or drained replica's pod,
+   posted to the pod's eviction subresource (``kubectl create --raw ... -f -``);
 2. ``mig``: the MIG manager's config as the ConfigMap :data:`MIG_CONFIGMAP` in :data:`MIG_NAMESPACE`
    (every node's config as it stands after the step) and, per node re-partitioned in the round (every
    MIG node in the first such step), a minimal Node (name and the ``nvidia.com/mig.config`` label, a
    strategic-merge patch);
 3. ``start``: a ``scheduling.x-k8s.io/v1alpha1`` PodGroup per gang (coscheduling, ``minMember`` the
-   gang's placed replicas) the first time it appears, and a Pod per started or moved replica.
+   gang's placed replicas) the first time it appears, and a Pod per replica gpuplan creates
+   (:func:`creates_pod`);
+4. ``place`` (script): the pending pods imported from Kubernetes, placed where they are: a gated pod
+   gets its node selection narrowed and its gates removed (:class:`Ungate`, Kueue's convention), a pod
+   whose ``schedulerName`` is the policy's ``kubernetes.scheduler_name`` a ``v1 Binding``; a pod of
+   another scheduler is left to it (named in the round's comments).
 
-Empty steps are left out. The PriorityClasses of the pods' tiers come first, alone in ``round-01.yaml``
-(so that every file of Evictions holds nothing else: ``kubectl apply`` does not take those). Work
-that stays where it runs gets no object. A plan without actions (an older plan file) gets them from
-:func:`~planner.pipeline.actions.ordered_actions`, all in one round.
+Empty steps are left out. The PriorityClasses of the tiers of the pods gpuplan creates come first, alone
+in ``round-01.yaml``. Work that stays where it runs gets no object. A plan without actions (an older
+plan file) gets them from :func:`~planner.pipeline.actions.ordered_actions`, all in one round.
 
-**Pods.** A Pod is named ``<workload>-<replica>-<plan digest>`` (a moved replica's new pod never
-collides with the old one), pinned to its node (``nodeSelector`` ``kubernetes.io/hostname``), tolerates
-the GPU Operator's ``nvidia.com/gpu`` NoSchedule taint, has the PriorityClass of its tier
-(:func:`priority_class_name`) and asks the NVIDIA device plugin for what the plan gives it:
-``nvidia.com/gpu: N`` for whole GPUs, ``nvidia.com/mig-<profile>: 1`` for a MIG instance (the
+**Pods.** A new pod (work not imported from Kubernetes) is named ``<workload>-<replica>-<plan digest>``
+(a moved replica's new pod never collides with the old one), in the export's namespace; an imported
+bare pod that moves is re-created as itself (its namespace, name, image and labels), while a
+controller re-creates its own pods. Every pod gpuplan creates is pinned to its node (``nodeSelector``
+``kubernetes.io/hostname``), tolerates the GPU Operator's ``nvidia.com/gpu`` NoSchedule taint, has the
+PriorityClass of its tier (:func:`priority_class_name`) and asks the NVIDIA device plugin for what the
+plan gives it: ``nvidia.com/gpu: N`` for whole GPUs, ``nvidia.com/mig-<profile>: 1`` for a MIG instance (the
 ``mixed`` strategy), ``nvidia.com/gpu.shared: 1`` for a fraction (time-slicing with
-``renameByDefault``), with the planned GPU indices and milli-GPU in annotations. The image is the
-caller's (:class:`Images`): the planner decides placement and resources, not what runs.
+``renameByDefault``), with the planned GPU indices and milli-GPU in annotations, and a gang's pods the
+policy's ``kubernetes.gang_scheduler_name``. The image is the caller's or the imported pod's own
+(:class:`Images`): the planner decides placement and resources, not what runs.
 
-**Evictions** name the running pod: the workload id for a one-replica workload (one pod, one
-workload), else ``<workload>-<replica>``; see :func:`running_pod`.
+**Evictions** name the running pod: an imported pod by its namespace and name, else the workload id for
+a one-replica workload (one pod, one workload), else ``<workload>-<replica>``; see :func:`running_pod`.
+A migration back to where the replica runs is a restart (:func:`action_label`).
 """
 
 from __future__ import annotations
