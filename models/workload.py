@@ -173,14 +173,18 @@ class Workload(ShapeFields):
     namespace: str | None = None
     image: str | None = None
     owner: str | None = None
-    labels: dict[str, str] = Field(default_factory=dict)
+    #: The labels as sorted ``(key, value)`` pairs (a mapping or ``key=value,...`` text is accepted), so a
+    #: workload stays hashable.
+    labels: tuple[tuple[str, str], ...] = ()
     scheduler_name: str | None = None
     scheduling_gates: tuple[str, ...] = ()
 
     @field_validator("labels", mode="before")
     @classmethod
     def _split_labels(cls, v: Any) -> Any:
-        """``key=value,key2=value2`` (the CSV form) as a mapping."""
+        """``key=value,key2=value2`` (the CSV form) or a mapping as sorted pairs."""
+        if isinstance(v, dict):
+            return tuple(sorted((str(k), str(x)) for k, x in v.items()))
         if not isinstance(v, str):
             return v
         out: dict[str, str] = {}
@@ -189,7 +193,7 @@ class Workload(ShapeFields):
             if not eq or not key.strip():
                 raise ValueError(f"label '{part}' is not key=value")
             out[key.strip()] = value.strip()
-        return out
+        return tuple(sorted(out.items()))
 
     @field_validator("scheduling_gates", mode="before")
     @classmethod

@@ -79,9 +79,13 @@ def test_an_imported_pod_keeps_its_identity_through_the_workloads_csv(tmp_path: 
         "registry.example/search/serve:7.2",
         "StatefulSet/serve-search",
     )
-    assert serve.labels == {"app": "serve-search"} and serve.scheduler_name == "default-scheduler"
+    assert dict(serve.labels) == {"app": "serve-search"} and serve.scheduler_name == "default-scheduler"
     alice = by_id["research/nb-alice"]
-    assert alice.owner is None and alice.labels == {"app": "notebook", "user": "alice"}
+    assert alice.owner is None and dict(alice.labels) == {"app": "notebook", "user": "alice"}
+    # A mapping (YAML, JSON) and the CSV text give the same sorted pairs; the workload stays hashable.
+    for given in ({"user": "alice", "app": "notebook"}, "user=alice, app=notebook"):
+        again = Workload.model_validate({"id": "research/nb-alice", "gpus": 1, "labels": given})
+        assert again.labels == alice.labels and hash(again)
     gated = by_id["ml/train-gated"]
     assert gated.scheduling_gates == ("gpuplan.io/placement",) and not gated.running_on
     assert by_id["ml/bind-me"].scheduler_name == "gpuplan"

@@ -220,7 +220,7 @@ def pod(a: Assignment, inp: PlanningInput, namespace: str, image: str, name: str
     }
     if w.gang_id is not None:
         labels[POD_GROUP_LABEL] = dns_name(w.gang_id)
-    labels = {**w.labels, **labels} if imported(w) else labels
+    labels = {**dict(w.labels), **labels} if imported(w) else labels
     scheduler = inp.policy.kubernetes.gang_scheduler_name if w.gang_id is not None else None
     return {
         "apiVersion": "v1",
