@@ -24,13 +24,15 @@ import kubernetes_validate
 import pytest
 import yaml
 
-from gpuplan.models import Cluster, Plan, PlanningInput, Policy, Workload
+from gpuplan.models import Cluster, DisruptionBudget, Plan, PlanningInput, Policy, Workload
 from gpuplan.models.catalog import default_catalog
 from gpuplan.models.plan import MIGRATE, Action, Assignment, GpuUse
 from gpuplan.models.workload import Placement
 from gpuplan.planner.cli import main
+from gpuplan.planner.executor import Executor, SimCluster
 from gpuplan.planner.io.exporters import kubernetes
 from gpuplan.planner.io.importers.kubernetes import read_state, write_state
+from gpuplan.planner.pipeline import summary
 from gpuplan.planner.pipeline.actions import ordered_actions, plan_actions
 from gpuplan.planner.pipeline.files import load_workloads, planning_input
 from gpuplan.planner.planning import make_plan
@@ -335,3 +337,34 @@ def test_gang_pods_go_to_the_policy_s_gang_scheduler() -> None:
     assert schedulers == {("pair", "scheduler-plugins-scheduler"), ("solo", None)}
     for d in pods:
         _validate(d)
+
+
+@pytest.mark.parametrize("guessed", [True, False])
+def test_the_executor_counts_no_move_for_a_guessed_index(guessed: bool) -> None:
+    """A plan that keeps ``serve`` on its node at GPUs 0,1 (it runs on 2,3): the executor applies no
+    migration when the demand says its indices are a guess, one when they are known."""
+    inp = _guessed(guessed)
+    sim = SimCluster(inp.cluster, default_catalog(), NOW)
+    sim.place(
+        Assignment(
+            workload="serve", replica=0, node="n", gpus=(GpuUse(index=2), GpuUse(index=3)), cpu_milli=1000
+        )
+    )
+    target = Assignment(
+        workload="serve", replica=0, node="n", gpus=(GpuUse(index=0), GpuUse(index=1)), cpu_milli=1000
+    )
+    planned = _plan(inp).model_copy(update={"assignments": (target,), "actions": ()})
+    policy = Policy(disruption=DisruptionBudget(max_moves_per_round=1))
+    report = Executor(sim, lambda _inp, _now: planned, policy).round(inp.workloads)
+    assert not report.failed and report.moves == (0 if guessed else 1)
+
+
+def test_the_summary_counts_a_restart_in_place_as_a_restart() -> None:
+    inp = _guessed(False)
+    here = "n:2,3"
+    actions = (
+        Action(kind=MIGRATE, workload="serve", replica=0, from_=here, to=here, detail="drain"),
+        Action(kind=MIGRATE, workload="other", replica=0, from_=here, to="n:0,1"),
+    )
+    plan = _plan(inp).model_copy(update={"actions": actions})
+    assert "actions: 1 migrate, 1 restart" in summary.render(plan, inp)
