@@ -198,6 +198,7 @@ class Workload(ShapeFields):
     @field_validator("scheduling_gates", mode="before")
     @classmethod
     def _split_gates(cls, v: Any) -> Any:
+        """``gate-a,gate-b`` (the CSV form) as a tuple."""
         if isinstance(v, str):
             return tuple(g.strip() for g in v.split(",") if g.strip())
         return v
@@ -205,6 +206,7 @@ class Workload(ShapeFields):
     @field_validator("owner", mode="after")
     @classmethod
     def _owner(cls, v: str | None) -> str | None:
+        """A controller is named ``Kind/name``."""
         if v is not None and not re.fullmatch(r"[A-Za-z][\w.]*/[^/\s]+", v):
             raise ValueError(f"owner '{v}' is not Kind/name (ReplicaSet/web-6c9b)")
         return v

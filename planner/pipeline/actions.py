@@ -169,6 +169,7 @@ def current_occupancy(
 
 
 def _text(place: Placement) -> str:
+    """A running placement in the ``running_on`` syntax."""
     return where(place.node, tuple(GpuUse(**g.model_dump()) for g in place.gpus))
 
 

@@ -158,14 +158,13 @@ class Images:
         ``--image`` (empty when none is known)."""
         return self.per_workload.get(workload) or own or self.default
 
-    def require(self, workloads: Iterable[str | Workload]) -> None:
-        """Raise :class:`InputError` naming the first of ``workloads`` (ids, or workloads with their own
-        image) without an image."""
+    def require(self, workloads: Iterable[Workload]) -> None:
+        """Raise :class:`InputError` naming the first of ``workloads`` without an image (of its own or
+        given)."""
         for w in workloads:
-            wid, own = (w, None) if isinstance(w, str) else (w.id, w.image)
-            if not self.of(wid, own):
+            if not self.of(w.id, w.image):
                 raise InputError(
-                    f"--image: no container image for workload '{wid}' (give --image or --images)"
+                    f"--image: no container image for workload '{w.id}' (give --image or --images)"
                 )
 
 
