@@ -3,6 +3,7 @@ path, on SQLite and (when CI runs one) PostgreSQL; bad numbers and bad databases
 
 from __future__ import annotations
 
+import re
 import uuid
 from pathlib import Path
 from typing import Any
@@ -115,6 +116,8 @@ def test_list_show_and_diff(db_url: str, tmp_path: Path, capsys: pytest.CaptureF
         placed["h100" if a.node == "h1" else "l40s"] += 1
     assert {p: int(v[0]) for p, v in pools.items()} == placed
     assert pools["l40s"][2] == "4" and pools["h100"][2] == "1"
+    # GPUs used in one number format: two decimals, whole or fractional.
+    assert all(re.fullmatch(r"\d+\.\d\d", v[1]) for v in pools.values()), pools
     codes = {u.code for u in last.unplaced}
     assert all(c in show.split("waiting: ")[1] for c in codes) and "actions: " in show
 
