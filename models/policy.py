@@ -110,6 +110,16 @@ class SharingPolicy(Strict):
     replicas: int = Field(default=4, ge=1, le=1000)
 
 
+class KubernetesPolicy(Strict):
+    """How the Kubernetes export hands pods to schedulers: ``scheduler_name`` is the ``schedulerName`` of
+    the pending pods gpuplan binds itself (a ``v1 Binding``); ``gang_scheduler_name`` the scheduler of the
+    pods of a gang, the one running the coscheduling plugin that reads their PodGroup (``None``: the
+    default scheduler has it)."""
+
+    scheduler_name: str = Field(default="gpuplan", min_length=1)
+    gang_scheduler_name: str | None = Field(default=None, min_length=1)
+
+
 class ObjectiveMode(StrEnum):
     """Lexicographic (default) or weighted combination of the objective terms."""
 
@@ -136,6 +146,7 @@ class Policy(Strict):
     disruption: DisruptionBudget = Field(default_factory=DisruptionBudget)
     mig: MigPolicy = Field(default_factory=MigPolicy)
     sharing: SharingPolicy = Field(default_factory=SharingPolicy)
+    kubernetes: KubernetesPolicy = Field(default_factory=KubernetesPolicy)
     objective: ObjectiveMode = ObjectiveMode.LEXICOGRAPHIC
     weights: ObjectiveWeights = Field(default_factory=ObjectiveWeights)
 

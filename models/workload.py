@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import re
+from collections.abc import Iterable
 from datetime import UTC, datetime
 from enum import StrEnum
 from functools import cached_property
@@ -135,6 +136,16 @@ class Placement(Strict):
         return cls(node=node, gpus=tuple(gpus))
 
 
+def _entries(gpus: Iterable[Any]) -> frozenset[tuple[int, int | None, str | None, int | None]]:
+    """GPU entries as plain values in any order."""
+    return frozenset((g.index, g.milli, g.mig_profile, g.mig_start) for g in gpus)
+
+
+def _held(gpus: Iterable[Any]) -> list[tuple[int, str]]:
+    """What GPU entries hold without where: the milli-GPU and MIG profile of each, sorted."""
+    return sorted((g.milli or 0, g.mig_profile or "") for g in gpus)
+
+
 class Workload(ShapeFields):
     """A request for ``replicas`` copies of one of several alternative shapes (the shape fields at
     top level, or ``alternatives``)."""
@@ -152,6 +163,62 @@ class Workload(ShapeFields):
     duration_s: Seconds | None = None
     started_at: datetime | None = None
     running_on: tuple[Placement, ...] = ()
+    #: Whether the GPU indices (and MIG starts) of ``running_on`` are a guess: the node and the GPUs'
+    #: kind and count are known, which GPUs are not (the Kubernetes API does not say). A plan that keeps
+    #: such a replica on its node with the same GPUs, whatever their indices, does not move it.
+    gpus_guessed: bool = False
+    #: What a pod imported from Kubernetes is, so that an export acts on that pod: its namespace, the
+    #: image of its first container, its controller (``Kind/name``: ``ReplicaSet/embed-6c9b``), its labels,
+    #: the scheduler that places it (``spec.schedulerName``) and its scheduling gates.
+    namespace: str | None = None
+    image: str | None = None
+    owner: str | None = None
+    #: The labels as sorted ``(key, value)`` pairs (a mapping or ``key=value,...`` text is accepted), so a
+    #: workload stays hashable.
+    labels: tuple[tuple[str, str], ...] = ()
+    scheduler_name: str | None = None
+    scheduling_gates: tuple[str, ...] = ()
+
+    @field_validator("labels", mode="before")
+    @classmethod
+    def _split_labels(cls, v: Any) -> Any:
+        """``key=value,key2=value2`` (the CSV form) or a mapping as sorted pairs."""
+        if isinstance(v, dict):
+            return tuple(sorted((str(k), str(x)) for k, x in v.items()))
+        if not isinstance(v, str):
+            return v
+        out: dict[str, str] = {}
+        for part in filter(None, (p.strip() for p in v.split(","))):
+            key, eq, value = part.partition("=")
+            if not eq or not key.strip():
+                raise ValueError(f"label '{part}' is not key=value")
+            out[key.strip()] = value.strip()
+        return tuple(sorted(out.items()))
+
+    @field_validator("scheduling_gates", mode="before")
+    @classmethod
+    def _split_gates(cls, v: Any) -> Any:
+        """``gate-a,gate-b`` (the CSV form) as a tuple."""
+        if isinstance(v, str):
+            return tuple(g.strip() for g in v.split(",") if g.strip())
+        return v
+
+    @field_validator("owner", mode="after")
+    @classmethod
+    def _owner(cls, v: str | None) -> str | None:
+        """A controller is named ``Kind/name``."""
+        if v is not None and not re.fullmatch(r"[A-Za-z][\w.]*/[^/\s]+", v):
+            raise ValueError(f"owner '{v}' is not Kind/name (ReplicaSet/web-6c9b)")
+        return v
+
+    @property
+    def pod_name(self) -> str | None:
+        """The name of the Kubernetes pod this workload is (a one-replica workload ``<namespace>/<pod>``
+        with a ``namespace``), else ``None``."""
+        if self.namespace is None or self.replicas != 1:
+            return None
+        ns, slash, name = self.id.partition("/")
+        return name if slash and ns == self.namespace and name else None
 
     @field_validator("queued_since", "started_at", mode="before")
     @classmethod
@@ -219,6 +286,20 @@ class Workload(ShapeFields):
         if self.gang is None:
             return None
         return self.id if self.gang.lower() in ("true", "yes", "1") else self.gang
+
+    def stays(self, replica: int, node: str, gpus: Iterable[Any]) -> bool:
+        """Whether ``node`` and ``gpus`` (GPU entries with ``index``, ``milli``, ``mig_profile``,
+        ``mig_start``) are where ``replica`` runs now: the same entries, or, when the indices are a guess
+        (``gpus_guessed``), the same node and the same GPUs held whatever their indices and MIG starts."""
+        if replica >= len(self.running_on):
+            return False
+        place = self.running_on[replica]
+        wanted = tuple(gpus)
+        if place.node != node:
+            return False
+        if self.gpus_guessed:
+            return _held(place.gpus) == _held(wanted)
+        return _entries(place.gpus) == _entries(wanted)
 
     def waited_s(self, now: datetime) -> float:
         """Seconds waited at ``now`` (0 when ``queued_since`` is unknown or in the future)."""

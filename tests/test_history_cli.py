@@ -3,6 +3,7 @@ path, on SQLite and (when CI runs one) PostgreSQL; bad numbers and bad databases
 
 from __future__ import annotations
 
+import re
 import uuid
 from pathlib import Path
 from typing import Any
@@ -115,13 +116,17 @@ def test_list_show_and_diff(db_url: str, tmp_path: Path, capsys: pytest.CaptureF
         placed["h100" if a.node == "h1" else "l40s"] += 1
     assert {p: int(v[0]) for p, v in pools.items()} == placed
     assert pools["l40s"][2] == "4" and pools["h100"][2] == "1"
+    # GPUs used in one number format: two decimals, whole or fractional.
+    assert all(re.fullmatch(r"\d+\.\d\d", v[1]) for v in pools.values()), pools
     codes = {u.code for u in last.unplaced}
     assert all(c in show.split("waiting: ")[1] for c in codes) and "actions: " in show
 
     diff = _out(["history", "diff", "1", "4", "--db", db_url], capsys)
     assert diff.startswith("from plan 1 to plan 4\n")
     sections = _sections(diff)
-    assert any(line.startswith("run#0: was l2:") for line in sections["stops"])  # the running job ended
+    # The running job ended (plan 4's inputs no longer hold it): finished, not stopped by the plan.
+    assert any(line.startswith("run#0: was l2:") for line in sections["finished"])
+    assert not any(line.startswith("run#0") for line in sections.get("stops", []))
     assert any(line.startswith("tiny#0: ") for line in sections["new starts"])
     layout = [line for line in sections["MIG layouts"] if line.startswith("h1:0: ")]
     assert layout and "1g.10gb@" in layout[0].split(" -> ")[1]
@@ -130,7 +135,7 @@ def test_list_show_and_diff(db_url: str, tmp_path: Path, capsys: pytest.CaptureF
     assert "huge" in started and waited  # both lists have something to show
     assert {line.split("#")[0] for line in sections.get("waits ended", [])} == waited
     assert {line.split("#")[0] for line in sections.get("waits started", [])} == started
-    assert "0 move(s), 0 new start(s), 0 stop(s), 0 MIG layout(s) changed" in _out(
+    assert "0 move(s), 0 new start(s), 0 stop(s), 0 finished, 0 MIG layout(s) changed" in _out(
         ["history", "diff", "4", "4", "--db", db_url], capsys
     )
 

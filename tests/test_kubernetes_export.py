@@ -95,11 +95,34 @@ def example() -> tuple[PlanningInput, Plan]:
     return inp, make_plan(inp, solver="cpsat", now=now, time_limit_s=5, deterministic=True)
 
 
+#: The JSON documents a round script posts (``post PATH <<'EOF' ... EOF``).
+_POSTED = re.compile(r"^post (\S+) <<'EOF'\n(.*?)\nEOF$", re.S | re.M)
+
+
+def _round_paths(directory: Path) -> list[Path]:
+    """The round files, numbered without gaps: ``.yaml`` to apply, ``.sh`` to run."""
+    paths = sorted((*directory.glob("round-*.yaml"), *directory.glob("round-*.sh")), key=lambda p: p.stem)
+    assert [p.stem for p in paths] == [f"round-{i:02d}" for i in range(1, len(paths) + 1)]
+    return paths
+
+
+def _objects(path: Path) -> list[dict[str, Any]]:
+    """The objects of one round file: applied (YAML) or posted by the script (each to its subresource)."""
+    text = path.read_text()
+    if path.suffix == ".yaml":
+        return [d for d in yaml.safe_load_all(text) if d is not None]
+    assert text.startswith("#!/bin/sh\n")
+    posted = []
+    for url, body in _POSTED.findall(text):
+        doc = json.loads(body)
+        assert url == kubernetes.subresource_path(doc)
+        posted.append(doc)
+    return posted
+
+
 def _files(directory: Path) -> list[list[dict[str, Any]]]:
     """The objects of each round file, in order (and the files are numbered without gaps)."""
-    paths = sorted(directory.glob("round-*.yaml"))
-    assert [p.name for p in paths] == [f"round-{i:02d}.yaml" for i in range(1, len(paths) + 1)]
-    return [[d for d in yaml.safe_load_all(p.read_text()) if d is not None] for p in paths]
+    return [_objects(p) for p in _round_paths(directory)]
 
 
 def _exported(inp: PlanningInput, plan: Plan, tmp_path: Path) -> list[list[dict[str, Any]]]:
@@ -301,7 +324,10 @@ def test_plan_rounds_become_files_in_order(tmp_path: Path) -> None:
     assert sorted(a.round for a in plan.actions if a.kind == MIGRATE) == [1, 2]
     rounds = _exported(inp, plan, tmp_path)
     _check_order_and_objects(inp, plan, rounds)
-    heads = [p.read_text().splitlines()[0] for p in sorted((tmp_path / "k8s").glob("round-*.yaml"))]
+    heads = [
+        next(line for line in p.read_text().splitlines() if line.startswith("# round-"))
+        for p in _round_paths(tmp_path / "k8s")
+    ]
     assert [h.split(": ", 1)[1].split(".")[0] for h in heads] == [
         "plan round 1, setup",
         "plan round 1, evict",

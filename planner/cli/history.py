@@ -82,6 +82,12 @@ def cmd_list(args: argparse.Namespace) -> int:
     return common.EXIT_OK
 
 
+def _gpus(count: float) -> str:
+    """A number of GPUs in the pool table's one format: two decimals (fractions and MIG instances count
+    their share of a GPU)."""
+    return f"{count:,.2f}"
+
+
 def _show(stored: StoredPlan) -> str:
     from gpuplan.planner.pipeline import summary
     from gpuplan.planner.pipeline.fleet_metrics import fleet_metrics
@@ -93,7 +99,7 @@ def _show(stored: StoredPlan) -> str:
         summary.render(stored.plan, stored.inputs),
     ]
     pools = fleet_metrics(stored.plan, stored.inputs).pools
-    rows = [[p, str(u.replicas), f"{u.used:g}", str(u.gpus), f"{u.ratio:.1%}"] for p, u in pools.items()]
+    rows = [[p, str(u.replicas), _gpus(u.used), str(u.gpus), f"{u.ratio:.1%}"] for p, u in pools.items()]
     lines.append(_table(["pool", "placed", "GPUs used", "GPUs", "allocated"], rows, right={1, 2, 3, 4}))
     return "\n".join(lines)
 
@@ -106,13 +112,14 @@ def cmd_show(args: argparse.Namespace) -> int:
 
 
 def cmd_diff(args: argparse.Namespace) -> int:
-    """What changed from plan N to plan M (the diff ``gpuplan replan`` prints)."""
+    """What changed from plan N to plan M (the diff ``gpuplan replan`` prints): work plan M's inputs no
+    longer hold is finished, not stopped."""
     from gpuplan.planner.store.history import plan_diff
 
     with _history(args.db) as history:
         before, after = history.plan(args.first), history.plan(args.second)
     print(f"from plan {before.id} to plan {after.id}")
-    print(plan_diff(before.plan, after.plan).render())
+    print(plan_diff(before.plan, after.plan, after.inputs, before.inputs).render())
     return common.EXIT_OK
 
 

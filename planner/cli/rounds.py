@@ -41,11 +41,12 @@ def _with_rounds(inp: PlanningInput, rounds: int) -> PlanningInput:
     return inp.model_copy(update={"policy": inp.policy.model_copy(update={"disruption": budget})})
 
 
-def _state(args: argparse.Namespace, history: PlanHistory) -> PlanningInput:
+def _state(args: argparse.Namespace, history: PlanHistory) -> tuple[PlanningInput, str]:
     """The current state: a Kubernetes fleet's nodes and pods, or the files, else the inputs of the latest
     stored plan; ``--policy`` replaces the stored policy (the Kubernetes state keeps the stored one
-    without it)."""
+    without it). With it, where the policy in force comes from."""
     policy = load_policy(Path(args.policy)) if args.policy else None
+    given = f"policy: {args.policy}"
     if args.kubernetes_state:
         from gpuplan.planner.io.importers.kubernetes import load_tier_map, load_topologies, read_state
 
@@ -55,7 +56,11 @@ def _state(args: argparse.Namespace, history: PlanHistory) -> PlanningInput:
         tiers, topologies = folder / "tier-map.yaml", folder / "topology.yaml"
         if policy is None:
             stored = history.latest()
-            policy = stored.inputs.policy if stored is not None else load_policy(None)
+            if stored is not None:
+                policy, given = stored.inputs.policy, f"policy: plan {stored.id}'s (the latest stored)"
+            else:
+                policy = load_policy(None)
+                given = "policy: the default (no --policy and no stored plan; give --policy to change it)"
         state = read_state(
             folder / "nodes.json",
             folder / "pods.json",
@@ -64,17 +69,30 @@ def _state(args: argparse.Namespace, history: PlanHistory) -> PlanningInput:
             tiers=policy.tiers,
             topologies=load_topologies(topologies) if topologies.is_file() else None,
         )
-        return planning_input(state.cluster, state.workloads, policy, source=str(folder))
+        return planning_input(state.cluster, state.workloads, policy, source=str(folder)), given
     if args.cluster and args.workloads:
-        return common.input_from_args(args)
+        inp = common.input_from_args(args)
+        return inp, given if args.policy else "policy: the default (no --policy)"
     if args.cluster or args.workloads:
         raise InputError("--cluster and --workloads: give both, or neither to replan the stored state")
     stored = history.latest()
     if stored is None:
         raise InputError("no stored plan to replan from: give --cluster and --workloads")
     if policy is None:
-        return stored.inputs
-    return planning_input(stored.inputs.cluster, stored.inputs.workloads, policy, source=str(args.policy))
+        return stored.inputs, f"policy: plan {stored.id}'s (the latest stored)"
+    inp = planning_input(stored.inputs.cluster, stored.inputs.workloads, policy, source=str(args.policy))
+    return inp, given
+
+
+def policy_line(source: str, inp: PlanningInput) -> str:
+    """The policy in force, first in replan's output: where it comes from and its disruption budget (a
+    default policy moves and preempts nothing)."""
+    b = inp.policy.disruption
+    team = "" if b.max_moves_per_team is None else f", {b.max_moves_per_team} per team"
+    return (
+        f"{source}; per round at most {b.max_moves_per_round} move(s){team} and "
+        f"{b.max_preemptions_per_round} preemption(s)"
+    )
 
 
 def cmd_replan(args: argparse.Namespace) -> int:
@@ -88,10 +106,11 @@ def cmd_replan(args: argparse.Namespace) -> int:
         raise InputError("--rounds: must be at least 1")
     deadline = common.command_deadline(args)
     history = PlanHistory(args.db)
-    inp = _state(args, history)
+    inp, source = _state(args, history)
+    print(policy_line(source, inp))
     images = common.images_from_args(args)
     if args.k8s_out:  # before anything is planned or stored
-        images.require(w.id for w in inp.workloads)
+        images.require(w for w in inp.workloads if kubernetes.creates_pod(w))
     previous = history.latest()
     now = common.parse_now(args.now) or datetime.now(UTC)
     ray = common.ray_from_args(args)  # before the solve's share of the time limit is taken
@@ -133,7 +152,7 @@ def cmd_replan(args: argparse.Namespace) -> int:
     )
     # From Kubernetes, the diff is against what runs now, not against the previous plan.
     before = None if previous is None or args.kubernetes_state else previous.plan
-    print(plan_diff(before, plan, inp).render())
+    print(plan_diff(before, plan, inp, None if previous is None else previous.inputs).render())
     if args.out:
         write_json(Path(args.out), plan)
         print(f"plan written to {args.out}")

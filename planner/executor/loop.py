@@ -29,9 +29,17 @@ from gpuplan.models.policy import Policy
 from gpuplan.models.problem import PlanningInput
 from gpuplan.models.workload import Workload
 from gpuplan.planner.executor.backend import Backend, Observation, Outcome
-from gpuplan.planner.pipeline.actions import MIGRATE, PREEMPT, START, ordered_actions, schedule_rounds, where
+from gpuplan.planner.pipeline.actions import (
+    MIGRATE,
+    PREEMPT,
+    START,
+    current_occupancy,
+    ordered_actions,
+    schedule_rounds,
+    where,
+)
 from gpuplan.planner.pipeline.compile import compile_problem
-from gpuplan.planner.pipeline.occupancy import Holding, Key, Occupancy, holding
+from gpuplan.planner.pipeline.occupancy import Holding, Key, holding
 from gpuplan.planner.pipeline.timeline import previous_reservations, quiet_overcommit
 from gpuplan.solvers.greedy import FirstFit, GreedySolver
 from gpuplan.solvers.placement import Placer
@@ -243,7 +251,7 @@ class Executor:
         t0 = time.perf_counter()
         plan = self.planner(state.inp, obs.now)
         wall = time.perf_counter() - t0
-        occ = Occupancy.of(state.inp.cluster, state.inp.workloads, self.catalog)
+        occ = current_occupancy(state.inp, plan.assignments, self.catalog)
         targets = {(a.workload, a.replica): a for a in plan.assignments}
         runtime = {
             (w.id, r): (obs.now - w.started_at).total_seconds()

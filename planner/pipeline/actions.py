@@ -32,7 +32,7 @@ from gpuplan.models.plan import START as START
 from gpuplan.models.plan import Action, Assignment, GpuUse, MigLayout, NodeSharing
 from gpuplan.models.policy import Policy
 from gpuplan.models.problem import PlanningInput
-from gpuplan.models.workload import Workload
+from gpuplan.models.workload import Placement, Workload
 from gpuplan.planner.pipeline.occupancy import Key, Occupancy, OverCommitError, holding
 
 log = logging.getLogger(__name__)
@@ -102,7 +102,8 @@ def ordered_actions(
     sharing: Sequence[NodeSharing] = (),
 ) -> list[Action]:
     """Preemptions, migrations and drains, then sharing changes, MIG destroys and creates, then starts
-    (all round 1)."""
+    (all round 1). A replica the plan keeps where it runs up to GPU indices that are a guess
+    (:meth:`~models.workload.Workload.stays`) does not move."""
     target = {(a.workload, a.replica): a for a in assignments}
     repartitioned = {(a.node, a.gpu) for a in mig_actions(inp.cluster, layouts) if a.kind == DESTROY}
     stops: list[Action] = []
@@ -114,12 +115,15 @@ def ordered_actions(
             a = target.get((w.id, r))
             if a is None:
                 stops.append(Action(kind=PREEMPT, workload=w.id, replica=r, from_=now))
-            elif where(a.node, a.gpus) != now:
+            elif not w.stays(r, a.node, a.gpus):
                 stops.append(
                     Action(kind=MIGRATE, workload=w.id, replica=r, from_=now, to=where(a.node, a.gpus))
                 )
-            elif any((place.node, g.index) in repartitioned for g in gpus):
-                stops.append(Action(kind=MIGRATE, workload=w.id, replica=r, from_=now, to=now, detail=DRAIN))
+            elif any((a.node, g.index) in repartitioned for g in a.gpus):
+                # In place: a guessed placement is taken to be the plan's (see :func:`settled`).
+                here = where(a.node, a.gpus)
+                drain = Action(kind=MIGRATE, workload=w.id, replica=r, from_=here, to=here, detail=DRAIN)
+                stops.append(drain)
     running = {(w.id, r) for w in inp.workloads for r in range(len(w.running_on))}
     for a in assignments:
         if (a.workload, a.replica) not in running:
@@ -127,6 +131,46 @@ def ordered_actions(
                 Action(kind=START, workload=a.workload, replica=a.replica, to=where(a.node, a.gpus))
             )
     return stops + sharing_actions(inp.cluster, sharing) + mig_actions(inp.cluster, layouts) + starts
+
+
+def settled(inp: PlanningInput, assignments: Sequence[Assignment]) -> PlanningInput:
+    """The input with each guessed running placement (``gpus_guessed``) the plan keeps in place taken at
+    the plan's GPU indices: the guess is arbitrary, and this one makes the plan's no-move the truth, so
+    that rounds replay without phantom conflicts on those indices."""
+    target = {(a.workload, a.replica): a for a in assignments}
+    changed: dict[str, Workload] = {}
+    for w in inp.workloads:
+        if not w.gpus_guessed:
+            continue
+        places = list(w.running_on)
+        for r, place in enumerate(places):
+            a = target.get((w.id, r))
+            if a is not None and w.stays(r, a.node, a.gpus) and where(a.node, a.gpus) != _text(place):
+                places[r] = Placement.parse(where(a.node, a.gpus))
+        if places != list(w.running_on):
+            changed[w.id] = w.model_copy(update={"running_on": tuple(places)})
+    if not changed:
+        return inp
+    return inp.model_copy(update={"workloads": tuple(changed.get(w.id, w) for w in inp.workloads)})
+
+
+def current_occupancy(
+    inp: PlanningInput, assignments: Sequence[Assignment], catalog: HardwareCatalog
+) -> Occupancy:
+    """What runs now, guessed indices :func:`settled` to the plan's when that over-commits nothing (else
+    as guessed); raises :class:`OverCommitError` when the running work itself over-commits."""
+    now_state = settled(inp, assignments)
+    if now_state is not inp:
+        try:
+            return Occupancy.of(now_state.cluster, now_state.workloads, catalog)
+        except OverCommitError:
+            log.info("guessed GPU indices kept as imported: the plan's clash with work that leaves")
+    return Occupancy.of(inp.cluster, inp.workloads, catalog)
+
+
+def _text(place: Placement) -> str:
+    """A running placement in the ``running_on`` syntax."""
+    return where(place.node, tuple(GpuUse(**g.model_dump()) for g in place.gpus))
 
 
 @dataclass(frozen=True)
@@ -340,7 +384,7 @@ def plan_actions(
     itself over-commits and cannot be replayed)."""
     actions = ordered_actions(inp, assignments, layouts, sharing)
     try:
-        occ = Occupancy.of(inp.cluster, inp.workloads, catalog)
+        occ = current_occupancy(inp, assignments, catalog)
     except OverCommitError as exc:
         log.warning("current state over-commits (%s); actions left unscheduled in one round", exc)
         return tuple(actions)

@@ -24,7 +24,8 @@ from gpuplan.planner.pipeline.occupancy import RunningConflictError, check_runni
 WORKLOAD_COLUMNS: tuple[str, ...] = (
     "id", "team", "tier", "priority", "replicas", "gpus", "gpu_milli", "gpu_memory_mib", "mig_profile",
     "gpu_models", "cpu_milli", "memory_mib", "topology", "gang", "preemptible", "queued_since", "duration_s",
-    "running_on",
+    "running_on", "gpus_guessed", "namespace", "image", "owner", "labels", "scheduler_name",
+    "scheduling_gates",
 )  # fmt: skip
 
 _ID_KEYS = ("name", "id", "workload")

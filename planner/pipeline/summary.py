@@ -4,7 +4,7 @@ from __future__ import annotations
 
 from collections import Counter
 
-from gpuplan.models.plan import Plan
+from gpuplan.models.plan import MIGRATE, Plan
 from gpuplan.models.problem import PlanningInput
 
 
@@ -40,7 +40,8 @@ def render(plan: Plan, inp: PlanningInput) -> str:
         lines.append(
             f"fragmentation: {m['fragmentation_rate']:.1%} of free GPU capacity unusable by the demand mix"
         )
-    kinds = Counter(a.kind for a in plan.actions)
+    # A migration back to where the replica runs (drained for a MIG re-partition) is a restart.
+    kinds = Counter("restart" if a.kind == MIGRATE and a.from_ == a.to else a.kind for a in plan.actions)
     if kinds:
         lines.append("actions: " + ", ".join(f"{n} {k}" for k, n in sorted(kinds.items())))
     undone = int(s.terms.get("idle_moves_undone", 0))

@@ -130,7 +130,8 @@ class PlanHistory:
 
 @dataclass(frozen=True)
 class PlanDiff:
-    """What changed from one plan to the next."""
+    """What changed from one plan to the next. ``stops`` are replicas the plan stops while their work is
+    still asked for; ``finished`` those whose work is gone (ended, or no longer in the cluster)."""
 
     moves: tuple[str, ...]
     new_starts: tuple[str, ...]
@@ -139,11 +140,13 @@ class PlanDiff:
     layouts: tuple[str, ...] = ()
     waits_started: tuple[str, ...] = ()
     waits_ended: tuple[str, ...] = ()
+    finished: tuple[str, ...] = ()
 
     def render(self) -> str:
         """Human-readable lines (one section per kind of change)."""
         out = [
             f"{len(self.moves)} move(s), {len(self.new_starts)} new start(s), {len(self.stops)} stop(s), "
+            f"{len(self.finished)} finished, "
             f"{len(self.layouts)} MIG layout(s) changed, {len(self.waits_started)} wait(s) started, "
             f"{len(self.waits_ended)} wait(s) ended, {len(self.wait_changes)} predicted wait(s) changed"
         ]
@@ -151,6 +154,7 @@ class PlanDiff:
             ("moves", self.moves),
             ("new starts", self.new_starts),
             ("stops", self.stops),
+            ("finished", self.finished),
             ("MIG layouts", self.layouts),
             ("waits started", self.waits_started),
             ("waits ended", self.waits_ended),
@@ -162,8 +166,45 @@ class PlanDiff:
         return "\n".join(out)
 
 
-def _where(plan: Plan) -> dict[tuple[str, int], str]:
-    return {(a.workload, a.replica): where(a.node, a.gpus) for a in plan.assignments}
+@dataclass(frozen=True)
+class _Place:
+    """Where a replica is, and whether its GPU indices are a guess (``gpus_guessed``, kept in place):
+    then only its node and the GPUs it holds say where it is."""
+
+    text: str
+    node: str
+    held: tuple[tuple[int, str], ...]
+    guessed: bool
+
+    def same(self, other: _Place) -> bool:
+        """The same place, up to indices either side only guessed."""
+        if self.text == other.text:
+            return True
+        loose = self.guessed or other.guessed
+        return loose and self.node == other.node and self.held == other.held
+
+
+def _place(node: str, gpus: tuple[GpuUse, ...], guessed: bool) -> _Place:
+    held = tuple(sorted((g.milli or 0, g.mig_profile or "") for g in gpus))
+    return _Place(where(node, gpus), node, held, guessed)
+
+
+def _where(plan: Plan, inputs: PlanningInput | None = None) -> dict[tuple[str, int], _Place]:
+    workloads = inputs.workload_by_id if inputs is not None else {}
+    out = {}
+    for a in plan.assignments:
+        w = workloads.get(a.workload)
+        guessed = w is not None and w.gpus_guessed and w.stays(a.replica, a.node, a.gpus)
+        out[(a.workload, a.replica)] = _place(a.node, a.gpus, guessed)
+    return out
+
+
+def _running(inputs: PlanningInput) -> dict[tuple[str, int], _Place]:
+    return {
+        (w.id, r): _place(p.node, tuple(GpuUse(**g.model_dump()) for g in p.gpus), w.gpus_guessed)
+        for w in inputs.workloads
+        for r, p in enumerate(w.running_on)
+    }
 
 
 def _wait(seconds: float | None) -> str:
@@ -191,28 +232,40 @@ def _waits(plan: Plan) -> dict[tuple[str, int], str]:
     return {(u.workload, u.replica): u.code for u in plan.unplaced}
 
 
-def plan_diff(previous: Plan | None, current: Plan, running: PlanningInput | None = None) -> PlanDiff:
-    """Moves, new starts, stops, changed MIG layouts, waits started and ended, and changed predicted waits
-    from ``previous`` to ``current``; without a previous plan, only the placements, from what ``running``
-    says runs now."""
+def plan_diff(
+    previous: Plan | None,
+    current: Plan,
+    running: PlanningInput | None = None,
+    previous_inputs: PlanningInput | None = None,
+) -> PlanDiff:
+    """Moves, new starts, stops, finished work, changed MIG layouts, waits started and ended, and changed
+    predicted waits from ``previous`` to ``current``; without a previous plan, only the placements, from
+    what ``running`` (the current plan's inputs) says runs now. A placement whose GPU indices are a guess
+    on either side (``gpus_guessed``) moves only when its node or the GPUs it holds change. A replica the
+    current plan no longer places is a stop when ``running`` still asks for it, else finished."""
     if previous is not None:
-        before = _where(previous)
+        before = _where(previous, previous_inputs)
     elif running is not None:
-        before = {
-            (w.id, r): where(p.node, tuple(GpuUse(**g.model_dump()) for g in p.gpus))
-            for w in running.workloads
-            for r, p in enumerate(w.running_on)
-        }
+        before = _running(running)
     else:
         before = {}
-    after = _where(current)
+    after = _where(current, running)
     moves = [
-        f"{k[0]}#{k[1]}: {before[k]} -> {v}"
+        f"{k[0]}#{k[1]}: {before[k].text} -> {v.text}"
         for k, v in sorted(after.items())
-        if k in before and before[k] != v
+        if k in before and not before[k].same(v)
     ]
-    starts = [f"{k[0]}#{k[1]}: {v}" for k, v in sorted(after.items()) if k not in before]
-    stops = [f"{k[0]}#{k[1]}: was {v}" for k, v in sorted(before.items()) if k not in after]
+    starts = [f"{k[0]}#{k[1]}: {v.text}" for k, v in sorted(after.items()) if k not in before]
+    asked = {} if running is None else {w.id: w.replicas for w in running.workloads}
+    gone = [k for k in sorted(before) if k not in after]
+    stops = [
+        f"{k[0]}#{k[1]}: was {before[k].text}" for k in gone if running is None or k[1] < asked.get(k[0], 0)
+    ]
+    finished = [
+        f"{k[0]}#{k[1]}: was {before[k].text}"
+        for k in gone
+        if running is not None and k[1] >= asked.get(k[0], 0)
+    ]
     changes: list[str] = []
     layouts: list[str] = []
     started: list[str] = []
@@ -222,7 +275,7 @@ def plan_diff(previous: Plan | None, current: Plan, running: PlanningInput | Non
         old_waits, new_waits = _waits(previous), _waits(current)
         started = [f"{k[0]}#{k[1]}: {code}" for k, code in sorted(new_waits.items()) if k not in old_waits]
         ended = [
-            f"{k[0]}#{k[1]}: {f'runs on {after[k]}' if k in after else 'no longer asked for'}"
+            f"{k[0]}#{k[1]}: {f'runs on {after[k].text}' if k in after else 'no longer asked for'}"
             for k in sorted(old_waits)
             if k not in new_waits
         ]
@@ -241,4 +294,5 @@ def plan_diff(previous: Plan | None, current: Plan, running: PlanningInput | Non
     return PlanDiff(
         tuple(moves), tuple(starts), tuple(stops), tuple(changes),
         layouts=tuple(layouts), waits_started=tuple(started), waits_ended=tuple(ended),
+        finished=tuple(finished),
     )  # fmt: skip

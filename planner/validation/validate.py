@@ -152,15 +152,6 @@ def _where(node: str, uses: Sequence[GpuUse | GpuRef]) -> str:
     return f"node '{node}' ({_describe_uses(uses)})"
 
 
-#: GPU entries as plain values (index, milli, MIG profile, MIG start), in any order.
-Entries = frozenset[tuple[int, int | None, str | None, int | None]]
-
-
-def _entries(uses: Iterable[GpuUse | GpuRef]) -> Entries:
-    """GPU entries as plain values in any order: a running replica stays when these are equal."""
-    return frozenset((u.index, u.milli, u.mig_profile, u.mig_start) for u in uses)
-
-
 def _instances(pairs: Iterable[tuple[str, int]]) -> str:
     """``1g.10gb@0, 1g.10gb@2``, by start."""
     return ", ".join(f"{p}@{s}" for p, s in sorted(pairs, key=lambda x: (x[1], x[0])))
@@ -274,7 +265,6 @@ class _Checker:
     canon: dict[str, str] = field(default_factory=dict)
     unknown_models: set[str] = field(default_factory=set)
     kept: list[Violation] = field(default_factory=list)
-    staying: set[tuple[str, int, str, Entries]] | None = None
 
     def run(self) -> list[Violation]:
         """All violations, grouped by rule family in a fixed order (families in ``skip`` are recorded
@@ -329,14 +319,10 @@ class _Checker:
         (self.kept if kept and rule in KEPT_RULES else self.out).append(Violation(rule, subject, message))
 
     def _stays(self, p: _Placed) -> bool:
-        """Whether ``p`` is a running replica that stays exactly where it runs (node and GPU entries)."""
-        if self.staying is None:
-            self.staying = set()
-            for w in self.inp.workloads:
-                for r, place in enumerate(w.running_on):
-                    self.staying.add((w.id, r, place.node, _entries(place.gpus)))
+        """Whether ``p`` is a running replica that stays where it runs (node and GPU entries, or the same
+        GPUs held when its indices are a guess: :meth:`Workload.stays`)."""
         a = p.assignment
-        return (a.workload, a.replica, a.node, _entries(a.gpus)) in self.staying
+        return p.workload.stays(a.replica, a.node, a.gpus)
 
     def _kept(self, replicas: Iterable[_Placed]) -> bool:
         """Whether a broken rule (one of :data:`KEPT_RULES`) is only kept from the current state:
@@ -718,9 +704,7 @@ class _Checker:
                 for r, place in enumerate(w.running_on):
                     held = [g for g in place.gpus if place.node == node.name and g.index in plain]
                     a = target.get((w.id, r))
-                    stays = (
-                        a is not None and a.node == place.node and _entries(a.gpus) == _entries(place.gpus)
-                    )
+                    stays = a is not None and w.stays(r, a.node, a.gpus)
                     if held and stays:
                         self._add(
                             "sharing-change",
@@ -1071,7 +1055,7 @@ class _Checker:
                 a = target.get((w.id, r))
                 if a is None:
                     how = PREEMPT
-                elif a.node != place.node or _entries(a.gpus) != _entries(place.gpus):
+                elif not w.stays(r, a.node, a.gpus):
                     how = MIGRATE
                 elif (DRAIN, w.id, r) in actions:
                     how = DRAIN

@@ -1,11 +1,12 @@
-"""Export a plan as the Kubernetes objects a GPU Operator cluster applies, one file per step.
+"""Export a plan as what a GPU Operator cluster applies or runs, one file per step.
 
 **Order.** The plan numbers its actions by round (:mod:`planner.pipeline.actions`: each round keeps the
 disruption budget and replays without over-committing anything) and runs a round in phases: stops, MIG
 destroys and sharing changes, MIG creates, starts. The export keeps that order (a GPU is drained before
 it is re-partitioned, and a replica is stopped before it starts elsewhere) and splits each plan round
-into up to four steps, each finished before the next one is applied; each step is one file,
-``round-01.yaml``, ``round-02.yaml``, ...:
+into up to five steps, each finished before the next one is applied; each step is one file,
+``round-01.yaml`` (objects for ``kubectl apply``) or ``round-02.sh`` (a shell script of ``kubectl`` calls,
+for what ``apply`` cannot do: :data:`SCRIPTS`), ...:
 
 0. ``sharing``: the device plugin's configs as the ConfigMap :data:`DEVICE_PLUGIN_CONFIGMAP` in
    :data:`MIG_NAMESPACE` (the GPU Operator's ClusterPolicy ``devicePlugin.config.name`` names it; one
@@ -13,39 +14,51 @@ into up to four steps, each finished before the next one is applied; each step i
    per node whose mode the round changes (every node with a mode in the first such step), a minimal
    Node with the ``nvidia.com/device-plugin.config`` label. A plan changes the mode of a node only when
    its non-MIG GPUs are drained at the start of the round, so this step comes first;
-1. ``evict``: a ``policy/v1`` Eviction of each preempted, moved or drained replica's pod;
+1. ``evict`` (script): a ``policy/v1`` Eviction of each preempted, moved or drained replica's pod,
+   posted to the pod's eviction subresource (``kubectl create --raw ... -f -``);
 2. ``mig``: the MIG manager's config as the ConfigMap :data:`MIG_CONFIGMAP` in :data:`MIG_NAMESPACE`
    (every node's config as it stands after the step) and, per node re-partitioned in the round (every
    MIG node in the first such step), a minimal Node (name and the ``nvidia.com/mig.config`` label, a
    strategic-merge patch);
 3. ``start``: a ``scheduling.x-k8s.io/v1alpha1`` PodGroup per gang (coscheduling, ``minMember`` the
-   gang's placed replicas) the first time it appears, and a Pod per started or moved replica.
+   gang's placed replicas) the first time it appears, and a Pod per replica gpuplan creates
+   (:func:`creates_pod`);
+4. ``place`` (script): the pending pods imported from Kubernetes, placed where they are: a gated pod
+   gets its node selection narrowed and its gates removed (:class:`Ungate`, Kueue's convention), a pod
+   whose ``schedulerName`` is the policy's ``kubernetes.scheduler_name`` a ``v1 Binding``; a pod of
+   another scheduler is left to it (named in the round's comments).
 
-Empty steps are left out. The PriorityClasses of the pods' tiers come first, alone in ``round-01.yaml``
-(so that every file of Evictions holds nothing else: ``kubectl apply`` does not take those). Work
-that stays where it runs gets no object. A plan without actions (an older plan file) gets them from
-:func:`~planner.pipeline.actions.ordered_actions`, all in one round.
+Empty steps are left out. The PriorityClasses of the tiers of the pods gpuplan creates come first, alone
+in ``round-01.yaml``. Work that stays where it runs gets no object. A plan without actions (an older
+plan file) gets them from :func:`~planner.pipeline.actions.ordered_actions`, all in one round.
 
-**Pods.** A Pod is named ``<workload>-<replica>-<plan digest>`` (a moved replica's new pod never
-collides with the old one), pinned to its node (``nodeSelector`` ``kubernetes.io/hostname``), tolerates
-the GPU Operator's ``nvidia.com/gpu`` NoSchedule taint, has the PriorityClass of its tier
-(:func:`priority_class_name`) and asks the NVIDIA device plugin for what the plan gives it:
-``nvidia.com/gpu: N`` for whole GPUs, ``nvidia.com/mig-<profile>: 1`` for a MIG instance (the
+**Pods.** A new pod (work not imported from Kubernetes) is named ``<workload>-<replica>-<plan digest>``
+(a moved replica's new pod never collides with the old one), in the export's namespace; an imported
+bare pod that moves is re-created as itself (its namespace, name, image and labels), while a
+controller re-creates its own pods. Every pod gpuplan creates is pinned to its node (``nodeSelector``
+``kubernetes.io/hostname``), tolerates the GPU Operator's ``nvidia.com/gpu`` NoSchedule taint, has the
+PriorityClass of its tier (:func:`priority_class_name`) and asks the NVIDIA device plugin for what the
+plan gives it: ``nvidia.com/gpu: N`` for whole GPUs, ``nvidia.com/mig-<profile>: 1`` for a MIG instance (the
 ``mixed`` strategy), ``nvidia.com/gpu.shared: 1`` for a fraction (time-slicing with
-``renameByDefault``), with the planned GPU indices and milli-GPU in annotations. The image is the
-caller's (:class:`Images`): the planner decides placement and resources, not what runs.
+``renameByDefault``), with the planned GPU indices and milli-GPU in annotations, and a gang's pods the
+policy's ``kubernetes.gang_scheduler_name``. The image is the caller's or the imported pod's own
+(:class:`Images`): the planner decides placement and resources, not what runs.
 
-**Evictions** name the running pod: the workload id for a one-replica workload (one pod, one
-workload), else ``<workload>-<replica>``; see :func:`running_pod`.
+**Evictions** name the running pod: an imported pod by its namespace and name, else the workload id for
+a one-replica workload (one pod, one workload), else ``<workload>-<replica>``; see :func:`running_pod`.
+A migration back to where the replica runs is a restart (:func:`action_label`).
 """
 
 from __future__ import annotations
 
 import hashlib
+import json
+import logging
 import re
+import shlex
 from collections import Counter
 from collections.abc import Iterable, Mapping, Sequence
-from dataclasses import dataclass, field
+from dataclasses import dataclass, field, replace
 from pathlib import Path
 from typing import Any
 
@@ -88,7 +101,10 @@ PRIORITY_PER_WEIGHT = 1000
 #: The largest value a user-defined PriorityClass may have.
 MAX_PRIORITY = 1_000_000_000
 #: Step kinds: the PriorityClasses first, then inside each plan round in the order they are applied.
-SETUP, SHARING, EVICT, MIG, STARTS = "setup", "sharing", "evict", "mig", "start"
+SETUP, SHARING, EVICT, MIG, STARTS, PLACE = "setup", "sharing", "evict", "mig", "start", "place"
+#: Steps that are a shell script of ``kubectl`` calls (``round-NN.sh``), not objects to apply: Evictions
+#: and Bindings are posted to a pod's subresource, and a gated pod is patched.
+SCRIPTS = (EVICT, PLACE)
 #: What to do after applying a step of each kind, written at the top of its file.
 AFTER = {
     SETUP: "kubectl apply -f",
@@ -97,10 +113,13 @@ AFTER = {
         "wait until each node listed offers nvidia.com/gpu.shared (time-slicing) "
         "or nvidia.com/gpu (exclusive)"
     ),
-    EVICT: "post each Eviction to its pod's eviction subresource; wait until those pods are gone",
+    EVICT: "wait until those pods are gone",
     MIG: f"kubectl apply -f; wait until each node listed has label {MIG_CONFIG_LABEL}.state=success",
     STARTS: "kubectl apply -f; wait until the pods run",
+    PLACE: "wait until those pods run",
 }
+
+log = logging.getLogger(__name__)
 
 _SUBDOMAIN = re.compile(r"^[a-z0-9]([-a-z0-9]*[a-z0-9])?(\.[a-z0-9]([-a-z0-9]*[a-z0-9])?)*$")
 _DNS_LABEL = re.compile(r"^[a-z0-9]([-a-z0-9]*[a-z0-9])?$")
@@ -112,6 +131,7 @@ API_VERSIONS = {
     "Node": "v1",
     "ConfigMap": "v1",
     "Eviction": "policy/v1",
+    "Binding": "v1",
     "PriorityClass": "scheduling.k8s.io/v1",
     "PodGroup": "scheduling.x-k8s.io/v1alpha1",
 }
@@ -133,15 +153,19 @@ class Images:
     default: str = ""
     per_workload: Mapping[str, str] = field(default_factory=dict)
 
-    def of(self, workload: str) -> str:
-        """The image of ``workload`` (empty when none is known)."""
-        return self.per_workload.get(workload) or self.default
+    def of(self, workload: str, own: str | None = None) -> str:
+        """The image of ``workload``: ``--images``, else its own (``own``: an imported pod's), else
+        ``--image`` (empty when none is known)."""
+        return self.per_workload.get(workload) or own or self.default
 
-    def require(self, workloads: Iterable[str]) -> None:
-        """Raise :class:`InputError` naming the first of ``workloads`` without an image."""
+    def require(self, workloads: Iterable[Workload]) -> None:
+        """Raise :class:`InputError` naming the first of ``workloads`` without an image (of its own or
+        given)."""
         for w in workloads:
-            if not self.of(w):
-                raise InputError(f"--image: no container image for workload '{w}' (give --image or --images)")
+            if not self.of(w.id, w.image):
+                raise InputError(
+                    f"--image: no container image for workload '{w.id}' (give --image or --images)"
+                )
 
 
 def priority_class_name(tier: str) -> str:
@@ -154,10 +178,17 @@ def running_pod(w: Workload, replica: int, namespace: str) -> tuple[str, str]:
     Kubernetes (``gpuplan import kubernetes``) is its pod ``<namespace>/<pod>``; otherwise the pod is in
     ``namespace``, named by the workload id for a one-replica workload, else ``<workload>-<replica>``
     (pods carry no gpuplan id until gpuplan starts them)."""
+    if w.namespace is not None and w.pod_name is not None:
+        return w.namespace, w.pod_name
     pod_namespace, slash, name = w.id.partition("/")
     if slash and w.replicas == 1 and _DNS_LABEL.match(pod_namespace) and _SUBDOMAIN.match(name):
         return pod_namespace, name
     return namespace, dns_name(w.id if w.replicas == 1 else f"{w.id}-{replica}", 253)
+
+
+def imported(w: Workload) -> bool:
+    """Whether the workload is a pod imported from Kubernetes (it has its namespace and pod name)."""
+    return w.pod_name is not None
 
 
 def gpu_resources(a: Assignment) -> dict[str, str]:
@@ -173,7 +204,8 @@ def gpu_resources(a: Assignment) -> dict[str, str]:
 
 
 def pod(a: Assignment, inp: PlanningInput, namespace: str, image: str, name: str) -> dict[str, Any]:
-    """The pod of one placed replica."""
+    """The pod of one placed replica: a new one, or an imported bare pod re-created as itself (its own
+    labels besides gpuplan's). A gang's pods go to the scheduler the policy names for gangs."""
     w = inp.workload_by_id[a.workload]
     requests = {"cpu": f"{a.cpu_milli}m", "memory": f"{a.memory_mib}Mi"}
     annotations = {"gpuplan.io/placement": where(a.node, a.gpus)}
@@ -187,11 +219,14 @@ def pod(a: Assignment, inp: PlanningInput, namespace: str, image: str, name: str
     }
     if w.gang_id is not None:
         labels[POD_GROUP_LABEL] = dns_name(w.gang_id)
+    labels = {**dict(w.labels), **labels} if imported(w) else labels
+    scheduler = inp.policy.kubernetes.gang_scheduler_name if w.gang_id is not None else None
     return {
         "apiVersion": "v1",
         "kind": "Pod",
         "metadata": {"name": name, "namespace": namespace, "labels": labels, "annotations": annotations},
         "spec": {
+            **({"schedulerName": scheduler} if scheduler else {}),
             "nodeSelector": {HOSTNAME: a.node},
             "priorityClassName": priority_class_name(w.tier),
             "tolerations": [{"key": GPU, "operator": "Exists", "effect": "NoSchedule"}],
@@ -209,7 +244,7 @@ def pod(a: Assignment, inp: PlanningInput, namespace: str, image: str, name: str
 def eviction(a: Action, w: Workload, namespace: str) -> dict[str, Any]:
     """The Eviction of the pod of a replica that is preempted, moved or drained."""
     assert a.replica is not None
-    annotations = {"gpuplan.io/action": a.detail or a.kind, "gpuplan.io/placement": a.from_ or ""}
+    annotations = {"gpuplan.io/action": action_label(a), "gpuplan.io/placement": a.from_ or ""}
     pod_namespace, name = running_pod(w, a.replica, namespace)
     return {
         "apiVersion": "policy/v1",
@@ -222,10 +257,54 @@ def eviction(a: Action, w: Workload, namespace: str) -> dict[str, Any]:
     }
 
 
-def eviction_path(doc: Mapping[str, Any]) -> str:
-    """The API path an Eviction is posted to (``kubectl apply`` does not take Evictions)."""
+def action_label(a: Action) -> str:
+    """What a stop is called: ``restart`` for a migration back to where it runs (same node, GPUs and MIG
+    instance: drained for a re-partition, or restarted), else its detail or kind."""
+    if a.kind == MIGRATE and a.from_ is not None and a.from_ == a.to:
+        return "restart"
+    return a.detail or a.kind
+
+
+def binding(namespace: str, name: str, node: str) -> dict[str, Any]:
+    """The ``v1 Binding`` that places a pending pod on ``node`` (what a scheduler posts)."""
+    return {
+        "apiVersion": "v1",
+        "kind": "Binding",
+        "metadata": {"name": name, "namespace": namespace},
+        "target": {"apiVersion": "v1", "kind": "Node", "name": node},
+    }
+
+
+def subresource_path(doc: Mapping[str, Any]) -> str:
+    """The API path an Eviction or a Binding is posted to (``kubectl apply`` takes neither)."""
     meta = doc["metadata"]
-    return f"/api/v1/namespaces/{meta['namespace']}/pods/{meta['name']}/eviction"
+    sub = "eviction" if doc["kind"] == "Eviction" else "binding"
+    return f"/api/v1/namespaces/{meta['namespace']}/pods/{meta['name']}/{sub}"
+
+
+@dataclass(frozen=True)
+class Ungate:
+    """A gated pending pod placed where it is: narrow its node selection to ``node`` (a ``nodeSelector``
+    entry, which a gated pod may gain), then remove the gates it had when imported (the test fails, and
+    the pod is left as it is, when they changed since)."""
+
+    namespace: str
+    name: str
+    node: str
+    gates: tuple[str, ...]
+
+    def commands(self) -> list[str]:
+        """The two ``kubectl patch`` calls, in order."""
+        pin = {"spec": {"nodeSelector": {HOSTNAME: self.node}}}
+        ungate = [
+            {"op": "test", "path": "/spec/schedulingGates", "value": [{"name": g} for g in self.gates]},
+            {"op": "remove", "path": "/spec/schedulingGates"},
+        ]
+        target = f"kubectl patch pod -n {shlex.quote(self.namespace)} {shlex.quote(self.name)}"
+        return [
+            f"{target} --type=strategic -p {shlex.quote(json.dumps(pin, separators=(',', ':')))}",
+            f"{target} --type=json -p {shlex.quote(json.dumps(ungate, separators=(',', ':')))}",
+        ]
 
 
 def priority_class(tier: str, weight: int) -> dict[str, Any]:
@@ -333,22 +412,50 @@ def sharing_objects(modes: Mapping[str, Sharing], nodes: Sequence[str]) -> list[
 
 @dataclass(frozen=True)
 class Step:
-    """One file of the export: the objects of one step (``kind``) of plan round ``plan_round``."""
+    """One file of the export: the objects of one step (``kind``) of plan round ``plan_round``; a step of
+    :data:`SCRIPTS` is a shell script posting its objects (Evictions, Bindings) and patching gated pods
+    (``ungates``), with ``notes`` on what is left to controllers and schedulers."""
 
     plan_round: int
     kind: str
     objects: tuple[dict[str, Any], ...]
+    ungates: tuple[Ungate, ...] = ()
+    notes: tuple[str, ...] = ()
+
+    def file_name(self, number: int) -> str:
+        """``round-NN.yaml``, or ``round-NN.sh`` for a script."""
+        return f"round-{number:02d}.{'sh' if self.kind in SCRIPTS else 'yaml'}"
 
     def render(self, number: int) -> str:
-        """The step as a YAML stream, headed by a comment saying what it is and what to do after it."""
-        what = f"plan round {self.plan_round}, {self.kind}"
-        head = [f"# round-{number:02d}.yaml: {what}. Then: {AFTER[self.kind]}"]
-        head.extend(
-            f"#   kubectl create --raw {eviction_path(d)} -f <this Eviction as JSON>"
-            for d in self.objects
-            if d["kind"] == "Eviction"
+        """The step's file, headed by comments saying what it is and what to do after it."""
+        name = self.file_name(number)
+        then = (
+            f"Run: sh {name}; then {AFTER[self.kind]}"
+            if self.kind in SCRIPTS
+            else f"Then: {AFTER[self.kind]}"
         )
-        return "\n".join(head) + "\n" + yaml.safe_dump_all(self.objects, sort_keys=False)
+        head = [f"# {name}: plan round {self.plan_round}, {self.kind}. {then}"]
+        head.extend(f"# {n}" for n in self.notes)
+        if self.kind not in SCRIPTS:
+            return "\n".join(head) + "\n" + yaml.safe_dump_all(self.objects, sort_keys=False)
+        lines = [
+            "#!/bin/sh",
+            *head,
+            "# Each call stands alone: a refused one (an Eviction a PodDisruptionBudget forbids answers 429",
+            "# TooManyRequests; a patch whose test finds other gates fails) is reported, the others still",
+            "# run, and the script exits 1: run it again later for those.",
+            "failed=0",
+            'post() { kubectl create --raw "$1" -f - || failed=1; }',
+        ]
+        for d in self.objects:
+            lines.append(f"post {shlex.quote(subresource_path(d))} <<'EOF'")
+            lines.append(json.dumps(d, sort_keys=False))
+            lines.append("EOF")
+        for u in self.ungates:
+            first, second = u.commands()
+            lines.append(f"{first} && \\\n  {second} || failed=1")
+        lines.append('exit "$failed"')
+        return "\n".join(lines) + "\n"
 
 
 def plan_digest(plan: Plan) -> str:
@@ -357,16 +464,17 @@ def plan_digest(plan: Plan) -> str:
 
 
 def steps(plan: Plan, inp: PlanningInput, images: Images, namespace: str = "default") -> list[Step]:
-    """The plan as steps (see the module docstring); raises :class:`InputError` when a pod has no image
-    or an object would break the API's rules (a node name Kubernetes does not allow)."""
+    """The plan as steps (see the module docstring); raises :class:`InputError` when a pod to create has
+    no image or an object would break the API's rules (a node name Kubernetes does not allow)."""
     actions = list(plan.actions) or ordered_actions(inp, plan.assignments, plan.mig_layouts, plan.sharing)
     target = {(a.workload, a.replica): a for a in plan.assignments}
     started = [a for a in actions if a.kind in (MIGRATE, START)]
-    images.require(dict.fromkeys(a.workload or "" for a in started))
+    created = list({w.id: w for w in (inp.workload_by_id[a.workload or ""] for a in started)}.values())
+    created = [w for w in created if creates_pod(w)]
+    images.require(created)
     tag = plan_digest(plan)
-    gang_size = Counter(
-        g for g in (inp.workload_by_id[p.workload].gang_id for p in plan.assignments) if g is not None
-    )
+    members = (inp.workload_by_id[p.workload] for p in plan.assignments)
+    gang_size = Counter(w.gang_id for w in members if w.gang_id is not None and not imported(w))
     mig_state = {
         (n.name, g.index): frozenset((i.profile, i.start) for i in g.mig.instances)
         for n in inp.cluster.nodes
@@ -395,16 +503,31 @@ def steps(plan: Plan, inp: PlanningInput, images: Images, namespace: str = "defa
                 if a.node not in repartitioned:
                     repartitioned.append(a.node)
         pods: list[dict[str, Any]] = []
+        placed = _Placing(inp.policy.kubernetes.scheduler_name)
+        for a in stops:
+            w = inp.workload_by_id[a.workload or ""]
+            if a.kind == PREEMPT and imported(w) and w.owner is not None:
+                placed.recreated.append(
+                    f"{w.namespace}/{w.pod_name}: preempted; its controller {w.owner} re-creates it pending"
+                )
         for a in here:
             if a.kind not in (MIGRATE, START):
                 continue
-            placed = target[(a.workload or "", a.replica or 0)]
-            gang = inp.workload_by_id[placed.workload].gang_id
-            if gang is not None and gang not in gangs_done:
+            assignment = target[(a.workload or "", a.replica or 0)]
+            w = inp.workload_by_id[assignment.workload]
+            if not creates_pod(w):
+                placed.add(w, a, assignment.node)
+                continue
+            gang = w.gang_id
+            if gang is not None and gang not in gangs_done and not imported(w):
                 gangs_done.add(gang)
                 pods.append(pod_group(gang, gang_size[gang], namespace))
-            name = dns_name(f"{placed.workload}-{placed.replica}-{tag}")
-            pods.append(pod(placed, inp, namespace, images.of(placed.workload), name))
+            if imported(w):
+                pod_namespace, name = running_pod(w, assignment.replica, namespace)
+            else:
+                pod_namespace, name = namespace, dns_name(f"{assignment.workload}-{assignment.replica}-{tag}")
+            image = images.of(w.id, w.image)
+            pods.append(pod(assignment, inp, pod_namespace, image, name))
         # The first MIG step labels every MIG node, so that all of them select a config of this ConfigMap
         # (the MIG manager does nothing on a node whose layout is already the one selected).
         first_mig = not any(s.kind == MIG for s in out)
@@ -412,10 +535,21 @@ def steps(plan: Plan, inp: PlanningInput, images: Images, namespace: str = "defa
         # Likewise the first sharing step labels every node with a mode.
         first_sharing = not any(s.kind == SHARING for s in out)
         sharing = sharing_objects(modes, sorted(modes) if first_sharing else switched) if switched else []
-        for kind, objs in ((SHARING, sharing), (EVICT, evictions), (MIG, mig), (STARTS, pods)):
-            if objs:
-                out.append(Step(rnd, kind, tuple(objs)))
-    tiers = sorted({inp.workload_by_id[a.workload or ""].tier for a in started})
+        if sharing:
+            out.append(Step(rnd, SHARING, tuple(sharing)))
+        if evictions:
+            out.append(Step(rnd, EVICT, tuple(evictions), notes=tuple(placed.recreated)))
+        if mig:
+            out.append(Step(rnd, MIG, tuple(mig)))
+        if pods:
+            out.append(Step(rnd, STARTS, tuple(pods)))
+        if placed.bindings or placed.ungates:
+            out.append(Step(rnd, PLACE, tuple(placed.bindings), tuple(placed.ungates), tuple(placed.left)))
+        elif placed.left and out and out[-1].plan_round == rnd:
+            out[-1] = replace(out[-1], notes=(*out[-1].notes, *placed.left))
+        elif placed.left:
+            log.warning("plan round %d: %s", rnd, "; ".join(placed.left))
+    tiers = sorted({w.tier for w in created})
     classes = [priority_class(t, inp.policy.tier(t).weight) for t in tiers]
     if classes:
         out.insert(0, Step(out[0].plan_round, SETUP, tuple(classes)))
@@ -426,16 +560,56 @@ def steps(plan: Plan, inp: PlanningInput, images: Images, namespace: str = "defa
     return out
 
 
+def creates_pod(w: Workload) -> bool:
+    """Whether placing ``w`` takes a pod the export writes: work not imported from Kubernetes (a new pod)
+    and an imported bare pod that runs now (re-created as itself after its Eviction). A pending imported
+    pod is placed where it is, and a controller re-creates its own pods."""
+    if not imported(w):
+        return True
+    return bool(w.running_on) and w.owner is None
+
+
+@dataclass
+class _Placing:
+    """What one round does with imported pods it does not create: Bindings and ungating patches of
+    pending pods, and notes on pods left to their controller or scheduler."""
+
+    scheduler: str
+    bindings: list[dict[str, Any]] = field(default_factory=list)
+    ungates: list[Ungate] = field(default_factory=list)
+    recreated: list[str] = field(default_factory=list)
+    left: list[str] = field(default_factory=list)
+
+    def add(self, w: Workload, a: Action, node: str) -> None:
+        """Place the imported pod of ``w`` that action ``a`` starts or moves to ``node``."""
+        assert w.namespace is not None and w.pod_name is not None
+        what = f"{w.namespace}/{w.pod_name}"
+        if w.running_on:
+            restart = "restarted in place" if action_label(a) == "restart" else f"planned on {node}"
+            self.recreated.append(f"{what}: its controller {w.owner} re-creates it ({restart})")
+        elif w.scheduling_gates:
+            self.ungates.append(Ungate(w.namespace, w.pod_name, node, w.scheduling_gates))
+        elif w.scheduler_name == self.scheduler:
+            self.bindings.append(binding(w.namespace, w.pod_name, node))
+        else:
+            self.left.append(
+                f"{what}: pending without a scheduling gate, left to its scheduler "
+                f"'{w.scheduler_name or 'default-scheduler'}' (planned on {node})"
+            )
+
+
 def write_rounds(out: Sequence[Step], directory: Path) -> list[Path]:
-    """Write ``round-01.yaml``, ``round-02.yaml``, ... to ``directory`` (made if missing), removing the
-    round files of an earlier export there first."""
+    """Write ``round-01.yaml``, ``round-02.sh``, ... to ``directory`` (made if missing), removing the
+    round files of an earlier export there first; scripts are made executable."""
     directory.mkdir(parents=True, exist_ok=True)
-    for old in directory.glob("round-*.yaml"):
+    for old in (*directory.glob("round-*.yaml"), *directory.glob("round-*.sh")):
         old.unlink()
     paths = []
     for number, step in enumerate(out, start=1):
-        path = directory / f"round-{number:02d}.yaml"
+        path = directory / step.file_name(number)
         path.write_text(step.render(number))
+        if step.kind in SCRIPTS:
+            path.chmod(0o755)
         paths.append(path)
     return paths
 

@@ -26,7 +26,9 @@ for the ``+`` of the profile). The Kubernetes API does not say which GPU a pod h
 placements are completed per node, deterministically and without double booking (whole GPUs first on
 the lowest free indices, then MIG instances in layout order, then shares first fit), checked by the same
 occupancy rules the executor uses; kubelet PodResources dumps, when given, say which pods hold the same
-GPU.
+GPU. Those indices stay a guess (``gpus_guessed``): plans, diffs and actions compare a guessed placement
+by node and GPUs held, not by index. Each workload keeps what the pod is (:func:`pod_identity`), for the
+export to act on that pod.
 
 Tiers come from the priority class: named in the tier map, else ranked by ``spec.priority`` onto the
 policy's tiers; pods of the least important tier are preemptible unless the tier map says otherwise.
@@ -877,6 +879,7 @@ def _pods(
         created = str(meta.get("creationTimestamp") or "")
         if created:
             values["queued_since"] = created
+        values.update(pod_identity(meta, spec))
         pods.append(
             _Pod(
                 key,
@@ -1137,6 +1140,32 @@ def _left_out_lines(left_out: Sequence[LeftOut]) -> list[str]:
     return lines
 
 
+def pod_identity(meta: Mapping[str, Any], spec: Mapping[str, Any]) -> dict[str, str]:
+    """What the pod is, as workload fields (CSV text): its namespace, its first container's image, its
+    controller (``Kind/name`` of the owner reference marked ``controller``), its labels, its scheduler and
+    its scheduling gates, so that an export acts on this pod rather than on a new one."""
+    out = {"namespace": str(meta.get("namespace") or "default")}
+    containers = [c for c in spec.get("containers") or () if isinstance(c, Mapping)]
+    image = str(containers[0].get("image") or "") if containers else ""
+    if image:
+        out["image"] = image
+    owner = next(
+        (o for o in meta.get("ownerReferences") or () if isinstance(o, Mapping) and o.get("controller")), None
+    )
+    if owner is not None and owner.get("kind") and owner.get("name"):
+        out["owner"] = f"{owner['kind']}/{owner['name']}"
+    labels = meta.get("labels") or {}
+    if labels:
+        out["labels"] = ",".join(f"{k}={v}" for k, v in sorted(labels.items()))
+    scheduler = str(spec.get("schedulerName") or "")
+    if scheduler:
+        out["scheduler_name"] = scheduler
+    gates = [str(g.get("name")) for g in spec.get("schedulingGates") or () if isinstance(g, Mapping)]
+    if gates:
+        out["scheduling_gates"] = ",".join(gates)
+    return out
+
+
 # --------------------------------------------------------------------------------------------
 # Running placements
 
@@ -1250,6 +1279,8 @@ def complete_placements(
             raise InputError(f"pod '{pod.key}': spec.nodeName '{node.name}': the node cannot hold it ({why})")
         occ.start((pod.key, 0), hold)
         pod.values["running_on"] = where(node.name, uses)
+        # The API names the node, not the GPUs: the indices are this function's choice.
+        pod.values["gpus_guessed"] = "true"
 
 
 def load_pod_resources(paths: Iterable[Path]) -> dict[str, list[str]]:
