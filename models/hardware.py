@@ -11,6 +11,9 @@ from gpuplan.models.base import Strict
 
 log = logging.getLogger(__name__)
 
+#: Capacity of one GPU in milli-GPU: the unit of fractions, in the data model and every solver.
+MILLI_PER_GPU = 1000
+
 #: Link classes of ``nvidia-smi topo -m`` from best to worst (``NV#`` stands for any NVLink bond).
 LINK_CLASSES: tuple[str, ...] = ("NV#", "PIX", "PXB", "PHB", "NODE", "SYS")
 

@@ -19,7 +19,7 @@ from typing import Any
 
 import pulp
 
-from gpuplan.models.hardware import GpuModelSpec
+from gpuplan.models.hardware import MILLI_PER_GPU, GpuModelSpec
 from gpuplan.models.policy import IsolationKind, Policy
 from gpuplan.models.workload import TopologyNeed
 from gpuplan.solvers.milp.engine import engine_name, pulp_engine
@@ -27,7 +27,7 @@ from gpuplan.solvers.problem import NodeSpec, Request, ShapeSpec
 
 log = logging.getLogger(__name__)
 
-MILLI = 1000
+MILLI = MILLI_PER_GPU
 
 #: Objective weight of a shared or MIG-mode GPU, far below any price.
 TIE = 1e-3

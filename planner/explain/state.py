@@ -17,7 +17,7 @@ from contextlib import contextmanager
 from dataclasses import dataclass, replace
 from datetime import datetime
 
-from gpuplan.models.hardware import HardwareCatalog
+from gpuplan.models.hardware import MILLI_PER_GPU, HardwareCatalog
 from gpuplan.models.plan import Assignment, Plan, Unplaced
 from gpuplan.models.problem import PlanningInput
 from gpuplan.planner.pipeline.compile import compile_problem
@@ -229,9 +229,10 @@ class PlanState:
                 total += g.milli
             elif g.mig_profile is not None and g.mig_start is not None:
                 model = info.models[info.position_of[g.index]]
-                total += 1000 * model.profile(g.mig_profile).size_at(g.mig_start) // model.memory_slices
+                slices = model.profile(g.mig_profile).size_at(g.mig_start)
+                total += MILLI_PER_GPU * slices // model.memory_slices
             else:
-                total += 1000
+                total += MILLI_PER_GPU
         return total
 
     @contextmanager

@@ -21,7 +21,7 @@ from gpuplan.models.cluster import (
     sharing_offers,
     sharing_replicas,
 )
-from gpuplan.models.hardware import HardwareCatalog
+from gpuplan.models.hardware import MILLI_PER_GPU, HardwareCatalog
 from gpuplan.models.plan import Assignment, GpuUse, NodeSharing
 from gpuplan.models.problem import PlanningInput
 from gpuplan.models.workload import Workload
@@ -29,7 +29,7 @@ from gpuplan.models.workload import Workload
 #: A replica: (workload id, replica index).
 Key = tuple[str, int]
 
-FULL_MILLI = 1000
+FULL_MILLI = MILLI_PER_GPU
 
 
 class OverCommitError(RuntimeError):

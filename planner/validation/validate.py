@@ -32,7 +32,7 @@ from gpuplan.models.cluster import (
     sharing_offers,
     sharing_replicas,
 )
-from gpuplan.models.hardware import GpuModelSpec, HardwareCatalog
+from gpuplan.models.hardware import MILLI_PER_GPU, GpuModelSpec, HardwareCatalog
 from gpuplan.models.plan import CREATE, DESTROY, DRAIN, MIGRATE, PREEMPT, Assignment, GpuUse, Plan
 from gpuplan.models.policy import IsolationKind, IsolationRule, Policy, Quota
 from gpuplan.models.problem import PlanningInput
@@ -42,7 +42,7 @@ from gpuplan.models.workload import STANDARD, GpuRef, Placement, Shape, Topology
 log = logging.getLogger(__name__)
 
 #: Milli-GPU of one whole GPU.
-FULL_MILLI = 1000
+FULL_MILLI = MILLI_PER_GPU
 
 #: Missing replicas of one workload named one by one; more are counted in one violation, so that a
 #: demand or plan claiming millions of replicas costs no more than the replicas it lists. Also the most

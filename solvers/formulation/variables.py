@@ -10,7 +10,7 @@ from __future__ import annotations
 from collections.abc import Iterable
 from dataclasses import dataclass, field
 
-from gpuplan.models.hardware import GpuModelSpec
+from gpuplan.models.hardware import MILLI_PER_GPU, GpuModelSpec
 from gpuplan.models.plan import GpuUse
 from gpuplan.models.policy import IsolationKind
 from gpuplan.solvers.formulation.builder import LinearBuilder, Var
@@ -32,7 +32,7 @@ Slot = tuple[str, int]
 #: A replica alternative on a node: (request position, alternative, node position).
 CandKey = tuple[int, int, int]
 
-MILLI = 1000
+MILLI = MILLI_PER_GPU
 
 
 @dataclass

@@ -12,13 +12,13 @@ import logging
 from collections.abc import Hashable, Sequence
 from dataclasses import dataclass, field
 
-from gpuplan.models.hardware import GpuModelSpec, HardwareCatalog
+from gpuplan.models.hardware import MILLI_PER_GPU, GpuModelSpec, HardwareCatalog
 from gpuplan.solvers.problem import NodeSpec
 
 log = logging.getLogger(__name__)
 
 #: Capacity of one GPU in milli-GPU.
-MILLI = 1000
+MILLI = MILLI_PER_GPU
 
 #: One MIG instance on a GPU: (start, profile, size in memory slices, occupied by a replica).
 MigSlot = tuple[int, str, int, bool]

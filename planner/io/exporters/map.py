@@ -20,6 +20,7 @@ from dataclasses import dataclass
 from html import escape
 from typing import TYPE_CHECKING, Literal
 
+from gpuplan.models.hardware import MILLI_PER_GPU
 from gpuplan.models.topology import nvlink_cliques
 from gpuplan.planner.explain.team_view import team_plan
 from gpuplan.planner.pipeline.layouts import cluster_after
@@ -45,7 +46,7 @@ FREE_FILL = "#f4f4f4"
 #: Geometry (SVG user units): the GPU cell, the gap between cells, the node label column, row height.
 CELL_W, CELL_GAP, LABEL_W, CELL_H, ROW_GAP, BRACKET_STEP = 64, 6, 190, 24, 10, 5
 QUEUE_W, LEGEND_W = 520, 620
-_FRACTION_FULL = 1000
+_FRACTION_FULL = MILLI_PER_GPU
 
 _STYLE = f"""
 svg.gpumap {{ font: 12px sans-serif; }}
