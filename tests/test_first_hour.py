@@ -5,7 +5,10 @@ from __future__ import annotations
 
 import argparse
 import json
+import logging
 import shlex
+import time
+from datetime import datetime
 from pathlib import Path
 
 import pytest
@@ -13,6 +16,10 @@ import pytest
 from gpuplan.api.schemas import PlanRequest
 from gpuplan.models.catalog import data_dir
 from gpuplan.planner.cli import COMMAND_GROUPS, build_parser, main
+from gpuplan.planner.pipeline.deadline import Deadline, solve_share
+from gpuplan.planner.pipeline.files import load_input
+from gpuplan.solvers.base import SolveResult, get_solver
+from gpuplan.solvers.problem import PlacementProblem
 
 EXAMPLES = data_dir() / "examples"
 INPUTS = [
@@ -74,3 +81,65 @@ def test_request_from_bad_files_is_one_line_and_exit_2(
     assert main(["request", "--cluster", str(missing), "--workloads", str(EXAMPLES / "workloads.yaml")]) == 2
     err = capsys.readouterr().err.strip()
     assert err == f"gpuplan: error: {missing}: file not found"
+
+
+class _Overrunning:
+    """A solver that answers as greedy-fgd does, then overruns its time limit by ``overrun_s`` (as CP-SAT
+    does on a loaded machine)."""
+
+    def __init__(self, overrun_s: float) -> None:
+        self.overrun_s = overrun_s
+
+    def solve(self, problem: PlacementProblem) -> SolveResult:
+        result = get_solver("greedy-fgd").solve(problem)
+        time.sleep(problem.time_limit_s + self.overrun_s)
+        return result
+
+
+def test_a_solve_that_overruns_still_leaves_the_predicted_starts_their_time(
+    monkeypatch: pytest.MonkeyPatch, caplog: pytest.LogCaptureFixture
+) -> None:
+    # Limit 6 s: the explanations keep 1.5 s, the passes after the solve 0.6 s, the solve gets 3.9 s. A solve
+    # overrunning by 1.2 s leaves 0.9 s: before, the predicted starts kept the explanations' 1.5 s from it
+    # and had nothing left, so every demo on a loaded machine warned that they were cut short.
+    from gpuplan.planner import planning
+
+    monkeypatch.setattr(planning, "get_solver", lambda name: _Overrunning(1.2))
+    inp = load_input(EXAMPLES / "cluster.yaml", EXAMPLES / "workloads.yaml", EXAMPLES / "policy.yaml")
+    now = datetime.fromisoformat((EXAMPLES / "now.txt").read_text().strip())
+    with caplog.at_level(logging.WARNING, logger="gpuplan"):
+        plan = planning.make_plan(inp, solver="greedy-fgd", now=now, time_limit_s=6.0, explain=True)
+    assert "predicted starts" not in plan.provenance.get("cut_short", [])
+    assert not [r for r in caplog.records if "predicted starts" in r.getMessage()]
+
+
+def test_the_demo_prints_no_warning(
+    tmp_path: Path, capsys: pytest.CaptureFixture[str], caplog: pytest.LogCaptureFixture
+) -> None:
+    with caplog.at_level(logging.INFO, logger="gpuplan"):
+        assert main(["demo", "--out", str(tmp_path / "demo.json")]) == 0
+    warnings = [r.getMessage() for r in caplog.records if r.levelno >= logging.WARNING]
+    assert warnings == []
+    out = capsys.readouterr().out
+    assert out.startswith("gpuplan demo: 14 nodes, 112 GPUs, 189 workloads")
+
+
+def test_a_start_up_that_eats_a_little_of_the_solve_is_not_a_warning(
+    caplog: pytest.LogCaptureFixture,
+) -> None:
+    # Limit 10 s: the solve's share is 8.5 s; a 1.5 s start-up leaves 10 - 1.5 - 0.5 = 8 s (6% less).
+    def clock() -> float:
+        return 101.5
+
+    with caplog.at_level(logging.INFO, logger="gpuplan"):
+        assert solve_share(10.0, Deadline(110.0, clock)) == pytest.approx(8.0)
+    assert [r.levelno for r in caplog.records] == [logging.INFO]
+    caplog.clear()
+
+    # A 6 s start-up leaves 3.5 s of the 8.5 s: that is a warning.
+    def later() -> float:
+        return 106.0
+
+    with caplog.at_level(logging.INFO, logger="gpuplan"):
+        assert solve_share(10.0, Deadline(110.0, later)) == pytest.approx(3.5)
+    assert [r.levelno for r in caplog.records] == [logging.WARNING]

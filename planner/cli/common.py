@@ -42,12 +42,20 @@ Subparsers: TypeAlias = "argparse._SubParsersAction[argparse.ArgumentParser]"
 
 
 def load_input(
-    cluster: Path, workloads: Path, policy: Path | None, catalog: HardwareCatalog | None = None
+    cluster: Path,
+    workloads: Path,
+    policy: Path | None,
+    catalog: HardwareCatalog | None = None,
+    *,
+    real_machines: bool = True,
 ) -> PlanningInput:
     """The checked planning input of the three files (:func:`gpuplan.load`), noting once per run the
-    catalog entries marked uncertain that the cluster uses."""
+    catalog entries marked uncertain that the cluster uses (unless it describes no ``real_machines``:
+    the bundled example has none to check them against)."""
     catalog = catalog or default_catalog()
     inp = files.load_input(cluster, workloads, policy, catalog)
+    if not real_machines:
+        return inp
     new = [entry for entry in uncertain_in_use(inp.cluster, catalog) if entry not in _noted]
     if new:
         _noted.update(new)
