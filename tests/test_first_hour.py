@@ -21,6 +21,7 @@ from gpuplan.planner.pipeline.files import load_input
 from gpuplan.solvers.base import SolveResult, get_solver
 from gpuplan.solvers.problem import PlacementProblem
 
+ROOT = Path(__file__).resolve().parent.parent
 EXAMPLES = data_dir() / "examples"
 INPUTS = [
     "--cluster", str(EXAMPLES / "cluster.yaml"),
@@ -143,3 +144,81 @@ def test_a_start_up_that_eats_a_little_of_the_solve_is_not_a_warning(
     with caplog.at_level(logging.INFO, logger="gpuplan"):
         assert solve_share(10.0, Deadline(110.0, later)) == pytest.approx(3.5)
     assert [r.levelno for r in caplog.records] == [logging.WARNING]
+
+
+# --- errors that suggest ------------------------------------------------------------------------------
+
+
+def _error(argv: list[str], capsys: pytest.CaptureFixture[str]) -> str:
+    """The one error line of a command that must fail with exit 2."""
+    assert main(argv) == 2
+    err = capsys.readouterr().err.strip()
+    assert "\n" not in err and "Traceback" not in err
+    return err
+
+
+def test_a_misspelt_field_is_named_first_with_the_field_meant(
+    tmp_path: Path, capsys: pytest.CaptureFixture[str]
+) -> None:
+    work = tmp_path / "w.yaml"
+    work.write_text("workloads:\n- {id: a, team: search, gpus: 1, cpu_mili: 4000}\n")
+    err = _error(["request", "--cluster", str(EXAMPLES / "cluster.yaml"), "--workloads", str(work)], capsys)
+    assert (
+        err
+        == f"gpuplan: error: {work}: workloads[0] (id 'a'): unknown field cpu_mili (did you mean cpu_milli?)"
+    )
+    # A node's cpu_milli is required: its misspelling is one mistake, not "cpu_milli: Field required".
+    cluster = tmp_path / "c.yaml"
+    cluster.write_text("nodes:\n- {name: n1, cpu_mili: 64000, memory_mib: 262144}\n")
+    err = _error(["request", "--cluster", str(cluster), "--workloads", str(work)], capsys)
+    assert (
+        err == f"gpuplan: error: {cluster}: nodes[0] (n1): unknown field cpu_mili (did you mean cpu_milli?)"
+    )
+
+
+def test_an_unknown_field_far_from_any_is_named_without_a_guess(
+    tmp_path: Path, capsys: pytest.CaptureFixture[str]
+) -> None:
+    cluster = tmp_path / "c.yaml"
+    cluster.write_text("nodes:\n- {name: n1, cpu_milli: 64000, memory_mib: 262144, colour: blue}\n")
+    err = _error(
+        ["request", "--cluster", str(cluster), "--workloads", str(EXAMPLES / "workloads.yaml")], capsys
+    )
+    assert err == f"gpuplan: error: {cluster}: nodes[0] (n1): unknown field colour"
+
+
+def test_an_unknown_gpu_model_names_the_closest_known(
+    tmp_path: Path, capsys: pytest.CaptureFixture[str]
+) -> None:
+    work = tmp_path / "w.csv"
+    work.write_text("id,team,gpus,gpu_models\na,search,1,L40S-46GB\nb,search,1,L40S-46GB\n")
+    err = _error(["request", "--cluster", str(EXAMPLES / "cluster.yaml"), "--workloads", str(work)], capsys)
+    assert err.endswith("unknown GPU model 'L40S-46GB' (did you mean L40S-48GB?) (2 workloads: a, b)")
+    cluster = tmp_path / "c.yaml"
+    cluster.write_text(
+        "nodes:\n- {name: n1, cpu_milli: 64000, memory_mib: 262144, gpus: [{index: 0, model: L40S-46GB}]}\n"
+    )
+    err = _error(["request", "--cluster", str(cluster), "--workloads", str(work)], capsys)
+    where = f"gpuplan: error: {cluster}: nodes[0] (n1).gpus[0].model"
+    assert err == f"{where}: unknown GPU model 'L40S-46GB' (did you mean L40S-48GB?)"
+
+
+def test_an_unknown_team_names_the_closest_known(tmp_path: Path, capsys: pytest.CaptureFixture[str]) -> None:
+    work = tmp_path / "w.csv"
+    work.write_text("id,team,gpus\na,serach,1\n")
+    err = _error(["request", *INPUTS[:2], "--workloads", str(work), *INPUTS[4:]], capsys)
+    assert err.endswith("workload 'a' field team: unknown team 'serach' (did you mean search?)")
+
+
+def test_import_with_an_unknown_model_blames_the_option_and_names_the_catalog_option(
+    capsys: pytest.CaptureFixture[str],
+) -> None:
+    topo = ROOT / "data" / "hardware" / "nvidia-smi" / "topo-hgx-h20-8nic-01.txt"
+    argv = ["import", "topo", str(topo), "--name", "n", "--cpu-milli", "1", "--memory-mib", "1"]
+    err = _error([*argv, "--model", "H20"], capsys)
+    assert err.startswith("gpuplan: error: --model H20: not a GPU model of the hardware catalog;")
+    assert "--hardware-catalog FILE" in err and str(topo) not in err
+    err = _error([*argv, "--model", "H100-80G"], capsys)
+    assert err.startswith(
+        "gpuplan: error: --model H100-80G: not a GPU model of the hardware catalog (did you mean H100-80GB"
+    )
