@@ -61,10 +61,21 @@ def _version(dist: str) -> str:
         return "unknown"
 
 
+def _digest(data: Any) -> str:
+    """SHA-256 of the canonical JSON of ``data``."""
+    return hashlib.sha256(json.dumps(data, sort_keys=True, separators=(",", ":")).encode()).hexdigest()
+
+
 def inputs_digest(inp: PlanningInput) -> str:
     """SHA-256 of the canonical JSON of the planning input."""
-    blob = json.dumps(inp.model_dump(mode="json"), sort_keys=True, separators=(",", ":"))
-    return hashlib.sha256(blob.encode()).hexdigest()
+    return _digest(inp.model_dump(mode="json"))
+
+
+def input_digests(inp: PlanningInput) -> dict[str, str]:
+    """SHA-256 of the cluster, the workloads and the policy each, so that a plan read against other
+    inputs can say which one differs."""
+    dumped = inp.model_dump(mode="json")
+    return {part: _digest(dumped[part]) for part in ("cluster", "workloads", "policy")}
 
 
 def _planned_at(provenance: dict[str, Any]) -> datetime | None:
@@ -219,6 +230,7 @@ def make_plan(
     result = reported(problem, result, len(kept))
     provenance = {
         "inputs_sha256": inputs_digest(inp),
+        "input_sha256": input_digests(inp),
         "gpuplan_version": _version("gpuplan"),
         "ortools_version": _version("ortools"),
         "pydantic_version": _version("pydantic"),

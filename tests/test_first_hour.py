@@ -222,3 +222,66 @@ def test_import_with_an_unknown_model_blames_the_option_and_names_the_catalog_op
     assert err.startswith(
         "gpuplan: error: --model H100-80G: not a GPU model of the hardware catalog (did you mean H100-80GB"
     )
+
+
+# --- explain what the user names ----------------------------------------------------------------------
+
+#: One node of 8 GPUs; the gang ``nlp/finetune`` of two workloads of 8 GPUs each cannot start (all or
+#: none), ``solo`` (1 GPU) runs.
+CLUSTER = "nodes:\n- {name: n1, cpu_milli: 64000, memory_mib: 262144, topology: dgx-h100}\n"
+WORKLOADS = """workloads:
+- {id: ft-a, team: nlp, gpus: 8, gang: nlp/finetune}
+- {id: ft-b, team: nlp, gpus: 8, gang: nlp/finetune}
+- {id: solo, team: nlp, gpus: 1}
+"""
+
+
+def _planned(tmp_path: Path, capsys: pytest.CaptureFixture[str]) -> tuple[Path, Path, Path]:
+    cluster, work, plan = tmp_path / "c.yaml", tmp_path / "w.yaml", tmp_path / "plan.json"
+    cluster.write_text(CLUSTER)
+    work.write_text(WORKLOADS)
+    argv = ["plan", "--cluster", str(cluster), "--workloads", str(work), "--solver", "greedy-fgd"]
+    assert main([*argv, "--out", str(plan), "--now", "2026-12-01T00:00:00+00:00"]) == 0
+    capsys.readouterr()
+    return cluster, work, plan
+
+
+def test_explain_takes_a_gang_name_and_explains_each_member(
+    tmp_path: Path, capsys: pytest.CaptureFixture[str]
+) -> None:
+    _, _, plan = _planned(tmp_path, capsys)
+    # The plan names its input files: explain needs no --cluster and --workloads.
+    assert main(["explain", "nlp/finetune", "--plan", str(plan), "--counterfactuals", "0"]) == 0
+    out = capsys.readouterr().out
+    assert out.startswith("gang nlp/finetune: 2 workloads (ft-a, ft-b)\n")
+    assert "ft-a replica 0: waiting" in out and "ft-b replica 0: waiting" in out
+    assert main(["explain", "solo", "--plan", str(plan), "--counterfactuals", "0"]) == 0
+    assert (
+        capsys.readouterr().out.strip()
+        == "solo: every replica is placed on its first choice; nothing to explain"
+    )
+    err = _error(["explain", "nlp/finetun", "--plan", str(plan)], capsys)
+    assert (
+        err == "gpuplan: error: explain: no workload or gang named 'nlp/finetun' (did you mean nlp/finetune?)"
+    )
+
+
+def test_explain_against_other_inputs_says_which_differs_and_how_to_fix_it(
+    tmp_path: Path, capsys: pytest.CaptureFixture[str]
+) -> None:
+    cluster, work, plan = _planned(tmp_path, capsys)
+    work.write_text(WORKLOADS.replace("gpus: 1}", "gpus: 2}"))
+    err = _error(["explain", "solo", "--plan", str(plan)], capsys)
+    assert err == (
+        f"gpuplan: error: --plan {plan}: the plan was made from another workloads (inputs_sha256 differs); "
+        f"give the --workloads file the plan was made from, or make the plan again from these inputs "
+        f"(gpuplan plan ... --out {plan})"
+    )
+    work.write_text(WORKLOADS)
+    policy = tmp_path / "p.yaml"
+    policy.write_text("teams: [nlp]\n")
+    err = _error(["explain", "solo", "--plan", str(plan), "--policy", str(policy)], capsys)
+    assert "made from another policy (inputs_sha256 differs); give the --policy file" in err
+    err = _error(["map", "--plan", str(plan), "--cluster", str(cluster), "--workloads", str(work),
+                  "--policy", str(policy), "--out", str(tmp_path / "m.svg")], capsys)  # fmt: skip
+    assert "made from another policy" in err
