@@ -15,9 +15,11 @@ import pytest
 
 from gpuplan.api.schemas import PlanRequest
 from gpuplan.models.catalog import data_dir
+from gpuplan.models.plan import Plan, PlanStatus, SolverReport, Unplaced
 from gpuplan.planner.cli import COMMAND_GROUPS, build_parser, main
+from gpuplan.planner.pipeline import summary
 from gpuplan.planner.pipeline.deadline import Deadline, solve_share
-from gpuplan.planner.pipeline.files import load_input
+from gpuplan.planner.pipeline.files import load_input, load_plan
 from gpuplan.solvers.base import SolveResult, get_solver
 from gpuplan.solvers.problem import PlacementProblem
 
@@ -285,3 +287,45 @@ def test_explain_against_other_inputs_says_which_differs_and_how_to_fix_it(
     err = _error(["map", "--plan", str(plan), "--cluster", str(cluster), "--workloads", str(work),
                   "--policy", str(policy), "--out", str(tmp_path / "m.svg")], capsys)  # fmt: skip
     assert "made from another policy" in err
+
+
+# --- waiting work is named ----------------------------------------------------------------------------
+
+#: One 8-GPU node whose GPUs are time-sliced (fractions only), and a policy that keeps modes as they are:
+#: 16 GPUs fit no node whatever its mode; one whole GPU would fit n1 but for its mode.
+MODED = """nodes:
+- {name: n1, cpu_milli: 64000, memory_mib: 262144, topology: dgx-h100, sharing: {time-slicing: {replicas: 4}}}
+"""
+MODED_WORK = """workloads:
+- {id: big-16, team: ml, gpus: 16}
+- {id: one-whole, team: ml, gpus: 1, replicas: 2}
+- {id: frac, team: ml, gpu_milli: 500}
+"""
+
+
+def test_the_summary_names_waiting_work_and_reasons_carry_only_clauses_that_apply(
+    tmp_path: Path, capsys: pytest.CaptureFixture[str]
+) -> None:
+    cluster, work, policy, out = (tmp_path / n for n in ("c.yaml", "w.yaml", "p.yaml", "plan.json"))
+    cluster.write_text(MODED)
+    work.write_text(MODED_WORK)
+    policy.write_text("sharing: {allow_change: false}\n")
+    argv = ["plan", "--cluster", str(cluster), "--workloads", str(work), "--policy", str(policy)]
+    assert (
+        main([*argv, "--solver", "greedy-fgd", "--out", str(out), "--now", "2026-12-01T00:00:00+00:00"]) == 0
+    )
+    lines = capsys.readouterr().out.splitlines()
+    at = lines.index("waiting: 3 NEVER_FITS")
+    assert lines[at + 1] == "  NEVER_FITS: big-16, one-whole (2 replicas)"
+    reasons = {u.workload: u.reason for u in load_plan(out).unplaced}
+    mode = "the sharing mode of n1 does not offer it"
+    assert mode not in reasons["big-16"]  # 16 GPUs fit no 8-GPU node, whatever its mode
+    assert mode in reasons["one-whole"]  # one whole GPU would fit n1 but for its mode
+
+
+def test_the_summary_counts_the_waiting_workloads_it_does_not_name() -> None:
+    unplaced = [Unplaced(workload=f"w{i}", replica=0, code="QUOTA", reason="over quota") for i in range(5)]
+    unplaced.append(Unplaced(workload="g", replica=0, code="GANG", reason="part of the gang"))
+    plan = Plan(status=PlanStatus.FEASIBLE, solver=SolverReport(name="greedy-fgd"), unplaced=tuple(unplaced))
+    shown = summary.waiting_lines(plan)
+    assert shown == ["waiting: 5 QUOTA, 1 GANG", "  QUOTA: w0, w1, w2 and 2 more workload(s)", "  GANG: g"]

@@ -47,9 +47,7 @@ def render(plan: Plan, inp: PlanningInput) -> str:
     undone = int(s.terms.get("idle_moves_undone", 0))
     if undone:
         lines.append(f"undone: {undone} move(s) or preemption(s) that bought nothing (budget left unused)")
-    codes = Counter(u.code for u in plan.unplaced)
-    if codes:
-        lines.append("waiting: " + ", ".join(f"{n} {c}" for c, n in codes.most_common()))
+    lines.extend(waiting_lines(plan))
     broken = Counter(b.rule for b in plan.stays_broken)
     if broken:
         lines.append(
@@ -57,3 +55,25 @@ def render(plan: Plan, inp: PlanningInput) -> str:
             + ", ".join(f"{n} {rule}" for rule, n in sorted(broken.items()))
         )
     return "\n".join(lines)
+
+
+#: Waiting workloads named per reason code in the summary; the others are counted.
+NAMED_PER_CODE = 3
+
+
+def waiting_lines(plan: Plan) -> list[str]:
+    """``waiting: 41 MIG_LAYOUT, 2 GANG`` and, per code, the first :data:`NAMED_PER_CODE` waiting
+    workloads (``NEVER_FITS: big-16 (1 replica)``), so that a newcomer sees which work waits and why."""
+    codes = Counter(u.code for u in plan.unplaced)
+    if not codes:
+        return []
+    lines = ["waiting: " + ", ".join(f"{n} {c}" for c, n in codes.most_common())]
+    for code, _ in codes.most_common():
+        replicas = Counter(u.workload for u in plan.unplaced if u.code == code)
+        named = [
+            f"{w} ({n} replica{'s' if n > 1 else ''})" if n > 1 else w
+            for w, n in list(replicas.items())[:NAMED_PER_CODE]
+        ]
+        more = len(replicas) - len(named)
+        lines.append(f"  {code}: {', '.join(named)}" + (f" and {more} more workload(s)" if more else ""))
+    return lines
