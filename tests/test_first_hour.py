@@ -4,8 +4,10 @@ errors that suggest, explain by gang name, named waiting work, readable statuses
 from __future__ import annotations
 
 import argparse
+import io
 import json
 import logging
+import re
 import shlex
 import time
 from datetime import datetime
@@ -20,6 +22,7 @@ from gpuplan.planner.cli import COMMAND_GROUPS, build_parser, main
 from gpuplan.planner.pipeline import summary
 from gpuplan.planner.pipeline.deadline import Deadline, solve_share
 from gpuplan.planner.pipeline.files import load_input, load_plan
+from gpuplan.planner.pipeline.progress import CPSAT_LOGGER, TerminalProgress, gap_text, phase, reporting
 from gpuplan.solvers.base import SolveResult, get_solver
 from gpuplan.solvers.problem import PlacementProblem
 
@@ -329,3 +332,69 @@ def test_the_summary_counts_the_waiting_workloads_it_does_not_name() -> None:
     plan = Plan(status=PlanStatus.FEASIBLE, solver=SolverReport(name="greedy-fgd"), unplaced=tuple(unplaced))
     shown = summary.waiting_lines(plan)
     assert shown == ["waiting: 5 QUOTA, 1 GANG", "  QUOTA: w0, w1, w2 and 2 more workload(s)", "  GANG: g"]
+
+
+# --- statuses and progress people can read ------------------------------------------------------------
+
+
+def _report(name: str, objective: float, bound: float, **terms: float) -> SolverReport:
+    gap = (objective - bound) / max(1.0, objective)
+    return SolverReport(name=name, objective=objective, best_bound=bound, gap=gap, terms=terms)
+
+
+def test_a_zero_gap_plan_not_called_optimal_says_why() -> None:
+    plan = Plan(status=PlanStatus.FEASIBLE, solver=_report("greedy-fgd", 40800, 40800))
+    assert summary.status_lines(plan) == [
+        "gap 0: the objective meets the bound (no plan has a lower objective), but it is not called OPTIMAL: "
+        "greedy-fgd is a heuristic (only a proof by the exact model is called OPTIMAL)"
+    ]
+    fixed = Plan(status=PlanStatus.FEASIBLE, solver=_report("cpsat", 40800, 40800, sharing_modes_fixed=2))
+    assert summary.status_lines(fixed)[0].endswith(
+        "not called OPTIMAL: the pre-pass fixed the sharing modes of 2 node(s) whose mode could change"
+    )
+    later = _report("cpsat", 100, 50, timeline_changed=1, stage_2_optimal=0, stage_1_optimal=1)
+    assert summary.status_lines(Plan(status=PlanStatus.FEASIBLE, solver=later)) == [
+        "not proved optimal: the predicted-start pass changed the plan after the solve; "
+        "the time limit stopped stage 2 before a proof"
+    ]
+    assert summary.status_lines(Plan(status=PlanStatus.OPTIMAL, solver=_report("cpsat", 7, 7))) == []
+
+
+def test_the_plan_summary_says_which_part_was_restricted(
+    tmp_path: Path, capsys: pytest.CaptureFixture[str]
+) -> None:
+    # Default policy: n1 runs nothing, so its mode could change; the pre-pass fixes it before the solve.
+    cluster, work = tmp_path / "c.yaml", tmp_path / "w.yaml"
+    cluster.write_text(MODED)
+    work.write_text(MODED_WORK)
+    argv = ["plan", "--cluster", str(cluster), "--workloads", str(work), "--time-limit", "5"]
+    assert main([*argv, "--now", "2026-12-01T00:00:00+00:00"]) == 0
+    lines = capsys.readouterr().out.splitlines()
+    assert lines[0].startswith("status: FEASIBLE")
+    assert "the pre-pass fixed the sharing modes of 1 node(s) whose mode could change" in lines[2]
+
+
+def test_no_gap_is_printed_against_a_zero_or_negative_incumbent_or_a_negative_bound() -> None:
+    assert gap_text(100, 50) == "gap 50.00%"
+    assert gap_text(100, 100) == "gap 0.00%"
+    assert gap_text(0, -832668) == ""
+    assert gap_text(-5, -10) == ""
+    assert gap_text(100, -1) == ""
+    assert gap_text(100, None) == ""
+
+
+def test_progress_lines_name_their_phase() -> None:
+    stream = io.StringIO()
+    progress = TerminalProgress(stream, time.monotonic(), interval_s=0.0)
+    log = logging.getLogger(CPSAT_LOGGER)
+    with reporting(progress):
+        log.debug("#1 0.10s best:120 next:[60,120]")
+        with phase("capacity gap"):
+            log.debug("#2 0.20s best:0 next:[-832668,0]")
+        log.debug("#3 0.30s best:100 next:[60,100]")
+    lines = [re.sub(r"^progress +[\d.]+ s  ", "", line) for line in stream.getvalue().splitlines()]
+    assert lines == [
+        "solve: incumbent 120  bound 60  gap 50.00%",
+        "capacity gap: incumbent 0  bound -832668",
+        "solve: incumbent 100  bound 60  gap 40.00%",
+    ]

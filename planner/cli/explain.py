@@ -12,6 +12,7 @@ from gpuplan.models.plan import Explanation
 from gpuplan.models.problem import PlanningInput
 from gpuplan.planner.cli import common
 from gpuplan.planner.pipeline.files import load_plan
+from gpuplan.planner.pipeline.progress import phase
 
 
 def _input_path(given: str | None, provenance: dict[str, object], name: str) -> Path | None:
@@ -78,15 +79,16 @@ def cmd_explain(args: argparse.Namespace) -> int:
     inp = common.load_input(cluster, workloads, policy, catalog)
     common.check_made_from(plan, inp, args.plan)
     ids = members(inp, args.workload)
-    found = explain_all(
-        inp,
-        plan,
-        catalog=catalog,
-        counterfactuals=args.counterfactuals,
-        solver=args.solver,
-        time_limit_s=args.time_limit,
-        only=set(ids),
-    )
+    with phase("re-solves"):
+        found = explain_all(
+            inp,
+            plan,
+            catalog=catalog,
+            counterfactuals=args.counterfactuals,
+            solver=args.solver,
+            time_limit_s=args.time_limit,
+            only=set(ids),
+        )
     if args.json:
         print(json.dumps([e.model_dump(mode="json", by_alias=True) for e in found], indent=2))
         return 0
