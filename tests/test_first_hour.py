@@ -352,10 +352,18 @@ def test_a_zero_gap_plan_not_called_optimal_says_why() -> None:
     assert summary.status_lines(fixed)[0].endswith(
         "not called OPTIMAL: the pre-pass fixed the sharing modes of 2 node(s) whose mode could change"
     )
-    later = _report("cpsat", 100, 50, timeline_changed=1, stage_2_optimal=0, stage_1_optimal=1)
+    later = _report(
+        "cpsat", 100, 50, timeline_changed=1, stage_queue_optimal=1, stage_fragmentation_optimal=0
+    )
     assert summary.status_lines(Plan(status=PlanStatus.FEASIBLE, solver=later)) == [
         "not proved optimal: the predicted-start pass changed the plan after the solve; "
-        "the time limit stopped stage 2 before a proof"
+        "the time limit stopped stage fragmentation before a proof"
+    ]
+    cut = _report(
+        "cpsat", 100, 50, stage_queue_optimal=0, stage_fragmentation_optimal=0, stage_disruption_optimal=1
+    )
+    assert summary.status_lines(Plan(status=PlanStatus.FEASIBLE, solver=cut)) == [
+        "not proved optimal: the time limit stopped stages queue, fragmentation before a proof"
     ]
     assert summary.status_lines(Plan(status=PlanStatus.OPTIMAL, solver=_report("cpsat", 7, 7))) == []
 

@@ -109,10 +109,13 @@ def not_optimal_because(plan: Plan) -> list[str]:
         why.append("the predicted-start pass changed the plan after the solve")
     if t.get("idle_moves_undone"):
         why.append("the repair pass changed the plan after the solve")
-    stages = sorted(k for k, v in t.items() if k.startswith("stage_") and k.endswith("_optimal") and not v)
+    # The stages in the order they ran (the terms keep it).
+    stages = [k for k, v in t.items() if k.startswith("stage_") and k.endswith("_optimal") and not v]
     if stages:
         names = ", ".join(k.removeprefix("stage_").removesuffix("_optimal") for k in stages)
-        why.append(f"the time limit stopped stage {names} before a proof")
+        why.append(
+            f"the time limit stopped {'stages' if len(stages) > 1 else 'stage'} {names} before a proof"
+        )
     if t.get(CUT):
         why.append("the wall clock stopped a deterministic stage")
     return why or ["the solve was not proved optimal within its time limit"]
