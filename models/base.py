@@ -3,6 +3,7 @@ obeys."""
 
 from __future__ import annotations
 
+import difflib
 import itertools
 import re
 from collections.abc import Iterable
@@ -32,6 +33,27 @@ class Strict(BaseModel):
 
 class InputError(ValueError):
     """Bad user input: the message names the object, the field and the reason."""
+
+
+#: Closest known names a "did you mean" suggests.
+SUGGESTED = 3
+#: How alike (difflib's ratio) a known name must be to be suggested: one or two characters off in a
+#: name of ten (``L40S-46GB`` for ``L40S-48GB``, ``cpu_mili`` for ``cpu_milli``), not merely the same family.
+CLOSE = 0.8
+
+
+def closest(value: str, known: Iterable[str], n: int = SUGGESTED) -> list[str]:
+    """The known names closest to ``value`` (case-insensitive, best first; empty when none is close)."""
+    by_key: dict[str, str] = {}
+    for name in known:
+        by_key.setdefault(name.lower(), name)
+    return [by_key[k] for k in difflib.get_close_matches(value.lower(), list(by_key), n=n, cutoff=CLOSE)]
+
+
+def did_you_mean(value: str, known: Iterable[str]) -> str:
+    """`` (did you mean L40S-48GB?)`` naming the known names closest to ``value``, or ``""``."""
+    close = closest(value, known)
+    return f" (did you mean {' or '.join(close)}?)" if close else ""
 
 
 #: Objects named in a grouped input error; the others are counted.

@@ -9,11 +9,16 @@ from typing import Annotated, Any, Literal
 
 from pydantic import Discriminator, Field, Tag, ValidationInfo, field_validator, model_validator
 
-from gpuplan.models.base import MAX_GPUS_PER_NODE, Name, Strict
+from gpuplan.models.base import MAX_GPUS_PER_NODE, Name, Strict, did_you_mean
 from gpuplan.models.catalog import default_catalog
 from gpuplan.models.hardware import GpuModelSpec, HardwareCatalog
 
 _LINK_RE = re.compile(r"^(NV\d+|PIX|PXB|PHB|NODE|SYS|SOC)$")
+
+
+def unknown_model(name: str, catalog: HardwareCatalog) -> str:
+    """``unknown GPU model 'L40S-46GB' (did you mean L40S-48GB?)``: the catalog's closest names."""
+    return f"unknown GPU model '{name}'{did_you_mean(name, (m.name for m in catalog.models))}"
 
 
 def catalog_from(info: ValidationInfo) -> HardwareCatalog:
@@ -124,7 +129,7 @@ class Gpu(Strict):
     def _known_model(cls, v: str, info: ValidationInfo) -> str:
         catalog = catalog_from(info)
         if not catalog.has_model(v):
-            raise ValueError(f"unknown GPU model '{v}'")
+            raise ValueError(unknown_model(v, catalog))
         return v
 
     @model_validator(mode="after")

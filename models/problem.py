@@ -7,8 +7,8 @@ from functools import cached_property
 
 from pydantic import Field, ValidationInfo, model_validator
 
-from gpuplan.models.base import Strict, grouped_errors
-from gpuplan.models.cluster import Cluster, catalog_from, describe_sharing, sharing_offers
+from gpuplan.models.base import Strict, did_you_mean, grouped_errors
+from gpuplan.models.cluster import Cluster, catalog_from, describe_sharing, sharing_offers, unknown_model
 from gpuplan.models.hardware import GpuModelSpec, HardwareCatalog
 from gpuplan.models.policy import Policy
 from gpuplan.models.workload import Shape, Workload
@@ -38,12 +38,12 @@ def _workload_errors(w: Workload, cluster: Cluster, policy: Policy, catalog: Har
     if w.tier not in tiers:
         errors.append(f"field tier: unknown tier '{w.tier}' (known: {sorted(tiers)})")
     if teams and w.team not in teams:
-        errors.append(f"field team: unknown team '{w.team}'")
+        errors.append(f"field team: unknown team '{w.team}'{did_you_mean(w.team, teams)}")
     for k, shape in enumerate(w.shapes):
         field = "" if not w.alternatives else f"alternatives[{k}]."
         for m in shape.gpu_models:
             if not catalog.has_model(m):
-                errors.append(f"field {field}gpu_models: unknown GPU model '{m}'")
+                errors.append(f"field {field}gpu_models: {unknown_model(m, catalog)}")
         allowed = [catalog.model(m) for m in shape.gpu_models if catalog.has_model(m)]
         if not shape.gpu_models:
             allowed = list(catalog.models)
@@ -60,7 +60,8 @@ def _workload_errors(w: Workload, cluster: Cluster, policy: Policy, catalog: Har
     for r, place in enumerate(w.running_on):
         node = cluster.node_by_name.get(place.node)
         if node is None:
-            errors.append(f"field running_on[{r}]: unknown node '{place.node}'")
+            hint = did_you_mean(place.node, cluster.node_by_name)
+            errors.append(f"field running_on[{r}]: unknown node '{place.node}'{hint}")
             continue
         for g in place.gpus:
             gpu = node.gpu_by_index.get(g.index)
@@ -86,13 +87,17 @@ def reference_errors(
     pools = {n.pool for n in cluster.nodes if n.pool}
     for i, q in enumerate(policy.quotas):
         if q.gpu_model and not catalog.has_model(q.gpu_model):
-            errors.append(f"policy quotas[{i}] field gpu_model: unknown GPU model '{q.gpu_model}'")
+            errors.append(f"policy quotas[{i}] field gpu_model: {unknown_model(q.gpu_model, catalog)}")
         if q.pool and q.pool not in pools:
-            errors.append(f"policy quotas[{i}] field pool: unknown pool '{q.pool}'")
+            errors.append(
+                f"policy quotas[{i}] field pool: unknown pool '{q.pool}'{did_you_mean(q.pool, pools)}"
+            )
     for i, rule in enumerate(policy.isolation):
         for name in rule.nodes:
             if name not in nodes:
-                errors.append(f"policy isolation[{i}] field nodes: unknown node '{name}'")
+                errors.append(
+                    f"policy isolation[{i}] field nodes: unknown node '{name}'{did_you_mean(name, nodes)}"
+                )
         if rule.pool and rule.pool not in pools:
             errors.append(f"policy isolation[{i}] field pool: unknown pool '{rule.pool}'")
     return errors

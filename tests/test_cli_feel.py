@@ -1,5 +1,5 @@
-"""How the command line feels: progress lines (elapsed, incumbent, bound, gap) on a terminal, nothing of the
-kind in a pipe, and stdout holding only the command's own output (no HiGHS banner, no CP-SAT log).
+"""How the command line feels: progress lines (elapsed, phase, incumbent, bound, gap) on a terminal, nothing
+of the kind in a pipe, and stdout holding only the command's own output (no HiGHS banner, no CP-SAT log).
 
 The commands run as the installed console script does, in a subprocess; the terminal is a pseudo-terminal
 (``os.openpty``) on stderr.
@@ -27,7 +27,10 @@ EXAMPLE_FILES = [
     "--policy", str(EXAMPLES / "policy.yaml"),
     "--now", (EXAMPLES / "now.txt").read_text().strip(),
 ]  # fmt: skip
-PROGRESS = re.compile(r"^progress +[\d.]+ s  incumbent -?\d+  bound -?\d+  gap [\d.]+%$")
+#: A progress line names its phase; a gap only over a positive incumbent and a bound not below zero.
+PROGRESS = re.compile(
+    r"^progress +[\d.]+ s  solve: (incumbent [1-9]\d*  bound \d+  gap [\d.]+%|incumbent -?\d+  bound -?\d+)$"
+)
 CONSOLE = [sys.executable, "-c", "import sys; from gpuplan.planner.cli import main; sys.exit(main())"]
 
 

@@ -424,12 +424,13 @@ def test_cli_explain_prints_the_code_and_verified_changes(
     assert main([*args, "old"]) == 0
     assert "nothing to explain" in capsys.readouterr().out
     assert main([*args, "nope"]) == 2
-    assert "unknown workload 'nope'" in capsys.readouterr().err
-    assert main(["explain", "--plan", str(out), "new"]) == 2
-    assert "--cluster" in capsys.readouterr().err
+    assert "no workload or gang named 'nope'" in capsys.readouterr().err
+    # The plan names the files it was made from: explain reads them again without --cluster and --workloads.
+    assert main(["explain", "--plan", str(out), "new"]) == 0
+    assert "new replica 0: waiting — NO_CAPACITY" in capsys.readouterr().out
     workloads.write_text(json.dumps({"workloads": [{"id": "new", "gpus": 1}]}))
     assert main([*args, "new"]) == 2
-    assert "other inputs" in capsys.readouterr().err
+    assert "made from another workloads" in capsys.readouterr().err
 
 
 def test_room_left_by_the_solver_is_a_solver_limit() -> None:

@@ -69,7 +69,8 @@ def test_terminal_progress_prints_each_new_incumbent_with_its_gap() -> None:
         lines.searched(line)
         lines.searched(line)  # the same incumbent and bound again: no second line
     printed = [re.sub(r"progress +[\d.]+ s", "progress <t> s", t) for t in out.getvalue().splitlines()]
+    # No gap against a negative bound (it would read 1196.40%); (521260 - 146400) / 521260 = 71.91%.
     assert printed == [
-        "progress <t> s  incumbent 540652  bound -5927718  gap 1196.40%",
-        "progress <t> s  incumbent 521260  bound 146400  gap 71.91%",
+        "progress <t> s  solve: incumbent 540652  bound -5927718",
+        "progress <t> s  solve: incumbent 521260  bound 146400  gap 71.91%",
     ]

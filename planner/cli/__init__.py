@@ -1,4 +1,4 @@
-"""The ``gpuplan`` command line.
+"""The ``gpuplan`` command line: every command, grouped by use in ``gpuplan --help``.
 
 Each command group is a module whose ``add_parsers`` adds its sub-commands to the parser
 (:data:`GROUPS`). The command line is the outermost layer: ``serve`` and ``worker`` are the API's
@@ -14,23 +14,74 @@ from __future__ import annotations
 import argparse
 import logging
 import sys
+import textwrap
 from collections.abc import Callable, Iterator, Sequence
 
 from pydantic import ValidationError
 
 from gpuplan.api import cli as api_cli
 from gpuplan.models.base import InputError
-from gpuplan.planner.cli import capacity, cluster_map, explain, history, imports, keys, plan, rounds
+from gpuplan.planner.cli import capacity, cluster_map, explain, history, imports, keys, plan, request, rounds
 from gpuplan.planner.cli.common import EXIT_INPUT, EXIT_OK, Subparsers, add_common_options, command_context
 from gpuplan.planner.pipeline.deadline import command_start
 
 #: What ``gpuplan --help`` says first.
-DESCRIPTION = "The ``gpuplan`` command line: plan, validate, schema, demo and import."
+DESCRIPTION = (
+    "gpuplan places GPU workloads on a cluster: it plans who runs where (whole GPUs, MIG slices, "
+    "time-sliced shares), says why the rest waits and what would place it, and checks any plan against "
+    "the same rules."
+)
+#: The commands ``gpuplan --help`` lists, grouped by use, each with one example line.
+COMMAND_GROUPS: tuple[tuple[str, tuple[tuple[str, str], ...]], ...] = (
+    (
+        "plan and check",
+        (
+            ("demo", "gpuplan demo"),
+            ("plan", "gpuplan plan --cluster cluster.yaml --workloads workloads.csv --out plan.json"),
+            ("validate", "gpuplan validate --cluster cluster.yaml --workloads workloads.csv --plan p.json"),
+            ("capacity-gap", "gpuplan capacity-gap --cluster cluster.yaml --workloads workloads.csv"),
+            ("simulate", "gpuplan simulate --rho 0.9 --hours 2"),
+        ),
+    ),
+    (
+        "explain and look",
+        (
+            ("explain", "gpuplan explain nlp/finetune --plan plan.json"),
+            ("map", "gpuplan map --plan plan.json --cluster cluster.yaml --workloads w.csv --out map.html"),
+            ("schema", "gpuplan schema workloads"),
+        ),
+    ),
+    (
+        "import and export",
+        (
+            ("import", "gpuplan import topo topo.txt --name node-01 --model H100 --cpu-milli 96000 "
+             "--memory-mib 1048576"),
+            ("export", "gpuplan export --plan plan.json --xlsx plan.xlsx"),
+            ("request", "gpuplan request --cluster cluster.yaml --workloads workloads.csv > request.json"),
+        ),
+    ),
+    (
+        "nightly and history",
+        (
+            ("replan", "gpuplan replan --cluster cluster.yaml --workloads workloads.csv --db plans.db"),
+            ("history", "gpuplan history list"),
+        ),
+    ),
+    (
+        "service",
+        (
+            ("serve", "gpuplan serve --create-admin-key"),
+            ("worker", "gpuplan worker --database postgresql://..."),
+            ("keys", "gpuplan keys create --role planner --expires 30d"),
+        ),
+    ),
+)  # fmt: skip
 #: The functions that register each command group's sub-commands, in the order ``gpuplan --help``
 #: lists them.
 GROUPS: tuple[Callable[[Subparsers], None], ...] = (
     plan.add_parsers,
     imports.add_parsers,
+    request.add_parsers,
     rounds.add_parsers,
     history.add_parsers,
     capacity.add_parsers,
@@ -50,14 +101,35 @@ def _commands(parser: argparse.ArgumentParser) -> Iterator[argparse.ArgumentPars
                 yield from subs or [command]
 
 
+def _epilog(sub: Subparsers) -> str:
+    """The commands by use (:data:`COMMAND_GROUPS`): each with its one-line help and an example."""
+    helps = {a.dest: a.help or "" for a in sub._choices_actions}
+    lines: list[str] = []
+    for title, commands in COMMAND_GROUPS:
+        lines.append(f"{title}:")
+        for name, example in commands:
+            lines.append(f"  {name:<14}{helps[name]}")
+            lines.append(f"  {'':<14}  $ {example}")
+        lines.append("")
+    lines.append("gpuplan COMMAND --help shows a command's options.")
+    return "\n".join(lines)
+
+
 def build_parser() -> argparse.ArgumentParser:
-    """The argument parser of every sub-command."""
-    parser = argparse.ArgumentParser(prog="gpuplan", description=DESCRIPTION)
+    """The argument parser of every sub-command; ``--help`` lists them grouped by use."""
+    parser = argparse.ArgumentParser(
+        prog="gpuplan",
+        usage="gpuplan [-h] [-v] [-q] [--hardware-catalog FILE] COMMAND ...",
+        description=textwrap.fill(DESCRIPTION, 100),
+        formatter_class=argparse.RawDescriptionHelpFormatter,
+    )
     parser.add_argument("-v", "--verbose", action="store_true", help="log progress")
     add_common_options(parser, top=True)
-    sub = parser.add_subparsers(dest="command", required=True)
+    # The epilog lists the commands by use; argparse's own list (in registration order) is hidden.
+    sub = parser.add_subparsers(dest="command", required=True, metavar="COMMAND", help=argparse.SUPPRESS)
     for register in GROUPS:
         register(sub)
+    parser.epilog = _epilog(sub)
     for command in _commands(parser):
         add_common_options(command, top=False)
     return parser

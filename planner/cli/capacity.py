@@ -13,6 +13,7 @@ from gpuplan.models.capacity import CapacityReport
 from gpuplan.models.catalog import default_catalog
 from gpuplan.planner.cli import common
 from gpuplan.planner.pipeline.files import describe, load_plan, read_structured, write_json
+from gpuplan.planner.pipeline.progress import phase
 
 if TYPE_CHECKING:
     from gpuplan.models.capacity import CapacityGap, ScenarioResult
@@ -102,12 +103,15 @@ def cmd_capacity_gap(args: argparse.Namespace) -> int:
     # The gap and each scenario that changes something run the same pipeline: equal parts of the time
     # left when each starts.
     first = work.sub(1 / (1 + sum(1 for p in what_ifs if not p.same_gap)))
-    plan = plan_fleet(inp, opts, first, catalog)
-    gap = capacity_gap(inp, types, opts, baseline=plan, catalog=catalog, deadline=first)
+    with phase("solve"):
+        plan = plan_fleet(inp, opts, first, catalog)
+    with phase("capacity gap"):
+        gap = capacity_gap(inp, types, opts, baseline=plan, catalog=catalog, deadline=first)
     print(render_gap(gap))
     scenarios: tuple[ScenarioResult, ...] = ()
     if what_ifs:
-        scenarios = run_prepared(what_ifs, opts, catalog, deadline=work, base=(plan, gap))
+        with phase("scenarios"):
+            scenarios = run_prepared(what_ifs, opts, catalog, deadline=work, base=(plan, gap))
         print()
         print(render_table(scenarios))
     report = CapacityReport(gap=gap, scenarios=scenarios)

@@ -17,7 +17,6 @@ FORMATS = (".html", ".svg")
 def cmd_map(args: argparse.Namespace) -> int:
     """Draw the plan made from the given inputs and write it to ``--out``."""
     from gpuplan.planner.io.exporters.map import render_html, render_svg
-    from gpuplan.planner.planning import inputs_digest
 
     out = Path(args.out)
     if out.suffix.lower() not in FORMATS:
@@ -25,9 +24,7 @@ def cmd_map(args: argparse.Namespace) -> int:
     plan = load_plan(Path(args.plan))
     catalog = default_catalog()
     inp = common.input_from_args(args, catalog)
-    recorded = plan.provenance.get("inputs_sha256")
-    if recorded and recorded != inputs_digest(inp):
-        raise InputError(f"--plan {args.plan}: the plan was made from other inputs (inputs_sha256 differs)")
+    common.check_made_from(plan, inp, args.plan)
     if out.suffix.lower() == ".svg":
         text = render_svg(plan, inp, catalog, colour=args.colour)
     else:

@@ -15,7 +15,7 @@ from pathlib import Path
 from typing import TYPE_CHECKING, Any, TypeAlias
 
 from gpuplan.models.base import InputError
-from gpuplan.models.catalog import CATALOG_ENV, default_catalog
+from gpuplan.models.catalog import CATALOG_ENV, data_dir, default_catalog
 from gpuplan.models.cluster import uncertain_in_use
 from gpuplan.models.hardware import HardwareCatalog
 from gpuplan.models.problem import PlanningInput
@@ -25,6 +25,7 @@ from gpuplan.planner.pipeline.progress import TerminalProgress, native_stdout_el
 from gpuplan.solvers.base import solver_names
 
 if TYPE_CHECKING:
+    from gpuplan.models.plan import Plan
     from gpuplan.planner.io.exporters.kubernetes import Images
 
 log = logging.getLogger(__name__)
@@ -45,9 +46,12 @@ def load_input(
     cluster: Path, workloads: Path, policy: Path | None, catalog: HardwareCatalog | None = None
 ) -> PlanningInput:
     """The checked planning input of the three files (:func:`gpuplan.load`), noting once per run the
-    catalog entries marked uncertain that the cluster uses."""
+    catalog entries marked uncertain that the cluster uses (not for the bundled example fleet: it has no
+    real machines to check them against)."""
     catalog = catalog or default_catalog()
     inp = files.load_input(cluster, workloads, policy, catalog)
+    if cluster.resolve().is_relative_to((data_dir() / "examples").resolve()):
+        return inp
     new = [entry for entry in uncertain_in_use(inp.cluster, catalog) if entry not in _noted]
     if new:
         _noted.update(new)
@@ -126,6 +130,32 @@ def input_from_args(args: argparse.Namespace, catalog: HardwareCatalog | None = 
     """The planning input named by ``--cluster``, ``--workloads`` and ``--policy``."""
     policy = Path(args.policy) if args.policy else None
     return load_input(Path(args.cluster), Path(args.workloads), policy, catalog)
+
+
+#: The option that names each input file.
+INPUT_OPTIONS = {"cluster": "--cluster", "workloads": "--workloads", "policy": "--policy"}
+
+
+def check_made_from(plan: Plan, inp: PlanningInput, plan_path: str) -> None:
+    """Refuse to read ``plan`` against inputs other than those it was made from, saying which input
+    differs (the cluster, the workloads or the policy) and how to fix it."""
+    from gpuplan.planner.planning import input_digests, inputs_digest
+
+    recorded = plan.provenance.get("inputs_sha256")
+    if not recorded or recorded == inputs_digest(inp):
+        return
+    parts = plan.provenance.get("input_sha256")
+    if isinstance(parts, dict):
+        now = input_digests(inp)
+        differ = [part for part in INPUT_OPTIONS if parts.get(part) != now[part]]
+    else:  # a plan from before the inputs had digests of their own
+        differ = list(INPUT_OPTIONS)
+    options = " or ".join(INPUT_OPTIONS[part] for part in differ)
+    raise InputError(
+        f"--plan {plan_path}: the plan was made from another {' or '.join(differ)} (inputs_sha256 differs); "
+        f"give the {options} file the plan was made from, or make the plan again from these inputs "
+        f"(gpuplan plan ... --out {plan_path})"
+    )
 
 
 def parse_now(text: str | None) -> datetime | None:

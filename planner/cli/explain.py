@@ -6,11 +6,13 @@ import argparse
 import json
 from pathlib import Path
 
-from gpuplan.models.base import InputError
+from gpuplan.models.base import InputError, did_you_mean
 from gpuplan.models.catalog import default_catalog
 from gpuplan.models.plan import Explanation
+from gpuplan.models.problem import PlanningInput
 from gpuplan.planner.cli import common
 from gpuplan.planner.pipeline.files import load_plan
+from gpuplan.planner.pipeline.progress import phase
 
 
 def _input_path(given: str | None, provenance: dict[str, object], name: str) -> Path | None:
@@ -51,10 +53,21 @@ def render(explanations: list[Explanation], workload: str) -> str:
     return "\n".join(lines)
 
 
+def members(inp: PlanningInput, name: str) -> list[str]:
+    """The workloads ``name`` names: a workload id, else the members of the gang of that name (in input
+    order); an unknown name is an input error naming the closest workloads and gangs."""
+    if name in inp.workload_by_id:
+        return [name]
+    gang = [w.id for w in inp.workloads if w.gang_id == name]
+    if gang:
+        return gang
+    known = [*inp.workload_by_id, *{w.gang_id for w in inp.workloads if w.gang_id}]
+    raise InputError(f"explain: no workload or gang named '{name}'{did_you_mean(name, known)}")
+
+
 def cmd_explain(args: argparse.Namespace) -> int:
-    """Explain one workload of a plan against the inputs it was made from."""
-    from gpuplan.planner.explain.reasons import explain_workload
-    from gpuplan.planner.planning import inputs_digest
+    """Explain a workload, or each member of a gang, of a plan against the inputs it was made from."""
+    from gpuplan.planner.explain.reasons import explain_all
 
     plan = load_plan(Path(args.plan))
     cluster = _input_path(args.cluster, plan.provenance, "cluster")
@@ -64,31 +77,33 @@ def cmd_explain(args: argparse.Namespace) -> int:
         raise InputError("explain: give --cluster and --workloads (the inputs the plan was made from)")
     catalog = default_catalog()
     inp = common.load_input(cluster, workloads, policy, catalog)
-    recorded = plan.provenance.get("inputs_sha256")
-    if recorded and recorded != inputs_digest(inp):
-        raise InputError(f"{args.plan}: the plan was made from other inputs (inputs_sha256 differs)")
-    if args.workload not in inp.workload_by_id:
-        raise InputError(f"explain: unknown workload '{args.workload}'")
-    found = explain_workload(
-        inp,
-        plan,
-        args.workload,
-        catalog=catalog,
-        counterfactuals=args.counterfactuals,
-        solver=args.solver,
-        time_limit_s=args.time_limit,
-    )
+    common.check_made_from(plan, inp, args.plan)
+    ids = members(inp, args.workload)
+    with phase("re-solves"):
+        found = explain_all(
+            inp,
+            plan,
+            catalog=catalog,
+            counterfactuals=args.counterfactuals,
+            solver=args.solver,
+            time_limit_s=args.time_limit,
+            only=set(ids),
+        )
     if args.json:
         print(json.dumps([e.model_dump(mode="json", by_alias=True) for e in found], indent=2))
-    else:
-        print(render(found, args.workload))
+        return 0
+    if ids != [args.workload]:
+        print(f"gang {args.workload}: {len(ids)} workloads ({', '.join(ids)})")
+    print("\n".join(render([e for e in found if e.workload == wid], wid) for wid in ids))
     return 0
 
 
 def add_parsers(sub: common.Subparsers) -> None:
     """Register ``explain``."""
-    p = sub.add_parser("explain", help="why a workload waits and what smallest change would place it")
-    p.add_argument("workload", help="workload id")
+    p = sub.add_parser(
+        "explain", help="why a workload (or a gang) waits and what smallest change would place it"
+    )
+    p.add_argument("workload", help="workload id, or a gang's name (each of its workloads is explained)")
     p.add_argument("--plan", required=True, help="plan JSON")
     p.add_argument("--cluster", help="the cluster the plan was made for")
     p.add_argument("--workloads", help="the demand the plan was made for")

@@ -8,7 +8,8 @@ from pathlib import Path
 
 import yaml
 
-from gpuplan.models.base import InputError
+from gpuplan.models.base import InputError, did_you_mean
+from gpuplan.models.catalog import default_catalog
 from gpuplan.planner.cli import common
 
 
@@ -19,10 +20,25 @@ def _read(path: str) -> str:
         raise InputError(f"{path}: file not found") from None
 
 
+def _known_model(name: str | None) -> None:
+    """Refuse an unknown ``--model`` as the option's mistake (not the file's), naming the closest catalog
+    models and how to add one."""
+    from gpuplan.planner.io.importers.nvidia_smi import lookup_gpu_model
+
+    if name is None or lookup_gpu_model(name) is not None:
+        return
+    known = [m.name for m in default_catalog().models]
+    raise InputError(
+        f"--model {name}: not a GPU model of the hardware catalog{did_you_mean(name, known)}; "
+        "describe it in a YAML file and add it with --hardware-catalog FILE (see README, Hardware catalog)"
+    )
+
+
 def cmd_topo(args: argparse.Namespace) -> int:
     """Print (or write) a cluster node built from ``nvidia-smi topo -m`` output."""
     from gpuplan.planner.io.importers import node_from_topo
 
+    _known_model(args.model)
     try:
         node = node_from_topo(
             _read(args.file),
@@ -49,6 +65,7 @@ def cmd_mig(args: argparse.Namespace) -> int:
     from gpuplan.planner.io.importers import compare_mig_with_catalog, parse_mig_lgipp, resolve_mig_model
     from gpuplan.planner.io.importers.nvidia_smi import is_mig_lgi
 
+    _known_model(args.model)
     text = _read(args.file)
     if is_mig_lgi(text):
         return _mig_layout(args, text)

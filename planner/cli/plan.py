@@ -25,6 +25,7 @@ from gpuplan.planner.pipeline.files import (
     planning_input,
     write_json,
 )
+from gpuplan.solvers.base import get_solver
 
 if TYPE_CHECKING:
     from gpuplan.models.problem import PlanningInput
@@ -33,11 +34,15 @@ if TYPE_CHECKING:
 log = logging.getLogger(__name__)
 
 
-def _run_plan(inp: PlanningInput, args: argparse.Namespace) -> Plan:
-    """Plan ``inp`` with the command's options, print the summary and write the plan."""
+def _run_plan(inp: PlanningInput, args: argparse.Namespace, files: dict[str, Path | None]) -> Plan:
+    """Plan ``inp`` with the command's options, print the summary and write the plan; the plan names the
+    input ``files`` it was made from (provenance ``inputs``: ``gpuplan explain`` reads them again)."""
     from gpuplan.planner.planning import make_plan
 
     ray = common.ray_from_args(args)  # before the solve's share of the time limit is taken
+    # Importing the back-end (OR-Tools: a second or more on a loaded machine) is start-up too: inside the
+    # solve it would overrun the solve's share and leave the passes after it no time.
+    get_solver(args.solver)
     startup = time.monotonic() - args.started
     plan = make_plan(
         inp,
@@ -50,6 +55,8 @@ def _run_plan(inp: PlanningInput, args: argparse.Namespace) -> Plan:
         explain=True,
         ray=ray,
     )
+    inputs = {part: str(path.resolve()) for part, path in files.items() if path is not None}
+    plan = plan.model_copy(update={"provenance": {**plan.provenance, "inputs": inputs}})
     watch = Stopwatch()
     print(summary.render(plan, inp))
     watch.lap("summary")
@@ -63,7 +70,9 @@ def _run_plan(inp: PlanningInput, args: argparse.Namespace) -> Plan:
 
 def cmd_plan(args: argparse.Namespace) -> int:
     """Plan a cluster and a demand list."""
-    _run_plan(common.input_from_args(args), args)
+    files = {"cluster": Path(args.cluster), "workloads": Path(args.workloads)}
+    policy = Path(args.policy) if args.policy else None
+    _run_plan(common.input_from_args(args), args, {**files, "policy": policy})
     return common.EXIT_OK
 
 
@@ -72,14 +81,15 @@ def cmd_demo(args: argparse.Namespace) -> int:
     from gpuplan.planner.cli.capacity import write_plan_workbook
 
     ex = data_dir() / "examples"
-    inp = common.load_input(ex / "cluster.yaml", ex / "workloads.yaml", ex / "policy.yaml")
+    files = {"cluster": ex / "cluster.yaml", "workloads": ex / "workloads.yaml", "policy": ex / "policy.yaml"}
+    inp = common.load_input(files["cluster"], files["workloads"], files["policy"])
     if args.now is None:
         args.now = (ex / "now.txt").read_text().strip()
     print(
         f"gpuplan demo: {len(inp.cluster.nodes)} nodes, {inp.cluster.gpu_count} GPUs, "
         f"{len(inp.workloads)} workloads (from {ex})"
     )
-    plan = _run_plan(inp, args)
+    plan = _run_plan(inp, args, dict(files))
     xlsx = args.xlsx or (str(Path(args.out).with_suffix(".xlsx")) if args.out else None)
     if xlsx:
         write_plan_workbook(plan, inp, Path(xlsx))

@@ -29,10 +29,11 @@ from datetime import UTC, datetime, timedelta
 from itertools import takewhile
 
 from gpuplan.models.catalog import default_catalog
+from gpuplan.models.cluster import Node
 from gpuplan.models.hardware import HardwareCatalog
 from gpuplan.models.plan import CREATE, Counterfactual, Explanation, Plan, ReasonDetail
 from gpuplan.models.problem import PlanningInput
-from gpuplan.models.workload import TopologyNeed
+from gpuplan.models.workload import Shape, TopologyNeed
 from gpuplan.planner.explain import counterfactual as cfs
 from gpuplan.planner.explain.counterfactual import Candidate, Target
 from gpuplan.planner.explain.state import Key, PlanState
@@ -70,6 +71,10 @@ BLOCKED = frozenset(
         GANG_DOMAIN, DISRUPTION_BUDGET, NEVER_FITS,
     }
 )  # fmt: skip
+
+#: Codes a node's sharing mode may be behind (room of the shape absent or taken, or never there); not a
+#: replica over its team's quota, or one that fits after moves or fits now.
+MODE_MAY_BLOCK = BLOCKED - {QUOTA, DISRUPTION_BUDGET}
 
 Search = Callable[[PlanState, Target, Request, int], list[Candidate]]
 
@@ -710,15 +715,45 @@ def explain_all(
                 log.info("budget spent: %d replicas without counterfactuals", len(out) - i)
                 break
             out[i] = explainer.explain(t, r)
-    notes = mode_notes(st.after, catalog, (e.workload for e in out if e.alternative is None))
+    # The sentence on sharing modes is added only where a mode may be why the replica waits.
+    moded = {e.workload for e in out if e.alternative is None and _mode_may_block(st.after, catalog, e)}
+    notes = mode_notes(st.after, catalog, moded)
     out = [
         e.model_copy(update={"reason": f"{e.reason}; {notes[e.workload]}"})
-        if e.alternative is None and e.workload in notes
+        if e.alternative is None and e.workload in moded and e.workload in notes
         else e
         for e in out
     ]
     log.info("explained %d replicas in %.2f s", len(out), time.perf_counter() - start)
     return out
+
+
+def _fits_empty(node: Node, shape: Shape, catalog: HardwareCatalog) -> bool:
+    """Whether one replica of ``shape`` (whole GPUs or a fraction) fits ``node`` empty, whatever its mode."""
+    allowed = {catalog.canonical(m) for m in shape.gpu_models}
+    gpus = sum(
+        1 for g in node.gpus if g.mig is None and (not allowed or catalog.canonical(g.model) in allowed)
+    )
+    return (
+        gpus >= max(shape.gpus, 1)
+        and node.cpu_milli >= shape.cpu_milli
+        and node.memory_mib >= shape.memory_mib
+    )
+
+
+def _mode_may_block(inp: PlanningInput, catalog: HardwareCatalog, e: Explanation) -> bool:
+    """Whether a node's sharing mode may be why the waiting replica of ``e`` waits: its code is one a mode
+    can be behind, and a replica no node could ever host fits some node of a sharing mode when empty (a
+    16-GPU ask on 8-GPU nodes waits whatever the modes)."""
+    if e.code not in MODE_MAY_BLOCK:
+        return False
+    if e.code != NEVER_FITS:
+        return True
+    w = inp.workload_by_id.get(e.workload)
+    moded = [n for n in inp.cluster.nodes if n.sharing is not None]
+    return w is not None and any(
+        _fits_empty(n, s, catalog) for n in moded for s in w.shapes if s.kind in ("whole", "fraction")
+    )
 
 
 def explain_workload(

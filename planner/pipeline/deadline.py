@@ -26,8 +26,11 @@ Clock = Callable[[], float]
 RESERVE_SHARE = 0.15
 RESERVE_MAX_S = 10.0
 OUTPUT_S = 0.5
-#: A start-up that eats less than this into the solve's share is not worth a warning.
+#: A start-up that eats less than this into the solve's share is not worth a note.
 START_UP_SLACK_S = 0.05
+#: A start-up that eats less than this share of the solve's time changes little the user sees (a loaded
+#: machine imports slowly): it is logged, not warned about.
+START_UP_WARN_SHARE = 0.5
 #: The shortest solve a command asks for.
 MIN_SOLVE_S = 0.1
 
@@ -129,7 +132,10 @@ def solve_share(time_limit_s: float, deadline: Deadline) -> float:
     fixed = time_limit_s - reserve
     left = deadline.reserve(OUTPUT_S).remaining()
     if left < fixed - START_UP_SLACK_S:
-        log.warning("the start-up took the solve's time: its share is cut from %.2f s to %.2f s", fixed, left)
+        level = logging.WARNING if left < (1 - START_UP_WARN_SHARE) * fixed else logging.INFO
+        log.log(
+            level, "the start-up took the solve's time: its share is cut from %.2f s to %.2f s", fixed, left
+        )
     return max(MIN_SOLVE_S, min(fixed, left))
 
 

@@ -5,12 +5,13 @@ from __future__ import annotations
 import csv
 import json
 from pathlib import Path
-from typing import Any, TypeVar
+from types import UnionType
+from typing import Annotated, Any, TypeVar, Union, get_args, get_origin
 
 import yaml
 from pydantic import BaseModel, ValidationError
 
-from gpuplan.models.base import InputError
+from gpuplan.models.base import InputError, closest, did_you_mean
 from gpuplan.models.catalog import default_catalog
 from gpuplan.models.cluster import Cluster
 from gpuplan.models.hardware import HardwareCatalog
@@ -55,14 +56,61 @@ def _label(raw: Any, loc: tuple[int | str, ...]) -> str:
     return "".join(parts) or "(top level)"
 
 
-def describe(exc: ValidationError, raw: Any) -> str:
-    """The first error of ``exc`` as 'field: reason', plus how many more there are."""
+def _models_in(tp: Any) -> list[Any]:
+    """The types ``tp`` stands for: ``Annotated``, ``Optional`` and unions unwrapped."""
+    origin = get_origin(tp)
+    if origin is Annotated:
+        return _models_in(get_args(tp)[0])
+    if origin in (Union, UnionType):
+        return [t for arg in get_args(tp) for t in _models_in(arg)]
+    return [tp]
+
+
+def known_fields(model: Any, loc: tuple[int | str, ...]) -> set[str]:
+    """The field names (and aliases) of the schema object at ``loc`` inside ``model`` (empty when the
+    location cannot be followed); a tagged union's tag in ``loc`` is skipped."""
+    types = _models_in(model)
+    for item in loc:
+        inner: list[Any] = []
+        for tp in types:
+            if isinstance(item, int) and get_origin(tp) in (list, tuple):
+                inner += _models_in(get_args(tp)[0])
+            elif isinstance(tp, type) and issubclass(tp, BaseModel) and item in tp.model_fields:
+                inner += _models_in(tp.model_fields[str(item)].annotation)
+        types = inner or types  # a tag of a discriminated union names no field: stay on the union
+    found: set[str] = set()
+    for tp in types:
+        if isinstance(tp, type) and issubclass(tp, BaseModel):
+            found.update(tp.model_fields)
+            found.update(f.alias for f in tp.model_fields.values() if f.alias)
+    return found
+
+
+def describe(exc: ValidationError, raw: Any, model: type[BaseModel] | None = None) -> str:
+    """The root error of ``exc`` as 'field: reason', plus how many more there are.
+
+    An unknown field comes first, named with the closest fields of ``model`` at its place (``unknown field
+    cpu_mili (did you mean cpu_milli?)``); a required field it misspells is the same mistake, not one more.
+    """
     errors = exc.errors(include_url=False)
-    first = errors[0]
-    msg = str(first["msg"]).removeprefix("Value error, ")
-    text = f"{_label(raw, tuple(first['loc']))}: {msg}"
-    if len(errors) > 1:
-        text += f" (and {len(errors) - 1} more error{'s' if len(errors) > 2 else ''})"
+    unknown = [e for e in errors if e["type"] == "extra_forbidden"]
+    if not unknown:
+        first = errors[0]
+        msg = str(first["msg"]).removeprefix("Value error, ")
+        text, rest = f"{_label(raw, tuple(first['loc']))}: {msg}", len(errors) - 1
+    else:
+        loc = tuple(unknown[0]["loc"])
+        parent, name = loc[:-1], str(loc[-1])
+        missing = {
+            str(e["loc"][-1]) for e in errors if e["type"] == "missing" and tuple(e["loc"][:-1]) == parent
+        }
+        hint = closest(name, (known_fields(model, parent) if model else set()) | missing, n=1)
+        explained = {(*parent, h) for h in hint if h in missing}
+        where = f"{_label(raw, parent)}: " if parent else ""
+        text = f"{where}unknown field {name}{did_you_mean(name, hint)}"
+        rest = sum(1 for e in errors if e is not unknown[0] and tuple(e["loc"]) not in explained)
+    if rest:
+        text += f" (and {rest} more error{'s' if rest > 1 else ''})"
     return text
 
 
@@ -87,7 +135,7 @@ def _validate(model: type[M], raw: Any, path: Path, catalog: HardwareCatalog | N
     try:
         return model.model_validate(raw, context={"catalog": catalog} if catalog else None)
     except ValidationError as exc:
-        raise InputError(f"{path}: {describe(exc, raw)}") from None
+        raise InputError(f"{path}: {describe(exc, raw, model)}") from None
 
 
 def load_cluster(path: Path, catalog: HardwareCatalog | None = None) -> Cluster:
@@ -139,7 +187,7 @@ def load_workloads(path: Path) -> tuple[Workload, ...]:
             where = f"row {i + 2}" if path.suffix.lower() == ".csv" else f"workloads[{i}]"
             ident = item.get("id") if isinstance(item, dict) else None
             label = f"{where} (id '{ident}')" if ident else where
-            raise InputError(f"{path}: {label}: {describe(exc, item)}") from None
+            raise InputError(f"{path}: {label}: {describe(exc, item, Workload)}") from None
     return tuple(out)
 
 

@@ -65,12 +65,41 @@ def search_lines(text: str) -> Iterator[SearchLine]:
             yield SearchLine(float(m.group(1)), m.group(2), m.group(3))
 
 
+def gap_text(incumbent: float | None, bound: float | None) -> str:
+    """``gap 51.76%`` of an incumbent over its bound, or ``""`` when a gap would mislead: no incumbent or
+    bound, an incumbent of zero or below (a gap over it is meaningless) or a negative bound (a stage
+    whose objective is not the plan's)."""
+    if incumbent is None or bound is None or incumbent <= 0 or bound < 0:
+        return ""
+    return f"gap {100 * max(0.0, incumbent - bound) / incumbent:.2f}%"
+
+
+#: The progress handlers :func:`reporting` has installed (innermost last): :func:`phase` names theirs.
+_ACTIVE: list[SolveProgress] = []
+
+
+@contextmanager
+def phase(name: str) -> Iterator[None]:
+    """Run a named phase (``solve``, ``capacity gap``, ``scenarios``, ``re-solves``): the progress lines
+    printed meanwhile carry its name."""
+    saved = [(h, h.phase) for h in _ACTIVE]
+    for handler, _ in saved:
+        handler.phase = name
+    try:
+        yield
+    finally:
+        for handler, before in saved:
+            handler.phase = before
+
+
 class SolveProgress(logging.Handler):
     """A log handler that reads a solve's progress from the records of :data:`PLANNING_LOGGER` and
-    :data:`CPSAT_LOGGER`; a subclass reports the events it cares about by overriding the hooks."""
+    :data:`CPSAT_LOGGER`; a subclass reports the events it cares about by overriding the hooks. ``phase``
+    names the part of the command running (:func:`phase`)."""
 
     def __init__(self) -> None:
         super().__init__(logging.DEBUG)
+        self.phase = "solve"
 
     def emit(self, record: logging.LogRecord) -> None:
         """Pass the event in one record to its hook."""
@@ -94,9 +123,10 @@ class SolveProgress(logging.Handler):
 
 
 class TerminalProgress(SolveProgress):
-    """Prints ``progress <elapsed> s  incumbent <objective>  bound <bound>  gap <gap>`` to ``stream`` when
-    CP-SAT reports a new incumbent or bound, at most one line per ``interval_s``; ``elapsed`` counts from
-    ``started`` (the command's start, on the monotonic clock)."""
+    """Prints ``progress <elapsed> s  <phase>: incumbent <objective>  bound <bound>  gap <gap>`` to
+    ``stream`` when CP-SAT reports a new incumbent or bound, at most one line per ``interval_s``;
+    ``elapsed`` counts from ``started`` (the command's start, on the monotonic clock). The gap is left
+    out where it would mislead (:func:`gap_text`)."""
 
     def __init__(self, stream: TextIO, started: float, interval_s: float = 0.5) -> None:
         super().__init__()
@@ -116,11 +146,10 @@ class TerminalProgress(SolveProgress):
         ):
             return
         self.last, self.printed_at = (line.best, line.bound), now
-        gap = ""
-        if line.lower is not None:
-            gap = f"  gap {100 * abs(line.incumbent - line.lower) / max(abs(line.incumbent), 1.0):.2f}%"
+        gap = gap_text(line.incumbent, line.lower)
         self.stream.write(
-            f"progress {now - self.started:7.1f} s  incumbent {line.best}  bound {line.bound}{gap}\n"
+            f"progress {now - self.started:7.1f} s  {self.phase}: incumbent {line.best}  bound {line.bound}"
+            f"{'  ' + gap if gap else ''}\n"
         )
         self.stream.flush()
 
@@ -135,6 +164,7 @@ def reporting(handler: SolveProgress, loggers: Sequence[str] = (CPSAT_LOGGER,)) 
     """Send the DEBUG records of ``loggers`` to ``handler`` alone (CP-SAT logs its search only when its
     logger is at DEBUG; the whole search log would drown other output), and restore them afterwards."""
     saved = []
+    _ACTIVE.append(handler)
     for name in loggers:
         logger = logging.getLogger(name)
         saved.append((logger, logger.level, logger.propagate))
@@ -144,6 +174,7 @@ def reporting(handler: SolveProgress, loggers: Sequence[str] = (CPSAT_LOGGER,)) 
     try:
         yield
     finally:
+        _ACTIVE.remove(handler)
         for logger, level, propagate in saved:
             logger.removeHandler(handler)
             logger.setLevel(level)

@@ -4,8 +4,9 @@ from __future__ import annotations
 
 from collections import Counter
 
-from gpuplan.models.plan import MIGRATE, Plan
+from gpuplan.models.plan import MIGRATE, Plan, PlanStatus
 from gpuplan.models.problem import PlanningInput
+from gpuplan.solvers.base import CUT
 
 
 def render(plan: Plan, inp: PlanningInput) -> str:
@@ -17,6 +18,7 @@ def render(plan: Plan, inp: PlanningInput) -> str:
         bound = "n/a" if s.best_bound is None else f"{s.best_bound:g}"
         gap = "n/a" if s.gap is None else f"{s.gap:.2%}"
         lines.append(f"objective: {s.objective:g}   best bound: {bound}   gap: {gap}")
+    lines.extend(status_lines(plan))
     m = plan.metrics
     tiers = [t.name for t in sorted(inp.policy.tiers, key=lambda t: -t.weight)]
     lines.append(f"{'tier':<20}{'placed':>8}{'waiting':>9}")
@@ -47,9 +49,7 @@ def render(plan: Plan, inp: PlanningInput) -> str:
     undone = int(s.terms.get("idle_moves_undone", 0))
     if undone:
         lines.append(f"undone: {undone} move(s) or preemption(s) that bought nothing (budget left unused)")
-    codes = Counter(u.code for u in plan.unplaced)
-    if codes:
-        lines.append("waiting: " + ", ".join(f"{n} {c}" for c, n in codes.most_common()))
+    lines.extend(waiting_lines(plan))
     broken = Counter(b.rule for b in plan.stays_broken)
     if broken:
         lines.append(
@@ -57,3 +57,83 @@ def render(plan: Plan, inp: PlanningInput) -> str:
             + ", ".join(f"{n} {rule}" for rule, n in sorted(broken.items()))
         )
     return "\n".join(lines)
+
+
+#: Waiting workloads named per reason code in the summary; the others are counted.
+NAMED_PER_CODE = 3
+
+
+def waiting_lines(plan: Plan) -> list[str]:
+    """``waiting: 41 MIG_LAYOUT, 2 GANG`` and, per code, the first :data:`NAMED_PER_CODE` waiting
+    workloads (``NEVER_FITS: big-16 (1 replica)``), so that a newcomer sees which work waits and why."""
+    codes = Counter(u.code for u in plan.unplaced)
+    if not codes:
+        return []
+    lines = ["waiting: " + ", ".join(f"{n} {c}" for c, n in codes.most_common())]
+    for code, _ in codes.most_common():
+        replicas = Counter(u.workload for u in plan.unplaced if u.code == code)
+        named = [
+            f"{w} ({n} replica{'s' if n > 1 else ''})" if n > 1 else w
+            for w, n in list(replicas.items())[:NAMED_PER_CODE]
+        ]
+        more = len(replicas) - len(named)
+        lines.append(f"  {code}: {', '.join(named)}" + (f" and {more} more workload(s)" if more else ""))
+    return lines
+
+
+#: Back-ends that search without proving anything: their plans are never called optimal.
+HEURISTICS = frozenset({"greedy-fgd", "best-fit", "first-fit"})
+
+
+def not_optimal_because(plan: Plan) -> list[str]:
+    """Why a ``FEASIBLE`` plan is not called optimal: the parts of the problem the solve restricted or
+    the passes that changed its plan, read from the solver report's terms and the provenance."""
+    s, t = plan.solver, plan.solver.terms
+    why: list[str] = []
+    if s.name in HEURISTICS:
+        why.append(f"{s.name} is a heuristic (only a proof by the exact model is called OPTIMAL)")
+    fixed = int(t.get("sharing_modes_fixed", 0))
+    if fixed:
+        why.append(f"the pre-pass fixed the sharing modes of {fixed} node(s) whose mode could change")
+    if s.model_size.get("restricted"):
+        why.append("the model was restricted (not every node a candidate for every replica)")
+    if "lns_steps" in t:
+        why.append("a large-neighbourhood search moved running work (each step a restricted model)")
+    if t.get("parts", 0) > 1:
+        why.append(f"the fleet was split into {int(t['parts'])} parts solved apart")
+    if t.get("drains"):
+        why.append("it drains running work for a MIG re-partition (the exact model does not count drains)")
+    if t.get("kept_hint"):
+        why.append("the search ended worse than its FGD hint, which is returned")
+    if t.get("timeline_changed"):
+        why.append("the predicted-start pass changed the plan after the solve")
+    if t.get("idle_moves_undone"):
+        why.append("the repair pass changed the plan after the solve")
+    # The stages in the order they ran (the terms keep it).
+    stages = [k for k, v in t.items() if k.startswith("stage_") and k.endswith("_optimal") and not v]
+    if stages:
+        names = ", ".join(k.removeprefix("stage_").removesuffix("_optimal") for k in stages)
+        why.append(
+            f"the time limit stopped {'stages' if len(stages) > 1 else 'stage'} {names} before a proof"
+        )
+    if t.get(CUT):
+        why.append("the wall clock stopped a deterministic stage")
+    return why or ["the solve was not proved optimal within its time limit"]
+
+
+def status_lines(plan: Plan) -> list[str]:
+    """What the status means when it is not ``OPTIMAL``: why a ``FEASIBLE`` plan is not called optimal
+    (with a zero gap, that no plan has a lower objective all the same), or that ``FALLBACK`` is the FGD
+    plan."""
+    s = plan.solver
+    if plan.status is PlanStatus.FALLBACK:
+        return ["FALLBACK: the exact solver found no plan in time; this is the greedy (FGD) plan"]
+    if plan.status is not PlanStatus.FEASIBLE:
+        return []
+    because = "; ".join(not_optimal_because(plan))
+    if s.gap is not None and s.gap <= 0:
+        return [
+            "gap 0: the objective meets the bound (no plan has a lower objective), "
+            f"but it is not called OPTIMAL: {because}"
+        ]
+    return [f"not proved optimal: {because}"]
