@@ -14,6 +14,10 @@
 
 The purchased nodes serve only the gap demand: free capacity left in the existing fleet is not
 counted, so the answer never relies on capacity the plan could not use.
+
+Like-for-like: a GPU *class* is a GPU model of the hardware catalog. A replica whose workload names
+no GPU model is bought for in its own class (:func:`home_models`) unless the options allow other
+models for it; then the gap lists the workloads that would move class.
 """
 
 from __future__ import annotations
@@ -30,7 +34,17 @@ from typing import Any
 from pydantic import ValidationError
 
 from gpuplan.models.base import InputError
-from gpuplan.models.capacity import CapacityGap, GapLine, NodeType, NodeTypeCatalog, Purchase, Unservable
+from gpuplan.models.capacity import (
+    CapacityGap,
+    ClassMove,
+    GapLine,
+    NodeType,
+    NodeTypeCatalog,
+    Purchase,
+    Repartition,
+    Served,
+    Unservable,
+)
 from gpuplan.models.catalog import data_dir, default_catalog
 from gpuplan.models.cluster import Cluster, Node
 from gpuplan.models.hardware import HardwareCatalog
@@ -52,7 +66,7 @@ from gpuplan.planner.pipeline.layouts import cluster_after
 from gpuplan.planner.pipeline.metrics import gpu_equivalents
 from gpuplan.planner.planning import inputs_digest, make_plan
 from gpuplan.solvers.fleet.purchase import Offer, configure_purchase
-from gpuplan.solvers.problem import PlacementProblem, Request
+from gpuplan.solvers.problem import PlacementProblem, Request, ShapeSpec
 
 log = logging.getLogger(__name__)
 
@@ -110,6 +124,14 @@ class GapOptions:
     repair_rounds: int = 3
     #: Ray address the independent pieces (scenarios, pricing problems, fleet parts) run on.
     ray: str | None = None
+    #: Buy any GPU model for workloads without a GPU-model constraint (a what-if), or only for the
+    #: workloads in ``other_models_for``; by default each keeps its class (:func:`home_models`).
+    allow_other_models: bool = False
+    other_models_for: frozenset[str] = frozenset()
+
+    def other_models(self, workload: str) -> bool:
+        """Whether ``workload`` may be bought for in another GPU class than its own."""
+        return self.allow_other_models or workload in self.other_models_for
 
 
 def stopped_early(plan: Plan) -> bool:
@@ -165,6 +187,50 @@ def gap_demand(plan: Plan, inp: PlanningInput, now: datetime | None = None) -> l
             if (start - now).total_seconds() <= target:
                 continue
         out.append(u)
+    return out
+
+
+#: Hours a workload without ``duration_s`` counts in the GPU-hours a purchase unlocks (one day).
+DAY_H = 24.0
+
+#: What the price source says for the bundled catalog.
+EXAMPLE_SOURCE = (
+    "EXAMPLE prices and lead times of the bundled node-type catalog, not quotes: give --catalog with "
+    "your own (template: data/examples/node_types.template.yaml)"
+)
+
+
+def home_models(inp: PlanningInput, shape: ShapeSpec, workload: str) -> frozenset[str]:
+    """The GPU class a shape without a named GPU model keeps: the models the workload's replicas run
+    on, else the models of the fleet's GPUs, each narrowed to what the shape allows (its GPU memory
+    ask); the shape's own models when neither leaves any."""
+    running = {
+        inp.cluster.node_by_name[p.node].gpu_by_index[g.index].model
+        for p in inp.workload_by_id[workload].running_on
+        for g in p.gpus
+        if p.node in inp.cluster.node_by_name
+    }
+    fleet = {g.model for n in inp.cluster.nodes for g in n.gpus}
+    for models in (running, fleet):
+        fit = frozenset(m for m in models if not shape.models or m in shape.models)
+        if fit:
+            return fit
+    return shape.models
+
+
+def like_for_like(inp: PlanningInput, requests: list[Request], opts: GapOptions) -> list[Request]:
+    """``requests`` with each shape that names no GPU model kept to its class (:func:`home_models`),
+    except for workloads the options let buy other models."""
+    out = []
+    for r in requests:
+        if opts.other_models(r.workload):
+            out.append(r)
+            continue
+        shapes = tuple(
+            s if s.named_models or s.kind == "cpu" else replace(s, models=home_models(inp, s, r.workload))
+            for s in r.shapes
+        )
+        out.append(replace(r, shapes=shapes))
     return out
 
 
@@ -274,8 +340,11 @@ def _sub_policy(policy: Policy, pools: set[str]) -> Policy:
     return policy.model_copy(update={"quotas": (), "isolation": isolation, "mig": mig})
 
 
-def _sub_workloads(inp: PlanningInput, keys: list[Key]) -> tuple[tuple[Workload, ...], dict[Key, Key]]:
-    """The waiting replicas as fresh workloads (same ids), and the map back to original replica keys."""
+def _sub_workloads(
+    inp: PlanningInput, keys: list[Key], keep: dict[str, tuple[str, ...]]
+) -> tuple[tuple[Workload, ...], dict[Key, Key]]:
+    """The waiting replicas as fresh workloads (same ids), those in ``keep`` limited to its GPU models
+    (their class), and the map back to original replica keys."""
     by_workload: dict[str, list[int]] = defaultdict(list)
     for wid, rep in keys:
         by_workload[wid].append(rep)
@@ -283,7 +352,10 @@ def _sub_workloads(inp: PlanningInput, keys: list[Key]) -> tuple[tuple[Workload,
     back: dict[Key, Key] = {}
     for wid, reps in by_workload.items():
         w = inp.workload_by_id[wid]
-        workloads.append(w.model_copy(update={"replicas": len(reps), "running_on": ()}))
+        update: dict[str, Any] = {"replicas": len(reps), "running_on": ()}
+        if wid in keep:
+            update["gpu_models"] = keep[wid]
+        workloads.append(w.model_copy(update=update))
         for i, rep in enumerate(sorted(reps)):
             back[(wid, i)] = (wid, rep)
     return tuple(workloads), back
@@ -322,9 +394,11 @@ def _verify(
     opts: GapOptions,
     now: datetime | None,
     seconds: float,
+    keep: dict[str, tuple[str, ...]],
 ) -> tuple[Plan, PlanningInput, dict[Key, Key]]:
-    """Plan the replicas ``keys`` on the purchased nodes alone (the placement check)."""
-    workloads, back = _sub_workloads(inp, keys)
+    """Plan the replicas ``keys`` on the purchased nodes alone (the placement check), each workload in
+    ``keep`` on its own GPU class."""
+    workloads, back = _sub_workloads(inp, keys, keep)
     cluster = fleet.cluster()
     pools = {n.pool for n in cluster.nodes if n.pool}
     sub = PlanningInput.model_validate(
@@ -444,10 +518,12 @@ class _Run:
     now: datetime | None
     phases: Phases
     labels: _Labels = field(default_factory=_Labels)
+    #: The GPU models each like-for-like workload is bought for.
+    keep: dict[str, tuple[str, ...]] = field(default_factory=dict)
 
-    def repartition(self, plan: Plan, demand: list[Key]) -> tuple[list[Key], tuple[str, ...]]:
+    def repartition(self, plan: Plan, demand: list[Key]) -> tuple[list[Key], tuple[Repartition, ...]]:
         """Re-plan with the plan held and MIG re-partitions allowed: the demand still waiting and the
-        MIG actions of what the re-partitions serve."""
+        MIG actions, each with the gap replicas placed on the GPU it re-partitions."""
         seconds = self.phases.share(REPARTITION)
         if seconds < MIN_PHASE_S:
             self.labels.cut_short(
@@ -458,8 +534,25 @@ class _Run:
         again = _placement(held, self.opts, self.catalog, self.now, seconds)
         self.labels.plan(REPARTITION, again, "a longer solve may serve more demand by re-partitioning")
         left = {back[(u.workload, u.replica)] for u in gap_demand(again, held, self.now)}
+        served = set(demand) - left
+        on_gpu: dict[tuple[str, int], list[tuple[Key, float]]] = defaultdict(list)
+        for a in again.assignments:
+            key = back[(a.workload, a.replica)]
+            if key not in served:
+                continue
+            node = held.cluster.node_by_name[a.node]
+            for g in a.gpus:
+                eq = gpu_equivalents(g, node.gpu_by_index[g.index].model, self.catalog)
+                on_gpu[(a.node, g.index)].append((key, eq))
         actions = tuple(
-            f"{a.kind} {a.detail} on {a.node} GPU {a.gpu}" for a in again.actions if a.kind.endswith("-mig")
+            Repartition(
+                action=f"{a.kind} {a.detail} on {a.node} GPU {a.gpu}",
+                node=a.node or "",
+                gpu=a.gpu,
+                serves=_served(self.inp, on_gpu.get((a.node or "", a.gpu if a.gpu is not None else -1), [])),
+            )
+            for a in again.actions
+            if a.kind.endswith("-mig")
         )
         return [k for k in demand if k in left], actions
 
@@ -473,7 +566,9 @@ class _Run:
         )
 
     def _check(self, out: _Purchase, keys: list[Key], seconds: float, phase: str) -> None:
-        out.check, out.sub, out.back = _verify(self.inp, out.fleet, keys, self.opts, self.now, seconds)
+        out.check, out.sub, out.back = _verify(
+            self.inp, out.fleet, keys, self.opts, self.now, seconds, self.keep
+        )
         self.labels.plan(phase, out.check, "replicas it left waiting may fit the purchase with more time")
         out.waiting = [out.back[(u.workload, u.replica)] for u in out.check.unplaced]
 
@@ -608,7 +703,7 @@ def capacity_gap(
     demand = [(u.workload, u.replica) for u in gap_demand(plan, inp, now)]
     outcome: dict[Key, str] = {}
     rest = list(demand)
-    actions: tuple[str, ...] = ()
+    actions: tuple[Repartition, ...] = ()
     if demand and REPARTITION in run.phases.todo:
         rest, actions = run.repartition(plan, demand)
         outcome.update({k: "served_by_repartition" for k in demand if k not in set(rest)})
@@ -618,12 +713,19 @@ def capacity_gap(
     specs = type_specs(types, catalog)
     problem = compile_problem(inp, catalog, now or datetime.now().astimezone())
     by_key = {r.key: r for r in problem.requests}
-    requests = [by_key[k] for k in rest]
+    requests = like_for_like(inp, [by_key[k] for k in rest], opts)
+    run.keep = _keep(requests, by_key)
     bad = _unservable(requests, specs)
     unservable = tuple(
-        Unservable(workload=k[0], replica=k[1], team=by_key[k].team, tier=by_key[k].tier, message=msg)
+        Unservable(
+            workload=k[0], replica=k[1], team=by_key[k].team, tier=by_key[k].tier,
+            message=msg + (
+                f" (like-for-like: bought only as {', '.join(run.keep[k[0]])}; "
+                "--allow-other-models lets it move class)" if k[0] in run.keep else ""
+            ),
+        )
         for k, msg in sorted(bad.items())
-    )
+    )  # fmt: skip
     outcome.update(dict.fromkeys(bad, "unservable"))
     buyable = [r for r in requests if r.key not in bad]
 
@@ -634,17 +736,19 @@ def capacity_gap(
         bought = run.buy(buyable, specs, types)
         if bought.check is not None and bought.sub is not None:
             share = _shares(bought.check, bought.sub, bought.back, bought.fleet)
-            purchases = _purchases(bought.fleet, bought.check)
+            purchases = _purchases(bought, inp)
         keys = [r.key for r in buyable]
         outcome.update({k: "served_by_purchase" for k in keys if k in share})
         outcome.update({k: "still_unplaced" for k in keys if k not in share})
     counts = {k: outcome.get(k, "unservable") for k in demand}
     cost = sum(p.cost for p in purchases)
+    moves = _class_moves(inp, bought, by_key, opts) if purchases else ()
     return CapacityGap(
         demand_replicas=len(demand),
         served_by_repartition=sum(1 for v in counts.values() if v == "served_by_repartition"),
         served_by_purchase=sum(1 for v in counts.values() if v == "served_by_purchase"),
-        repartition_actions=actions,
+        repartition_actions=tuple(r.action for r in actions),
+        repartitions=actions,
         purchases=purchases,
         nodes_added=sum(p.count for p in purchases),
         gpus_added=sum(p.gpus for p in purchases),
@@ -664,27 +768,102 @@ def capacity_gap(
         cut_short=tuple(run.labels.cut),
         notes=tuple(run.labels.notes),
         inputs_sha256=inputs_digest(inp),
+        example_prices=types.example_prices,
+        price_source=EXAMPLE_SOURCE if types.example_prices else types.note or "the given node-type catalog",
+        allow_other_models=("*",) if opts.allow_other_models else tuple(sorted(opts.other_models_for)),
+        class_moves=moves,
     )
 
 
-def _purchases(fleet: _Fleet, plan: Plan) -> tuple[Purchase, ...]:
-    """Purchased nodes per type (nodes the check left empty are not bought)."""
-    used = {a.node for a in plan.assignments}
+def _keep(requests: list[Request], by_key: dict[Key, Request]) -> dict[str, tuple[str, ...]]:
+    """The GPU models each workload whose shapes :func:`like_for_like` narrowed is kept to."""
+    keep: dict[str, set[str]] = defaultdict(set)
+    for r in requests:
+        for s, before in zip(r.shapes, by_key[r.key].shapes, strict=True):
+            if s.models != before.models and s.models:
+                keep[r.workload] |= s.models
+    return {w: tuple(sorted(m)) for w, m in keep.items()}
+
+
+def _served(inp: PlanningInput, placed: Iterable[tuple[Key, float]]) -> tuple[Served, ...]:
+    """Replicas per workload with their GPU-equivalents and the GPU-hours those give (:data:`DAY_H`
+    hours for a workload without ``duration_s``)."""
+    acc: dict[str, list[float]] = {}
+    for (wid, _), eq in placed:
+        line = acc.setdefault(wid, [0.0, 0.0])
+        line[0] += 1
+        line[1] += eq
+    out = []
+    for wid, (n, eq) in sorted(acc.items()):
+        w = inp.workload_by_id[wid]
+        hours = w.duration_s / 3600 if w.duration_s else DAY_H
+        out.append(Served(workload=wid, team=w.team, tier=w.tier, replicas=int(n),
+                          gpu_equivalents=round(eq, 4), gpu_hours=round(eq * hours, 2)))  # fmt: skip
+    return tuple(out)
+
+
+def _placed_eq(bought: _Purchase) -> dict[str, list[tuple[Key, float]]]:
+    """Per purchased node, the original replica keys the check placed there with their
+    GPU-equivalents."""
+    out: dict[str, list[tuple[Key, float]]] = defaultdict(list)
+    if bought.check is None or bought.sub is None:
+        return out
+    nodes = bought.sub.cluster.node_by_name
+    for a in bought.check.assignments:
+        node = nodes[a.node]
+        eq = sum(gpu_equivalents(g, node.gpu_by_index[g.index].model, bought.fleet.catalog) for g in a.gpus)
+        out[a.node].append((bought.back[(a.workload, a.replica)], eq))
+    return out
+
+
+def _class_moves(
+    inp: PlanningInput, bought: _Purchase, by_key: dict[Key, Request], opts: GapOptions
+) -> tuple[ClassMove, ...]:
+    """Workloads allowed other models that the purchase serves outside their own class."""
+    model_of = {n.name: t_name for t_name, n in bought.fleet.nodes}
+    moved: dict[tuple[str, str], tuple[set[str], int]] = {}
+    for node, placed in _placed_eq(bought).items():
+        model = bought.fleet.types.node_type(model_of[node]).gpu_model
+        for key, _ in placed:
+            r = by_key[key]
+            if not opts.other_models(r.workload):
+                continue
+            home = {m for s in r.shapes if not s.named_models for m in home_models(inp, s, r.workload)}
+            if not home or model in home:
+                continue
+            models, n = moved.get((r.workload, model), (home, 0))
+            moved[(r.workload, model)] = (models, n + 1)
+    return tuple(
+        ClassMove(workload=w, replicas=n, from_models=tuple(sorted(models)), to_model=m)
+        for (w, m), (models, n) in sorted(moved.items())
+    )
+
+
+def _purchases(bought: _Purchase, inp: PlanningInput) -> tuple[Purchase, ...]:
+    """Purchased nodes per type, with the workloads they serve and their idle GPUs (nodes the check
+    left empty are not bought)."""
+    placed = _placed_eq(bought)
     by_type: dict[str, list[str]] = defaultdict(list)
-    for type_name, node in fleet.nodes:
-        if node.name in used:
+    for type_name, node in bought.fleet.nodes:
+        if placed.get(node.name):
             by_type[type_name].append(node.name)
     out = []
     for name, nodes in sorted(by_type.items()):
-        t = fleet.types.node_type(name)
+        t = bought.fleet.types.node_type(name)
+        on = [p for n in nodes for p in placed[n]]
+        serves = _served(inp, on)
         out.append(
             Purchase(
                 node_type=name,
+                gpu_model=t.gpu_model,
                 count=len(nodes),
                 gpus=len(nodes) * t.gpus,
+                gpus_idle=round(max(0.0, len(nodes) * t.gpus - sum(eq for _, eq in on)), 4),
                 cost=round(len(nodes) * t.unit_cost, 2),
                 lead_time_days=t.lead_time_days,
                 nodes=tuple(nodes),
+                serves=serves,
+                gpu_hours=round(sum(s.gpu_hours for s in serves), 2),
             )
         )
     return tuple(out)

@@ -255,8 +255,84 @@ def run_prepared(
             gap = base[1]
         else:
             gap = next(gaps)
-        out.append(ScenarioResult(name=p.scenario.name, description=p.scenario.description, gap=gap))
+        baseline = base[1] if base is not None else None
+        out.append(
+            ScenarioResult(
+                name=p.scenario.name,
+                description=p.scenario.description,
+                buys=buys(gap),
+                vs_baseline=versus(p, gap, baseline) if baseline is not None else "",
+                gap=gap,
+            )
+        )
     return tuple(out)
+
+
+def buys(gap: CapacityGap) -> str:
+    """What a gap buys, in words (``nothing`` when it buys nothing)."""
+    return ", ".join(f"{p.count} x {p.node_type}" for p in gap.purchases) or "nothing"
+
+
+def _flat(mapping: dict[str, Any], prefix: str = "") -> list[str]:
+    """``a.b=value`` for every leaf of a nested mapping."""
+    out = []
+    for key, value in mapping.items():
+        if isinstance(value, dict):
+            out.extend(_flat(value, f"{prefix}{key}."))
+        else:
+            out.append(f"{prefix}{key}={value}")
+    return out
+
+
+def changes(p: Prepared) -> list[str]:
+    """What a scenario changes from the inputs as given."""
+    s = p.scenario
+    out = [f"team {k} x{v:g}" for k, v in s.growth.teams.items()]
+    out += [f"tier {k} x{v:g}" for k, v in s.growth.tiers.items()]
+    if s.catalog:
+        out.append(f"node types from {s.catalog}")
+    out += [f"{k} at {v:,.0f}" for k, v in s.prices.items()]
+    out += [f"policy {item}" for item in _flat(s.policy)]
+    return out
+
+
+def versus(p: Prepared, gap: CapacityGap, base: CapacityGap) -> str:
+    """Why a scenario's cost differs from the baseline's (the gap of the inputs as given): what the
+    scenario changes, the demand each had to serve, how much re-partitions served, the solves the time
+    limit cut short, and whether a cheaper mix was found for the same demand."""
+    if p.same_gap:
+        return "the baseline's inputs: the baseline's answer"
+    diff = gap.cost - base.cost
+    head = (
+        "the same cost as the baseline"
+        if abs(diff) < 0.005
+        else f"{abs(diff):,.0f} {gap.currency} {'more' if diff > 0 else 'less'} than the baseline"
+    )
+    why = [f"it changes {', '.join(changes(p))}"] if changes(p) else []
+    if gap.demand_replicas != base.demand_replicas:
+        why.append(
+            f"{gap.demand_replicas} replicas wait beyond their target after its fleet plan "
+            f"(baseline {base.demand_replicas})"
+        )
+    if gap.served_by_repartition != base.served_by_repartition:
+        why.append(f"re-partitions serve {gap.served_by_repartition} (baseline {base.served_by_repartition})")
+    if gap.cut_short:
+        why.append(
+            f"the time limit cut short its {', '.join(gap.cut_short)}: a longer --time-limit may find a "
+            "cheaper purchase"
+        )
+    if base.cut_short and diff < 0:
+        why.append(f"the time limit cut short the baseline's {', '.join(base.cut_short)}")
+    if diff < 0 and gap.demand_replicas == base.demand_replicas and not p.same_types:
+        why.append("other node types or prices give a cheaper mix")
+    elif diff < 0 and gap.demand_replicas == base.demand_replicas:
+        why.append("a cheaper mix was found for as much demand")
+    if diff > 0 and not gap.cut_short and gap.demand_replicas <= base.demand_replicas and p.same_types:
+        why.append(
+            "it costs more for no more demand with no solve cut short: its fleet plan left other "
+            "replicas waiting, which need other node types"
+        )
+    return head + (": " + "; ".join(why) if why else "")
 
 
 def scenario_row(name: str, gap: CapacityGap) -> dict[str, Any]:
@@ -280,7 +356,8 @@ def scenario_row(name: str, gap: CapacityGap) -> dict[str, Any]:
 
 
 def render_table(results: tuple[ScenarioResult, ...]) -> str:
-    """Scenarios side by side: one column per scenario, one row per headline number."""
+    """Scenarios side by side (one column per scenario, one row per headline number), then each
+    scenario's description, what it buys and why it differs from the baseline."""
     rows = [scenario_row(r.name, r.gap) for r in results]
     fields = [f for f in rows[0] if f != "scenario"] if rows else []
     names = [str(r["scenario"]) for r in rows]
@@ -294,4 +371,8 @@ def render_table(results: tuple[ScenarioResult, ...]) -> str:
             text = f"{value:,.2f}" if isinstance(value, float) else str(value)
             cells.append(text.rjust(c))
         lines.append(f.ljust(width) + "  " + "  ".join(cells))
+    for r in results:
+        lines.append(f"{r.name}: {r.description or '(no description)'}; buys {r.buys or buys(r.gap)}")
+        if r.vs_baseline:
+            lines.append(f"  vs baseline: {r.vs_baseline}")
     return "\n".join(lines)

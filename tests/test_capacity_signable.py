@@ -1,0 +1,244 @@
+"""Capacity plans a finance team can sign: like-for-like purchases, idle shares, what each purchase
+and re-partition serves, scenarios that say why they differ, and prices labelled as examples.
+
+Every expected number is worked out by hand on fleets of one or two nodes."""
+
+from __future__ import annotations
+
+from dataclasses import replace
+from datetime import UTC, datetime
+from pathlib import Path
+from typing import Any
+
+import pytest
+import yaml
+
+from gpuplan.models import PlanningInput, default_catalog
+from gpuplan.models.capacity import CapacityGap, NodeTypeCatalog, Scenario, ScenarioResult, Served
+from gpuplan.planner.capacity.gap import GapOptions, capacity_gap, load_node_types
+from gpuplan.planner.capacity.scenarios import Prepared, render_table, versus
+from gpuplan.planner.cli import main
+from gpuplan.planner.cli.capacity import render_gap
+from gpuplan.planner.io.exporters.workbook import build_tables
+from gpuplan.planner.planning import make_plan
+
+NOW = datetime(2026, 11, 29, 12, 0, tzinfo=UTC)
+#: Like-for-like (the default).
+OPTS = GapOptions(time_limit_s=3.0, milp_time_limit_s=10.0, now=NOW)
+
+#: Hand-priced node types: 8 A100 on NVSwitch (150), 4 L40S (40), 4 L4 (20).
+TYPES: dict[str, Any] = {
+    "currency": "EUR",
+    "note": "quotes of 2026-11",
+    "node_types": [
+        {"name": "a100-8", "gpu_model": "A100-SXM4-80GB", "topology": "dgx-a100", "cpu_milli": 256000,
+         "memory_mib": 1048576, "unit_cost": 150},
+        {"name": "l40s-4", "gpu_model": "L40S-48GB", "gpus": 4, "cpu_milli": 64000, "memory_mib": 524288,
+         "unit_cost": 40},
+        {"name": "l4-4", "gpu_model": "L4-24GB", "gpus": 4, "cpu_milli": 64000, "memory_mib": 262144,
+         "unit_cost": 20},
+    ],
+}  # fmt: skip
+
+
+def catalog(**over: Any) -> NodeTypeCatalog:
+    return NodeTypeCatalog.model_validate({**TYPES, **over})
+
+
+def node(name: str, model: str, gpus: int = 1) -> dict[str, Any]:
+    return {"name": name, "cpu_milli": 64000, "memory_mib": 262144,
+            "gpus": [{"index": i, "model": model} for i in range(gpus)]}  # fmt: skip
+
+
+def planning(workloads: list[dict[str, Any]], nodes: list[dict[str, Any]], **policy: Any) -> PlanningInput:
+    return PlanningInput.model_validate(
+        {"cluster": {"nodes": nodes}, "workloads": workloads, "policy": policy}
+    )
+
+
+def bought(gap: CapacityGap) -> dict[str, int]:
+    return {p.node_type: p.count for p in gap.purchases}
+
+
+#: One busy A100 and a 1-GPU job with no GPU-model constraint: L4 is cheapest (20), the A100 class 150.
+BUSY_A100 = [node("n1", "A100-SXM4-80GB")]
+WORK = [
+    {"id": "busy", "team": "infra", "gpus": 1, "running_on": "n1:0", "cpu_milli": 1000, "memory_mib": 1024},
+    {"id": "ft", "team": "nlp", "tier": "standard", "gpus": 1, "cpu_milli": 8000, "memory_mib": 65536},
+]
+
+
+def test_a_job_without_a_model_constraint_is_bought_for_in_the_fleets_class() -> None:
+    gap = capacity_gap(planning(WORK, BUSY_A100), catalog(), OPTS)
+    assert bought(gap) == {"a100-8": 1} and gap.cost == 150 and gap.class_moves == ()
+    assert gap.allow_other_models == ()
+
+
+def test_other_models_are_a_what_if_that_names_the_workloads_moving_class() -> None:
+    for opts in (replace(OPTS, allow_other_models=True), replace(OPTS, other_models_for=frozenset({"ft"}))):
+        gap = capacity_gap(planning(WORK, BUSY_A100), catalog(), opts)
+        assert bought(gap) == {"l4-4": 1} and gap.cost == 20
+        assert [(m.workload, m.replicas, m.from_models, m.to_model) for m in gap.class_moves] == [
+            ("ft", 1, ("A100-SXM4-80GB",), "L4-24GB")
+        ]
+        assert "moves class: ft x1 from A100-SXM4-80GB to L4-24GB" in render_gap(gap)
+
+
+def test_a_workload_keeps_the_model_its_replicas_run_on() -> None:
+    """svc#0 runs on an L40S, the H100 is busy: svc#1 is bought an L40S node (40), not L4 (20) or A100."""
+    nodes = [node("n1", "L40S-48GB"), node("n2", "H100-80GB")]
+    work = [
+        {"id": "svc", "team": "search", "replicas": 2, "gpus": 1, "running_on": "n1:0", "cpu_milli": 1000,
+         "memory_mib": 1024},
+        {"id": "busy", "gpus": 1, "running_on": "n2:0", "cpu_milli": 1000, "memory_mib": 1024},
+    ]  # fmt: skip
+    gap = capacity_gap(planning(work, nodes), catalog(), OPTS)
+    assert bought(gap) == {"l40s-4": 1} and gap.cost == 40
+
+
+def test_no_node_type_of_the_class_is_unservable_with_the_way_out() -> None:
+    gap = capacity_gap(planning(WORK, BUSY_A100), catalog(node_types=TYPES["node_types"][1:]), OPTS)
+    assert gap.purchases == () and len(gap.unservable) == 1
+    assert (
+        "A100-SXM4-80GB" in gap.unservable[0].message and "--allow-other-models" in gap.unservable[0].message
+    )
+
+
+def test_a_purchase_shows_its_idle_gpus_whom_it_serves_and_the_gpu_hours() -> None:
+    """Half an L4 (2 h) and a quarter of one (no duration: one day) on one 4-GPU node: 3.25 GPUs idle;
+    0.5 x 2 h + 0.25 x 24 h = 7 GPU-hours."""
+    nodes = [node("n1", "L4-24GB")]
+    work = [
+        {"id": "busy", "gpus": 1, "running_on": "n1:0", "cpu_milli": 1000, "memory_mib": 1024},
+        {"id": "nb", "team": "ads", "tier": "background", "gpu_milli": 500, "duration_s": 7200,
+         "cpu_milli": 1000, "memory_mib": 4096},
+        {"id": "lab", "team": "research", "gpu_milli": 250, "cpu_milli": 1000, "memory_mib": 4096},
+    ]  # fmt: skip
+    gap = capacity_gap(planning(work, nodes), catalog(), OPTS)
+    (p,) = gap.purchases
+    assert (p.node_type, p.count, p.gpus, p.gpus_idle, p.gpu_model) == ("l4-4", 1, 4, 3.25, "L4-24GB")
+    assert p.serves == (
+        Served(workload="lab", team="research", tier="standard", replicas=1, gpu_equivalents=0.25,
+               gpu_hours=6.0),
+        Served(workload="nb", team="ads", tier="background", replicas=1, gpu_equivalents=0.5, gpu_hours=1.0),
+    )  # fmt: skip
+    assert p.gpu_hours == 7.0
+    text = render_gap(gap)
+    assert "4 L4-24GB GPUs bought, 3.25 idle" in text and "nb x1 (ads/background, 1.0 GPU-h)" in text
+
+
+def test_a_re_partition_names_what_it_frees_and_for_whom() -> None:
+    """An A100 cut into seven 1g slices re-partitioned for a 3g.40gb replica: 3/7 of a GPU for a day."""
+    sevens = [{"profile": "1g.10gb", "start": s} for s in range(7)]
+    nodes = [{**node("n1", "A100-SXM4-80GB"), "gpus": [
+        {"index": 0, "model": "A100-SXM4-80GB", "mig": {"instances": sevens}}]}]  # fmt: skip
+    work = [{"id": "infer", "team": "nlp", "mig_profile": "3g.40gb", "cpu_milli": 4000, "memory_mib": 16384}]
+    gap = capacity_gap(planning(work, nodes, mig={"allow_repartition": False}), catalog(), OPTS)
+    assert gap.served_by_repartition == 1 and gap.purchases == ()
+    creates = [r for r in gap.repartitions if r.action.startswith("create-mig 3g.40gb")]
+    assert len(creates) == 1 and creates[0].node == "n1" and creates[0].gpu == 0
+    assert creates[0].serves == (
+        Served(workload="infer", team="nlp", tier="standard", replicas=1, gpu_equivalents=round(3 / 7, 4),
+               gpu_hours=round(3 / 7 * 24, 2)),
+    )  # fmt: skip
+
+
+def _prepared(scenario: Scenario, inp: PlanningInput, *, same_input: bool, same_types: bool) -> Prepared:
+    return Prepared(scenario, inp, catalog(), same_input, same_types)
+
+
+def test_a_scenario_that_costs_more_says_why() -> None:
+    inp = planning(WORK, BUSY_A100)
+    base = CapacityGap(demand_replicas=4, cost=100.0, currency="EUR")
+    allow = Scenario(name="mig", policy={"mig": {"allow_repartition": True}})
+    cut = CapacityGap(demand_replicas=4, cost=120.0, currency="EUR", cut_short=("purchase MILP",))
+    text = versus(_prepared(allow, inp, same_input=False, same_types=True), cut, base)
+    assert text.startswith("20 EUR more than the baseline")
+    assert "policy mig.allow_repartition=True" in text and "cut short its purchase MILP" in text
+    full = CapacityGap(demand_replicas=5, cost=120.0, currency="EUR")
+    text = versus(_prepared(allow, inp, same_input=False, same_types=True), full, base)
+    assert "5 replicas wait beyond their target after its fleet plan (baseline 4)" in text
+    same = CapacityGap(demand_replicas=4, cost=120.0, currency="EUR")
+    assert "costs more for no more demand" in versus(
+        _prepared(allow, inp, same_input=False, same_types=True), same, base
+    )
+    cheaper = Scenario(name="cheap", prices={"l4-4": 10})
+    less = CapacityGap(demand_replicas=4, cost=90.0, currency="EUR")
+    text = versus(_prepared(cheaper, inp, same_input=True, same_types=False), less, base)
+    assert text.startswith("10 EUR less") and "l4-4 at 10" in text and "cheaper mix" in text
+    table = render_table((ScenarioResult(name="cheap", description="cheaper L4", buys="1 x l4-4",
+                                         vs_baseline=text, gap=less),))  # fmt: skip
+    assert "cheap: cheaper L4; buys 1 x l4-4" in table and f"vs baseline: {text}" in table
+
+
+def test_cli_scenarios_carry_description_purchase_and_reason(
+    tmp_path: Path, capsys: pytest.CaptureFixture[str]
+) -> None:
+    """Two L40S jobs of 2 GPUs: one l40s-4 (40); doubled: two (80); at 10 each: 10."""
+    files = {name: tmp_path / f"{name}.yaml" for name in ("c", "w", "t", "s")}
+    files["c"].write_text(yaml.safe_dump({"nodes": [node("n1", "L4-24GB")]}))
+    emb = {"id": "emb", "team": "search", "replicas": 2, "gpus": 2, "gpu_models": ["L40S-48GB"]}
+    files["w"].write_text(yaml.safe_dump({"workloads": [emb]}))
+    files["t"].write_text(yaml.safe_dump(TYPES))
+    files["s"].write_text(yaml.safe_dump({"scenarios": [
+        {"name": "today", "description": "as is"},
+        {"name": "x2", "description": "search doubles", "growth": {"teams": {"search": 2.0}}},
+        {"name": "cheap", "prices": {"l40s-4": 10}},
+    ]}))  # fmt: skip
+    out = tmp_path / "gap.json"
+    args = ["capacity-gap", "--cluster", str(files["c"]), "--workloads", str(files["w"]), "--catalog",
+            str(files["t"]), "--scenarios", str(files["s"]), "--time-limit", "10", "--now", NOW.isoformat(),
+            "--out", str(out)]  # fmt: skip
+    assert main(args) == 0
+    text = capsys.readouterr().out
+    assert "EXAMPLE" not in text
+    from gpuplan.models.capacity import CapacityReport
+
+    report = CapacityReport.model_validate_json(out.read_text())
+    rows = {s.name: s for s in report.scenarios}
+    assert (rows["today"].buys, rows["x2"].buys, rows["cheap"].buys) == (
+        "1 x l40s-4",
+        "2 x l40s-4",
+        "1 x l40s-4",
+    )
+    assert rows["today"].vs_baseline == "the baseline's inputs: the baseline's answer"
+    assert rows["x2"].vs_baseline.startswith("40 EUR more than the baseline: it changes team search x2")
+    assert rows["cheap"].vs_baseline.startswith("30 EUR less than the baseline: it changes l40s-4 at 10")
+    assert "x2: search doubles; buys 2 x l40s-4" in text
+    assert not report.gap.example_prices and report.gap.price_source == "quotes of 2026-11"
+
+
+def test_bundled_prices_are_labelled_examples_everywhere(tmp_path: Path) -> None:
+    bundled = load_node_types(None)
+    assert bundled.example_prices
+    template = load_node_types(Path(__file__).parent.parent / "data/examples/node_types.template.yaml")
+    assert not template.example_prices
+    inp = planning(WORK, BUSY_A100)
+    gap = capacity_gap(inp, bundled, OPTS)
+    assert gap.example_prices and "EXAMPLE" in gap.price_source and "--catalog" in gap.price_source
+    assert render_gap(gap).splitlines()[0].startswith("PRICES ARE EXAMPLES")
+    assert "(EXAMPLE price)" in render_gap(gap)
+    from gpuplan.models.capacity import CapacityReport
+
+    plan = make_plan(inp, now=NOW, time_limit_s=2.0)
+    report = CapacityReport(gap=gap.model_copy(update={"inputs_sha256": None}))
+    tables = build_tables(plan, default_catalog(), inp, report, bundled)
+    for sheet in ("Teams", "CapacityGap", "Scenarios"):
+        assert "EXAMPLE" in tables[sheet].attrs["currency"], sheet
+    summary = tables["Summary"]
+    money = summary[summary["metric"] == "cost"]
+    assert len(money) and all("EXAMPLE" in u for u in money["unit"])
+    mine = build_tables(plan, default_catalog(), inp, None, catalog())
+    assert "EXAMPLE" not in mine["Teams"].attrs["currency"]
+
+
+def test_cli_names_an_unknown_workload_of_allow_other_models(
+    tmp_path: Path, capsys: pytest.CaptureFixture[str]
+) -> None:
+    c, w = tmp_path / "c.yaml", tmp_path / "w.yaml"
+    c.write_text(yaml.safe_dump({"nodes": BUSY_A100}))
+    w.write_text(yaml.safe_dump({"workloads": WORK}))
+    args = ["capacity-gap", "--cluster", str(c), "--workloads", str(w), "--allow-other-models", "nope"]
+    assert main(args) == 2
+    err = capsys.readouterr().err.strip()
+    assert err.count("\n") == 0 and "--allow-other-models: unknown workload 'nope'" in err
