@@ -163,11 +163,12 @@ class Purchase(Strict):
 
 
 class Repartition(Strict):
-    """One MIG re-partition of an existing GPU and the waiting replicas the capacity it frees serves."""
+    """The MIG re-partition of one existing GPU (its actions in order) and the waiting replicas the
+    capacity it frees serves."""
 
-    action: str
     node: str
     gpu: int | None = None
+    actions: tuple[str, ...] = ()
     serves: tuple[Served, ...] = ()
 
 

@@ -544,15 +544,15 @@ class _Run:
             for g in a.gpus:
                 eq = gpu_equivalents(g, node.gpu_by_index[g.index].model, self.catalog)
                 on_gpu[(a.node, g.index)].append((key, eq))
+        by_gpu: dict[tuple[str, int], list[str]] = defaultdict(list)
+        for act in again.actions:
+            if act.kind.endswith("-mig") and act.node is not None and act.gpu is not None:
+                by_gpu[(act.node, act.gpu)].append(f"{act.kind} {act.detail} on {act.node} GPU {act.gpu}")
         actions = tuple(
             Repartition(
-                action=f"{a.kind} {a.detail} on {a.node} GPU {a.gpu}",
-                node=a.node or "",
-                gpu=a.gpu,
-                serves=_served(self.inp, on_gpu.get((a.node or "", a.gpu if a.gpu is not None else -1), [])),
+                node=node, gpu=gpu, actions=tuple(steps), serves=_served(self.inp, on_gpu[(node, gpu)])
             )
-            for a in again.actions
-            if a.kind.endswith("-mig")
+            for (node, gpu), steps in by_gpu.items()
         )
         return [k for k in demand if k in left], actions
 
@@ -747,7 +747,7 @@ def capacity_gap(
         demand_replicas=len(demand),
         served_by_repartition=sum(1 for v in counts.values() if v == "served_by_repartition"),
         served_by_purchase=sum(1 for v in counts.values() if v == "served_by_purchase"),
-        repartition_actions=tuple(r.action for r in actions),
+        repartition_actions=tuple(step for r in actions for step in r.actions),
         repartitions=actions,
         purchases=purchases,
         nodes_added=sum(p.count for p in purchases),

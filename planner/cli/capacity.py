@@ -26,12 +26,22 @@ OUTPUT_SHARE = 0.05
 OUTPUT_MAX_S = 5.0
 
 
+#: Workloads named per purchase or re-partition on the console (all of them are in the JSON).
+SHOWN = 6
+
+
 def _served(items: tuple[Served, ...]) -> str:
-    """Workloads served, with team, tier and GPU-hours (``-`` for none)."""
-    return (
-        "; ".join(f"{s.workload} x{s.replicas} ({s.team}/{s.tier}, {s.gpu_hours:,.1f} GPU-h)" for s in items)
-        or "-"
+    """Workloads served, with team, tier and GPU-hours, the first :data:`SHOWN` by GPU-hours, then how
+    many more and their teams (``-`` for none)."""
+    first = sorted(items, key=lambda s: (-s.gpu_hours, s.workload))
+    text = "; ".join(
+        f"{s.workload} x{s.replicas} ({s.team}/{s.tier}, {s.gpu_hours:,.1f} GPU-h)" for s in first[:SHOWN]
     )
+    rest = first[SHOWN:]
+    if rest:
+        teams = sorted({s.team for s in rest})
+        text += f"; and {len(rest)} more workloads ({', '.join(teams)}; all in --out)"
+    return text or "-"
 
 
 def render_gap(gap: CapacityGap) -> str:
@@ -45,11 +55,13 @@ def render_gap(gap: CapacityGap) -> str:
         f"served by purchases: {gap.served_by_purchase}   cannot be served: {len(gap.unservable)}",
     ]
     for rp in gap.repartitions:
-        lines.append(f"  re-partition: {rp.action}; frees room for {_served(rp.serves)}")
+        steps = ", ".join(rp.actions)
+        lines.append(f"  re-partition {rp.node} GPU {rp.gpu}: {steps}; frees room for {_served(rp.serves)}")
     example = " (EXAMPLE price)" if gap.example_prices else ""
     for p in gap.purchases:
         lines.append(
-            f"  buy {p.count} x {p.node_type} ({p.gpus} {p.gpu_model} GPUs bought, {p.gpus_idle:g} idle) "
+            f"  buy {p.count} x {p.node_type} "
+            f"({p.gpus} {p.gpu_model} GPUs bought, {round(p.gpus_idle, 2):g} idle) "
             f"for {p.cost:,.0f} {gap.currency}{example}, lead time {p.lead_time_days} d, "
             f"unlocks {p.gpu_hours:,.1f} GPU-h"
         )

@@ -437,8 +437,8 @@ def _gap(ctx: _Context) -> list[dict[str, Any]]:
         rows.extend(
             {
                 "section": "repartition",
-                "key": r.node,
-                "detail": f"{r.action}; frees room for {_serves(r.serves)}",
+                "key": f"{r.node} GPU {r.gpu}",
+                "detail": f"{', '.join(r.actions)}; frees room for {_serves(r.serves)}",
             }
             for r in gap.repartitions
         )
