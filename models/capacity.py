@@ -155,6 +155,7 @@ class Purchase(Strict):
     count: int = Field(ge=1)
     gpus: int = Field(ge=0)
     gpus_idle: float = Field(default=0.0, ge=0)
+    mig_gpus: int = Field(default=0, ge=0)
     cost: float = Field(ge=0)
     lead_time_days: int = Field(default=0, ge=0)
     nodes: tuple[str, ...] = ()

@@ -14,8 +14,10 @@ import pytest
 import yaml
 
 from gpuplan.models import PlanningInput, default_catalog
-from gpuplan.models.capacity import CapacityGap, NodeTypeCatalog, Scenario, ScenarioResult, Served
+from gpuplan.models.capacity import CapacityGap, NodeTypeCatalog, Purchase, Scenario, ScenarioResult, Served
+from gpuplan.planner.capacity import gap as gap_module
 from gpuplan.planner.capacity.gap import GapOptions, capacity_gap, load_node_types
+from gpuplan.planner.capacity.purchase import NO_SOLUTION, PurchaseSolution
 from gpuplan.planner.capacity.scenarios import Prepared, render_table, versus
 from gpuplan.planner.cli import main
 from gpuplan.planner.cli.capacity import render_gap
@@ -244,3 +246,35 @@ def test_cli_names_an_unknown_workload_of_allow_other_models(
     assert main(args) == 2
     err = capsys.readouterr().err.strip()
     assert err.count("\n") == 0 and "--allow-other-models: unknown workload 'nope'" in err
+
+
+def test_a_cut_short_purchase_gives_way_to_the_cheaper_baseline_purchase(
+    monkeypatch: pytest.MonkeyPatch,
+) -> None:
+    """A MILP cut short at 2 x l40s-4 (80) for two 2-GPU L40S replicas: the baseline's one l40s-4 (40)
+    places both, so it is kept; three replicas (6 GPUs) do not fit it, and the purchase found stays."""
+    worse = PurchaseSolution({"l40s-4": 2}, {}, 80.0, 40.0, "FEASIBLE", "milp-highs", 0.0)
+    monkeypatch.setattr(gap_module, "solve_purchase", lambda *args, **kw: worse)
+    nothing = replace(worse, counts={}, objective=0.0, status=NO_SOLUTION)
+    monkeypatch.setattr(gap_module._Run, "_configured", lambda self, *args: nothing)
+    base = (Purchase(node_type="l40s-4", count=1, gpus=4, cost=40.0),)
+
+    def emb(replicas: int) -> PlanningInput:
+        work = [{"id": "emb", "team": "search", "replicas": replicas, "gpus": 2, "gpu_models": "L40S-48GB",
+                 "cpu_milli": 8000, "memory_mib": 65536}]  # fmt: skip
+        return planning(work, [node("n1", "L4-24GB")])
+
+    gap = capacity_gap(emb(2), catalog(), OPTS, warm=base)
+    assert bought(gap) == {"l40s-4": 1} and gap.cost == 40 and gap.verified
+    assert gap.solver == "milp-highs + warm start" and gap.lower_bound == 40
+    assert any("serves this demand and costs less than the purchase found (80)" in n for n in gap.notes)
+    text = versus(
+        _prepared(Scenario(name="p", policy={"mig": {"allow_repartition": True}}), emb(2),
+                  same_input=False, same_types=True),
+        gap, CapacityGap(demand_replicas=2, cost=40.0, currency="EUR"),
+    )  # fmt: skip
+    assert text.startswith("the same cost as the baseline") and "warm start" in text
+
+    gap = capacity_gap(emb(3), catalog(), OPTS, warm=base)
+    assert bought(gap) == {"l40s-4": 2} and gap.cost == 80 and "warm start" not in gap.solver
+    assert any("baseline's purchase (1 x l40s-4) leaves 1 replica(s) waiting" in n for n in gap.notes)

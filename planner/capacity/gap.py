@@ -190,6 +190,8 @@ def gap_demand(plan: Plan, inp: PlanningInput, now: datetime | None = None) -> l
     return out
 
 
+#: The solver label of a purchase taken over from the baseline.
+WARM = "warm start"
 #: Hours a workload without ``duration_s`` counts in the GPU-hours a purchase unlocks (one day).
 DAY_H = 24.0
 
@@ -618,10 +620,57 @@ class _Run:
             time.perf_counter() - t0,
         )
 
-    def buy(self, buyable: list[Request], specs: list[TypeSpec], types: NodeTypeCatalog) -> _Purchase:
+    def _warm(
+        self,
+        buyable: list[Request],
+        types: NodeTypeCatalog,
+        warm: tuple[Purchase, ...],
+        found: PurchaseSolution,
+    ) -> _Purchase | None:
+        """The baseline's purchase (``warm``, re-priced with ``types``) when it costs less than the
+        purchase ``found`` and the placement check places all of ``buyable`` on it; else ``None``."""
+        known = {t.name for t in types.node_types}
+        if not warm or any(p.node_type not in known for p in warm):
+            return None
+        cost = sum(p.count * types.node_type(p.node_type).unit_cost for p in warm)
+        if found.status != NO_SOLUTION and cost >= found.objective:
+            return None
+        domains = {r.gang_domain: "purchase" for r in buyable if r.gang_domain}
+        out = _Purchase(_Fleet(types, self.catalog, domains), lower=min(found.lower_bound, cost),
+                        solver=f"{found.solver} + {WARM}", status="FEASIBLE")  # fmt: skip
+        for p in warm:
+            out.fleet.buy(p.node_type, p.count, p.mig_gpus)
+        # Half the placement check's share, leaving the schedule as it is for the purchase found.
+        todo = self.phases.todo
+        self._check(
+            out,
+            [r.key for r in buyable],
+            self.phases.deadline.share(todo[CHECK] / 2 / sum(todo.values())),
+            CHECK,
+        )
+        what = ", ".join(f"{p.count} x {p.node_type}" for p in warm)
+        if out.waiting:
+            self.labels.notes.append(
+                f"{WARM}: the baseline's purchase ({what}) leaves {len(out.waiting)} replica(s) waiting here"
+            )
+            return None
+        self.labels.notes.append(
+            f"{WARM}: the baseline's purchase ({what}, {cost:,.0f}) serves this demand and costs less than "
+            f"the purchase found ({found.objective:,.0f})"
+        )
+        return out
+
+    def buy(
+        self,
+        buyable: list[Request],
+        specs: list[TypeSpec],
+        types: NodeTypeCatalog,
+        warm: tuple[Purchase, ...] = (),
+    ) -> _Purchase:
         """The purchase MILP and the configuration LP's purchase (the cheaper is kept, the better lower
         bound reported), the placement check on the nodes bought, and repair rounds (a MILP for what
-        the check leaves waiting, then a check again) while replicas wait and time remains."""
+        the check leaves waiting, then a check again) while replicas wait and time remains. A ``warm``
+        purchase (the baseline's) that costs less and passes the placement check is kept instead."""
         seconds = self.phases.share(PURCHASE)
         pooled = self._milp(buyable, specs, seconds / 2)
         configured = self._configured(buyable, types, seconds / 2)
@@ -634,6 +683,9 @@ class _Run:
         solution = replace(
             solution, lower_bound=min(best_lower, solution.objective) if solution.counts else best_lower
         )
+        started = self._warm(buyable, types, warm, solution)
+        if started is not None:
+            return started
         domains = {r.gang_domain: "purchase" for r in buyable if r.gang_domain}
         out = _Purchase(_Fleet(types, self.catalog, domains), lower=solution.lower_bound,
                         solver=solution.solver, status=solution.status)  # fmt: skip
@@ -684,13 +736,15 @@ def capacity_gap(
     baseline: Plan | None = None,
     catalog: HardwareCatalog | None = None,
     deadline: Deadline | None = None,
+    warm: tuple[Purchase, ...] = (),
 ) -> CapacityGap:
     """The re-partitions and the cheapest purchase that serve the demand the fleet leaves waiting.
 
     The whole run keeps within ``deadline`` (by default ``opts.time_limit_s`` from now): each phase
     takes its share of the time left (:data:`PHASE_WEIGHTS`), and a phase the time limit stops keeps
     its best result so far, named in ``cut_short`` and explained in ``notes``. ``baseline`` is the
-    fleet plan when the caller has made it already (:func:`plan_fleet`).
+    fleet plan when the caller has made it already (:func:`plan_fleet`); ``warm`` is a purchase to try
+    first (a scenario's baseline purchase), kept when it is cheaper and the placement check passes.
     """
     opts = opts or GapOptions()
     catalog = catalog or default_catalog()
@@ -733,7 +787,7 @@ def capacity_gap(
     share: dict[Key, tuple[float, float, float, float]] = {}
     bought = _Purchase(_Fleet(types, catalog, {}))
     if buyable:
-        bought = run.buy(buyable, specs, types)
+        bought = run.buy(buyable, specs, types, warm)
         if bought.check is not None and bought.sub is not None:
             share = _shares(bought.check, bought.sub, bought.back, bought.fleet)
             purchases = _purchases(bought, inp)
@@ -851,6 +905,8 @@ def _purchases(bought: _Purchase, inp: PlanningInput) -> tuple[Purchase, ...]:
     for name, nodes in sorted(by_type.items()):
         t = bought.fleet.types.node_type(name)
         on = [p for n in nodes for p in placed[n]]
+        node_of = {n.name: n for _, n in bought.fleet.nodes}
+        mig = sum(1 for n in nodes for g in node_of[n].gpus if g.mig is not None)
         serves = _served(inp, on)
         out.append(
             Purchase(
@@ -859,6 +915,7 @@ def _purchases(bought: _Purchase, inp: PlanningInput) -> tuple[Purchase, ...]:
                 count=len(nodes),
                 gpus=len(nodes) * t.gpus,
                 gpus_idle=round(max(0.0, len(nodes) * t.gpus - sum(eq for _, eq in on)), 4),
+                mig_gpus=mig,
                 cost=round(len(nodes) * t.unit_cost, 2),
                 lead_time_days=t.lead_time_days,
                 nodes=tuple(nodes),

@@ -20,6 +20,7 @@ from gpuplan.models.capacity import (
     CapacityGap,
     Growth,
     NodeTypeCatalog,
+    Purchase,
     Scenario,
     ScenarioFile,
     ScenarioResult,
@@ -29,7 +30,7 @@ from gpuplan.models.plan import Plan
 from gpuplan.models.policy import Policy
 from gpuplan.models.problem import PlanningInput
 from gpuplan.models.workload import Workload
-from gpuplan.planner.capacity.gap import GapOptions, capacity_gap, load_node_types
+from gpuplan.planner.capacity.gap import WARM, GapOptions, capacity_gap, load_node_types
 from gpuplan.planner.pipeline.deadline import Deadline
 from gpuplan.planner.pipeline.files import describe, read_structured
 from gpuplan.planner.planning import inputs_digest
@@ -206,6 +207,7 @@ class _Task:
 
     prepared: Prepared
     baseline: Plan | None
+    warm: tuple[Purchase, ...]
     index: int
     count: int
     deadline: Deadline
@@ -219,7 +221,9 @@ def _scenario_gap(shared: tuple[GapOptions, HardwareCatalog, int], task: _Task) 
     mine = task.deadline.sub(1 / waves_left)
     log.info("scenario %s: %.1f s", task.prepared.scenario.name, mine.remaining())
     p = task.prepared
-    return capacity_gap(p.inp, p.types, opts, baseline=task.baseline, catalog=catalog, deadline=mine)
+    return capacity_gap(
+        p.inp, p.types, opts, baseline=task.baseline, catalog=catalog, deadline=mine, warm=task.warm
+    )
 
 
 def run_prepared(
@@ -234,16 +238,25 @@ def run_prepared(
 
     ``base`` is the fleet plan and gap of the inputs the scenarios were prepared from: a scenario that
     changes nothing reuses that gap, and one that changes only node types or prices reuses that fleet
-    plan. The other scenarios are independent tasks (:mod:`gpuplan.solvers.parallel`): one after the
-    other here (each solve uses the machine's processes itself), or as Ray tasks with ``opts.ray``. Each
-    gets an equal part of the time left when it starts among those that cannot start before it ends, so
-    the time one leaves unused goes to those after it.
+    plan; each scenario tries the base purchase first (a warm start, kept when it is cheaper than the
+    purchase found and passes the placement check). The other scenarios are independent tasks
+    (:mod:`gpuplan.solvers.parallel`): one after the other here (each solve uses the machine's
+    processes itself), or as Ray tasks with ``opts.ray``. Each gets an equal part of the time left
+    when it starts among those that cannot start before it ends, so the time one leaves unused goes to
+    those after it.
     """
     todo = [p for p in prepared if base is None or not p.same_gap]
     if opts.ray is not None:  # Ray workers on other machines share the wall clock, not this monotonic one
         deadline = Deadline.after(deadline.remaining(), time.time)
     tasks = [
-        _Task(p, base[0] if base is not None and p.same_input else None, i, len(todo), deadline)
+        _Task(
+            p,
+            base[0] if base is not None and p.same_input else None,
+            base[1].purchases if base is not None else (),
+            i,
+            len(todo),
+            deadline,
+        )
         for i, p in enumerate(todo)
     ]
     shared = (opts, catalog, slots(1, opts.ray))
@@ -316,6 +329,10 @@ def versus(p: Prepared, gap: CapacityGap, base: CapacityGap) -> str:
         )
     if gap.served_by_repartition != base.served_by_repartition:
         why.append(f"re-partitions serve {gap.served_by_repartition} (baseline {base.served_by_repartition})")
+    if WARM in gap.solver:
+        why.append(
+            "the baseline's purchase (warm start) served its demand for less than the purchase it found"
+        )
     if gap.cut_short:
         why.append(
             f"the time limit cut short its {', '.join(gap.cut_short)}: a longer --time-limit may find a "
