@@ -162,6 +162,9 @@ def test_a_scenario_that_costs_more_says_why() -> None:
     full = CapacityGap(demand_replicas=5, cost=120.0, currency="EUR")
     text = versus(_prepared(allow, inp, same_input=False, same_types=True), full, base)
     assert "5 replicas wait beyond their target after its fleet plan (baseline 4)" in text
+    short = CapacityGap(demand_replicas=9, cost=60.0, currency="EUR", verified=False, still_unplaced=3)
+    text = versus(_prepared(allow, inp, same_input=False, same_types=True), short, base)
+    assert text.startswith("40 EUR less") and "NOT verified: 3 replica(s) still wait" in text
     same = CapacityGap(demand_replicas=4, cost=120.0, currency="EUR")
     assert "costs more for no more demand" in versus(
         _prepared(allow, inp, same_input=False, same_types=True), same, base

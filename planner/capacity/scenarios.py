@@ -329,6 +329,15 @@ def versus(p: Prepared, gap: CapacityGap, base: CapacityGap) -> str:
         )
     if gap.served_by_repartition != base.served_by_repartition:
         why.append(f"re-partitions serve {gap.served_by_repartition} (baseline {base.served_by_repartition})")
+    if gap.still_unplaced:
+        why.append(
+            f"its purchase was NOT verified: {gap.still_unplaced} replica(s) still wait, and its cost leaves "
+            "them out"
+        )
+    if len(gap.unservable) != len(base.unservable):
+        why.append(
+            f"{len(gap.unservable)} replica(s) no node type can host (baseline {len(base.unservable)})"
+        )
     if WARM in gap.solver:
         why.append(
             "the baseline's purchase (warm start) served its demand for less than the purchase it found"
