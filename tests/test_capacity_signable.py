@@ -281,3 +281,19 @@ def test_a_cut_short_purchase_gives_way_to_the_cheaper_baseline_purchase(
     gap = capacity_gap(emb(3), catalog(), OPTS, warm=base)
     assert bought(gap) == {"l40s-4": 2} and gap.cost == 80 and "warm start" not in gap.solver
     assert any("baseline's purchase (1 x l40s-4) leaves 1 replica(s) waiting" in n for n in gap.notes)
+
+
+def test_a_sharing_change_on_an_idle_node_is_proposed_before_a_purchase() -> None:
+    """Half an L4 waits because its only node offers whole GPUs and the policy forbids mode changes:
+    turning that idle node time-sliced serves it, so nothing (not a 4-GPU node, 20) is bought."""
+    nodes = [{**node("n1", "L4-24GB"), "sharing": "exclusive"}]
+    work = [{"id": "nb", "team": "ads", "gpu_milli": 500, "cpu_milli": 1000, "memory_mib": 4096}]
+    gap = capacity_gap(planning(work, nodes, sharing={"allow_change": False}), catalog(), OPTS)
+    assert (gap.demand_replicas, gap.served_by_repartition, gap.purchases, gap.cost) == (1, 1, (), 0)
+    (change,) = gap.repartitions
+    assert (change.node, change.gpu) == ("n1", None)
+    assert len(change.actions) == 1 and change.actions[0].startswith("set-sharing time-slicing")
+    assert change.serves == (
+        Served(workload="nb", team="ads", tier="standard", replicas=1, gpu_equivalents=0.5, gpu_hours=12.0),
+    )
+    assert "re-partition n1 (sharing mode): set-sharing" in render_gap(gap)

@@ -2,8 +2,9 @@
 
 1. Plan the fleet as it is. The gap demand is every waiting replica that has no predicted start or
    whose predicted start is later than its tier's target wait.
-2. No purchase first: when the policy forbids MIG re-partitions, plan again allowing them; the gap
-   replicas that this plan places are served by re-partitioning (its MIG actions say how).
+2. No purchase first: when the policy forbids MIG re-partitions or sharing-mode changes, plan again
+   with the plan held, allowing them; the gap replicas that this plan places are served by
+   re-partitioning (its MIG and ``set-sharing`` actions say how).
 3. Replicas that no node type of the catalog can ever host are reported, naming the workload.
 4. The rest goes to the purchase MILP (:mod:`planner.capacity.purchase`), whose optimum is a lower bound.
 5. The purchase is checked by planning the remaining demand on the purchased nodes alone with the real
@@ -48,7 +49,7 @@ from gpuplan.models.capacity import (
 from gpuplan.models.catalog import data_dir, default_catalog
 from gpuplan.models.cluster import Cluster, Node
 from gpuplan.models.hardware import HardwareCatalog
-from gpuplan.models.plan import Plan, PlanStatus, Unplaced
+from gpuplan.models.plan import SET_SHARING, Plan, PlanStatus, Unplaced
 from gpuplan.models.policy import DisruptionBudget, IsolationKind, Policy
 from gpuplan.models.problem import PlanningInput
 from gpuplan.models.workload import GpuRef, Placement, Workload
@@ -145,7 +146,7 @@ def _phases(inp: PlanningInput, deadline: Deadline, *, fleet: bool) -> Phases:
     weights = dict(PHASE_WEIGHTS)
     if not fleet:
         del weights[FLEET]
-    if inp.policy.mig.allow_repartition or not _has_mig_gpus(inp):
+    if not _repartitions_to_try(inp):
         del weights[REPARTITION]
     return Phases(deadline, weights)
 
@@ -254,6 +255,7 @@ def _held(inp: PlanningInput, plan: Plan, catalog: HardwareCatalog) -> tuple[Pla
     policy = inp.policy.model_copy(
         update={
             "mig": inp.policy.mig.model_copy(update={"allow_create": True, "allow_repartition": True}),
+            "sharing": inp.policy.sharing.model_copy(update={"allow_change": True}),
             "disruption": DisruptionBudget(),
         }
     )
@@ -271,6 +273,14 @@ def _held(inp: PlanningInput, plan: Plan, catalog: HardwareCatalog) -> tuple[Pla
 
 def _has_mig_gpus(inp: PlanningInput) -> bool:
     return any(g.mig is not None for n in inp.cluster.nodes for g in n.gpus)
+
+
+def _repartitions_to_try(inp: PlanningInput) -> bool:
+    """Whether the policy forbids a change of the fleet that may serve demand without a purchase: a MIG
+    re-partition (the fleet has MIG GPUs) or a node's sharing mode (the fleet has nodes with a mode)."""
+    mig = not inp.policy.mig.allow_repartition and _has_mig_gpus(inp)
+    sharing = not inp.policy.sharing.allow_change and any(n.sharing is not None for n in inp.cluster.nodes)
+    return mig or sharing
 
 
 def node_for(t: NodeType, name: str, mig_gpus: int, labels: dict[str, str], catalog: HardwareCatalog) -> Node:
@@ -524,8 +534,9 @@ class _Run:
     keep: dict[str, tuple[str, ...]] = field(default_factory=dict)
 
     def repartition(self, plan: Plan, demand: list[Key]) -> tuple[list[Key], tuple[Repartition, ...]]:
-        """Re-plan with the plan held and MIG re-partitions allowed: the demand still waiting and the
-        MIG actions, each with the gap replicas placed on the GPU it re-partitions."""
+        """Re-plan with the plan held and MIG re-partitions and sharing-mode changes allowed: the demand
+        still waiting and the actions, per GPU re-partitioned (per node whose mode changes), with the gap
+        replicas placed there."""
         seconds = self.phases.share(REPARTITION)
         if seconds < MIN_PHASE_S:
             self.labels.cut_short(
@@ -537,7 +548,8 @@ class _Run:
         self.labels.plan(REPARTITION, again, "a longer solve may serve more demand by re-partitioning")
         left = {back[(u.workload, u.replica)] for u in gap_demand(again, held, self.now)}
         served = set(demand) - left
-        on_gpu: dict[tuple[str, int], list[tuple[Key, float]]] = defaultdict(list)
+        # Served replicas per GPU, and per node (key GPU ``None``) for the sharing mode of the node.
+        on_gpu: dict[tuple[str, int | None], list[tuple[Key, float]]] = defaultdict(list)
         for a in again.assignments:
             key = back[(a.workload, a.replica)]
             if key not in served:
@@ -546,10 +558,13 @@ class _Run:
             for g in a.gpus:
                 eq = gpu_equivalents(g, node.gpu_by_index[g.index].model, self.catalog)
                 on_gpu[(a.node, g.index)].append((key, eq))
-        by_gpu: dict[tuple[str, int], list[str]] = defaultdict(list)
+                on_gpu[(a.node, None)].append((key, eq))
+        by_gpu: dict[tuple[str, int | None], list[str]] = defaultdict(list)
         for act in again.actions:
             if act.kind.endswith("-mig") and act.node is not None and act.gpu is not None:
                 by_gpu[(act.node, act.gpu)].append(f"{act.kind} {act.detail} on {act.node} GPU {act.gpu}")
+            elif act.kind == SET_SHARING and act.node is not None:
+                by_gpu[(act.node, None)].append(f"{act.kind} {act.to or act.detail} on {act.node}")
         actions = tuple(
             Repartition(
                 node=node, gpu=gpu, actions=tuple(steps), serves=_served(self.inp, on_gpu[(node, gpu)])
@@ -762,7 +777,10 @@ def capacity_gap(
         rest, actions = run.repartition(plan, demand)
         outcome.update({k: "served_by_repartition" for k in demand if k not in set(rest)})
     elif demand and inp.policy.mig.allow_repartition:
-        run.labels.notes.append("the policy already allows MIG re-partitions; the fleet plan includes them")
+        run.labels.notes.append(
+            "the policy already allows MIG re-partitions (and sharing-mode changes when it allows them); "
+            "the fleet plan includes them"
+        )
 
     specs = type_specs(types, catalog)
     problem = compile_problem(inp, catalog, now or datetime.now().astimezone())

@@ -50,13 +50,14 @@ def render_gap(gap: CapacityGap) -> str:
     lines = [f"PRICES ARE EXAMPLES: {gap.price_source}"] if gap.example_prices else []
     lines += [
         f"gap demand: {gap.demand_replicas} replicas waiting beyond their tier target",
-        f"served by MIG re-partitions (no purchase): {gap.served_by_repartition}"
-        + (f" ({len(gap.repartition_actions)} MIG actions)" if gap.repartition_actions else ""),
+        f"served by re-partitions (MIG layouts, sharing modes; no purchase): {gap.served_by_repartition}"
+        + (f" ({len(gap.repartition_actions)} actions)" if gap.repartition_actions else ""),
         f"served by purchases: {gap.served_by_purchase}   cannot be served: {len(gap.unservable)}",
     ]
     for rp in gap.repartitions:
         steps = ", ".join(rp.actions)
-        lines.append(f"  re-partition {rp.node} GPU {rp.gpu}: {steps}; frees room for {_served(rp.serves)}")
+        where = f"{rp.node} GPU {rp.gpu}" if rp.gpu is not None else f"{rp.node} (sharing mode)"
+        lines.append(f"  re-partition {where}: {steps}; frees room for {_served(rp.serves)}")
     example = " (EXAMPLE price)" if gap.example_prices else ""
     for p in gap.purchases:
         lines.append(

@@ -437,7 +437,7 @@ def _gap(ctx: _Context) -> list[dict[str, Any]]:
         rows.extend(
             {
                 "section": "repartition",
-                "key": f"{r.node} GPU {r.gpu}",
+                "key": f"{r.node} GPU {r.gpu}" if r.gpu is not None else r.node,
                 "detail": f"{', '.join(r.actions)}; frees room for {_serves(r.serves)}",
             }
             for r in gap.repartitions
