@@ -223,7 +223,8 @@ def test_bundled_prices_are_labelled_examples_everywhere(tmp_path: Path) -> None
     inp = planning(WORK, BUSY_A100)
     gap = capacity_gap(inp, bundled, OPTS)
     assert gap.example_prices and "EXAMPLE" in gap.price_source and "--catalog" in gap.price_source
-    assert render_gap(gap).splitlines()[0].startswith("PRICES ARE EXAMPLES")
+    total = next(i for i, line in enumerate(render_gap(gap).splitlines()) if line.startswith("total:"))
+    assert render_gap(gap).splitlines()[total + 1].startswith("PRICES ARE EXAMPLES")
     assert "(EXAMPLE price)" in render_gap(gap)
     from gpuplan.models.capacity import CapacityReport
 

@@ -47,8 +47,7 @@ def _served(items: tuple[Served, ...]) -> str:
 def render_gap(gap: CapacityGap) -> str:
     """The capacity gap as text: price source, demand, re-partitions and purchases with whom they
     serve, per tier and team, class moves, unservable."""
-    lines = [f"PRICES ARE EXAMPLES: {gap.price_source}"] if gap.example_prices else []
-    lines += [
+    lines = [
         f"gap demand: {gap.demand_replicas} replicas waiting beyond their tier target",
         f"served by re-partitions (MIG layouts, sharing modes; no purchase): {gap.served_by_repartition}"
         + (f" ({len(gap.repartition_actions)} actions)" if gap.repartition_actions else ""),
@@ -73,6 +72,8 @@ def render_gap(gap: CapacityGap) -> str:
         f"(lower bound {gap.lower_bound:,.0f}, gap {100 * gap.gap:.2f}%, {gap.solver} {gap.solver_status}, "
         f"{verdict})"
     )
+    if gap.example_prices:
+        lines.append(f"PRICES ARE EXAMPLES: {gap.price_source}")
     if gap.cut_short:
         lines.append(
             f"cut short by the time limit: {', '.join(gap.cut_short)} (best results so far; see the notes)"
