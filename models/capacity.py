@@ -104,7 +104,8 @@ class Growth(Strict):
 
 
 class Scenario(Strict):
-    """A what-if: demand growth, another node-type catalog or prices, and policy overrides."""
+    """A what-if: demand growth, another node-type catalog or prices, policy overrides, and workloads
+    that may be bought other GPU models than their class (``*``: every workload)."""
 
     name: str = Field(min_length=1)
     description: str = ""
@@ -114,6 +115,7 @@ class Scenario(Strict):
         default_factory=dict
     )
     policy: dict[str, Any] = Field(default_factory=dict)
+    allow_other_models: tuple[str, ...] = ()
 
 
 class ScenarioFile(Strict):

@@ -14,14 +14,23 @@ import pytest
 import yaml
 
 from gpuplan.models import PlanningInput, default_catalog
-from gpuplan.models.capacity import CapacityGap, NodeTypeCatalog, Purchase, Scenario, ScenarioResult, Served
+from gpuplan.models.capacity import (
+    CapacityGap,
+    NodeTypeCatalog,
+    Purchase,
+    Scenario,
+    ScenarioFile,
+    ScenarioResult,
+    Served,
+)
 from gpuplan.planner.capacity import gap as gap_module
 from gpuplan.planner.capacity.gap import GapOptions, capacity_gap, load_node_types
 from gpuplan.planner.capacity.purchase import NO_SOLUTION, PurchaseSolution
-from gpuplan.planner.capacity.scenarios import Prepared, render_table, versus
+from gpuplan.planner.capacity.scenarios import Prepared, prepare_scenarios, render_table, run_prepared, versus
 from gpuplan.planner.cli import main
 from gpuplan.planner.cli.capacity import render_gap
 from gpuplan.planner.io.exporters.workbook import build_tables
+from gpuplan.planner.pipeline.deadline import Deadline
 from gpuplan.planner.planning import make_plan
 
 NOW = datetime(2026, 11, 29, 12, 0, tzinfo=UTC)
@@ -298,3 +307,24 @@ def test_a_sharing_change_on_an_idle_node_is_proposed_before_a_purchase() -> Non
         Served(workload="nb", team="ads", tier="standard", replicas=1, gpu_equivalents=0.5, gpu_hours=12.0),
     )
     assert "re-partition n1 (sharing mode): set-sharing" in render_gap(gap)
+
+
+def test_a_scenario_may_let_workloads_move_class(tmp_path: Path) -> None:
+    """The baseline buys the A100 class (150); a scenario letting ft move buys an L4 node (20)."""
+    inp = planning(WORK, BUSY_A100)
+    plan = make_plan(inp, now=NOW, time_limit_s=2.0)
+    base = capacity_gap(inp, catalog(), OPTS, baseline=plan)
+    what_ifs = ScenarioFile(
+        scenarios=(Scenario(name="same"), Scenario(name="any", allow_other_models=("ft",)))
+    )
+    prepared = prepare_scenarios(inp, catalog(), what_ifs, tmp_path, default_catalog())
+    same, other = run_prepared(
+        prepared, OPTS, default_catalog(), deadline=Deadline.after(20), base=(plan, base)
+    )
+    assert same.gap == base and bought(base) == {"a100-8": 1}
+    assert bought(other.gap) == {"l4-4": 1} and other.gap.allow_other_models == ("ft",)
+    assert other.vs_baseline.startswith("130 EUR less than the baseline: it changes other GPU models for ft")
+    assert "  moves class: ft x1 from A100-SXM4-80GB to L4-24GB" in render_table((same, other))
+    bad = ScenarioFile(scenarios=(Scenario(name="x", allow_other_models=("nope",)),))
+    with pytest.raises(ValueError, match="scenario 'x' field allow_other_models: unknown workload 'nope'"):
+        prepare_scenarios(inp, catalog(), bad, tmp_path, default_catalog())

@@ -9,7 +9,7 @@ from __future__ import annotations
 import logging
 import math
 import time
-from dataclasses import dataclass
+from dataclasses import dataclass, replace
 from pathlib import Path
 from typing import Any
 
@@ -165,7 +165,18 @@ class Prepared:
     @property
     def same_gap(self) -> bool:
         """Whether the scenario changes nothing: the base run's gap is its answer."""
-        return self.same_input and self.same_types
+        return self.same_input and self.same_types and not self.scenario.allow_other_models
+
+    def options(self, opts: GapOptions) -> GapOptions:
+        """``opts`` with the workloads this scenario lets buy other GPU models."""
+        names = set(self.scenario.allow_other_models)
+        if not names:
+            return opts
+        return replace(
+            opts,
+            allow_other_models=opts.allow_other_models or "*" in names,
+            other_models_for=opts.other_models_for | (names - {"*"}),
+        )
 
 
 def prepare_scenarios(
@@ -179,6 +190,9 @@ def prepare_scenarios(
     digest = inputs_digest(inp)
     out = []
     for s in scenarios.scenarios:
+        unknown = sorted(set(s.allow_other_models) - {"*"} - set(inp.workload_by_id))
+        if unknown:
+            raise InputError(f"scenario '{s.name}' field allow_other_models: unknown workload '{unknown[0]}'")
         s_inp, s_types = scenario_input(inp, s, catalog), scenario_types(types, s, base_dir, catalog)
         out.append(Prepared(s, s_inp, s_types, inputs_digest(s_inp) == digest, s_types == types))
     return out
@@ -222,7 +236,13 @@ def _scenario_gap(shared: tuple[GapOptions, HardwareCatalog, int], task: _Task) 
     log.info("scenario %s: %.1f s", task.prepared.scenario.name, mine.remaining())
     p = task.prepared
     return capacity_gap(
-        p.inp, p.types, opts, baseline=task.baseline, catalog=catalog, deadline=mine, warm=task.warm
+        p.inp,
+        p.types,
+        p.options(opts),
+        baseline=task.baseline,
+        catalog=catalog,
+        deadline=mine,
+        warm=task.warm,
     )
 
 
@@ -306,6 +326,9 @@ def changes(p: Prepared) -> list[str]:
         out.append(f"node types from {s.catalog}")
     out += [f"{k} at {v:,.0f}" for k, v in s.prices.items()]
     out += [f"policy {item}" for item in _flat(s.policy)]
+    if s.allow_other_models:
+        who = "every workload" if "*" in s.allow_other_models else ", ".join(s.allow_other_models)
+        out.append(f"other GPU models for {who}")
     return out
 
 
@@ -401,4 +424,8 @@ def render_table(results: tuple[ScenarioResult, ...]) -> str:
         lines.append(f"{r.name}: {r.description or '(no description)'}; buys {r.buys or buys(r.gap)}")
         if r.vs_baseline:
             lines.append(f"  vs baseline: {r.vs_baseline}")
+        lines.extend(
+            f"  moves class: {m.workload} x{m.replicas} from {'|'.join(m.from_models)} to {m.to_model}"
+            for m in r.gap.class_moves
+        )
     return "\n".join(lines)
