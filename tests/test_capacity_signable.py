@@ -32,6 +32,8 @@ from gpuplan.planner.cli.capacity import render_gap
 from gpuplan.planner.io.exporters.workbook import build_tables
 from gpuplan.planner.pipeline.deadline import Deadline
 from gpuplan.planner.planning import make_plan
+from gpuplan.planner.validation.errors import InvalidPlanError
+from gpuplan.planner.validation.validate import Violation
 
 NOW = datetime(2026, 11, 29, 12, 0, tzinfo=UTC)
 #: Like-for-like (the default).
@@ -328,3 +330,25 @@ def test_a_scenario_may_let_workloads_move_class(tmp_path: Path) -> None:
     bad = ScenarioFile(scenarios=(Scenario(name="x", allow_other_models=("nope",)),))
     with pytest.raises(ValueError, match="scenario 'x' field allow_other_models: unknown workload 'nope'"):
         prepare_scenarios(inp, catalog(), bad, tmp_path, default_catalog())
+
+
+def test_a_re_partition_re_plan_the_validator_rejects_is_skipped_not_a_traceback(
+    monkeypatch: pytest.MonkeyPatch,
+) -> None:
+    """The re-plan that would serve the 3g.40gb replica by re-partitioning fails validation (a planner
+    bug): it is skipped with a note and the replica is bought for, one A100 node (150)."""
+    sevens = [{"profile": "1g.10gb", "start": s} for s in range(7)]
+    nodes = [{**node("n1", "A100-SXM4-80GB"), "gpus": [
+        {"index": 0, "model": "A100-SXM4-80GB", "mig": {"instances": sevens}}]}]  # fmt: skip
+    work = [{"id": "infer", "team": "nlp", "mig_profile": "3g.40gb", "cpu_milli": 4000, "memory_mib": 16384}]
+    real = gap_module._placement
+
+    def rejected(inp: PlanningInput, *args: Any) -> Any:
+        if inp.policy.mig.allow_repartition:  # the held re-plan
+            raise InvalidPlanError("cpsat", [Violation("mig-unscheduled", "node n1 gpu 0", "no action")])
+        return real(inp, *args)
+
+    monkeypatch.setattr(gap_module, "_placement", rejected)
+    gap = capacity_gap(planning(work, nodes, mig={"allow_repartition": False}), catalog(), OPTS)
+    assert gap.served_by_repartition == 0 and bought(gap) == {"a100-8": 1} and gap.cost == 150
+    assert any("validator rejects (a planner bug: mig-unscheduled on node n1 gpu 0)" in n for n in gap.notes)

@@ -66,6 +66,7 @@ from gpuplan.planner.pipeline.files import describe, read_structured
 from gpuplan.planner.pipeline.layouts import cluster_after
 from gpuplan.planner.pipeline.metrics import gpu_equivalents
 from gpuplan.planner.planning import inputs_digest, make_plan
+from gpuplan.planner.validation.errors import InvalidPlanError
 from gpuplan.solvers.fleet.purchase import Offer, configure_purchase
 from gpuplan.solvers.problem import PlacementProblem, Request, ShapeSpec
 
@@ -544,7 +545,18 @@ class _Run:
             )
             return demand, ()
         held, back = _held(self.inp, plan, self.catalog)
-        again = _placement(held, self.opts, self.catalog, self.now, seconds)
+        try:
+            again = _placement(held, self.opts, self.catalog, self.now, seconds)
+        except InvalidPlanError as exc:
+            # Never act on a plan the validator rejects: without re-partitions, the purchase serves all.
+            log.warning("the %s was skipped: %s", REPARTITION, exc)
+            first = exc.violations[0] if exc.violations else None
+            self.labels.notes.append(
+                f"the {REPARTITION} produced a plan the validator rejects (a planner bug"
+                + (f": {first.rule} on {first.subject}" if first else "")
+                + "); it was skipped and its demand goes to purchases"
+            )
+            return demand, ()
         self.labels.plan(REPARTITION, again, "a longer solve may serve more demand by re-partitioning")
         left = {back[(u.workload, u.replica)] for u in gap_demand(again, held, self.now)}
         served = set(demand) - left
