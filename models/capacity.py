@@ -75,6 +75,9 @@ class NodeTypeCatalog(Strict):
 
     currency: str = "USD"
     note: str = ""
+    #: Whether the prices and lead times are illustrations (the bundled catalog), not quotes: every
+    #: output that shows money says so.
+    example_prices: bool = False
     amortisation_years: float = Field(default=3.0, gt=0, le=100, allow_inf_nan=False)
     node_types: tuple[NodeType, ...] = Field(min_length=1)
 
@@ -101,7 +104,8 @@ class Growth(Strict):
 
 
 class Scenario(Strict):
-    """A what-if: demand growth, another node-type catalog or prices, and policy overrides."""
+    """A what-if: demand growth, another node-type catalog or prices, policy overrides, and workloads
+    that may be bought other GPU models than their class (``*``: every workload)."""
 
     name: str = Field(min_length=1)
     description: str = ""
@@ -111,6 +115,7 @@ class Scenario(Strict):
         default_factory=dict
     )
     policy: dict[str, Any] = Field(default_factory=dict)
+    allow_other_models: tuple[str, ...] = ()
 
 
 class ScenarioFile(Strict):
@@ -126,15 +131,57 @@ class ScenarioFile(Strict):
         return self
 
 
+class Served(Strict):
+    """Replicas of one workload that a purchase or a re-partition serves, and the GPU-hours they get.
+
+    ``gpu_hours`` is ``gpu_equivalents`` times the workload's ``duration_s`` in hours, or times 24 (one
+    day) when the duration is unknown.
+    """
+
+    workload: str
+    team: str
+    tier: str
+    replicas: int = Field(ge=1)
+    gpu_equivalents: float = Field(default=0.0, ge=0)
+    gpu_hours: float = Field(default=0.0, ge=0)
+
+
 class Purchase(Strict):
-    """Nodes of one type to add."""
+    """Nodes of one type to add, what they serve and how much of them stays idle.
+
+    ``gpus_idle`` is ``gpus`` minus the GPU-equivalents the placement check put on these nodes.
+    """
 
     node_type: str
+    gpu_model: str = ""
     count: int = Field(ge=1)
     gpus: int = Field(ge=0)
+    gpus_idle: float = Field(default=0.0, ge=0)
+    mig_gpus: int = Field(default=0, ge=0)
     cost: float = Field(ge=0)
     lead_time_days: int = Field(default=0, ge=0)
     nodes: tuple[str, ...] = ()
+    serves: tuple[Served, ...] = ()
+    gpu_hours: float = Field(default=0.0, ge=0)
+
+
+class Repartition(Strict):
+    """The MIG re-partition of one existing GPU (its actions in order) and the waiting replicas the
+    capacity it frees serves."""
+
+    node: str
+    gpu: int | None = None
+    actions: tuple[str, ...] = ()
+    serves: tuple[Served, ...] = ()
+
+
+class ClassMove(Strict):
+    """A workload served on another GPU class than its own (only with ``--allow-other-models``)."""
+
+    workload: str
+    replicas: int = Field(ge=1)
+    from_models: tuple[str, ...]
+    to_model: str
 
 
 class GapLine(Strict):
@@ -201,13 +248,21 @@ class CapacityGap(Strict):
     cut_short: tuple[str, ...] = ()
     notes: tuple[str, ...] = ()
     inputs_sha256: str | None = None
+    example_prices: bool = False
+    price_source: str = ""
+    repartitions: tuple[Repartition, ...] = ()
+    allow_other_models: tuple[str, ...] = ()
+    class_moves: tuple[ClassMove, ...] = ()
 
 
 class ScenarioResult(Strict):
-    """One scenario's capacity gap."""
+    """One scenario's capacity gap, what it buys and why it differs from the baseline (the gap of the
+    inputs as given)."""
 
     name: str
     description: str = ""
+    buys: str = ""
+    vs_baseline: str = ""
     gap: CapacityGap
 
 

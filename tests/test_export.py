@@ -124,8 +124,12 @@ def test_workbook_sheets_headers_charts_and_formats(
     assert wb["Pools"].cell(row=2, column=util_col).number_format == PERCENT_FORMAT
     # Money shows the gap's currency (the showback the node types' currency).
     cost_col = _column(tables["CapacityGap"], "cost")
-    assert wb["CapacityGap"].cell(row=2, column=cost_col).number_format == '#,##0.00 "USD"'
-    assert wb["Teams"].cell(row=2, column=_column(tables["Teams"], "cost")).number_format.endswith('"USD"')
+    assert wb["CapacityGap"].cell(row=2, column=cost_col).number_format == '#,##0.00 "USD (EXAMPLE prices)"'
+    assert (
+        wb["Teams"]
+        .cell(row=2, column=_column(tables["Teams"], "cost"))
+        .number_format.endswith('"USD (EXAMPLE prices)"')
+    )
     assert wb["Teams"].cell(row=2, column=_column(tables["Teams"], "share")).number_format == PERCENT_FORMAT
 
 
@@ -143,8 +147,9 @@ def test_summary_formats_each_row_by_its_unit_with_totals(
     assert cells[("plan", "solver_gap")].number_format == PERCENT_FORMAT
     assert cells[("capacity gap", "gap")].number_format == PERCENT_FORMAT
     cost = cells[("capacity gap", "cost")]
-    assert cost.value == pytest.approx(report.gap.cost) and cost.number_format == '#,##0.00 "USD"'
-    assert cells[("showback", "cost")].number_format == '#,##0.00 "USD"'
+    example_usd = '#,##0.00 "USD (EXAMPLE prices)"'  # the bundled catalog's prices are examples
+    assert cost.value == pytest.approx(report.gap.cost) and cost.number_format == example_usd
+    assert cells[("showback", "cost")].number_format == example_usd
     # Counts are whole numbers (the plan's metrics hold them as floats).
     total = cells[("fleet", "gpus_total")].value
     assert total == inp.cluster.gpu_count and isinstance(total, int)

@@ -2,8 +2,9 @@
 
 1. Plan the fleet as it is. The gap demand is every waiting replica that has no predicted start or
    whose predicted start is later than its tier's target wait.
-2. No purchase first: when the policy forbids MIG re-partitions, plan again allowing them; the gap
-   replicas that this plan places are served by re-partitioning (its MIG actions say how).
+2. No purchase first: when the policy forbids MIG re-partitions or sharing-mode changes, plan again
+   with the plan held, allowing them; the gap replicas that this plan places are served by
+   re-partitioning (its MIG and ``set-sharing`` actions say how).
 3. Replicas that no node type of the catalog can ever host are reported, naming the workload.
 4. The rest goes to the purchase MILP (:mod:`planner.capacity.purchase`), whose optimum is a lower bound.
 5. The purchase is checked by planning the remaining demand on the purchased nodes alone with the real
@@ -14,6 +15,10 @@
 
 The purchased nodes serve only the gap demand: free capacity left in the existing fleet is not
 counted, so the answer never relies on capacity the plan could not use.
+
+Like-for-like: a GPU *class* is a GPU model of the hardware catalog. A replica whose workload names
+no GPU model is bought for in its own class (:func:`home_models`) unless the options allow other
+models for it; then the gap lists the workloads that would move class.
 """
 
 from __future__ import annotations
@@ -30,11 +35,21 @@ from typing import Any
 from pydantic import ValidationError
 
 from gpuplan.models.base import InputError
-from gpuplan.models.capacity import CapacityGap, GapLine, NodeType, NodeTypeCatalog, Purchase, Unservable
+from gpuplan.models.capacity import (
+    CapacityGap,
+    ClassMove,
+    GapLine,
+    NodeType,
+    NodeTypeCatalog,
+    Purchase,
+    Repartition,
+    Served,
+    Unservable,
+)
 from gpuplan.models.catalog import data_dir, default_catalog
 from gpuplan.models.cluster import Cluster, Node
 from gpuplan.models.hardware import HardwareCatalog
-from gpuplan.models.plan import Plan, PlanStatus, Unplaced
+from gpuplan.models.plan import SET_SHARING, Plan, PlanStatus, Unplaced
 from gpuplan.models.policy import DisruptionBudget, IsolationKind, Policy
 from gpuplan.models.problem import PlanningInput
 from gpuplan.models.workload import GpuRef, Placement, Workload
@@ -51,8 +66,9 @@ from gpuplan.planner.pipeline.files import describe, read_structured
 from gpuplan.planner.pipeline.layouts import cluster_after
 from gpuplan.planner.pipeline.metrics import gpu_equivalents
 from gpuplan.planner.planning import inputs_digest, make_plan
+from gpuplan.planner.validation.errors import InvalidPlanError
 from gpuplan.solvers.fleet.purchase import Offer, configure_purchase
-from gpuplan.solvers.problem import PlacementProblem, Request
+from gpuplan.solvers.problem import PlacementProblem, Request, ShapeSpec
 
 log = logging.getLogger(__name__)
 
@@ -110,6 +126,14 @@ class GapOptions:
     repair_rounds: int = 3
     #: Ray address the independent pieces (scenarios, pricing problems, fleet parts) run on.
     ray: str | None = None
+    #: Buy any GPU model for workloads without a GPU-model constraint (a what-if), or only for the
+    #: workloads in ``other_models_for``; by default each keeps its class (:func:`home_models`).
+    allow_other_models: bool = False
+    other_models_for: frozenset[str] = frozenset()
+
+    def other_models(self, workload: str) -> bool:
+        """Whether ``workload`` may be bought for in another GPU class than its own."""
+        return self.allow_other_models or workload in self.other_models_for
 
 
 def stopped_early(plan: Plan) -> bool:
@@ -123,7 +147,7 @@ def _phases(inp: PlanningInput, deadline: Deadline, *, fleet: bool) -> Phases:
     weights = dict(PHASE_WEIGHTS)
     if not fleet:
         del weights[FLEET]
-    if inp.policy.mig.allow_repartition or not _has_mig_gpus(inp):
+    if not _repartitions_to_try(inp):
         del weights[REPARTITION]
     return Phases(deadline, weights)
 
@@ -168,6 +192,52 @@ def gap_demand(plan: Plan, inp: PlanningInput, now: datetime | None = None) -> l
     return out
 
 
+#: The solver label of a purchase taken over from the baseline.
+WARM = "warm start"
+#: Hours a workload without ``duration_s`` counts in the GPU-hours a purchase unlocks (one day).
+DAY_H = 24.0
+
+#: What the price source says for the bundled catalog.
+EXAMPLE_SOURCE = (
+    "EXAMPLE prices and lead times of the bundled node-type catalog, not quotes: give --catalog with "
+    "your own (template: data/examples/node_types.template.yaml)"
+)
+
+
+def home_models(inp: PlanningInput, shape: ShapeSpec, workload: str) -> frozenset[str]:
+    """The GPU class a shape without a named GPU model keeps: the models the workload's replicas run
+    on, else the models of the fleet's GPUs, each narrowed to what the shape allows (its GPU memory
+    ask); the shape's own models when neither leaves any."""
+    running = {
+        inp.cluster.node_by_name[p.node].gpu_by_index[g.index].model
+        for p in inp.workload_by_id[workload].running_on
+        for g in p.gpus
+        if p.node in inp.cluster.node_by_name
+    }
+    fleet = {g.model for n in inp.cluster.nodes for g in n.gpus}
+    for models in (running, fleet):
+        fit = frozenset(m for m in models if not shape.models or m in shape.models)
+        if fit:
+            return fit
+    return shape.models
+
+
+def like_for_like(inp: PlanningInput, requests: list[Request], opts: GapOptions) -> list[Request]:
+    """``requests`` with each shape that names no GPU model kept to its class (:func:`home_models`),
+    except for workloads the options let buy other models."""
+    out = []
+    for r in requests:
+        if opts.other_models(r.workload):
+            out.append(r)
+            continue
+        shapes = tuple(
+            s if s.named_models or s.kind == "cpu" else replace(s, models=home_models(inp, s, r.workload))
+            for s in r.shapes
+        )
+        out.append(replace(r, shapes=shapes))
+    return out
+
+
 def _held(inp: PlanningInput, plan: Plan, catalog: HardwareCatalog) -> tuple[PlanningInput, dict[Key, Key]]:
     """``inp`` with the plan's placements running and held (no moves), its MIG layouts in place and
     re-partitions allowed; replicas are renumbered placed-first, with the map back to the original keys.
@@ -186,6 +256,7 @@ def _held(inp: PlanningInput, plan: Plan, catalog: HardwareCatalog) -> tuple[Pla
     policy = inp.policy.model_copy(
         update={
             "mig": inp.policy.mig.model_copy(update={"allow_create": True, "allow_repartition": True}),
+            "sharing": inp.policy.sharing.model_copy(update={"allow_change": True}),
             "disruption": DisruptionBudget(),
         }
     )
@@ -203,6 +274,14 @@ def _held(inp: PlanningInput, plan: Plan, catalog: HardwareCatalog) -> tuple[Pla
 
 def _has_mig_gpus(inp: PlanningInput) -> bool:
     return any(g.mig is not None for n in inp.cluster.nodes for g in n.gpus)
+
+
+def _repartitions_to_try(inp: PlanningInput) -> bool:
+    """Whether the policy forbids a change of the fleet that may serve demand without a purchase: a MIG
+    re-partition (the fleet has MIG GPUs) or a node's sharing mode (the fleet has nodes with a mode)."""
+    mig = not inp.policy.mig.allow_repartition and _has_mig_gpus(inp)
+    sharing = not inp.policy.sharing.allow_change and any(n.sharing is not None for n in inp.cluster.nodes)
+    return mig or sharing
 
 
 def node_for(t: NodeType, name: str, mig_gpus: int, labels: dict[str, str], catalog: HardwareCatalog) -> Node:
@@ -274,8 +353,11 @@ def _sub_policy(policy: Policy, pools: set[str]) -> Policy:
     return policy.model_copy(update={"quotas": (), "isolation": isolation, "mig": mig})
 
 
-def _sub_workloads(inp: PlanningInput, keys: list[Key]) -> tuple[tuple[Workload, ...], dict[Key, Key]]:
-    """The waiting replicas as fresh workloads (same ids), and the map back to original replica keys."""
+def _sub_workloads(
+    inp: PlanningInput, keys: list[Key], keep: dict[str, tuple[str, ...]]
+) -> tuple[tuple[Workload, ...], dict[Key, Key]]:
+    """The waiting replicas as fresh workloads (same ids), those in ``keep`` limited to its GPU models
+    (their class), and the map back to original replica keys."""
     by_workload: dict[str, list[int]] = defaultdict(list)
     for wid, rep in keys:
         by_workload[wid].append(rep)
@@ -283,7 +365,10 @@ def _sub_workloads(inp: PlanningInput, keys: list[Key]) -> tuple[tuple[Workload,
     back: dict[Key, Key] = {}
     for wid, reps in by_workload.items():
         w = inp.workload_by_id[wid]
-        workloads.append(w.model_copy(update={"replicas": len(reps), "running_on": ()}))
+        update: dict[str, Any] = {"replicas": len(reps), "running_on": ()}
+        if wid in keep:
+            update["gpu_models"] = keep[wid]
+        workloads.append(w.model_copy(update=update))
         for i, rep in enumerate(sorted(reps)):
             back[(wid, i)] = (wid, rep)
     return tuple(workloads), back
@@ -322,9 +407,11 @@ def _verify(
     opts: GapOptions,
     now: datetime | None,
     seconds: float,
+    keep: dict[str, tuple[str, ...]],
 ) -> tuple[Plan, PlanningInput, dict[Key, Key]]:
-    """Plan the replicas ``keys`` on the purchased nodes alone (the placement check)."""
-    workloads, back = _sub_workloads(inp, keys)
+    """Plan the replicas ``keys`` on the purchased nodes alone (the placement check), each workload in
+    ``keep`` on its own GPU class."""
+    workloads, back = _sub_workloads(inp, keys, keep)
     cluster = fleet.cluster()
     pools = {n.pool for n in cluster.nodes if n.pool}
     sub = PlanningInput.model_validate(
@@ -444,10 +531,13 @@ class _Run:
     now: datetime | None
     phases: Phases
     labels: _Labels = field(default_factory=_Labels)
+    #: The GPU models each like-for-like workload is bought for.
+    keep: dict[str, tuple[str, ...]] = field(default_factory=dict)
 
-    def repartition(self, plan: Plan, demand: list[Key]) -> tuple[list[Key], tuple[str, ...]]:
-        """Re-plan with the plan held and MIG re-partitions allowed: the demand still waiting and the
-        MIG actions of what the re-partitions serve."""
+    def repartition(self, plan: Plan, demand: list[Key]) -> tuple[list[Key], tuple[Repartition, ...]]:
+        """Re-plan with the plan held and MIG re-partitions and sharing-mode changes allowed: the demand
+        still waiting and the actions, per GPU re-partitioned (per node whose mode changes), with the gap
+        replicas placed there."""
         seconds = self.phases.share(REPARTITION)
         if seconds < MIN_PHASE_S:
             self.labels.cut_short(
@@ -455,11 +545,43 @@ class _Run:
             )
             return demand, ()
         held, back = _held(self.inp, plan, self.catalog)
-        again = _placement(held, self.opts, self.catalog, self.now, seconds)
+        try:
+            again = _placement(held, self.opts, self.catalog, self.now, seconds)
+        except InvalidPlanError as exc:
+            # Never act on a plan the validator rejects: without re-partitions, the purchase serves all.
+            log.warning("the %s was skipped: %s", REPARTITION, exc)
+            first = exc.violations[0] if exc.violations else None
+            self.labels.notes.append(
+                f"the {REPARTITION} produced a plan the validator rejects (a planner bug"
+                + (f": {first.rule} on {first.subject}" if first else "")
+                + "); it was skipped and its demand goes to purchases"
+            )
+            return demand, ()
         self.labels.plan(REPARTITION, again, "a longer solve may serve more demand by re-partitioning")
         left = {back[(u.workload, u.replica)] for u in gap_demand(again, held, self.now)}
+        served = set(demand) - left
+        # Served replicas per GPU, and per node (key GPU ``None``) for the sharing mode of the node.
+        on_gpu: dict[tuple[str, int | None], list[tuple[Key, float]]] = defaultdict(list)
+        for a in again.assignments:
+            key = back[(a.workload, a.replica)]
+            if key not in served:
+                continue
+            node = held.cluster.node_by_name[a.node]
+            for g in a.gpus:
+                eq = gpu_equivalents(g, node.gpu_by_index[g.index].model, self.catalog)
+                on_gpu[(a.node, g.index)].append((key, eq))
+                on_gpu[(a.node, None)].append((key, eq))
+        by_gpu: dict[tuple[str, int | None], list[str]] = defaultdict(list)
+        for act in again.actions:
+            if act.kind.endswith("-mig") and act.node is not None and act.gpu is not None:
+                by_gpu[(act.node, act.gpu)].append(f"{act.kind} {act.detail} on {act.node} GPU {act.gpu}")
+            elif act.kind == SET_SHARING and act.node is not None:
+                by_gpu[(act.node, None)].append(f"{act.kind} {act.to or act.detail} on {act.node}")
         actions = tuple(
-            f"{a.kind} {a.detail} on {a.node} GPU {a.gpu}" for a in again.actions if a.kind.endswith("-mig")
+            Repartition(
+                node=node, gpu=gpu, actions=tuple(steps), serves=_served(self.inp, on_gpu[(node, gpu)])
+            )
+            for (node, gpu), steps in by_gpu.items()
         )
         return [k for k in demand if k in left], actions
 
@@ -473,7 +595,9 @@ class _Run:
         )
 
     def _check(self, out: _Purchase, keys: list[Key], seconds: float, phase: str) -> None:
-        out.check, out.sub, out.back = _verify(self.inp, out.fleet, keys, self.opts, self.now, seconds)
+        out.check, out.sub, out.back = _verify(
+            self.inp, out.fleet, keys, self.opts, self.now, seconds, self.keep
+        )
         self.labels.plan(phase, out.check, "replicas it left waiting may fit the purchase with more time")
         out.waiting = [out.back[(u.workload, u.replica)] for u in out.check.unplaced]
 
@@ -523,10 +647,57 @@ class _Run:
             time.perf_counter() - t0,
         )
 
-    def buy(self, buyable: list[Request], specs: list[TypeSpec], types: NodeTypeCatalog) -> _Purchase:
+    def _warm(
+        self,
+        buyable: list[Request],
+        types: NodeTypeCatalog,
+        warm: tuple[Purchase, ...],
+        found: PurchaseSolution,
+    ) -> _Purchase | None:
+        """The baseline's purchase (``warm``, re-priced with ``types``) when it costs less than the
+        purchase ``found`` and the placement check places all of ``buyable`` on it; else ``None``."""
+        known = {t.name for t in types.node_types}
+        if not warm or any(p.node_type not in known for p in warm):
+            return None
+        cost = sum(p.count * types.node_type(p.node_type).unit_cost for p in warm)
+        if found.status != NO_SOLUTION and cost >= found.objective:
+            return None
+        domains = {r.gang_domain: "purchase" for r in buyable if r.gang_domain}
+        out = _Purchase(_Fleet(types, self.catalog, domains), lower=min(found.lower_bound, cost),
+                        solver=f"{found.solver} + {WARM}", status="FEASIBLE")  # fmt: skip
+        for p in warm:
+            out.fleet.buy(p.node_type, p.count, p.mig_gpus)
+        # Half the placement check's share, leaving the schedule as it is for the purchase found.
+        todo = self.phases.todo
+        self._check(
+            out,
+            [r.key for r in buyable],
+            self.phases.deadline.share(todo[CHECK] / 2 / sum(todo.values())),
+            CHECK,
+        )
+        what = ", ".join(f"{p.count} x {p.node_type}" for p in warm)
+        if out.waiting:
+            self.labels.notes.append(
+                f"{WARM}: the baseline's purchase ({what}) leaves {len(out.waiting)} replica(s) waiting here"
+            )
+            return None
+        self.labels.notes.append(
+            f"{WARM}: the baseline's purchase ({what}, {cost:,.0f}) serves this demand and costs less than "
+            f"the purchase found ({found.objective:,.0f})"
+        )
+        return out
+
+    def buy(
+        self,
+        buyable: list[Request],
+        specs: list[TypeSpec],
+        types: NodeTypeCatalog,
+        warm: tuple[Purchase, ...] = (),
+    ) -> _Purchase:
         """The purchase MILP and the configuration LP's purchase (the cheaper is kept, the better lower
         bound reported), the placement check on the nodes bought, and repair rounds (a MILP for what
-        the check leaves waiting, then a check again) while replicas wait and time remains."""
+        the check leaves waiting, then a check again) while replicas wait and time remains. A ``warm``
+        purchase (the baseline's) that costs less and passes the placement check is kept instead."""
         seconds = self.phases.share(PURCHASE)
         pooled = self._milp(buyable, specs, seconds / 2)
         configured = self._configured(buyable, types, seconds / 2)
@@ -539,6 +710,9 @@ class _Run:
         solution = replace(
             solution, lower_bound=min(best_lower, solution.objective) if solution.counts else best_lower
         )
+        started = self._warm(buyable, types, warm, solution)
+        if started is not None:
+            return started
         domains = {r.gang_domain: "purchase" for r in buyable if r.gang_domain}
         out = _Purchase(_Fleet(types, self.catalog, domains), lower=solution.lower_bound,
                         solver=solution.solver, status=solution.status)  # fmt: skip
@@ -589,13 +763,15 @@ def capacity_gap(
     baseline: Plan | None = None,
     catalog: HardwareCatalog | None = None,
     deadline: Deadline | None = None,
+    warm: tuple[Purchase, ...] = (),
 ) -> CapacityGap:
     """The re-partitions and the cheapest purchase that serve the demand the fleet leaves waiting.
 
     The whole run keeps within ``deadline`` (by default ``opts.time_limit_s`` from now): each phase
     takes its share of the time left (:data:`PHASE_WEIGHTS`), and a phase the time limit stops keeps
     its best result so far, named in ``cut_short`` and explained in ``notes``. ``baseline`` is the
-    fleet plan when the caller has made it already (:func:`plan_fleet`).
+    fleet plan when the caller has made it already (:func:`plan_fleet`); ``warm`` is a purchase to try
+    first (a scenario's baseline purchase), kept when it is cheaper and the placement check passes.
     """
     opts = opts or GapOptions()
     catalog = catalog or default_catalog()
@@ -608,22 +784,32 @@ def capacity_gap(
     demand = [(u.workload, u.replica) for u in gap_demand(plan, inp, now)]
     outcome: dict[Key, str] = {}
     rest = list(demand)
-    actions: tuple[str, ...] = ()
+    actions: tuple[Repartition, ...] = ()
     if demand and REPARTITION in run.phases.todo:
         rest, actions = run.repartition(plan, demand)
         outcome.update({k: "served_by_repartition" for k in demand if k not in set(rest)})
     elif demand and inp.policy.mig.allow_repartition:
-        run.labels.notes.append("the policy already allows MIG re-partitions; the fleet plan includes them")
+        run.labels.notes.append(
+            "the policy already allows MIG re-partitions (and sharing-mode changes when it allows them); "
+            "the fleet plan includes them"
+        )
 
     specs = type_specs(types, catalog)
     problem = compile_problem(inp, catalog, now or datetime.now().astimezone())
     by_key = {r.key: r for r in problem.requests}
-    requests = [by_key[k] for k in rest]
+    requests = like_for_like(inp, [by_key[k] for k in rest], opts)
+    run.keep = _keep(requests, by_key)
     bad = _unservable(requests, specs)
     unservable = tuple(
-        Unservable(workload=k[0], replica=k[1], team=by_key[k].team, tier=by_key[k].tier, message=msg)
+        Unservable(
+            workload=k[0], replica=k[1], team=by_key[k].team, tier=by_key[k].tier,
+            message=msg + (
+                f" (like-for-like: bought only as {', '.join(run.keep[k[0]])}; "
+                "--allow-other-models lets it move class)" if k[0] in run.keep else ""
+            ),
+        )
         for k, msg in sorted(bad.items())
-    )
+    )  # fmt: skip
     outcome.update(dict.fromkeys(bad, "unservable"))
     buyable = [r for r in requests if r.key not in bad]
 
@@ -631,20 +817,22 @@ def capacity_gap(
     share: dict[Key, tuple[float, float, float, float]] = {}
     bought = _Purchase(_Fleet(types, catalog, {}))
     if buyable:
-        bought = run.buy(buyable, specs, types)
+        bought = run.buy(buyable, specs, types, warm)
         if bought.check is not None and bought.sub is not None:
             share = _shares(bought.check, bought.sub, bought.back, bought.fleet)
-            purchases = _purchases(bought.fleet, bought.check)
+            purchases = _purchases(bought, inp)
         keys = [r.key for r in buyable]
         outcome.update({k: "served_by_purchase" for k in keys if k in share})
         outcome.update({k: "still_unplaced" for k in keys if k not in share})
     counts = {k: outcome.get(k, "unservable") for k in demand}
     cost = sum(p.cost for p in purchases)
+    moves = _class_moves(inp, bought, by_key, opts) if purchases else ()
     return CapacityGap(
         demand_replicas=len(demand),
         served_by_repartition=sum(1 for v in counts.values() if v == "served_by_repartition"),
         served_by_purchase=sum(1 for v in counts.values() if v == "served_by_purchase"),
-        repartition_actions=actions,
+        repartition_actions=tuple(step for r in actions for step in r.actions),
+        repartitions=actions,
         purchases=purchases,
         nodes_added=sum(p.count for p in purchases),
         gpus_added=sum(p.gpus for p in purchases),
@@ -664,27 +852,105 @@ def capacity_gap(
         cut_short=tuple(run.labels.cut),
         notes=tuple(run.labels.notes),
         inputs_sha256=inputs_digest(inp),
+        example_prices=types.example_prices,
+        price_source=EXAMPLE_SOURCE if types.example_prices else types.note or "the given node-type catalog",
+        allow_other_models=("*",) if opts.allow_other_models else tuple(sorted(opts.other_models_for)),
+        class_moves=moves,
     )
 
 
-def _purchases(fleet: _Fleet, plan: Plan) -> tuple[Purchase, ...]:
-    """Purchased nodes per type (nodes the check left empty are not bought)."""
-    used = {a.node for a in plan.assignments}
+def _keep(requests: list[Request], by_key: dict[Key, Request]) -> dict[str, tuple[str, ...]]:
+    """The GPU models each workload whose shapes :func:`like_for_like` narrowed is kept to."""
+    keep: dict[str, set[str]] = defaultdict(set)
+    for r in requests:
+        for s, before in zip(r.shapes, by_key[r.key].shapes, strict=True):
+            if s.models != before.models and s.models:
+                keep[r.workload] |= s.models
+    return {w: tuple(sorted(m)) for w, m in keep.items()}
+
+
+def _served(inp: PlanningInput, placed: Iterable[tuple[Key, float]]) -> tuple[Served, ...]:
+    """Replicas per workload with their GPU-equivalents and the GPU-hours those give (:data:`DAY_H`
+    hours for a workload without ``duration_s``)."""
+    acc: dict[str, list[float]] = {}
+    for (wid, _), eq in placed:
+        line = acc.setdefault(wid, [0.0, 0.0])
+        line[0] += 1
+        line[1] += eq
+    out = []
+    for wid, (n, eq) in sorted(acc.items()):
+        w = inp.workload_by_id[wid]
+        hours = w.duration_s / 3600 if w.duration_s else DAY_H
+        out.append(Served(workload=wid, team=w.team, tier=w.tier, replicas=int(n),
+                          gpu_equivalents=round(eq, 4), gpu_hours=round(eq * hours, 2)))  # fmt: skip
+    return tuple(out)
+
+
+def _placed_eq(bought: _Purchase) -> dict[str, list[tuple[Key, float]]]:
+    """Per purchased node, the original replica keys the check placed there with their
+    GPU-equivalents."""
+    out: dict[str, list[tuple[Key, float]]] = defaultdict(list)
+    if bought.check is None or bought.sub is None:
+        return out
+    nodes = bought.sub.cluster.node_by_name
+    for a in bought.check.assignments:
+        node = nodes[a.node]
+        eq = sum(gpu_equivalents(g, node.gpu_by_index[g.index].model, bought.fleet.catalog) for g in a.gpus)
+        out[a.node].append((bought.back[(a.workload, a.replica)], eq))
+    return out
+
+
+def _class_moves(
+    inp: PlanningInput, bought: _Purchase, by_key: dict[Key, Request], opts: GapOptions
+) -> tuple[ClassMove, ...]:
+    """Workloads allowed other models that the purchase serves outside their own class."""
+    model_of = {n.name: t_name for t_name, n in bought.fleet.nodes}
+    moved: dict[tuple[str, str], tuple[set[str], int]] = {}
+    for node, placed in _placed_eq(bought).items():
+        model = bought.fleet.types.node_type(model_of[node]).gpu_model
+        for key, _ in placed:
+            r = by_key[key]
+            if not opts.other_models(r.workload):
+                continue
+            home = {m for s in r.shapes if not s.named_models for m in home_models(inp, s, r.workload)}
+            if not home or model in home:
+                continue
+            models, n = moved.get((r.workload, model), (home, 0))
+            moved[(r.workload, model)] = (models, n + 1)
+    return tuple(
+        ClassMove(workload=w, replicas=n, from_models=tuple(sorted(models)), to_model=m)
+        for (w, m), (models, n) in sorted(moved.items())
+    )
+
+
+def _purchases(bought: _Purchase, inp: PlanningInput) -> tuple[Purchase, ...]:
+    """Purchased nodes per type, with the workloads they serve and their idle GPUs (nodes the check
+    left empty are not bought)."""
+    placed = _placed_eq(bought)
     by_type: dict[str, list[str]] = defaultdict(list)
-    for type_name, node in fleet.nodes:
-        if node.name in used:
+    for type_name, node in bought.fleet.nodes:
+        if placed.get(node.name):
             by_type[type_name].append(node.name)
     out = []
     for name, nodes in sorted(by_type.items()):
-        t = fleet.types.node_type(name)
+        t = bought.fleet.types.node_type(name)
+        on = [p for n in nodes for p in placed[n]]
+        node_of = {n.name: n for _, n in bought.fleet.nodes}
+        mig = sum(1 for n in nodes for g in node_of[n].gpus if g.mig is not None)
+        serves = _served(inp, on)
         out.append(
             Purchase(
                 node_type=name,
+                gpu_model=t.gpu_model,
                 count=len(nodes),
                 gpus=len(nodes) * t.gpus,
+                gpus_idle=round(max(0.0, len(nodes) * t.gpus - sum(eq for _, eq in on)), 4),
+                mig_gpus=mig,
                 cost=round(len(nodes) * t.unit_cost, 2),
                 lead_time_days=t.lead_time_days,
                 nodes=tuple(nodes),
+                serves=serves,
+                gpu_hours=round(sum(s.gpu_hours for s in serves), 2),
             )
         )
     return tuple(out)

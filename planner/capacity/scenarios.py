@@ -9,7 +9,7 @@ from __future__ import annotations
 import logging
 import math
 import time
-from dataclasses import dataclass
+from dataclasses import dataclass, replace
 from pathlib import Path
 from typing import Any
 
@@ -20,6 +20,7 @@ from gpuplan.models.capacity import (
     CapacityGap,
     Growth,
     NodeTypeCatalog,
+    Purchase,
     Scenario,
     ScenarioFile,
     ScenarioResult,
@@ -29,7 +30,7 @@ from gpuplan.models.plan import Plan
 from gpuplan.models.policy import Policy
 from gpuplan.models.problem import PlanningInput
 from gpuplan.models.workload import Workload
-from gpuplan.planner.capacity.gap import GapOptions, capacity_gap, load_node_types
+from gpuplan.planner.capacity.gap import WARM, GapOptions, capacity_gap, load_node_types
 from gpuplan.planner.pipeline.deadline import Deadline
 from gpuplan.planner.pipeline.files import describe, read_structured
 from gpuplan.planner.planning import inputs_digest
@@ -164,7 +165,18 @@ class Prepared:
     @property
     def same_gap(self) -> bool:
         """Whether the scenario changes nothing: the base run's gap is its answer."""
-        return self.same_input and self.same_types
+        return self.same_input and self.same_types and not self.scenario.allow_other_models
+
+    def options(self, opts: GapOptions) -> GapOptions:
+        """``opts`` with the workloads this scenario lets buy other GPU models."""
+        names = set(self.scenario.allow_other_models)
+        if not names:
+            return opts
+        return replace(
+            opts,
+            allow_other_models=opts.allow_other_models or "*" in names,
+            other_models_for=opts.other_models_for | (names - {"*"}),
+        )
 
 
 def prepare_scenarios(
@@ -178,6 +190,9 @@ def prepare_scenarios(
     digest = inputs_digest(inp)
     out = []
     for s in scenarios.scenarios:
+        unknown = sorted(set(s.allow_other_models) - {"*"} - set(inp.workload_by_id))
+        if unknown:
+            raise InputError(f"scenario '{s.name}' field allow_other_models: unknown workload '{unknown[0]}'")
         s_inp, s_types = scenario_input(inp, s, catalog), scenario_types(types, s, base_dir, catalog)
         out.append(Prepared(s, s_inp, s_types, inputs_digest(s_inp) == digest, s_types == types))
     return out
@@ -206,6 +221,7 @@ class _Task:
 
     prepared: Prepared
     baseline: Plan | None
+    warm: tuple[Purchase, ...]
     index: int
     count: int
     deadline: Deadline
@@ -219,7 +235,15 @@ def _scenario_gap(shared: tuple[GapOptions, HardwareCatalog, int], task: _Task) 
     mine = task.deadline.sub(1 / waves_left)
     log.info("scenario %s: %.1f s", task.prepared.scenario.name, mine.remaining())
     p = task.prepared
-    return capacity_gap(p.inp, p.types, opts, baseline=task.baseline, catalog=catalog, deadline=mine)
+    return capacity_gap(
+        p.inp,
+        p.types,
+        p.options(opts),
+        baseline=task.baseline,
+        catalog=catalog,
+        deadline=mine,
+        warm=task.warm,
+    )
 
 
 def run_prepared(
@@ -234,16 +258,25 @@ def run_prepared(
 
     ``base`` is the fleet plan and gap of the inputs the scenarios were prepared from: a scenario that
     changes nothing reuses that gap, and one that changes only node types or prices reuses that fleet
-    plan. The other scenarios are independent tasks (:mod:`gpuplan.solvers.parallel`): one after the
-    other here (each solve uses the machine's processes itself), or as Ray tasks with ``opts.ray``. Each
-    gets an equal part of the time left when it starts among those that cannot start before it ends, so
-    the time one leaves unused goes to those after it.
+    plan; each scenario tries the base purchase first (a warm start, kept when it is cheaper than the
+    purchase found and passes the placement check). The other scenarios are independent tasks
+    (:mod:`gpuplan.solvers.parallel`): one after the other here (each solve uses the machine's
+    processes itself), or as Ray tasks with ``opts.ray``. Each gets an equal part of the time left
+    when it starts among those that cannot start before it ends, so the time one leaves unused goes to
+    those after it.
     """
     todo = [p for p in prepared if base is None or not p.same_gap]
     if opts.ray is not None:  # Ray workers on other machines share the wall clock, not this monotonic one
         deadline = Deadline.after(deadline.remaining(), time.time)
     tasks = [
-        _Task(p, base[0] if base is not None and p.same_input else None, i, len(todo), deadline)
+        _Task(
+            p,
+            base[0] if base is not None and p.same_input else None,
+            base[1].purchases if base is not None else (),
+            i,
+            len(todo),
+            deadline,
+        )
         for i, p in enumerate(todo)
     ]
     shared = (opts, catalog, slots(1, opts.ray))
@@ -255,8 +288,100 @@ def run_prepared(
             gap = base[1]
         else:
             gap = next(gaps)
-        out.append(ScenarioResult(name=p.scenario.name, description=p.scenario.description, gap=gap))
+        baseline = base[1] if base is not None else None
+        out.append(
+            ScenarioResult(
+                name=p.scenario.name,
+                description=p.scenario.description,
+                buys=buys(gap),
+                vs_baseline=versus(p, gap, baseline) if baseline is not None else "",
+                gap=gap,
+            )
+        )
     return tuple(out)
+
+
+def buys(gap: CapacityGap) -> str:
+    """What a gap buys, in words (``nothing`` when it buys nothing)."""
+    return ", ".join(f"{p.count} x {p.node_type}" for p in gap.purchases) or "nothing"
+
+
+def _flat(mapping: dict[str, Any], prefix: str = "") -> list[str]:
+    """``a.b=value`` for every leaf of a nested mapping."""
+    out = []
+    for key, value in mapping.items():
+        if isinstance(value, dict):
+            out.extend(_flat(value, f"{prefix}{key}."))
+        else:
+            out.append(f"{prefix}{key}={value}")
+    return out
+
+
+def changes(p: Prepared) -> list[str]:
+    """What a scenario changes from the inputs as given."""
+    s = p.scenario
+    out = [f"team {k} x{v:g}" for k, v in s.growth.teams.items()]
+    out += [f"tier {k} x{v:g}" for k, v in s.growth.tiers.items()]
+    if s.catalog:
+        out.append(f"node types from {s.catalog}")
+    out += [f"{k} at {v:,.0f}" for k, v in s.prices.items()]
+    out += [f"policy {item}" for item in _flat(s.policy)]
+    if s.allow_other_models:
+        who = "every workload" if "*" in s.allow_other_models else ", ".join(s.allow_other_models)
+        out.append(f"other GPU models for {who}")
+    return out
+
+
+def versus(p: Prepared, gap: CapacityGap, base: CapacityGap) -> str:
+    """Why a scenario's cost differs from the baseline's (the gap of the inputs as given): what the
+    scenario changes, the demand each had to serve, how much re-partitions served, the solves the time
+    limit cut short, and whether a cheaper mix was found for the same demand."""
+    if p.same_gap:
+        return "the baseline's inputs: the baseline's answer"
+    diff = gap.cost - base.cost
+    head = (
+        "the same cost as the baseline"
+        if abs(diff) < 0.005
+        else f"{abs(diff):,.0f} {gap.currency} {'more' if diff > 0 else 'less'} than the baseline"
+    )
+    why = [f"it changes {', '.join(changes(p))}"] if changes(p) else []
+    if gap.demand_replicas != base.demand_replicas:
+        why.append(
+            f"{gap.demand_replicas} replicas wait beyond their target after its fleet plan "
+            f"(baseline {base.demand_replicas})"
+        )
+    if gap.served_by_repartition != base.served_by_repartition:
+        why.append(f"re-partitions serve {gap.served_by_repartition} (baseline {base.served_by_repartition})")
+    if gap.still_unplaced:
+        why.append(
+            f"its purchase was NOT verified: {gap.still_unplaced} replica(s) still wait, and its cost leaves "
+            "them out"
+        )
+    if len(gap.unservable) != len(base.unservable):
+        why.append(
+            f"{len(gap.unservable)} replica(s) no node type can host (baseline {len(base.unservable)})"
+        )
+    if WARM in gap.solver:
+        why.append(
+            "the baseline's purchase (warm start) served its demand for less than the purchase it found"
+        )
+    if gap.cut_short:
+        why.append(
+            f"the time limit cut short its {', '.join(gap.cut_short)}: a longer --time-limit may find a "
+            "cheaper purchase"
+        )
+    if base.cut_short and diff < 0:
+        why.append(f"the time limit cut short the baseline's {', '.join(base.cut_short)}")
+    if diff < 0 and gap.demand_replicas == base.demand_replicas and not p.same_types:
+        why.append("other node types or prices give a cheaper mix")
+    elif diff < 0 and gap.demand_replicas == base.demand_replicas:
+        why.append("a cheaper mix was found for as much demand")
+    if diff > 0 and not gap.cut_short and gap.demand_replicas <= base.demand_replicas and p.same_types:
+        why.append(
+            "it costs more for no more demand with no solve cut short: its fleet plan left other "
+            "replicas waiting, which need other node types"
+        )
+    return head + (": " + "; ".join(why) if why else "")
 
 
 def scenario_row(name: str, gap: CapacityGap) -> dict[str, Any]:
@@ -280,7 +405,8 @@ def scenario_row(name: str, gap: CapacityGap) -> dict[str, Any]:
 
 
 def render_table(results: tuple[ScenarioResult, ...]) -> str:
-    """Scenarios side by side: one column per scenario, one row per headline number."""
+    """Scenarios side by side (one column per scenario, one row per headline number), then each
+    scenario's description, what it buys and why it differs from the baseline."""
     rows = [scenario_row(r.name, r.gap) for r in results]
     fields = [f for f in rows[0] if f != "scenario"] if rows else []
     names = [str(r["scenario"]) for r in rows]
@@ -294,4 +420,12 @@ def render_table(results: tuple[ScenarioResult, ...]) -> str:
             text = f"{value:,.2f}" if isinstance(value, float) else str(value)
             cells.append(text.rjust(c))
         lines.append(f.ljust(width) + "  " + "  ".join(cells))
+    for r in results:
+        lines.append(f"{r.name}: {r.description or '(no description)'}; buys {r.buys or buys(r.gap)}")
+        if r.vs_baseline:
+            lines.append(f"  vs baseline: {r.vs_baseline}")
+        lines.extend(
+            f"  moves class: {m.workload} x{m.replicas} from {'|'.join(m.from_models)} to {m.to_model}"
+            for m in r.gap.class_moves
+        )
     return "\n".join(lines)

@@ -4,7 +4,7 @@ from __future__ import annotations
 
 import argparse
 from pathlib import Path
-from typing import TYPE_CHECKING
+from typing import TYPE_CHECKING, Any
 
 from pydantic import ValidationError
 
@@ -16,7 +16,7 @@ from gpuplan.planner.pipeline.files import describe, load_plan, read_structured,
 from gpuplan.planner.pipeline.progress import phase
 
 if TYPE_CHECKING:
-    from gpuplan.models.capacity import CapacityGap, ScenarioResult
+    from gpuplan.models.capacity import CapacityGap, ScenarioResult, Served
     from gpuplan.models.hardware import HardwareCatalog
     from gpuplan.models.plan import Plan
     from gpuplan.models.problem import PlanningInput
@@ -27,25 +27,54 @@ OUTPUT_SHARE = 0.05
 OUTPUT_MAX_S = 5.0
 
 
+#: Workloads named per purchase or re-partition on the console (all of them are in the JSON).
+SHOWN = 6
+
+
+def _served(items: tuple[Served, ...]) -> str:
+    """Workloads served, with team, tier and GPU-hours, the first :data:`SHOWN` by GPU-hours, then how
+    many more and their teams (``-`` for none)."""
+    first = sorted(items, key=lambda s: (-s.gpu_hours, s.workload))
+    text = "; ".join(
+        f"{s.workload} x{s.replicas} ({s.team}/{s.tier}, {s.gpu_hours:,.1f} GPU-h)" for s in first[:SHOWN]
+    )
+    rest = first[SHOWN:]
+    if rest:
+        teams = sorted({s.team for s in rest})
+        text += f"; and {len(rest)} more workloads ({', '.join(teams)}; all in --out)"
+    return text or "-"
+
+
 def render_gap(gap: CapacityGap) -> str:
-    """The capacity gap as text: demand, re-partitions, purchases, per tier and team, unservable."""
+    """The capacity gap as text: price source, demand, re-partitions and purchases with whom they
+    serve, per tier and team, class moves, unservable."""
     lines = [
         f"gap demand: {gap.demand_replicas} replicas waiting beyond their tier target",
-        f"served by MIG re-partitions (no purchase): {gap.served_by_repartition}"
-        + (f" ({len(gap.repartition_actions)} MIG actions)" if gap.repartition_actions else ""),
+        f"served by re-partitions (MIG layouts, sharing modes; no purchase): {gap.served_by_repartition}"
+        + (f" ({len(gap.repartition_actions)} actions)" if gap.repartition_actions else ""),
         f"served by purchases: {gap.served_by_purchase}   cannot be served: {len(gap.unservable)}",
     ]
+    for rp in gap.repartitions:
+        steps = ", ".join(rp.actions)
+        where = f"{rp.node} GPU {rp.gpu}" if rp.gpu is not None else f"{rp.node} (sharing mode)"
+        lines.append(f"  re-partition {where}: {steps}; frees room for {_served(rp.serves)}")
+    example = " (EXAMPLE price)" if gap.example_prices else ""
     for p in gap.purchases:
         lines.append(
-            f"  buy {p.count} x {p.node_type} ({p.gpus} GPUs) for {p.cost:,.0f} {gap.currency}, "
-            f"lead time {p.lead_time_days} d"
+            f"  buy {p.count} x {p.node_type} "
+            f"({p.gpus} {p.gpu_model} GPUs bought, {round(p.gpus_idle, 2):g} idle) "
+            f"for {p.cost:,.0f} {gap.currency}{example}, lead time {p.lead_time_days} d, "
+            f"unlocks {p.gpu_hours:,.1f} GPU-h"
         )
+        lines.append(f"    serves: {_served(p.serves)}")
     verdict = "verified by placement" if gap.verified else f"NOT verified: {gap.still_unplaced} still waiting"
     lines.append(
         f"total: {gap.nodes_added} nodes, {gap.gpus_added} GPUs, {gap.cost:,.0f} {gap.currency} "
         f"(lower bound {gap.lower_bound:,.0f}, gap {100 * gap.gap:.2f}%, {gap.solver} {gap.solver_status}, "
         f"{verdict})"
     )
+    if gap.example_prices:
+        lines.append(f"PRICES ARE EXAMPLES: {gap.price_source}")
     if gap.cut_short:
         lines.append(
             f"cut short by the time limit: {', '.join(gap.cut_short)} (best results so far; see the notes)"
@@ -61,9 +90,31 @@ def render_gap(gap: CapacityGap) -> str:
                 f"{r.key:<18} {r.replicas:>7} {r.served_by_repartition:>5} {r.served_by_purchase:>7} "
                 f"{r.unservable:>6} {r.gpus_added:>8.2f} {r.cost:>14,.0f}"
             )
+    if gap.allow_other_models:
+        lines.append(
+            "other GPU models allowed for: "
+            + ("every workload" if gap.allow_other_models == ("*",) else ", ".join(gap.allow_other_models))
+        )
+    lines.extend(
+        f"moves class: {m.workload} x{m.replicas} from {'|'.join(m.from_models)} to {m.to_model}"
+        for m in gap.class_moves
+    )
     lines.extend(f"cannot be served: {u.message}" for u in gap.unservable)
     lines.extend(f"note: {n}" for n in gap.notes)
     return "\n".join(lines)
+
+
+def other_models(given: list[str] | None, inp: PlanningInput) -> dict[str, Any]:
+    """``GapOptions`` fields of ``--allow-other-models [WORKLOAD ...]`` (no names: every workload)."""
+    if given is None:
+        return {}
+    if not given:
+        return {"allow_other_models": True}
+    names = {n for part in given for n in part.split(",") if n}
+    unknown = sorted(names - set(inp.workload_by_id))
+    if unknown:
+        raise InputError(f"--allow-other-models: unknown workload '{unknown[0]}'")
+    return {"other_models_for": frozenset(names)}
 
 
 def cmd_capacity_gap(args: argparse.Namespace) -> int:
@@ -90,6 +141,7 @@ def cmd_capacity_gap(args: argparse.Namespace) -> int:
         num_workers=args.workers,
         now=common.parse_now(args.now),
         ray=common.ray_from_args(args),
+        **other_models(args.allow_other_models, inp),
     )
     what_ifs = (
         prepare_scenarios(
@@ -197,7 +249,18 @@ def add_parsers(sub: common.Subparsers) -> None:
     """Register ``capacity-gap`` and ``export``."""
     p = sub.add_parser("capacity-gap", help="what to re-partition and buy to serve the waiting demand")
     common.add_input_options(p)
-    p.add_argument("--catalog", help="purchasable node types (default: the bundled EXAMPLE catalog)")
+    p.add_argument(
+        "--catalog",
+        help="purchasable node types, YAML/JSON (schema: docs/FORMATS.md#node-type-catalog; template: "
+        "data/examples/node_types.template.yaml); default: the bundled catalog with EXAMPLE prices",
+    )
+    p.add_argument(
+        "--allow-other-models",
+        nargs="*",
+        metavar="WORKLOAD",
+        help="what-if: buy any GPU model for workloads without a GPU-model constraint (all, or the "
+        "workloads named); by default each keeps its GPU class (the models it runs on, else the fleet's)",
+    )
     p.add_argument("--scenarios", help="what-if scenarios file; results tabulated side by side")
     p.add_argument("--out", help="write the capacity gap (and scenarios) as JSON here")
     p.add_argument("--xlsx", help="also write a workbook with the plan and the gap")

@@ -29,7 +29,7 @@ from openpyxl.utils import get_column_letter
 from openpyxl.worksheet.worksheet import Worksheet
 
 from gpuplan.models.base import InputError
-from gpuplan.models.capacity import CapacityReport, NodeTypeCatalog
+from gpuplan.models.capacity import CapacityReport, NodeTypeCatalog, Served
 from gpuplan.models.cluster import Cluster, Node
 from gpuplan.models.hardware import HardwareCatalog
 from gpuplan.models.plan import Counterfactual, GpuUse, Plan, Unplaced
@@ -395,6 +395,11 @@ def _waiting(ctx: _Context) -> list[dict[str, Any]]:
     return rows
 
 
+def _serves(items: tuple[Served, ...]) -> str:
+    """The workloads a purchase or re-partition serves, with team and tier (``-`` for none)."""
+    return "; ".join(f"{s.workload} x{s.replicas} ({s.team}/{s.tier})" for s in items) or "-"
+
+
 def _gap(ctx: _Context) -> list[dict[str, Any]]:
     if ctx.report is None:
         return []
@@ -421,17 +426,36 @@ def _gap(ctx: _Context) -> list[dict[str, Any]]:
                 "gpus_added": p.gpus,
                 "cost": p.cost,
                 "lead_time_days": p.lead_time_days,
-                "detail": " ".join(p.nodes),
+                "gpus_idle": p.gpus_idle,
+                "gpu_hours": p.gpu_hours,
+                "detail": f"{p.gpu_model}: {' '.join(p.nodes)}; serves {_serves(p.serves)}",
             }
         )
     for section, lines in (("tier", gap.by_tier), ("team", gap.by_team)):
         rows.extend({"section": section, **line.model_dump()} for line in lines)
-    rows.extend({"section": "repartition", "key": "", "detail": a} for a in gap.repartition_actions)
+    if gap.repartitions:
+        rows.extend(
+            {
+                "section": "repartition",
+                "key": f"{r.node} GPU {r.gpu}" if r.gpu is not None else r.node,
+                "detail": f"{', '.join(r.actions)}; frees room for {_serves(r.serves)}",
+            }
+            for r in gap.repartitions
+        )
+    else:
+        rows.extend({"section": "repartition", "key": "", "detail": a} for a in gap.repartition_actions)
+    rows.extend(
+        {"section": "class move", "key": m.workload, "replicas": m.replicas,
+         "detail": f"from {'|'.join(m.from_models)} to {m.to_model}"}
+        for m in gap.class_moves
+    )  # fmt: skip
     rows.extend(
         {"section": "unservable", "key": f"{u.workload}#{u.replica}", "detail": u.message}
         for u in gap.unservable
     )
     rows.extend({"section": "note", "key": "", "detail": n} for n in gap.notes)
+    if gap.price_source:
+        rows.append({"section": "prices", "key": "source", "detail": gap.price_source})
     return rows
 
 
@@ -543,6 +567,8 @@ def _summary(ctx: _Context, teams: list[dict[str, Any]]) -> list[dict[str, Any]]
         gap = scenario_row("", ctx.report.gap)
         rows.extend(("capacity gap", k, v) for k, v in gap.items() if k != "scenario")
     units = {"showback": ctx.types.currency if ctx.types else "", "capacity gap": currency}
+    if _example(ctx.types, ctx.report):
+        units = {k: f"{v} {EXAMPLE_LABEL}" if v else v for k, v in units.items()}
     return [
         {
             "section": sec,
@@ -560,7 +586,11 @@ def _scenarios(ctx: _Context) -> list[dict[str, Any]]:
     results = ctx.report.scenarios
     if not results:
         return [scenario_row("(this gap)", ctx.report.gap)]
-    return [scenario_row(r.name, r.gap) for r in results]
+    return [
+        {**scenario_row(r.name, r.gap), "description": r.description, "buys": r.buys,
+         "vs_baseline": r.vs_baseline}
+        for r in results
+    ]  # fmt: skip
 
 
 def check_gap(plan: Plan, report: CapacityReport) -> None:
@@ -622,6 +652,8 @@ def build_tables(
     currency = {"Teams": types.currency if types else ""}
     if report is not None:
         currency.update(dict.fromkeys(("CapacityGap", "Scenarios"), report.gap.currency))
+    if _example(types, report):
+        currency = {k: f"{v} {EXAMPLE_LABEL}" if v else v for k, v in currency.items()}
     tables = {}
     for name in SHEETS:
         columns = list(_COLUMNS[name])
@@ -630,6 +662,17 @@ def build_tables(
         tables[name] = _frame(rows[name], columns)
         tables[name].attrs["currency"] = currency.get(name, "")
     return tables
+
+
+#: What every money unit says while the prices are the bundled catalog's examples.
+EXAMPLE_LABEL = "(EXAMPLE prices)"
+
+
+def _example(types: NodeTypeCatalog | None, report: CapacityReport | None) -> bool:
+    """Whether the money shown comes from example prices (the bundled catalog)."""
+    return bool(types is not None and types.example_prices) or bool(
+        report is not None and report.gap.example_prices
+    )
 
 
 def _money(currency: str) -> str:
