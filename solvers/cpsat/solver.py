@@ -67,11 +67,22 @@ FIT_CHECK_DETERMINISTIC_S = 2.0
 class _Stages:
     """Solves the stages of one CP-SAT model, re-hinting each stage with the previous solution."""
 
-    def __init__(self, model: cp_model.CpModel, problem: PlacementProblem, deadline: float, *, large: bool):
+    def __init__(
+        self,
+        model: cp_model.CpModel,
+        problem: PlacementProblem,
+        deadline: float,
+        *,
+        large: bool,
+        interleave: bool = False,
+    ):
         self.model = model
         self.problem = problem
         self.deadline = deadline
         self.large = large
+        #: Run every subsolver of the portfolio in turn (as deterministic solves do) rather than one per
+        #: thread: on a whole-cluster model the LP-based ones prove far stronger bounds.
+        self.interleave = interleave
         #: Whether a deterministic stage was stopped by the wall clock (its result may vary by machine).
         self.cut_by_wall = False
 
@@ -90,6 +101,8 @@ class _Stages:
             # for little gain; the FGD hint and LNS do the work.
             solver.parameters.symmetry_level = 0
             solver.parameters.cp_model_probing_level = 0
+        if self.interleave:
+            solver.parameters.interleave_search = True
         if self.problem.deterministic:
             # Same seed and input give the same plan: subsolvers interleave in fixed batches and stop on
             # deterministic time. The wall clock still bounds the command: a stage cut by it is flagged.
@@ -219,7 +232,13 @@ class CpSat:
         }
         log.info("cpsat model: %s", size)
         hint_from(builder.model, v, problem, greedy)
-        stages = _Stages(builder.model, problem, deadline, large=size["variables"] > FAST_PRESOLVE_VARIABLES)
+        stages = _Stages(
+            builder.model,
+            problem,
+            deadline,
+            large=size["variables"] > FAST_PRESOLVE_VARIABLES,
+            interleave=full and not large,
+        )
         reports, solution, n_stages = run_stages(problem, v, terms, stages, start)
         wall = time.perf_counter() - start
         if solution is None:
