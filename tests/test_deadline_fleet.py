@@ -7,6 +7,7 @@ from __future__ import annotations
 import itertools
 import random
 import time
+from dataclasses import replace
 from datetime import UTC, datetime
 from types import SimpleNamespace
 from typing import Any
@@ -18,11 +19,14 @@ from gpuplan.planner.pipeline import summary
 from gpuplan.planner.pipeline.compile import compile_problem
 from gpuplan.planner.pipeline.deadline import MIN_SOLVE_S, RESERVE_SHARE, Deadline, solve_share
 from gpuplan.planner.planning import make_plan
-from gpuplan.solvers.base import CUT
+from gpuplan.solvers.base import CUT, SolveResult
+from gpuplan.solvers.cpsat import CpSat
+from gpuplan.solvers.cpsat.lns import improve
 from gpuplan.solvers.fleet import engine as fleet_engine
 from gpuplan.solvers.fleet import generation
 from gpuplan.solvers.greedy import Fgd
 from gpuplan.solvers.greedy import engine as greedy_engine
+from gpuplan.solvers.problem import PlacementProblem
 from tests._clock import FakeClock
 
 NOW = datetime(2026, 11, 29, 12, tzinfo=UTC)
@@ -183,3 +187,20 @@ def test_the_command_says_when_the_limit_was_raised_to_the_shortest_solve(
     with caplog.at_level("WARNING"):
         assert solve_share(2.0, deadline) == MIN_SOLVE_S
     assert any("time limit of 2 s is raised" in r.getMessage() for r in caplog.records)
+
+
+@pytest.mark.parametrize("stopped", [False, True])
+def test_a_search_step_the_wall_clock_stopped_marks_the_deterministic_search_as_cut(stopped: bool) -> None:
+    """Six one-GPU replicas on four one-GPU nodes: two always wait, so a deterministic search takes
+    steps. A step whose CP-SAT stage the wall clock stopped (its result carries CUT) makes the whole
+    search cut; steps that ran to their deterministic limits do not."""
+    work = [{"id": f"w{i}", "gpus": 1} for i in range(6)]
+    problem = compile_problem(_inp(4, work), default_catalog(), NOW, deterministic=True, time_limit_s=2)
+
+    def step(sub: PlacementProblem, movable: set[int]) -> SolveResult:
+        out = CpSat(movable_running=movable, decompose=False).solve(sub)
+        return replace(out, terms={**out.terms, **({CUT: 1.0} if stopped else {})})
+
+    _, report = improve(problem, Fgd().place(problem), time.perf_counter() + 600, step)
+    assert report.steps >= 1
+    assert report.cut is stopped

@@ -49,11 +49,15 @@ INTEGER_SHARE = 0.5
 #: The second FGD plan of the first columns runs only if the first took at most this share of the time
 #: left (a fleet on a loaded machine would otherwise overrun its time limit).
 SECOND_PLAN_SHARE = 0.25
-#: A deterministic run's work limits, so that its plan does not depend on the clock: column generation
-#: rounds per second of the time limit, and branch-and-bound nodes of the integer master. The wall
-#: clock still ends either at the deadline (the plan then says it was cut).
-DETERMINISTIC_ROUNDS_PER_S = 0.5
+#: A deterministic run's work limits, so that its plan does not depend on the clock: the second FGD
+#: plan only for at most this many replicas per second of the time limit (FGD places 1,000-2,000 a
+#: second on a loaded 2-core machine), column generation rounds per second of the time limit, and
+#: branch-and-bound nodes of the integer master. The wall clock still ends each at the deadline (the
+#: plan then says it was cut); column generation may use this share of the time left.
+DETERMINISTIC_SECOND_PLAN_REPLICAS_PER_S = 200
+DETERMINISTIC_ROUNDS_PER_S = 0.3
 DETERMINISTIC_MASTER_NODES = 500
+DETERMINISTIC_GENERATION_SHARE = 0.85
 
 
 @dataclass(frozen=True)
@@ -127,10 +131,13 @@ def _first_plans(problem: PlacementProblem, deadline: float) -> list[SolveResult
     """FGD's plans in the canonical orders, the seeded one first (:func:`_shuffled_order`,
     :func:`_queue_order`), each stopped at ``deadline`` (what it has not reached waits, labelled); the
     second only if the first was not stopped and took at most :data:`SECOND_PLAN_SHARE` of the time
-    left (always in a deterministic run, whose plan must not depend on the clock)."""
+    left, or in a deterministic run (whose plan must not depend on the clock) if the input is small for
+    its time limit (:data:`DETERMINISTIC_SECOND_PLAN_REPLICAS_PER_S`)."""
     everyone = list(range(len(problem.requests)))
     plans = []
-    for order in (_shuffled_order, _queue_order):
+    second = len(everyone) <= DETERMINISTIC_SECOND_PLAN_REPLICAS_PER_S * problem.time_limit_s
+    orders = (_shuffled_order, _queue_order) if second or not problem.deterministic else (_shuffled_order,)
+    for order in orders:
         began = time.perf_counter()
         ordered = tuple(problem.requests[r] for r in order(problem, everyone))
         plans.append(Fgd().place(replace(problem, requests=ordered), deadline=deadline))
@@ -231,7 +238,8 @@ def plan_fleet(problem: PlacementProblem, deadline: float) -> FleetPlan:
     singles = [r for r in waiting if problem.requests[r].gang is None]
     classes = request_classes(problem, singles)
     nodes = node_classes(placer, repartition=_repartitions(problem))
-    budget = GENERATION_SHARE * (deadline - time.perf_counter())
+    share = DETERMINISTIC_GENERATION_SHARE if problem.deterministic else GENERATION_SHARE
+    budget = share * (deadline - time.perf_counter())
     config = generate(
         nodes,
         classes,
