@@ -282,9 +282,10 @@ def plan_fleet(problem: PlacementProblem, deadline: float) -> FleetPlan:
     unplaced.extend(left)
     kept = [r.assignment(r.running) for r in problem.requests if r.running is not None]
     log.info(
-        "fleet: first plans %.1f s, generation %.1f s (%d rounds), integer master %.1f s, realisation %.1f s",
-        first_s, generated - start - first_s, config.rounds, integer - generated,
-        time.perf_counter() - integer,
+        "fleet: first plans %.1f s, generation %.1f s (%d rounds%s), integer master %.1f s%s, "
+        "realisation %.1f s",
+        first_s, generated - start - first_s, config.rounds, ", cut by the clock" if config.cut else "",
+        integer - generated, " (cut by the clock)" if timed_out else "", time.perf_counter() - integer,
     )  # fmt: skip
     result = SolveResult(
         status=PlanStatus.FEASIBLE,
