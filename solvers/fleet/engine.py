@@ -213,7 +213,9 @@ def _restored(
 def plan_fleet(problem: PlacementProblem, deadline: float) -> FleetPlan:
     """Plan ``problem`` by its configuration LP within ``deadline`` (perf_counter).
 
-    When the policy allows MIG re-partitions, the idle MIG GPUs are planned empty (:func:`_freed`) and
+    The first FGD plan stops at the deadline; when it was stopped, or (unless the run is deterministic)
+    left less than :data:`SECOND_PLAN_SHARE` of its own time, it is the plan, without a bound. When the
+    policy allows MIG re-partitions, the idle MIG GPUs are planned empty (:func:`_freed`) and
     pricing counts idle instances as free to replace, so the plan may re-partition them and the bound
     covers every layout; the plan's layouts keep the idle instances nothing is in the way of
     (:func:`_restored`)."""
@@ -227,8 +229,10 @@ def plan_fleet(problem: PlacementProblem, deadline: float) -> FleetPlan:
     firsts = _first_plans(problem, deadline)
     greedy = min(firsts, key=lambda g: queue_term(problem, g))
     first_s = time.perf_counter() - start
-    if GREEDY_CUT in greedy.terms:
-        # No time for the configuration LP: the partial FGD plan is the plan.
+    late = not problem.deterministic and deadline - time.perf_counter() < SECOND_PLAN_SHARE * first_s
+    if GREEDY_CUT in greedy.terms or late:
+        # No time for the configuration LP (its realisation alone takes about a quarter of an FGD plan):
+        # the FGD plan, partial if the deadline stopped it, is the plan.
         result = replace(greedy, solver="cpsat", wall_s=first_s)
         if freed:
             result = replace(result, mig_layouts=_restored(original, freed, result.mig_layouts))
