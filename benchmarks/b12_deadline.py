@@ -11,7 +11,8 @@ default pod list: 1,213 nodes, ~8k workloads), each solver and each time limit, 
 - ``inproc``: ``make_plan(inp, time_limit_s=L)`` in this process on the same files (loaded once, not
   timed), with its phase line captured from the log.
 
-The overshoot is wall time less the limit; the target is at most max(0.5 s, 10% of the limit).
+The overshoot is wall time less the limit; the target is at most max(0.5 s, 10% of the limit). Each
+row also has the one-minute load average when the run began (``load``): the machine may be shared.
 
 Run ``python -m benchmarks.b12_deadline --help``.
 """
@@ -20,6 +21,7 @@ from __future__ import annotations
 
 import argparse
 import logging
+import os
 import subprocess
 import sys
 import tempfile
@@ -142,17 +144,18 @@ def main(argv: Sequence[str] | None = None) -> None:
             for solver in args.solvers.split(","):
                 for limit in (float(x) for x in args.limits.split(",")):
                     for mode in args.modes.split(","):
+                        load = os.getloadavg()[0]
                         if mode == "cli":
                             row = run_cli(files, now, solver, limit, Path(tmp) / "plan.json")
                         else:
                             row = run_inproc(files, now, solver, limit)
                         over = row["wall_s"] - limit
                         rows.append(
-                            {"input": name, "solver": solver, "mode": mode, "limit_s": limit,
+                            {"input": name, "solver": solver, "mode": mode, "limit_s": limit, "load": load,
                              "overshoot_s": over, "within": over <= target_s(limit), **row}
                         )  # fmt: skip
                         print(
-                            f"{name:6} {solver:10} {mode:6} limit {limit:5.1f} s: "
+                            f"{name:6} {solver:10} {mode:6} limit {limit:5.1f} s, load {load:4.1f}: "
                             f"wall {row['wall_s']:6.2f} s (overshoot {over:+.2f} s) "
                             + " ".join(f"{k}={v:.2f}" for k, v in row.items() if k != "wall_s"),
                             flush=True,

@@ -10,6 +10,7 @@ import sys
 import time
 from datetime import UTC, datetime
 from pathlib import Path
+from types import SimpleNamespace
 from typing import Any
 
 import pytest
@@ -22,6 +23,7 @@ from gpuplan.planner.io.importers.openb import read_workloads
 from gpuplan.planner.pipeline.compile import compile_problem
 from gpuplan.planner.planning import make_plan
 from gpuplan.solvers.cpsat import solver
+from gpuplan.solvers.fleet import generation
 from gpuplan.solvers.fleet.engine import plan_fleet
 
 NOW = datetime(2026, 11, 29, 12, tzinfo=UTC)
@@ -161,11 +163,14 @@ def test_the_fleet_plan_allocates_the_same_for_any_order_of_a_variant_like_list(
     assert plans[0].solver.objective == plans[1].solver.objective
 
 
-def test_first_columns_do_not_strand_shares_when_there_is_no_time_to_generate_more() -> None:
+def test_first_columns_do_not_strand_shares_when_there_is_no_time_to_generate_more(
+    monkeypatch: pytest.MonkeyPatch,
+) -> None:
     """Three GPUs and pods of 650 and 470 milli-GPU (three each): FGD largest first gives every GPU a
     650 and strands the 470s (1,950 milli placed); the best packing puts two 470s on one GPU (2,240).
-    With its deadline already passed, the fleet engine plans from its first columns alone: they must
-    include FGD's plan in a random canonical order, which finds the better packing."""
+    With the deadline passed once the first plans are done (column generation's clock reads an hour
+    later), the fleet engine plans from its first columns alone: they must include FGD's plan in a
+    random canonical order, which finds the better packing."""
     nodes = [
         {
             "name": name,
@@ -178,6 +183,9 @@ def test_first_columns_do_not_strand_shares_when_there_is_no_time_to_generate_mo
     work = [{"id": f"p{i}", "cpu_milli": 1000, "gpu_milli": milli} for i, milli in enumerate([650, 470] * 3)]
     inp = PlanningInput.model_validate({"cluster": {"nodes": nodes}, "workloads": work})
     problem = compile_problem(inp, default_catalog(), NOW)
-    plan = plan_fleet(problem, time.perf_counter())
+    late = SimpleNamespace(perf_counter=lambda: time.perf_counter() + 3600.0)
+    monkeypatch.setattr(generation, "time", late)
+    plan = plan_fleet(problem, time.perf_counter() + 60.0)
+    assert plan.configuration is not None and plan.configuration.rounds == 0
     placed = sum(g.milli or 1000 for a in plan.result.assignments for g in a.gpus)
     assert placed == 2240

@@ -48,7 +48,9 @@ def _run_plan(inp: PlanningInput, args: argparse.Namespace, files: dict[str, Pat
         inp,
         solver=args.solver,
         now=common.parse_now(args.now),
-        time_limit_s=solve_share(args.time_limit, common.command_deadline(args)),
+        time_limit_s=solve_share(
+            args.time_limit, common.command_deadline(args), deterministic=args.deterministic
+        ),
         seed=args.seed,
         num_workers=args.workers,
         deterministic=args.deterministic,

@@ -123,20 +123,32 @@ class Phases:
         return Deadline(self.deadline.clock() + self.share(phase), self.deadline.clock)
 
 
-def solve_share(time_limit_s: float, deadline: Deadline) -> float:
+def solve_share(time_limit_s: float, deadline: Deadline, *, deterministic: bool = False) -> float:
     """The seconds a command's solve (``make_plan``) may take: the time limit less a part kept for the
     start-up and the output. The share depends on the limit alone, so a deterministic solve gets the
     same share (and gives the same plan) every run; only when the start-up has eaten into that part is
-    it cut to what the deadline leaves."""
+    it cut to what the deadline leaves, and never below :data:`MIN_SOLVE_S` (the command then says the
+    limit was raised). A ``deterministic`` solve keeps its share whatever the start-up took: its plan
+    must not depend on the clock, so the command may then end later than the limit (and says so)."""
     reserve = min(RESERVE_MAX_S, RESERVE_SHARE * time_limit_s)
     fixed = time_limit_s - reserve
     left = deadline.reserve(OUTPUT_S).remaining()
-    if left < fixed - START_UP_SLACK_S:
-        level = logging.WARNING if left < (1 - START_UP_WARN_SHARE) * fixed else logging.INFO
-        log.log(
-            level, "the start-up took the solve's time: its share is cut from %.2f s to %.2f s", fixed, left
-        )
-    return max(MIN_SOLVE_S, min(fixed, left))
+    if left >= fixed - START_UP_SLACK_S:
+        return max(MIN_SOLVE_S, fixed)
+    late = f"the start-up took {time_limit_s - reserve - left:.2f} s of the solve's {fixed:.2f} s"
+    if deterministic:
+        log.warning("%s; a deterministic solve keeps its share: the command ends up to that much late", late)
+        return max(MIN_SOLVE_S, fixed)
+    if left < MIN_SOLVE_S:
+        log.warning(
+            "%s: the time limit of %g s is raised to the shortest solve (%g s) and the output",
+            late, time_limit_s, MIN_SOLVE_S,
+        )  # fmt: skip
+        return MIN_SOLVE_S
+    # A small cut changes little that the user sees: said at INFO, a warning only past a share.
+    level = logging.WARNING if left < (1 - START_UP_WARN_SHARE) * fixed else logging.INFO
+    log.log(level, "%s: its share is cut to %.2f s", late, left)
+    return left
 
 
 class Stopwatch:

@@ -18,6 +18,7 @@ node's mode could change: :func:`modes_fixed` says so in the report and gives a 
 from __future__ import annotations
 
 import logging
+import math
 import time
 from collections.abc import Hashable, Iterable, Sequence
 from dataclasses import replace
@@ -40,8 +41,9 @@ log = logging.getLogger(__name__)
 #: Greedy plans tried at most, so that large fleets with many kinds of drained node stay quick (each kind
 #: takes a number of trials logarithmic in its nodes).
 MAX_TRIALS = 64
-#: Time limit of each greedy trial (the greedy finishes well within it on fleets of thousands of GPUs).
-TRIAL_LIMIT_S = 5.0
+#: Time limit of each greedy trial: none, since the greedy stops at its limit and trials cut at different
+#: points would compare plans of different queues (the pre-pass bounds itself by trials and its share).
+TRIAL_LIMIT_S = math.inf
 
 
 def flipped(sharing: Sharing, policy: Policy) -> Sharing:

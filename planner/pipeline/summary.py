@@ -7,6 +7,7 @@ from collections import Counter
 from gpuplan.models.plan import MIGRATE, Plan, PlanStatus
 from gpuplan.models.problem import PlanningInput
 from gpuplan.solvers.base import CUT
+from gpuplan.solvers.greedy.engine import GREEDY_CUT
 
 
 def render(plan: Plan, inp: PlanningInput) -> str:
@@ -19,6 +20,9 @@ def render(plan: Plan, inp: PlanningInput) -> str:
         gap = "n/a" if s.gap is None else f"{s.gap:.2%}"
         lines.append(f"objective: {s.objective:g}   best bound: {bound}   gap: {gap}")
     lines.extend(status_lines(plan))
+    cut = wall_clock_cut(plan)
+    if cut:
+        lines.append(cut)
     m = plan.metrics
     tiers = [t.name for t in sorted(inp.policy.tiers, key=lambda t: -t.weight)]
     lines.append(f"{'tier':<20}{'placed':>8}{'waiting':>9}")
@@ -137,3 +141,18 @@ def status_lines(plan: Plan) -> list[str]:
             f"but it is not called OPTIMAL: {because}"
         ]
     return [f"not proved optimal: {because}"]
+
+
+def wall_clock_cut(plan: Plan) -> str | None:
+    """The line saying the wall clock stopped the solve where its work limits should have, or the
+    greedy placement before the end of the queue (``None`` when neither happened): a deterministic
+    plan cut so may differ from a repeat with the same input and seed."""
+    terms = plan.solver.terms
+    reached = int(terms.get(GREEDY_CUT, 0))
+    greedy = f"the greedy placement did not reach {reached} replica(s)" if reached else ""
+    if terms.get(CUT):
+        return (
+            "cut by the wall clock: the time limit stopped this deterministic plan before its work limits "
+            "did, so a repeat with the same input and seed may differ" + (f"; {greedy}" if greedy else "")
+        )
+    return f"cut by the time limit: {greedy}" if greedy else None

@@ -22,7 +22,7 @@ from fractions import Fraction
 
 from gpuplan.models.plan import Assignment
 from gpuplan.models.policy import DisruptionBudget, ObjectiveMode, ObjectiveWeights, Quota
-from gpuplan.solvers.base import SolveResult
+from gpuplan.solvers.base import CUT, SolveResult
 from gpuplan.solvers.formulation.constraints import QUOTA_UNIT, charged_units, quota_limit_units
 from gpuplan.solvers.formulation.objective import queue_penalty
 from gpuplan.solvers.placement import FirstFitScorer, Placer
@@ -238,6 +238,7 @@ def improve(
         )
         result = step(sub, {i for i, key in enumerate(moving) if key in may_move})
         report.steps += 1
+        report.cut |= steps is not None and CUT in result.terms  # a step the wall clock stopped
         if result.status.value == "FALLBACK":
             continue
         gained = sum(

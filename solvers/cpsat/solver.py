@@ -308,7 +308,11 @@ class CpSat:
             return CpSat(movable_running=movable, decompose=False).solve(sub)
 
         budget = problem.policy.disruption.max_moves_per_round
-        improved, report = improve(problem, fleet.result, deadline, step, moves=budget)
+        # A deterministic search takes the steps of the share it is left, not of the whole limit.
+        searched = replace(problem, time_limit_s=(1 - FLEET_SHARE) * problem.time_limit_s)
+        improved, report = improve(
+            searched if problem.deterministic else problem, fleet.result, deadline, step, moves=budget
+        )
         out = replace(
             _recoded(improved, never),
             status=PlanStatus.FEASIBLE,

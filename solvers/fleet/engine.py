@@ -37,7 +37,7 @@ from gpuplan.solvers.fleet.pricing import Pattern
 from gpuplan.solvers.fleet.rounding import assign_patterns, fill, realise
 from gpuplan.solvers.formulation.objective import queue_penalty
 from gpuplan.solvers.greedy import Fgd
-from gpuplan.solvers.greedy.engine import gang_failure
+from gpuplan.solvers.greedy.engine import GREEDY_CUT, gang_failure
 from gpuplan.solvers.placement import Placer
 from gpuplan.solvers.problem import PlacementProblem, Request, disturbable
 
@@ -49,6 +49,15 @@ INTEGER_SHARE = 0.5
 #: The second FGD plan of the first columns runs only if the first took at most this share of the time
 #: left (a fleet on a loaded machine would otherwise overrun its time limit).
 SECOND_PLAN_SHARE = 0.25
+#: A deterministic run's work limits, so that its plan does not depend on the clock: the second FGD
+#: plan only for at most this many replicas per second of the time limit (FGD places 1,000-2,000 a
+#: second on a loaded 2-core machine), column generation rounds per second of the time limit, and
+#: branch-and-bound nodes of the integer master. The wall clock still ends each at the deadline (the
+#: plan then says it was cut); column generation may use this share of the time left.
+DETERMINISTIC_SECOND_PLAN_REPLICAS_PER_S = 200
+DETERMINISTIC_ROUNDS_PER_S = 0.3
+DETERMINISTIC_MASTER_NODES = 500
+DETERMINISTIC_GENERATION_SHARE = 0.85
 
 
 @dataclass(frozen=True)
@@ -120,19 +129,34 @@ def _shuffled_order(problem: PlacementProblem, positions: list[int]) -> list[int
 
 def _first_plans(problem: PlacementProblem, deadline: float) -> list[SolveResult]:
     """FGD's plans in the canonical orders, the seeded one first (:func:`_shuffled_order`,
-    :func:`_queue_order`); the second only if the first took at most :data:`SECOND_PLAN_SHARE` of the
-    time left (always in a deterministic run, whose plan must not depend on the clock)."""
+    :func:`_queue_order`), each stopped at ``deadline`` (what it has not reached waits, labelled); the
+    second only if the first was not stopped and took at most :data:`SECOND_PLAN_SHARE` of the time
+    left, or in a deterministic run (whose plan must not depend on the clock) if the input is small for
+    its time limit (:data:`DETERMINISTIC_SECOND_PLAN_REPLICAS_PER_S`)."""
     everyone = list(range(len(problem.requests)))
     plans = []
-    for order in (_shuffled_order, _queue_order):
+    second = len(everyone) <= DETERMINISTIC_SECOND_PLAN_REPLICAS_PER_S * problem.time_limit_s
+    orders = (_shuffled_order, _queue_order) if second or not problem.deterministic else (_shuffled_order,)
+    for order in orders:
         began = time.perf_counter()
         ordered = tuple(problem.requests[r] for r in order(problem, everyone))
-        plans.append(Fgd().place(replace(problem, requests=ordered)))
+        plans.append(Fgd().place(replace(problem, requests=ordered), deadline=deadline))
         took = time.perf_counter() - began
+        if GREEDY_CUT in plans[-1].terms:
+            log.info("fleet: the first plan was stopped by the deadline after %.1f s", took)
+            break
         if not problem.deterministic and took > SECOND_PLAN_SHARE * (deadline - time.perf_counter()):
             log.info("fleet: one first plan (FGD took %.1f s)", took)
             break
     return plans
+
+
+def _deterministic_rounds(problem: PlacementProblem) -> int | None:
+    """The column generation rounds of a deterministic run (the time limit alone decides), else
+    ``None`` (the deadline decides)."""
+    if not problem.deterministic:
+        return None
+    return max(1, int(DETERMINISTIC_ROUNDS_PER_S * problem.time_limit_s))
 
 
 def _repartitions(problem: PlacementProblem) -> bool:
@@ -189,7 +213,9 @@ def _restored(
 def plan_fleet(problem: PlacementProblem, deadline: float) -> FleetPlan:
     """Plan ``problem`` by its configuration LP within ``deadline`` (perf_counter).
 
-    When the policy allows MIG re-partitions, the idle MIG GPUs are planned empty (:func:`_freed`) and
+    The first FGD plan stops at the deadline; when it was stopped, or (unless the run is deterministic)
+    left less than :data:`SECOND_PLAN_SHARE` of its own time, it is the plan, without a bound. When the
+    policy allows MIG re-partitions, the idle MIG GPUs are planned empty (:func:`_freed`) and
     pricing counts idle instances as free to replace, so the plan may re-partition them and the bound
     covers every layout; the plan's layouts keep the idle instances nothing is in the way of
     (:func:`_restored`)."""
@@ -203,12 +229,21 @@ def plan_fleet(problem: PlacementProblem, deadline: float) -> FleetPlan:
     firsts = _first_plans(problem, deadline)
     greedy = min(firsts, key=lambda g: queue_term(problem, g))
     first_s = time.perf_counter() - start
+    late = not problem.deterministic and deadline - time.perf_counter() < SECOND_PLAN_SHARE * first_s
+    if GREEDY_CUT in greedy.terms or late:
+        # No time for the configuration LP (its realisation alone takes about a quarter of an FGD plan):
+        # the FGD plan, partial if the deadline stopped it, is the plan.
+        result = replace(greedy, solver="cpsat", wall_s=first_s)
+        if freed:
+            result = replace(result, mig_layouts=_restored(original, freed, result.mig_layouts))
+        return FleetPlan(result, None, None)
     placer = _placer(problem)
     waiting = [r for r, q in enumerate(problem.requests) if q.running is None]
     singles = [r for r in waiting if problem.requests[r].gang is None]
     classes = request_classes(problem, singles)
     nodes = node_classes(placer, repartition=_repartitions(problem))
-    budget = GENERATION_SHARE * (deadline - time.perf_counter())
+    share = DETERMINISTIC_GENERATION_SHARE if problem.deterministic else GENERATION_SHARE
+    budget = share * (deadline - time.perf_counter())
     config = generate(
         nodes,
         classes,
@@ -216,12 +251,22 @@ def plan_fleet(problem: PlacementProblem, deadline: float) -> FleetPlan:
         time.perf_counter() + budget,
         seed=problem.seed,
         deterministic=problem.deterministic,
+        max_rounds=_deterministic_rounds(problem),
         workers=problem.num_workers,
         ray=problem.ray,
     )
     generated = time.perf_counter()
     # Price and branch: whole numbers of nodes per pattern over the columns generated (HiGHS' MIP).
-    counts = config.master.solve_integer(max(0.1, INTEGER_SHARE * (deadline - time.perf_counter())))
+    if problem.deterministic:
+        # Bounded by nodes; the deadline is only the safety net.
+        counts, timed_out = config.master.solve_integer(
+            max(0.1, deadline - time.perf_counter()), DETERMINISTIC_MASTER_NODES
+        )
+    else:
+        counts, timed_out = config.master.solve_integer(
+            max(0.1, INTEGER_SHARE * (deadline - time.perf_counter()))
+        )
+    cut = problem.deterministic and (config.cut or timed_out)
     integer = time.perf_counter()
     plan = assign_patterns(nodes, config.master.patterns, counts or config.solution.x)
     placed, done = realise(problem, placer, classes, plan)
@@ -241,9 +286,10 @@ def plan_fleet(problem: PlacementProblem, deadline: float) -> FleetPlan:
     unplaced.extend(left)
     kept = [r.assignment(r.running) for r in problem.requests if r.running is not None]
     log.info(
-        "fleet: first plans %.1f s, generation %.1f s (%d rounds), integer master %.1f s, realisation %.1f s",
-        first_s, generated - start - first_s, config.rounds, integer - generated,
-        time.perf_counter() - integer,
+        "fleet: first plans %.1f s, generation %.1f s (%d rounds%s), integer master %.1f s%s, "
+        "realisation %.1f s",
+        first_s, generated - start - first_s, config.rounds, ", cut by the clock" if config.cut else "",
+        integer - generated, " (cut by the clock)" if timed_out else "", time.perf_counter() - integer,
     )  # fmt: skip
     result = SolveResult(
         status=PlanStatus.FEASIBLE,
@@ -260,7 +306,7 @@ def plan_fleet(problem: PlacementProblem, deadline: float) -> FleetPlan:
             "fleet_node_classes": float(len(nodes)),
             "fleet_request_classes": float(len(classes)),
             "fleet_integer_master": float(counts is not None),
-            **({CUT: 1.0} if config.cut else {}),
+            **({CUT: 1.0} if cut else {}),
         },
         model_size={"node_classes": len(nodes), "request_classes": len(classes), "patterns": config.columns},
     )

@@ -66,17 +66,23 @@ def generate(
     *,
     seed: int = 0,
     deterministic: bool = False,
+    max_rounds: int | None = None,
     workers: int = 1,
     ray: str | None = None,
 ) -> Configuration:
-    """Column generation until the LP is optimal over all patterns or ``deadline`` (perf_counter).
+    """Column generation until the LP is optimal over all patterns, ``max_rounds`` rounds are done or
+    ``deadline`` (perf_counter).
 
-    A ``deterministic`` generation stops its pricing solves on deterministic time, so that it depends
-    on the clock only when the deadline cuts it (``cut``). Each round's pricing problems run in up to
-    ``workers`` processes, or as Ray tasks on the cluster at ``ray``.
+    A ``deterministic`` generation stops its pricing solves on deterministic time and its rounds at
+    ``max_rounds``, so that it depends on the clock only when the deadline cuts it (``cut``). Each
+    round's pricing problems run in up to ``workers`` processes, or as Ray tasks on the cluster at
+    ``ray``.
     """
     with Pricers(nodes, classes, workers, ray) as pricers:
-        return _generate(nodes, classes, initial, deadline, pricers, seed=seed, deterministic=deterministic)
+        return _generate(
+            nodes, classes, initial, deadline, pricers,
+            seed=seed, deterministic=deterministic, max_rounds=max_rounds,
+        )  # fmt: skip
 
 
 def _generate(
@@ -88,6 +94,7 @@ def _generate(
     *,
     seed: int,
     deterministic: bool,
+    max_rounds: int | None,
 ) -> Configuration:
     master = Master(nodes, classes)
     for p in initial:
@@ -99,7 +106,7 @@ def _generate(
     rounds = 0
     converged = False
     cut = False
-    while not converged:
+    while not converged and (max_rounds is None or rounds < max_rounds):
         if time.perf_counter() >= deadline:
             cut = deterministic
             break
@@ -117,7 +124,8 @@ def _generate(
         results = pricers.price_all(
             reduced,
             deadline=deadline,
-            pricing_s=PRICING_S,
+            # A deterministic solve stops on deterministic time; the deadline is its only wall limit.
+            pricing_s=math.inf if deterministic else PRICING_S,
             deterministic_s=PRICING_DETERMINISTIC_S if deterministic else None,
             seed=seed,
         )
@@ -126,6 +134,7 @@ def _generate(
                 complete = False
                 cut = deterministic
                 continue
+            cut |= priced.cut_by_wall
             bound += nc.count * max(0.0, priced.upper)
             mu = solution.node_duals[nc.index]
             for pattern in priced.patterns:

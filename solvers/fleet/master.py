@@ -69,25 +69,33 @@ class Master:
         self.patterns.append(pattern)
         return True
 
-    def solve_integer(self, time_limit_s: float) -> tuple[float, ...] | None:
-        """Whole numbers of nodes per pattern over the current columns (HiGHS' MIP, ``time_limit_s``),
-        or ``None`` when it finds none; the LP is restored afterwards."""
+    def solve_integer(
+        self, time_limit_s: float, max_nodes: int | None = None
+    ) -> tuple[tuple[float, ...] | None, bool]:
+        """Whole numbers of nodes per pattern over the current columns (HiGHS' MIP within
+        ``time_limit_s`` and, if given, ``max_nodes`` branch-and-bound nodes), or ``None`` when it finds
+        none, and whether the time limit stopped it (a search bounded by nodes alone gives the same
+        answer on any machine); the LP is restored afterwards."""
         n = self.h.getNumCol()
         if n == 0:
-            return None
+            return None, False
         idx = np.arange(n, dtype=np.int32)
         self.h.changeColsIntegrality(n, idx, np.full(n, highspy.HighsVarType.kInteger))
         self.h.setOptionValue("time_limit", max(0.01, time_limit_s))
         self.h.setOptionValue("mip_rel_gap", 1e-4)
+        if max_nodes is not None:
+            self.h.setOptionValue("mip_max_nodes", max_nodes)
         try:
             self.h.run()
+            timed_out = self.h.getModelStatus() == highspy.HighsModelStatus.kTimeLimit
             info = self.h.getInfo()
             found = info.primal_solution_status == 2  # a feasible integer solution exists
             x = tuple(float(round(v)) for v in self.h.getSolution().col_value) if found else None
         finally:
             self.h.changeColsIntegrality(n, idx, np.full(n, highspy.HighsVarType.kContinuous))
             self.h.setOptionValue("time_limit", highspy.kHighsInf)
-        return x
+            self.h.setOptionValue("mip_max_nodes", highspy.kHighsIInf)
+        return x, timed_out
 
     def solve(self) -> MasterSolution:
         """Optimise the LP over the current columns."""

@@ -81,6 +81,9 @@ class Priced:
     best: float
     upper: float
     proved: bool
+    #: Whether the wall clock stopped a solve meant to stop on deterministic time (its patterns may
+    #: then differ between runs).
+    cut_by_wall: bool = False
 
 
 @cache
@@ -404,8 +407,13 @@ def price(
             found.append({item: self.value(v) for item, v in model.terms if self.value(v)})
 
     code = solver.solve(model.m, Collect())
+    cut = (
+        deterministic_s is not None
+        and code != cp_model.OPTIMAL
+        and solver.deterministic_time < 0.99 * deterministic_s
+    )
     if code not in (cp_model.OPTIMAL, cp_model.FEASIBLE):
-        return Priced((), 0.0, math.inf, False)
+        return Priced((), 0.0, math.inf, False, cut)
     patterns = []
     seen: set[tuple[tuple[Item, int], ...]] = set()
     for counts in reversed(found):
@@ -421,4 +429,5 @@ def price(
         solver.objective_value / SCALE,
         solver.best_objective_bound / SCALE,
         code == cp_model.OPTIMAL,
+        cut,
     )

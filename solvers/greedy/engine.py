@@ -13,7 +13,7 @@ from collections.abc import Callable, Sequence
 from dataclasses import replace
 
 from gpuplan.models.plan import Assignment, PlanStatus, Unplaced
-from gpuplan.solvers.base import SolveResult
+from gpuplan.solvers.base import CUT, SolveResult
 from gpuplan.solvers.bounds import never_fitting, objective_bound, queue_lower_bound
 from gpuplan.solvers.evaluate import reported
 from gpuplan.solvers.placement import GANG, Placer, Scorer
@@ -21,6 +21,14 @@ from gpuplan.solvers.placement.options import describe
 from gpuplan.solvers.problem import PlacementProblem, Request
 
 log = logging.getLogger(__name__)
+
+#: The code of a replica the greedy loop did not reach before its deadline (the explain pass's
+#: ``SOLVER_LIMIT``: the solver ran out of time, not the cluster out of room).
+NOT_REACHED = "SOLVER_LIMIT"
+#: Term: how many waiting replicas the greedy loop did not reach before its deadline.
+GREEDY_CUT = "greedy_not_reached"
+
+Clock = Callable[[], float]
 
 
 class GreedySolver(ABC):
@@ -43,21 +51,33 @@ class GreedySolver(ABC):
         )
 
     def solve(self, problem: PlacementProblem) -> SolveResult:
-        """The greedy plan, reported with its objective terms and the fleet-level queue bound."""
+        """The greedy plan within the problem's time limit, reported with its objective terms and the
+        fleet-level queue bound."""
         placers: list[Placer] = []
-        result = self.place(problem, on_kept=placers.append)
+        deadline = time.perf_counter() + problem.time_limit_s
+        result = self.place(problem, on_kept=placers.append, deadline=deadline)
         bound = objective_bound(problem, queue_lower_bound(problem, never_fitting(problem, placers[0])))
         return reported(problem, replace(result, best_bound=float(bound), bound_source="knapsack"))
 
     def place(
-        self, problem: PlacementProblem, on_kept: Callable[[Placer], None] | None = None
+        self,
+        problem: PlacementProblem,
+        on_kept: Callable[[Placer], None] | None = None,
+        *,
+        deadline: float | None = None,
+        clock: Clock | None = None,
     ) -> SolveResult:
         """Keep running replicas, then place the queue in order; gangs all together or not at all.
 
         ``on_kept`` sees the placer once running work is kept and before the queue is placed (an exact
-        solver reads its candidate rankings there). The result is the bare plan, without its report.
+        solver reads its candidate rankings there). The loop stops at ``deadline`` (on ``clock``,
+        ``time.perf_counter`` by default): the replicas it has not reached wait, labelled
+        :data:`NOT_REACHED`, and their count is the :data:`GREEDY_CUT` term (with :data:`CUT` in a
+        deterministic problem, whose plan then depends on the clock). The result is the bare plan,
+        without its report.
         """
         start = time.perf_counter()
+        now = clock or time.perf_counter
         placer = self.placer(problem)
         kept = [placer.keep(r) for r in problem.requests if r.running is not None]
         if on_kept is not None:
@@ -69,7 +89,12 @@ class GreedySolver(ABC):
                 gangs.setdefault(r.gang, []).append(r)
         placed: list[Assignment] = []
         unplaced: list[Unplaced] = []
+        not_reached: list[Request] = []
         for r in queue:
+            if not_reached or (deadline is not None and now() >= deadline):
+                if r.gang is None or r.gang in gangs:  # a gang already handled is not cut
+                    not_reached.append(r)
+                continue
             if r.gang is None:
                 a = placer.place(r)
                 if a is None:
@@ -84,15 +109,20 @@ class GreedySolver(ABC):
             placed.extend(done)
             if blocker is not None:
                 unplaced.extend(gang_failure(r.gang, members, blocker, placer))
+        unplaced.extend(_not_reached(not_reached))
         wall = time.perf_counter() - start
         log.info(
-            "%s placed %d, kept %d, left %d unplaced in %.3f s",
+            "%s placed %d, kept %d, left %d unplaced (%d not reached by the deadline) in %.3f s",
             self.name,
             len(placed),
             len(kept),
             len(unplaced),
+            len(not_reached),
             wall,
         )
+        cut = {GREEDY_CUT: float(len(not_reached))} if not_reached else {}
+        if not_reached and problem.deterministic:
+            cut[CUT] = 1.0
         return SolveResult(
             status=PlanStatus.FEASIBLE,
             solver=self.name,
@@ -100,9 +130,23 @@ class GreedySolver(ABC):
             unplaced=tuple(unplaced),
             mig_layouts=placer.mig_layouts(),
             wall_s=wall,
-            terms={"placed": len(placed), "kept": len(kept)},
+            terms={"placed": len(placed), "kept": len(kept), **cut},
             model_size={"nodes": len(problem.nodes), "requests": len(problem.requests)},
         )
+
+
+def _not_reached(requests: Sequence[Request]) -> list[Unplaced]:
+    """One :data:`NOT_REACHED` entry per replica the loop did not reach (a gang's members together,
+    since the loop stops between gangs)."""
+    return [
+        Unplaced(
+            workload=r.workload,
+            replica=r.replica,
+            code=NOT_REACHED,
+            reason="not reached: the greedy placement stopped at the time limit",
+        )
+        for r in requests
+    ]
 
 
 def gang_failure(gang: str, members: Sequence[Request], blocker: Request, placer: Placer) -> list[Unplaced]:
