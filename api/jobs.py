@@ -23,7 +23,7 @@ from gpuplan.api.errors import InputRejected, LimitExceeded
 from gpuplan.api.runner import Runner
 from gpuplan.api.schemas import PlanRequest
 from gpuplan.api.settings import Limits, Settings
-from gpuplan.api.store import Actor, JobInput, JobRecord, JobStatus, Store, now
+from gpuplan.api.store import ActiveLimitReached, Actor, JobInput, JobRecord, JobStatus, Store, now
 from gpuplan.api.views import PLAN, PLANS, job_out, readable, result_body
 from gpuplan.models.catalog import default_catalog
 from gpuplan.models.cluster import Cluster
@@ -108,16 +108,24 @@ def check_time_limit(limits: Limits, asked: float) -> float:
     return asked
 
 
+def too_many_active(limits: Limits, runner: Runner, active: int) -> LimitExceeded:
+    """The 429 of ``max_active_jobs`` with ``active`` jobs queued or running; its ``Retry-After`` is
+    when one is expected to end (the recent mean solve time, over this server's solver processes)."""
+    return LimitExceeded(
+        429,
+        "max_active_jobs",
+        limits.max_active_jobs,
+        f"{active} jobs are queued or running; at most {limits.max_active_jobs}",
+        retry_after=runner.retry_after(active),
+    )
+
+
 async def check_active(limits: Limits, runner: Runner) -> int:
-    """How many jobs are queued or running on every server, or 429 when ``max_active_jobs`` are."""
+    """How many jobs are queued or running on every server, or 429 when ``max_active_jobs`` are (a
+    quick refusal before the body is checked; the store admits the job under a lock)."""
     active = await runner.active()
     if active >= limits.max_active_jobs:
-        raise LimitExceeded(
-            429,
-            "max_active_jobs",
-            limits.max_active_jobs,
-            f"{active} jobs are queued or running; at most {limits.max_active_jobs}",
-        )
+        raise too_many_active(limits, runner, active)
     return active
 
 
@@ -255,7 +263,12 @@ class Jobs:
             "team": job.team,
         }
         stored = JobInput(digest, input_json, options)
-        await asyncio.to_thread(self.store.create_job, job, stored, actor(caller), detail)
+        try:
+            await asyncio.to_thread(
+                self.store.create_job, job, stored, actor(caller), detail, max_active=limits.max_active_jobs
+            )
+        except ActiveLimitReached as exc:
+            raise too_many_active(limits, self.runner, exc.active) from None
         self.runner.queued()
         self.runner.metrics.jobs_submitted.inc()
         if wait > 0:
