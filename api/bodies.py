@@ -29,7 +29,8 @@ M = TypeVar("M", bound=BaseModel)
 def parse_body(model: type[M], raw: bytes, settings: Settings) -> M:
     """``raw`` JSON as ``model`` under the settings' limits; :class:`RequestValidationError` if it is not."""
     try:
-        return model.model_validate_json(raw, context={NAME_LENGTH_CONTEXT: settings.limits.max_name_length})
+        context = {NAME_LENGTH_CONTEXT: settings.limits.max_name_length}
+        return model.model_validate_json(raw, context=context)
     except ValidationError as exc:
         errors = [{**e, "loc": ("body", *e["loc"])} for e in exc.errors(include_url=False)]
         raise RequestValidationError(errors) from None

@@ -30,6 +30,7 @@ from gpuplan.models.cluster import Cluster
 from gpuplan.models.problem import PlanningInput
 from gpuplan.models.workload import Workload
 from gpuplan.planner.pipeline.occupancy import RunningConflictError, check_running
+from gpuplan.planner.store.records import RESUBMITTABLE
 
 Wait = Annotated[float, Query(ge=0, le=300, description="seconds to wait for the result")]
 JobId = Annotated[str, Path(pattern=r"^[0-9a-f]{32}$", description="job id")]
@@ -278,13 +279,17 @@ class Jobs:
         return job_out(job)
 
     async def result_or_job(self, job_id: str, response: Response) -> Any:
-        """The job with its result when it is done, else the job with its progress (202)."""
+        """The job with its result when it is done, the job alone (200, with its error) when it ended
+        without one (failed, cancelled, interrupted), else the job with its progress (202)."""
         job = await asyncio.to_thread(self.store.job, job_id)
         assert job is not None
         if job.status is JobStatus.DONE:
             plan = await asyncio.to_thread(self.store.result, job_id)
             if plan is not None:
                 return Response(result_body(job_out(job), plan), media_type="application/json")
+        if job.status in RESUBMITTABLE:
+            ended = b'{"job":' + job_out(job).model_dump_json(by_alias=True).encode() + b"}"
+            return Response(ended, media_type="application/json")
         response.status_code = status.HTTP_202_ACCEPTED
         response.headers["Location"] = f"{PLANS}/{job_id}"
         return job_out(job, await self.runner.progress(job))
