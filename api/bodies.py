@@ -46,16 +46,21 @@ class ParseGate:
         self.busy = 0
         self.last_s = 1.0
 
+    def refusal(self, size: int) -> tuple[str, int] | None:
+        """Why a body of ``size`` bytes cannot be parsed now, and the seconds to retry after; ``None``
+        when it can."""
+        if size < self.large or self.busy < self.slots:
+            return None
+        detail = f"{self.busy} large bodies are being parsed; at most {self.slots} at once"
+        return detail, max(1, math.ceil(self.last_s))
+
     async def parse(self, model: type[M], raw: bytes, settings: Settings) -> M:
         """``raw`` parsed as ``model`` in a worker thread, or 503 when every slot is busy."""
         if len(raw) < self.large:
             return await asyncio.to_thread(parse_body, model, raw, settings)
-        if self.busy >= self.slots:
-            raise HTTPException(
-                status_code=503,
-                detail=f"{self.busy} large bodies are being parsed; at most {self.slots} at once",
-                headers={"Retry-After": str(max(1, math.ceil(self.last_s)))},
-            )
+        refused = self.refusal(len(raw))
+        if refused is not None:
+            raise HTTPException(status_code=503, detail=refused[0], headers={"Retry-After": str(refused[1])})
         self.busy += 1
         start = time.monotonic()
         try:

@@ -11,6 +11,7 @@ from typing import Any
 from starlette.types import ASGIApp, Message, Receive, Scope, Send
 
 from gpuplan.api.auth import Keyring, RateLimiter
+from gpuplan.api.bodies import ParseGate
 from gpuplan.api.metrics import ApiMetrics
 
 #: The answer to a request without a valid API key.
@@ -90,8 +91,9 @@ class KeyFirst:
 
 
 class BodyLimit:
-    """Refuse bodies over ``max_bytes`` with 413 before the app reads them (declared or streamed), and a
-    client that pauses more than ``timeout_s`` while sending one with 408."""
+    """Refuse bodies over ``max_bytes`` with 413 before the app reads them (declared or streamed), a
+    declared large one while the app's :class:`ParseGate` is full with 503, and a client that pauses
+    more than ``timeout_s`` while sending one with 408."""
 
     def __init__(self, app: ASGIApp, max_bytes: int, timeout_s: float) -> None:
         self.app = app
@@ -111,6 +113,14 @@ class BodyLimit:
             if name == b"content-length" and value.isdigit() and int(value) > self.max_bytes:
                 await self._refuse(send)
                 return
+            if name == b"content-length" and value.isdigit():
+                # A large body that could not be parsed now is refused before it is read.
+                gate: ParseGate = scope["app"].state.parsing
+                refused = gate.refusal(int(value))
+                if refused is not None:
+                    retry = ((b"retry-after", str(refused[1]).encode()),)
+                    await _answer(send, 503, {"detail": refused[0]}, retry)
+                    return
         chunks: list[bytes] = []
         size = 0
         while True:
