@@ -67,6 +67,9 @@ class Settings(BaseSettings):
 
     database: str = "gpuplan.db"
     api_keys: dict[str, str] = Field(default_factory=dict)
+    metrics_key: str | None = Field(
+        default=None, min_length=16, description="with it, /metrics asks for this key (Bearer or X-API-Key)"
+    )
     solver_processes: int = Field(
         default_factory=lambda: max(1, os.cpu_count() or 1),
         ge=0,
