@@ -281,7 +281,9 @@ class Runner:
             plan_json, input_json = latest.result_json, latest.input.input_json
             self.metrics.fleet.latest = await asyncio.to_thread(read_fleet, plan_json, input_json)
         self.tasks = [asyncio.create_task(self._serve(s), name=f"slot-{s.number}") for s in self.slots]
-        if self.slots:
+        if self.slots or self.queue.shared:
+            # On a shared database every server expires leases, HTTP-only ones too: a killed worker's
+            # job is queued again even while no other worker runs.
             self.tasks.append(asyncio.create_task(self._expire(), name="lease-expiry"))
         log.info("job runner %s: %d solver process(es)", self.queue.owner, len(self.slots))
 
