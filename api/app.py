@@ -10,8 +10,9 @@ from fastapi import FastAPI
 
 from gpuplan.api import errors
 from gpuplan.api.auth import Keyring, RateLimiter
+from gpuplan.api.bodies import ParseGate
 from gpuplan.api.metrics import ApiMetrics
-from gpuplan.api.middleware import BodyLimit, RequestMetrics
+from gpuplan.api.middleware import BodyLimit, KeyFirst, RequestMetrics
 from gpuplan.api.routers import capacity, explain, exports, health, keys, map, plans, validate
 from gpuplan.api.runner import Runner
 from gpuplan.api.settings import Settings
@@ -58,7 +59,11 @@ def create_app(settings: Settings | None = None, *, lock: ServerLock | None = No
     app.include_router(validate.router)
     app.include_router(keys.router)
     app.include_router(health.router)
-    app.add_middleware(BodyLimit, max_bytes=settings.limits.max_body_bytes)
+    app.state.parsing = ParseGate(settings.limits.max_parsing, settings.limits.large_body_bytes)
+    # The last added runs first: metrics, then the key (from the headers), then the body.
+    limits = settings.limits
+    app.add_middleware(BodyLimit, max_bytes=limits.max_body_bytes, timeout_s=limits.body_timeout_s)
+    app.add_middleware(KeyFirst, per_minute=limits.auth_failures_per_minute, burst=limits.auth_failure_burst)
     app.add_middleware(RequestMetrics, metrics=metrics)
     return app
 

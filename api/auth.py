@@ -59,6 +59,18 @@ class Keyring:
         self.configured = {key_hash(k): role for k, role in configured.items()}
         self.recent: dict[str, tuple[KeyRecord, float]] = {}
 
+    def known(self, key: str) -> Principal | None:
+        """The caller with ``key`` if known without reading the store (a configured key, or a stored one
+        read less than :data:`KEY_TTL_S` ago and still usable); ``None`` otherwise."""
+        digest = key_hash(key)
+        role = self.configured.get(digest)
+        if role is not None:
+            return principal(digest, role)
+        cached = self.recent.get(digest)
+        if cached is not None and time.monotonic() - cached[1] < KEY_TTL_S and cached[0].usable(now()):
+            return principal(digest, cached[0].role)
+        return None
+
     async def principal(self, key: str, store: Store) -> Principal | None:
         """The caller with ``key``; ``None`` for an unknown, revoked or expired key."""
         digest = key_hash(key)
@@ -91,6 +103,14 @@ class RateLimiter:
         self.per_second = per_minute / 60
         self.burst = float(burst)
         self.buckets: dict[str, tuple[float, float]] = {}
+
+    def refused(self, key_id: str) -> int:
+        """Seconds until ``key_id`` may call again, without taking a call (0: it may now)."""
+        if self.per_second <= 0 or key_id not in self.buckets:
+            return 0
+        tokens, then = self.buckets[key_id]
+        tokens = min(self.burst, tokens + (time.monotonic() - then) * self.per_second)
+        return 0 if tokens >= 1 else max(1, math.ceil((1 - tokens) / self.per_second))
 
     def take(self, key_id: str) -> int:
         """Take one call for ``key_id``: 0 when it may go ahead, else the seconds until it may."""

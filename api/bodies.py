@@ -1,5 +1,6 @@
 """Request bodies parsed and validated in a worker thread, so that no body, however large, holds up the
-event loop (and with it ``/healthz`` and every other request).
+event loop (and with it ``/healthz`` and every other request); at most ``max_parsing`` large ones at once
+(:class:`ParseGate`), since parsing takes about ten times a body's size in memory.
 
 FastAPI parses and validates a declared body on the event loop; the submitting routes instead take the
 body through :func:`json_body` and describe it in the OpenAPI document with :func:`documented`. Errors
@@ -9,10 +10,12 @@ keep FastAPI's form: 422 with the field path under ``body``.
 from __future__ import annotations
 
 import asyncio
+import math
+import time
 from collections.abc import Awaitable, Callable
 from typing import Annotated, Any, TypeVar
 
-from fastapi import Depends, Request
+from fastapi import Depends, HTTPException, Request
 from fastapi.exceptions import RequestValidationError
 from pydantic import BaseModel, ValidationError
 
@@ -26,18 +29,55 @@ M = TypeVar("M", bound=BaseModel)
 def parse_body(model: type[M], raw: bytes, settings: Settings) -> M:
     """``raw`` JSON as ``model`` under the settings' limits; :class:`RequestValidationError` if it is not."""
     try:
-        return model.model_validate_json(raw, context={NAME_LENGTH_CONTEXT: settings.limits.max_name_length})
+        context = {NAME_LENGTH_CONTEXT: settings.limits.max_name_length}
+        return model.model_validate_json(raw, context=context)
     except ValidationError as exc:
         errors = [{**e, "loc": ("body", *e["loc"])} for e in exc.errors(include_url=False)]
         raise RequestValidationError(errors) from None
 
 
+class ParseGate:
+    """At most ``slots`` bodies of ``large`` bytes or more parsed at once; one more is refused with 503
+    and a ``Retry-After`` of the last large parse's duration (a queue would hold its bytes meanwhile)."""
+
+    def __init__(self, slots: int, large: int) -> None:
+        self.slots = slots
+        self.large = large
+        self.busy = 0
+        self.last_s = 1.0
+
+    def refusal(self, size: int) -> tuple[str, int] | None:
+        """Why a body of ``size`` bytes cannot be parsed now, and the seconds to retry after; ``None``
+        when it can."""
+        if size < self.large or self.busy < self.slots:
+            return None
+        detail = f"{self.busy} large bodies are being parsed; at most {self.slots} at once"
+        return detail, max(1, math.ceil(self.last_s))
+
+    async def parse(self, model: type[M], raw: bytes, settings: Settings) -> M:
+        """``raw`` parsed as ``model`` in a worker thread, or 503 when every slot is busy."""
+        if len(raw) < self.large:
+            return await asyncio.to_thread(parse_body, model, raw, settings)
+        refused = self.refusal(len(raw))
+        if refused is not None:
+            raise HTTPException(status_code=503, detail=refused[0], headers={"Retry-After": str(refused[1])})
+        self.busy += 1
+        start = time.monotonic()
+        try:
+            return await asyncio.to_thread(parse_body, model, raw, settings)
+        finally:
+            self.busy -= 1
+            self.last_s = time.monotonic() - start
+
+
 def json_body(model: type[M]) -> Callable[[Request], Awaitable[M]]:
-    """A dependency that reads the request body and parses it as ``model`` in a worker thread."""
+    """A dependency that reads the request body and parses it as ``model`` in a worker thread (through
+    the app's :class:`ParseGate`)."""
 
     async def parsed(request: Request) -> M:
         raw = await request.body()
-        return await asyncio.to_thread(parse_body, model, raw, request.app.state.settings)
+        gate: ParseGate = request.app.state.parsing
+        return await gate.parse(model, raw, request.app.state.settings)
 
     return parsed
 

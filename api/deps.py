@@ -11,6 +11,7 @@ from fastapi.security import APIKeyHeader, HTTPAuthorizationCredentials, HTTPBea
 from gpuplan.api.auth import Keyring, Principal, RateLimiter, Role
 from gpuplan.api.errors import LimitExceeded
 from gpuplan.api.jobs import Jobs
+from gpuplan.api.middleware import UNAUTHENTICATED
 from gpuplan.api.runner import Runner
 from gpuplan.api.settings import Limits, Settings
 from gpuplan.api.store import Store
@@ -50,9 +51,7 @@ def get_jobs(settings: SettingsDep, store: StoreDep, runner: RunnerDep) -> Jobs:
 JobsDep = Annotated[Jobs, Depends(get_jobs)]
 
 _UNAUTHENTICATED = HTTPException(
-    status_code=401,
-    detail="a valid API key is required (Authorization: Bearer <key> or X-API-Key: <key>)",
-    headers={"WWW-Authenticate": "Bearer"},
+    status_code=401, detail=UNAUTHENTICATED, headers={"WWW-Authenticate": "Bearer"}
 )
 
 
@@ -63,11 +62,13 @@ async def get_principal(
 ) -> Principal:
     """The caller named by the key in the request: 401 without a valid one (unknown, revoked or
     expired), 429 with ``Retry-After`` when the key has used up its calls (``rate_per_minute``)."""
-    key = bearer.credentials if bearer is not None else header
-    if not key:
-        raise _UNAUTHENTICATED
-    keyring: Keyring = request.app.state.keys
-    caller = await keyring.principal(key, request.app.state.store)
+    caller: Principal | None = getattr(request.state, "principal", None)  # found by ``KeyFirst``
+    if caller is None:
+        key = bearer.credentials if bearer is not None else header
+        if not key:
+            raise _UNAUTHENTICATED
+        keyring: Keyring = request.app.state.keys
+        caller = await keyring.principal(key, request.app.state.store)
     if caller is None:
         raise _UNAUTHENTICATED
     rates: RateLimiter = request.app.state.rates

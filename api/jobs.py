@@ -23,13 +23,14 @@ from gpuplan.api.errors import InputRejected, LimitExceeded
 from gpuplan.api.runner import Runner
 from gpuplan.api.schemas import PlanRequest
 from gpuplan.api.settings import Limits, Settings
-from gpuplan.api.store import Actor, JobInput, JobRecord, JobStatus, Store, now
+from gpuplan.api.store import ActiveLimitReached, Actor, JobInput, JobRecord, JobStatus, Store, now
 from gpuplan.api.views import PLAN, PLANS, job_out, readable, result_body
 from gpuplan.models.catalog import default_catalog
 from gpuplan.models.cluster import Cluster
 from gpuplan.models.problem import PlanningInput
 from gpuplan.models.workload import Workload
 from gpuplan.planner.pipeline.occupancy import RunningConflictError, check_running
+from gpuplan.planner.store.records import RESUBMITTABLE
 
 Wait = Annotated[float, Query(ge=0, le=300, description="seconds to wait for the result")]
 JobId = Annotated[str, Path(pattern=r"^[0-9a-f]{32}$", description="job id")]
@@ -108,16 +109,24 @@ def check_time_limit(limits: Limits, asked: float) -> float:
     return asked
 
 
+def too_many_active(limits: Limits, runner: Runner, active: int) -> LimitExceeded:
+    """The 429 of ``max_active_jobs`` with ``active`` jobs queued or running; its ``Retry-After`` is
+    when one is expected to end (the recent mean solve time, over this server's solver processes)."""
+    return LimitExceeded(
+        429,
+        "max_active_jobs",
+        limits.max_active_jobs,
+        f"{active} jobs are queued or running; at most {limits.max_active_jobs}",
+        retry_after=runner.retry_after(active),
+    )
+
+
 async def check_active(limits: Limits, runner: Runner) -> int:
-    """How many jobs are queued or running on every server, or 429 when ``max_active_jobs`` are."""
+    """How many jobs are queued or running on every server, or 429 when ``max_active_jobs`` are (a
+    quick refusal before the body is checked; the store admits the job under a lock)."""
     active = await runner.active()
     if active >= limits.max_active_jobs:
-        raise LimitExceeded(
-            429,
-            "max_active_jobs",
-            limits.max_active_jobs,
-            f"{active} jobs are queued or running; at most {limits.max_active_jobs}",
-        )
+        raise too_many_active(limits, runner, active)
     return active
 
 
@@ -255,7 +264,12 @@ class Jobs:
             "team": job.team,
         }
         stored = JobInput(digest, input_json, options)
-        await asyncio.to_thread(self.store.create_job, job, stored, actor(caller), detail)
+        try:
+            await asyncio.to_thread(
+                self.store.create_job, job, stored, actor(caller), detail, max_active=limits.max_active_jobs
+            )
+        except ActiveLimitReached as exc:
+            raise too_many_active(limits, self.runner, exc.active) from None
         self.runner.queued()
         self.runner.metrics.jobs_submitted.inc()
         if wait > 0:
@@ -265,13 +279,17 @@ class Jobs:
         return job_out(job)
 
     async def result_or_job(self, job_id: str, response: Response) -> Any:
-        """The job with its result when it is done, else the job with its progress (202)."""
+        """The job with its result when it is done, the job alone (200, with its error) when it ended
+        without one (failed, cancelled, interrupted), else the job with its progress (202)."""
         job = await asyncio.to_thread(self.store.job, job_id)
         assert job is not None
         if job.status is JobStatus.DONE:
             plan = await asyncio.to_thread(self.store.result, job_id)
             if plan is not None:
                 return Response(result_body(job_out(job), plan), media_type="application/json")
+        if job.status in RESUBMITTABLE:
+            ended = b'{"job":' + job_out(job).model_dump_json(by_alias=True).encode() + b"}"
+            return Response(ended, media_type="application/json")
         response.status_code = status.HTTP_202_ACCEPTED
         response.headers["Location"] = f"{PLANS}/{job_id}"
         return job_out(job, await self.runner.progress(job))

@@ -35,6 +35,36 @@ FLEET_GAUGES: dict[str, tuple[str, tuple[str, ...]]] = {
 }
 
 
+#: Teams shown by name in a team gauge: the largest; the others are summed under :data:`OTHER`.
+MAX_TEAMS = 20
+#: The label of the teams beyond :data:`MAX_TEAMS`.
+OTHER = "(other)"
+
+
+def bounded(values: dict[str, float], top: int = MAX_TEAMS) -> dict[str, float]:
+    """``values`` by team with at most ``top`` teams by name (the largest values, ties by name) and the
+    rest summed under :data:`OTHER`, so that a plan of many teams gives a bounded number of series."""
+    if len(values) <= top:
+        return values
+    ranked = sorted(values, key=lambda t: (-values[t], t))
+    kept = {t: values[t] for t in ranked[:top]}
+    return {**kept, OTHER: sum(values[t] for t in ranked[top:])}
+
+
+def _bounded_waiting(waiting: dict[tuple[str, str], int]) -> dict[tuple[str, str], float]:
+    """Waiting replicas by tier and team, the teams beyond the :data:`MAX_TEAMS` that wait most summed
+    under :data:`OTHER` per tier."""
+    by_team: dict[str, float] = {}
+    for (_, team), n in waiting.items():
+        by_team[team] = by_team.get(team, 0.0) + n
+    shown = set(bounded(by_team)) - {OTHER}
+    out: dict[tuple[str, str], float] = {}
+    for (tier, team), n in waiting.items():
+        key = (tier, team if team in shown else OTHER)
+        out[key] = out.get(key, 0.0) + n
+    return out
+
+
 def read_fleet(plan_json: str, input_json: str) -> FleetMetrics | None:
     """The fleet figures of the plan in ``plan_json`` (made from ``input_json``); ``None``, logged, for a
     plan that cannot be read (stored by another gpuplan version). Parses both: call it off the loop."""
@@ -48,7 +78,8 @@ def read_fleet(plan_json: str, input_json: str) -> FleetMetrics | None:
 
 class FleetGauges(Collector):
     """The fleet gauges of the latest plan (:attr:`latest`); nothing before the first plan. Each scrape
-    reads them from one :class:`FleetMetrics`, so that it never mixes two plans."""
+    reads them from one :class:`FleetMetrics`, so that it never mixes two plans. Team labels are bounded
+    (:func:`bounded`)."""
 
     def __init__(self) -> None:
         self.latest: FleetMetrics | None = None
@@ -65,9 +96,9 @@ class FleetGauges(Collector):
             "gpuplan_pool_allocated_gpu_ratio": [((p,), u.ratio) for p, u in m.pools.items()],
             "gpuplan_pool_gpus": [((p,), float(u.gpus)) for p, u in m.pools.items()],
             "gpuplan_fragmentation_rate": fragmentation,
-            "gpuplan_waiting_replicas": [((tier, team), float(n)) for (tier, team), n in m.waiting.items()],
-            "gpuplan_quota_used_gpus": [((t,), v) for t, v in m.team_gpus.items()],
-            "gpuplan_quota_limit_gpus": [((t,), v) for t, v in m.team_quota_gpus.items()],
+            "gpuplan_waiting_replicas": [(key, n) for key, n in _bounded_waiting(m.waiting).items()],
+            "gpuplan_quota_used_gpus": [((t,), v) for t, v in bounded(m.team_gpus).items()],
+            "gpuplan_quota_limit_gpus": [((t,), v) for t, v in bounded(m.team_quota_gpus).items()],
             "gpuplan_predicted_wait_p95_seconds": [((t,), v) for t, v in m.predicted_wait_p95_s.items()],
         }
         for name, (text, labels) in FLEET_GAUGES.items():

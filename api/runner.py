@@ -22,6 +22,7 @@ from __future__ import annotations
 import asyncio
 import contextlib
 import logging
+import math
 import multiprocessing
 import os
 import signal
@@ -245,6 +246,15 @@ class Runner:
         """Mean wall seconds of the last ``RECENT_SOLVES`` plans solved; None before the first."""
         return sum(self.recent) / len(self.recent) if self.recent else None
 
+    def retry_after(self, active: int) -> int:
+        """Whole seconds (at least 1) until one of ``active`` jobs is expected to end, so that a refused
+        submission may be retried: with every solver process of this server busy on jobs of the recent
+        mean solve time, one ends about every mean / processes seconds; 1 s before the first solve."""
+        mean = self.mean_solve_s()
+        if mean is None or active <= 0:
+            return 1
+        return max(1, math.ceil(mean / max(1, len(self.slots))))
+
     async def active(self) -> int:
         """Stored jobs queued or running, on every server (explanations are counted apart, in
         ``reading``)."""
@@ -271,7 +281,9 @@ class Runner:
             plan_json, input_json = latest.result_json, latest.input.input_json
             self.metrics.fleet.latest = await asyncio.to_thread(read_fleet, plan_json, input_json)
         self.tasks = [asyncio.create_task(self._serve(s), name=f"slot-{s.number}") for s in self.slots]
-        if self.slots:
+        if self.slots or self.queue.shared:
+            # On a shared database every server expires leases, HTTP-only ones too: a killed worker's
+            # job is queued again even while no other worker runs.
             self.tasks.append(asyncio.create_task(self._expire(), name="lease-expiry"))
         log.info("job runner %s: %d solver process(es)", self.queue.owner, len(self.slots))
 

@@ -5,7 +5,7 @@ from __future__ import annotations
 from datetime import datetime
 from typing import Any
 
-from pydantic import BaseModel, ConfigDict, Field, field_validator
+from pydantic import BaseModel, ConfigDict, Field, StrictBool, field_validator
 
 from gpuplan.models.base import Name
 from gpuplan.models.capacity import CapacityGap, NodeTypeCatalog
@@ -24,11 +24,14 @@ class PlanOptions(BaseModel):
 
     solver: str = Field(default="cpsat", description="cpsat, milp, greedy-fgd, best-fit, first-fit, …")
     time_limit_s: float | None = Field(
-        default=None, gt=0, allow_inf_nan=False, description="seconds (server default if unset)"
+        default=None,
+        gt=0,
+        allow_inf_nan=False,
+        description="seconds (server default if unset); beyond the server's max_time_limit_s: 413",
     )
     seed: int = Field(default=0, ge=0, le=2**31 - 1)
     now: datetime | None = Field(default=None, description="planning time, ISO-8601 (default: now)")
-    deterministic: bool = False
+    deterministic: StrictBool = Field(default=False, description="true or false (not 0 or 1)")
 
     @field_validator("solver")
     @classmethod

@@ -37,6 +37,22 @@ class Limits(BaseSettings):
     max_read_jobs: int = Field(
         default=2, ge=1, description="explanations queued or running at once (apart from max_active_jobs)"
     )
+    max_parsing: int = Field(
+        default=2, ge=1, description="bodies of large_body_bytes or more parsed at once (else 503)"
+    )
+    large_body_bytes: int = Field(
+        default=1024 * 1024, ge=0, description="a body this large counts in max_parsing"
+    )
+    body_timeout_s: float = Field(
+        default=30.0, gt=0, allow_inf_nan=False, description="seconds a client may pause while sending a body"
+    )
+    max_connections: int = Field(
+        default=1000, ge=1, description="open connections and requests at once; beyond them 503"
+    )
+    auth_failures_per_minute: int = Field(
+        default=120, ge=1, description="requests with an unknown key a minute per client address"
+    )
+    auth_failure_burst: int = Field(default=100, ge=1, description="unknown keys per client address at once")
 
 
 class Settings(BaseSettings):
@@ -51,6 +67,9 @@ class Settings(BaseSettings):
 
     database: str = "gpuplan.db"
     api_keys: dict[str, str] = Field(default_factory=dict)
+    metrics_key: str | None = Field(
+        default=None, min_length=16, description="with it, /metrics asks for this key (Bearer or X-API-Key)"
+    )
     solver_processes: int = Field(
         default_factory=lambda: max(1, os.cpu_count() or 1),
         ge=0,

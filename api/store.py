@@ -8,6 +8,6 @@ starts from.
 from __future__ import annotations
 
 from gpuplan.planner.store.records import Actor, JobInput, JobRecord, JobStatus, now
-from gpuplan.planner.store.store import Store
+from gpuplan.planner.store.store import ActiveLimitReached, Store
 
-__all__ = ["Actor", "JobInput", "JobRecord", "JobStatus", "Store", "now"]
+__all__ = ["Actor", "ActiveLimitReached", "JobInput", "JobRecord", "JobStatus", "Store", "now"]

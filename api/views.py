@@ -48,21 +48,30 @@ def result_body(job: JobOut, result_json: str) -> bytes:
 def visible_workloads(caller: Principal, input_json: str) -> frozenset[str] | None:
     """The workloads of a job's input the caller may see: ``None`` (all of them) for admins and
     planners, the ids of its team's workloads for a viewer. Parses the input: call it off the loop."""
+    split = team_split(caller, input_json)
+    return None if split is None else split[0]
+
+
+def team_split(caller: Principal, input_json: str) -> tuple[frozenset[str], frozenset[str]] | None:
+    """``None`` for admins and planners; for a viewer the ids of its team's workloads in a job's input
+    and those of every other team's. Parses the input: call it off the loop."""
     if caller.can_submit:
         return None
-    return frozenset(
-        w["id"] for w in json.loads(input_json).get("workloads", ()) if w.get("team") == caller.team
-    )
+    workloads = json.loads(input_json).get("workloads", ())
+    mine = frozenset(w["id"] for w in workloads if w.get("team") == caller.team)
+    return mine, frozenset(w["id"] for w in workloads) - mine
 
 
 def _team_result(caller: Principal, kind: str, result_json: str, input_json: str) -> str:
-    mine = visible_workloads(caller, input_json)
-    assert mine is not None
+    split = team_split(caller, input_json)
+    assert split is not None
+    mine, others = split
     if kind == CAPACITY_GAP:
         gap = CapacityGap.model_validate_json(result_json)
-        return team_gap(gap, str(caller.team), mine).model_dump_json(by_alias=True, exclude_none=True)
+        view = team_gap(gap, str(caller.team), mine, others)
+        return view.model_dump_json(by_alias=True, exclude_none=True)
     plan = Plan.model_validate_json(result_json)
-    return team_plan(plan, mine).model_dump_json(by_alias=True, exclude_none=True)
+    return team_plan(plan, mine, others).model_dump_json(by_alias=True, exclude_none=True)
 
 
 async def visible_result(store: Store, caller: Principal, job: JobRecord, result_json: str) -> str:

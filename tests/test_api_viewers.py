@@ -110,7 +110,7 @@ def test_counterfactuals_naming_another_teams_workload_are_left_out() -> None:
     assert [u.workload for u in seen.unplaced] == ["huge-ml"]
     assert [c.summary for c in seen.unplaced[0].counterfactuals] == ["raise quota of ml"]
     assert [c.summary for c in seen.explanations[0].counterfactuals] == ["raise quota of ml"]
-    assert team_explanations([why], frozenset(WEB)) == []
+    assert team_explanations([why], frozenset(WEB), frozenset(ML)) == []
 
 
 def test_a_viewer_reads_its_teams_line_of_a_capacity_gap(live: Server) -> None:

@@ -17,7 +17,7 @@ from fastapi import APIRouter, HTTPException, Path, Query
 
 from gpuplan.api.deps import Caller, RunnerDep, SettingsDep, StoreDep
 from gpuplan.api.jobs import JobId, check_reads, check_time_limit, finished_plan
-from gpuplan.api.views import PLANS, visible_workloads
+from gpuplan.api.views import PLANS, team_split
 from gpuplan.models.plan import Explanation
 from gpuplan.planner.explain.team_view import team_explanations
 from gpuplan.solvers.base import solver_names
@@ -58,8 +58,8 @@ async def explain(
     ids = {w.get("id") for w in json.loads(data.input_json).get("workloads", ())}
     if workload not in ids:
         raise HTTPException(status_code=404, detail=f"job '{job_id}' has no workload '{workload}'")
-    mine = await asyncio.to_thread(visible_workloads, caller, data.input_json)
-    if mine is not None and workload not in mine:
+    split = await asyncio.to_thread(team_split, caller, data.input_json)
+    if split is not None and workload not in split[0]:
         raise HTTPException(
             status_code=403,
             detail=f"role '{caller.role_text}' may not explain workload '{workload}' of another team",
@@ -77,7 +77,7 @@ async def explain(
     reply = await runner.call(options, data.input_json, (counterfactuals + 2) * time_limit_s)
     if reply[0] != "done":
         raise HTTPException(status_code=503, detail=f"no explanation: {reply[1]}: {reply[2]}")
-    if mine is None:
+    if split is None:
         return json.loads(reply[1])
     found = [Explanation.model_validate(e) for e in json.loads(reply[1])]
-    return team_explanations(found, mine)
+    return team_explanations(found, *split)

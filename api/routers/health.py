@@ -3,19 +3,22 @@
 from __future__ import annotations
 
 import asyncio
+import hmac
 import logging
 
-from fastapi import APIRouter, Request, Response
+from fastapi import APIRouter, HTTPException, Request, Response
 from prometheus_client import CONTENT_TYPE_LATEST, generate_latest
 from sqlalchemy.exc import SQLAlchemyError
 
 from gpuplan.api.deps import RunnerDep, StoreDep
 from gpuplan.api.metrics import ApiMetrics
+from gpuplan.api.middleware import request_key
 from gpuplan.api.schemas import Health
 from gpuplan.api.store import JobStatus
 
 router = APIRouter(tags=["health"])
 log = logging.getLogger(__name__)
+_BEARER = {"WWW-Authenticate": "Bearer"}
 
 
 @router.get("/healthz", response_model=Health)
@@ -40,9 +43,23 @@ async def readyz(store: StoreDep, runner: RunnerDep, response: Response) -> Heal
     return Health(status="ready" if ready else "not ready", checks=checks)
 
 
-@router.get("/metrics", response_class=Response, responses={200: {"content": {"text/plain": {}}}})
+@router.get(
+    "/metrics",
+    response_class=Response,
+    responses={
+        200: {"content": {"text/plain": {}}},
+        401: {"description": "metrics_key is set and not given"},
+    },
+)
 async def metrics(request: Request, store: StoreDep, runner: RunnerDep) -> Response:
-    """Prometheus metrics: requests, solve durations, queue depth and jobs by status."""
+    """Prometheus metrics: requests, solve durations, queue depth and jobs by status, and the fleet gauges
+    of the latest plan; rendered off the event loop. With ``GPUPLAN_METRICS_KEY`` set, only a scraper
+    giving that key (Bearer or X-API-Key) reads them."""
+    expected = request.app.state.settings.metrics_key
+    if expected is not None:
+        given = request_key(request.scope["headers"]) or ""
+        if not hmac.compare_digest(given.encode(), expected.encode()):
+            raise HTTPException(status_code=401, detail="/metrics needs the metrics key", headers=_BEARER)
     m: ApiMetrics = request.app.state.metrics
     try:
         counts = await asyncio.to_thread(store.status_counts)
@@ -53,4 +70,5 @@ async def metrics(request: Request, store: StoreDep, runner: RunnerDep) -> Respo
         for name, n in counts.items():
             m.jobs_by_status.labels(status=name).set(n)
         m.queue_depth.set(counts.get(JobStatus.QUEUED.value, 0) + len(runner.waiting))
-    return Response(generate_latest(m.registry), media_type=CONTENT_TYPE_LATEST)
+    text = await asyncio.to_thread(generate_latest, m.registry)
+    return Response(text, media_type=CONTENT_TYPE_LATEST)

@@ -35,7 +35,11 @@ class KeyCreate(BaseModel):
 
     model_config = ConfigDict(extra="forbid")
 
-    role: str = Field(max_length=200, description="admin, planner or viewer:<team>")
+    role: str = Field(
+        max_length=200,
+        pattern=r"^(admin|planner|viewer:\S(.*\S)?)$",
+        description="admin, planner or viewer:<team> (a team without control characters), as written here",
+    )
     expires: str | None = Field(
         default=None, max_length=40, description="a duration (12h, 30d, 8w) or an ISO date or time"
     )

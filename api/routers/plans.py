@@ -7,6 +7,7 @@ from datetime import UTC, datetime
 from typing import Annotated, Any
 
 from fastapi import APIRouter, HTTPException, Query, Response, status
+from pydantic import BeforeValidator
 
 from gpuplan.api.bodies import PlanBody, documented
 from gpuplan.api.deps import Caller, JobsDep, RunnerDep, SettingsDep, StoreDep, Submitter
@@ -14,6 +15,20 @@ from gpuplan.api.jobs import SUBMIT_RESPONSES, JobId, Wait, actor, check_active
 from gpuplan.api.schemas import AuditOut, JobOut, JobPage, JobResult, PlanRequest
 from gpuplan.api.store import JobStatus
 from gpuplan.api.views import PLAN, PLANS, job_out, readable, result_body, visible_result
+
+
+def _iso(value: object) -> object:
+    """A date or time as ISO-8601 text, not a number (which would be read as seconds since 1970)."""
+    if isinstance(value, str):
+        try:
+            float(value)
+        except ValueError:
+            return value
+        raise ValueError("an ISO-8601 date or time, not a number")
+    return value
+
+
+IsoTime = Annotated[datetime, BeforeValidator(_iso)]
 
 router = APIRouter(prefix=PLANS, tags=["plans"])
 
@@ -45,8 +60,8 @@ async def history(
     store: StoreDep,
     team: Annotated[str | None, Query(max_length=200)] = None,
     status_: Annotated[JobStatus | None, Query(alias="status")] = None,
-    since: Annotated[datetime | None, Query(description="created at or after (ISO-8601)")] = None,
-    until: Annotated[datetime | None, Query(description="created before (ISO-8601)")] = None,
+    since: Annotated[IsoTime | None, Query(description="created at or after (ISO-8601)")] = None,
+    until: Annotated[IsoTime | None, Query(description="created before (ISO-8601)")] = None,
     limit: Annotated[int, Query(ge=1, le=200)] = 50,
     offset: Annotated[int, Query(ge=0, le=10_000_000)] = 0,
 ) -> JobPage:

@@ -19,6 +19,9 @@ DEFAULT_SQLITE = "gpuplan.db"
 TEST_POSTGRES_ENV = "GPUPLAN_TEST_POSTGRES_URL"
 #: The PostgreSQL advisory lock that :func:`locked` takes (any fixed number; this is "gpup" in ASCII).
 ADVISORY_LOCK = 0x67707570
+#: The PostgreSQL advisory lock under which a job is admitted (counted against the active-job limit and
+#: inserted): apart from :data:`ADVISORY_LOCK`, so that admissions do not wait for a schema upgrade's.
+ADMISSION_LOCK = ADVISORY_LOCK + 1
 
 
 def database_url(target: str | None) -> str:
@@ -76,17 +79,17 @@ def make_engine(target: str | None) -> Engine:
 
 
 @contextmanager
-def locked(engine: Engine) -> Iterator[Connection]:
+def locked(engine: Engine, key: int = ADVISORY_LOCK) -> Iterator[Connection]:
     """A transaction holding the database's write lock from its first statement, committed when the
     block ends: two processes doing the same one-off work take turns, and the second sees what the
     first did. On SQLite ``BEGIN IMMEDIATE`` (the driver would otherwise commit each DDL statement at
     once, so a killed schema upgrade would leave half a schema); on PostgreSQL a transaction-scoped
-    advisory lock (PostgreSQL's DDL is transactional anyway)."""
+    advisory lock ``key`` (PostgreSQL's DDL is transactional anyway)."""
     with engine.connect() as conn:
         if conn.dialect.name == "sqlite":
             conn.exec_driver_sql("BEGIN IMMEDIATE")
         else:
-            conn.execute(text("SELECT pg_advisory_xact_lock(:key)"), {"key": ADVISORY_LOCK})
+            conn.execute(text("SELECT pg_advisory_xact_lock(:key)"), {"key": key})
         yield conn
         conn.commit()
 

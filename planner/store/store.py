@@ -11,7 +11,7 @@ from typing import Any
 from sqlalchemy import Connection, Engine, RowMapping, Select, func, insert, select, update
 
 from gpuplan.models.base import InputError
-from gpuplan.planner.store.db import make_engine
+from gpuplan.planner.store.db import ADMISSION_LOCK, locked, make_engine
 from gpuplan.planner.store.keys import KeyRecord
 from gpuplan.planner.store.migrate import upgrade
 from gpuplan.planner.store.records import (
@@ -33,6 +33,14 @@ from gpuplan.planner.store.tables import (
     jobs,
     metadata,
 )
+
+
+class ActiveLimitReached(Exception):
+    """A job was not stored: ``active`` jobs were already queued or running, the most allowed."""
+
+    def __init__(self, active: int) -> None:
+        super().__init__(f"{active} jobs are queued or running")
+        self.active = active
 
 
 def _key(row: RowMapping) -> KeyRecord:
@@ -151,22 +159,49 @@ class Store:
         detail: dict[str, Any],
         *,
         result_json: str | None = None,
+        max_active: int | None = None,
     ) -> int:
         """Insert a job, its input, its result when it comes finished (a plan of ``gpuplan replan``) and
-        the audit record of its submission, in one transaction; return the job's number."""
-        with self.engine.begin() as conn:
-            key = conn.execute(insert(jobs).values(job.model_dump())).inserted_primary_key
-            conn.execute(
-                insert(job_inputs).values(
-                    job_id=job.id,
-                    inputs_sha256=data.inputs_sha256,
-                    input_json=data.input_json,
-                    options_json=json.dumps(data.options, sort_keys=True),
-                )
+        the audit record of its submission, in one transaction; return the job's number.
+
+        With ``max_active``, the transaction first takes the admission lock (SQLite: ``BEGIN
+        IMMEDIATE``; PostgreSQL: an advisory lock) and counts the queued and running jobs: with
+        ``max_active`` or more it raises :class:`ActiveLimitReached` and stores nothing. Count and insert
+        under one lock, so that concurrent submissions on any number of servers never admit more."""
+        if max_active is None:
+            with self.engine.begin() as conn:
+                return self._insert_job(conn, job, data, actor, detail, result_json)
+        with locked(self.engine, ADMISSION_LOCK) as conn:
+            active = int(
+                conn.execute(
+                    select(func.count()).select_from(jobs).where(jobs.c.status.in_([s.value for s in ACTIVE]))
+                ).scalar_one()
             )
-            if result_json is not None:
-                conn.execute(insert(job_results).values(job_id=job.id, plan_json=result_json))
-            self._audit(conn, actor, "submit", job.id, detail)
+            if active >= max_active:
+                raise ActiveLimitReached(active)
+            return self._insert_job(conn, job, data, actor, detail, result_json)
+
+    def _insert_job(
+        self,
+        conn: Connection,
+        job: JobRecord,
+        data: JobInput,
+        actor: Actor,
+        detail: dict[str, Any],
+        result_json: str | None,
+    ) -> int:
+        key = conn.execute(insert(jobs).values(job.model_dump())).inserted_primary_key
+        conn.execute(
+            insert(job_inputs).values(
+                job_id=job.id,
+                inputs_sha256=data.inputs_sha256,
+                input_json=data.input_json,
+                options_json=json.dumps(data.options, sort_keys=True),
+            )
+        )
+        if result_json is not None:
+            conn.execute(insert(job_results).values(job_id=job.id, plan_json=result_json))
+        self._audit(conn, actor, "submit", job.id, detail)
         assert key is not None
         return int(key[0])
 

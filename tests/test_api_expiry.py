@@ -1,0 +1,55 @@
+"""Any server expires leases: on PostgreSQL a server without solver processes (``--no-worker``) queues
+again the job of a worker that died holding it, even while no worker runs."""
+
+from __future__ import annotations
+
+import time
+from pathlib import Path
+
+import pytest
+
+from gpuplan.api.queue import JobQueue
+from gpuplan.api.store import Actor, JobInput, JobRecord, JobStatus, Store, now
+from tests._api import ADMIN, Server
+
+
+def _queued(job_id: str) -> JobRecord:
+    return JobRecord(
+        id=job_id,
+        status=JobStatus.QUEUED,
+        kind="plan",
+        team="ml",
+        solver="first-fit",
+        time_limit_s=1.0,
+        nodes=2,
+        workloads=3,
+        submitted_by="abc",
+        created_at=now(),
+        started_at=None,
+        finished_at=None,
+        attempts=1,
+        plan_status=None,
+        outcome=None,
+        error=None,
+    )
+
+
+def test_an_http_only_server_expires_a_dead_workers_lease(db_url: str, tmp_path: Path) -> None:
+    if "://" not in db_url:
+        pytest.skip("several servers and workers share PostgreSQL only")
+    store = Store.open(db_url)
+    job_id = "a" * 32
+    store.create_job(_queued(job_id), JobInput("f" * 64, "{}", {}), Actor("abc", "planner"), {})
+    # A worker claims the job under a 1 s lease and dies: nothing renews it.
+    assert JobQueue(store.engine, "dead-worker", 1.0, 3).claim() is not None
+    store.close()
+    server = Server(db_url, tmp_path / "serve.log", env={"GPUPLAN_SOLVER_PROCESSES": "0"})
+    try:
+        with server.client(ADMIN) as c:
+            deadline = time.monotonic() + 30
+            while (job := c.get(f"/v1/plans/{job_id}").json())["status"] == "running":
+                assert time.monotonic() < deadline, job
+                time.sleep(0.2)
+        assert job["status"] == "queued", job
+    finally:
+        server.stop()
