@@ -128,13 +128,30 @@ WHOLE_A30 = {"instances": [{"profile": "4g.24gb", "start": 0}]}
         # One GPU, two standard one-GPU replicas: one waits, 3 x 100 x 8.
         ([{"name": "n", "gpus": _gpus("L4-24GB", 1)}], [{"id": "w", "gpus": 1, "replicas": 2}], {}, 2400),
         # Preempting the background replica (1 x 100 x 8) beats leaving the two-GPU one waiting 10 h
-        # (1 x 200 x 18).
+        # (1 x 200 x 18), when a replica may be preempted for one of its own tier.
         (
             [{"name": "n", "gpus": _gpus("L4-24GB", 2)}],
             [
                 RUNNING_BACKGROUND,
                 {"id": "w", "tier": "background", "gpus": 2, "queued_since": QUEUED},
             ],
+            {"disruption": {"max_preemptions_per_round": 1, "preempt_only_for_higher_tier": False}},
+            800,
+        ),
+        # By default only for a higher tier: the two-GPU one waits (1 x 200 x 18).
+        (
+            [{"name": "n", "gpus": _gpus("L4-24GB", 2)}],
+            [
+                RUNNING_BACKGROUND,
+                {"id": "w", "tier": "background", "gpus": 2, "queued_since": QUEUED},
+            ],
+            {"disruption": {"max_preemptions_per_round": 1}},
+            3600,
+        ),
+        # A standard newcomer may take the background replica's GPUs: 1 x 100 x 8.
+        (
+            [{"name": "n", "gpus": _gpus("L4-24GB", 2)}],
+            [RUNNING_BACKGROUND, {"id": "w", "gpus": 2, "queued_since": QUEUED}],
             {"disruption": {"max_preemptions_per_round": 1}},
             800,
         ),
