@@ -1,20 +1,19 @@
 """B14: the differential harness at length — every solver path against the brute-force optimum.
 
-Tiny instances (up to 3 nodes of 1-2 GPUs and 6 replicas: whole GPUs, fractions, MIG on A30s whose
-layouts may change, GPU memory, sharing modes and changes, running work, budgets, quotas, gangs,
-isolation, min-runtime) are drawn by the hypothesis strategy of ``tests/_brute.py`` from ``--seed``;
-each instance's true optimum of the documented objective is found by enumeration with the validator as
-the only judge, and every path (``tests._brute.PATHS``: cpsat, the fleet engine, the large-cluster path
-and the POP split forced onto small inputs, both MILPs and the three greedy back-ends) plans it through
-``make_plan``. Disagreements are counted per path and kind: ``crash`` (an exception other than an
-invalid plan), ``invalid`` (the validator rejects the plan), ``bound-above-optimum``,
-``optimal-not-optimum``, ``objective-misreported`` (report vs. the plan's waiting list), ``harness`` (a
-valid plan better than the brute force's optimum: the harness would be wrong). Each is also
-tagged with ``drift`` when the current state already breaks a rule (running work over a quota, across
-isolation, a gang partly running) and with what the brute-force optimal plan does (``mig-on``: MIG
-instances on a GPU with MIG disabled; ``repartition``; ``sharing``: a mode change; ``preempt``;
-``move``), a hint at the cause. Instances for which the validator accepts no plan at all (running work
-that breaks a rule the budget cannot repair) are counted apart.
+Tiny instances (up to 3 nodes of 1-2 GPUs and 6 replicas: whole GPUs, fractions, MIG on A30s whose layouts
+may change, GPU memory, sharing modes and changes, running work, budgets, quotas, gangs, isolation,
+min-runtime) are drawn by the hypothesis strategy of ``tests/_brute.py`` from ``--seed``; each instance's
+true optimum of the documented objective is found by enumeration with the validator as the only judge, and
+every path (``tests._brute.PATHS``: cpsat, the fleet engine, the large-cluster path and the POP split
+forced onto small inputs, both MILPs and the three greedy back-ends) plans it through ``make_plan``.
+Disagreements are counted per path and kind: ``crash`` (an exception other than an invalid plan),
+``invalid`` (the validator rejects the plan), ``bound-above-optimum``, ``optimal-not-optimum``,
+``objective-misreported`` (report vs. the plan's waiting list), ``harness`` (a valid plan better than the
+brute force's optimum: the harness would be wrong). Each is also tagged with ``drift`` when the current
+state already breaks a rule (running work over a quota, across isolation, a gang partly running) and with
+what the brute-force optimal plan does (``repartition``: a MIG layout changed; ``sharing``: a mode change;
+``preempt``; ``move``), a hint at the cause. Instances for which the validator accepts no plan at all
+(running work that breaks a rule the budget cannot repair) are counted apart.
 
 Run ``python -m benchmarks.b14_differential --count 5000 --seed 0``; results go to
 ``benchmarks/results/b14.csv`` (path, kind, tags, count, instances).
@@ -58,12 +57,9 @@ CHECKPOINT = 100
 
 def tags(inp: PlanningInput, plan: Plan) -> str:
     """``drift`` when the current state already breaks a rule, then what the brute-force plan changes:
-    MIG turned on, re-partitions, sharing modes, preemptions, moves."""
+    MIG re-partitions, sharing modes, preemptions, moves."""
     found = ["drift"] if validate_plan(current_plan(inp), inp, CATALOG) else []
-    nodes = inp.cluster.node_by_name
-    if any(nodes[lay.node].gpu_by_index[lay.gpu].mig is None for lay in plan.mig_layouts):
-        found.append("mig-on")
-    if any(nodes[lay.node].gpu_by_index[lay.gpu].mig is not None for lay in plan.mig_layouts):
+    if plan.mig_layouts:
         found.append("repartition")
     if plan.sharing:
         found.append("sharing")

@@ -6,22 +6,25 @@ tier-weighted queue term, lexicographic mode), and the only judge of whether a c
 is the validator (:func:`gpuplan.planner.validation.validate.validate_plan`). Candidates are built from
 ``gpuplan.models`` alone, never from solver code, so the harness stays independent of what it checks.
 
-Enumeration: for every replica, waiting or each placement (node, GPU set, fraction of a GPU, MIG profile
-at each valid start of a MIG-capable GPU, for each alternative shape); running replicas stay, move or are
-preempted; each node with a sharing mode keeps it or, when the policy allows changes, takes the other
-mode (``exclusive`` and ``time-slicing`` with the policy's replicas, as the README says). MIG layouts are
-not enumerated: a GPU whose MIG uses ``U`` are not all current instances gets the smallest layout the
-policy can allow, ``U`` (re-partition allowed) or the current instances plus ``U`` (not allowed); every
-other layout holding ``U`` breaks at least the rules this one breaks (layout validity and the MIG policy
-only get worse with more instances or fewer kept ones). All actions are in round 1: one plan is one
-round of the disruption budget. Two plans the validator accepts today are left out on purpose, as the
-README's rules do not allow them: a node time-sliced with other replicas than the policy's, and moves
-spread over several rounds beyond the per-round budget. Instances use the default lexicographic
+Enumeration: for every replica, waiting or each placement (node, GPU set, fraction of a GPU with MIG off,
+MIG profile at each valid start of a GPU in MIG mode, for each alternative shape: a plan turns MIG mode
+neither on nor off); running replicas stay, move or are preempted; each node with a sharing mode keeps it
+or, when the policy allows changes, takes the other mode (``exclusive`` and ``time-slicing`` with the
+policy's replicas, as the README says). MIG layouts are not enumerated: a GPU whose MIG uses ``U`` are not
+all current instances gets the smallest layout the policy can allow, ``U`` (re-partition allowed) or the
+current instances plus ``U`` (not allowed); every other layout holding ``U`` breaks at least the rules
+this one breaks (layout validity and the MIG policy only get worse with more instances or fewer kept
+ones); each change has its ``destroy-mig`` and ``create-mig`` actions. All actions are in round 1: one
+plan is one round of the disruption budget. Two plans the validator accepts today are left out on purpose,
+as the README's rules do not allow them: a node time-sliced with other replicas than the policy's, and
+moves spread over several rounds beyond the per-round budget. Instances use the default lexicographic
 objective only (the weighted mode's terms are not enumerated).
 
 Branches are cut only by necessary conditions that restate a validator rule exactly and can only get
 worse as more replicas are placed (per-GPU and per-node capacity, sharing modes, MIG layout validity,
-quotas, isolation, gangs, the disruption budget, min-runtime) and by the bound (a partial plan already
+quotas, isolation, gangs, the disruption budget, min-runtime; a quota or isolation rule that the current
+state breaks is cut only once a replica that does not stay where it runs adds to it, as the validator
+then reports it instead of keeping it) and by the bound (a partial plan already
 leaving as much queue penalty waiting as the best plan found). :func:`optimum` with ``prune=False``
 checks only the bound, so the tests can confirm the cuts on the smallest inputs.
 """
@@ -54,6 +57,8 @@ from gpuplan.models.cluster import (
 )
 from gpuplan.models.hardware import HardwareCatalog
 from gpuplan.models.plan import (
+    CREATE,
+    DESTROY,
     MIGRATE,
     PREEMPT,
     Action,
@@ -151,7 +156,8 @@ def _entries(uses: Sequence[GpuUse | GpuRef]) -> frozenset[tuple[int, int | None
 def placements(inp: PlanningInput, w: Workload, catalog: HardwareCatalog) -> list[Option]:
     """Every placement of one replica of ``w`` that no single-replica rule forbids: allowed GPU models,
     GPU memory of whole GPUs and MIG instances, CPU and memory of the node, topology, MIG starts,
-    team-exclusive nodes and GPUs already in MIG mode (a plan cannot turn MIG off)."""
+    team-exclusive nodes, and MIG mode as the cluster has it (a plan turns it neither on nor off: whole
+    GPUs and fractions only where it is off, MIG instances only where it is on)."""
     reserved: dict[str, set[str]] = defaultdict(set)
     for rule in inp.policy.isolation:
         if rule.kind is IsolationKind.TEAM_EXCLUSIVE and rule.team is not None:
@@ -185,7 +191,8 @@ def placements(inp: PlanningInput, w: Workload, catalog: HardwareCatalog) -> lis
             else:
                 for g in ok:
                     spec = catalog.model(g.model)
-                    prof = spec.profile_map.get(shape.mig_profile or "") if spec.mig_capable else None
+                    on = spec.mig_capable and g.mig is not None
+                    prof = spec.profile_map.get(shape.mig_profile or "") if on else None
                     if prof is None or shape.gpu_memory_mib > spec.instance_memory_mib(prof.name):
                         continue
                     for s in sorted(prof.starts):
@@ -205,7 +212,10 @@ def _topology_ok(node: Node, shape: Shape, gpus: Sequence[int]) -> bool:
 
 @dataclass
 class _State:
-    """What a partial plan holds, per GPU, node, quota, team and gang (for the exact cuts)."""
+    """What a partial plan holds, per GPU, node, quota, team and gang (for the exact cuts). ``fresh``,
+    ``quota_fresh`` and ``firm_fresh`` count what replicas that do not stay where they run add there: a
+    quota or isolation rule the current state already breaks is only kept (not a violation) while every
+    replica it concerns stays."""
 
     inp: PlanningInput
     catalog: HardwareCatalog
@@ -217,6 +227,9 @@ class _State:
     mem: Counter[str] = field(default_factory=Counter)
     quota: list[Fraction] = field(default_factory=list)
     firm: list[Fraction] = field(default_factory=list)
+    fresh: Counter[tuple[str, int]] = field(default_factory=Counter)
+    quota_fresh: list[int] = field(default_factory=list)
+    firm_fresh: list[int] = field(default_factory=list)
     moves: int = 0
     team_moves: Counter[str] = field(default_factory=Counter)
     preempts: int = 0
@@ -226,6 +239,8 @@ class _State:
     def __post_init__(self) -> None:
         self.quota = [Fraction(0)] * len(self.inp.policy.quotas)
         self.firm = [Fraction(0)] * len(self.inp.policy.quotas)
+        self.quota_fresh = [0] * len(self.inp.policy.quotas)
+        self.firm_fresh = [0] * len(self.inp.policy.quotas)
 
     def gpu_ok(self, key: tuple[str, int]) -> bool:
         """Whether the GPU's uses (the new one last) keep the validator's per-GPU rules."""
@@ -247,7 +262,7 @@ class _State:
                 return False
             target = set(pairs) if mig.allow_repartition or set(pairs) <= current else set(pairs) | current
             inst = tuple(MigInstance(profile=p, start=s) for p, s in sorted(target))
-            return not mig_layout_problems(spec, inst) and self._shared_ok(entries)
+            return not mig_layout_problems(spec, inst) and self._shared_ok(key, entries)
         mode = self.modes[key[0]]
         if mode is not None and not sharing_offers(mode, use.kind):
             return False
@@ -260,9 +275,12 @@ class _State:
         limit = sharing_replicas(mode)
         if limit is not None and len(entries) > limit:
             return False
-        return sum(m for _, _, m in entries) <= spec.memory_mib and self._shared_ok(entries)
+        return sum(m for _, _, m in entries) <= spec.memory_mib and self._shared_ok(key, entries)
 
-    def _shared_ok(self, entries: Sequence[tuple[Workload, GpuUse, int]]) -> bool:
+    def _shared_ok(self, key: tuple[str, int], entries: Sequence[tuple[Workload, GpuUse, int]]) -> bool:
+        """The isolation rules on one GPU, or only kept broken (every replica there stays)."""
+        if not self.fresh[key]:
+            return True
         for rule in self.inp.policy.isolation:
             if rule.kind is IsolationKind.NO_SHARED_GPU_ACROSS_TEAMS:
                 if len({ww.team for ww, _, _ in entries}) > 1:
@@ -404,9 +422,11 @@ class _Search:
             st_.gang_placed[gang] += 1
         st_.cpu[opt.node] += shape.cpu_milli
         st_.mem[opt.node] += shape.memory_mib
+        stays = running is not None and how is None
         for u in opt.uses:
             st_.uses[(opt.node, u.index)].append((w, u, shape.gpu_memory_mib))
-        self._quota(w, opt, st_, +1)
+            st_.fresh[(opt.node, u.index)] += not stays
+        self._quota(w, opt, st_, +1, fresh=not stays)
         ok = (
             st_.moves <= budget.max_moves_per_round
             and (budget.max_moves_per_team is None or st_.team_moves[w.team] <= budget.max_moves_per_team)
@@ -429,9 +449,11 @@ class _Search:
             st_.gang_placed[w.gang_id] -= 1
         st_.cpu[opt.node] -= shape.cpu_milli
         st_.mem[opt.node] -= shape.memory_mib
+        stays = slot.running is not None and self._stop(slot, opt) is None
         for u in opt.uses:
             st_.uses[(opt.node, u.index)].pop()
-        self._quota(w, opt, st_, -1)
+            st_.fresh[(opt.node, u.index)] -= not stays
+        self._quota(w, opt, st_, -1, fresh=not stays)
 
     def _wait(self, slot: Slot, st_: _State, sign: int) -> bool:
         """Mark (``sign`` +1) or unmark (-1) a replica waiting; False when waiting breaks a rule."""
@@ -453,7 +475,9 @@ class _Search:
         n = self.inp.cluster.node_by_name[node]
         return st_.cpu[node] <= n.cpu_milli and st_.mem[node] <= n.memory_mib
 
-    def _quota(self, w: Workload, opt: Option, st_: _State, sign: int) -> None:
+    def _quota(self, w: Workload, opt: Option, st_: _State, sign: int, *, fresh: bool) -> None:
+        """Add (``sign`` +1) or take off (-1) one replica's GPU-equivalents in each quota it counts
+        against; ``fresh``: the replica does not stay where it runs."""
         node = self.inp.cluster.node_by_name[opt.node]
         for qi, q in enumerate(self.inp.policy.quotas):
             if q.team != w.team or (q.pool is not None and node.pool != q.pool):
@@ -474,13 +498,19 @@ class _Search:
                 else:
                     eq += 1
             st_.quota[qi] += sign * eq
+            st_.quota_fresh[qi] += sign * (fresh and eq > 0)
             if not w.preemptible:
                 st_.firm[qi] += sign * eq
+                st_.firm_fresh[qi] += sign * (fresh and eq > 0)
 
     def _quota_ok(self, st_: _State) -> bool:
+        """Every quota holds, or is only kept broken (no replica that counts against it is new there)."""
         for qi, q in enumerate(self.inp.policy.quotas):
             limit = Fraction(repr(q.gpus))
-            if (st_.firm[qi] if q.borrow else st_.quota[qi]) > limit:
+            used, fresh = (
+                (st_.firm[qi], st_.firm_fresh[qi]) if q.borrow else (st_.quota[qi], st_.quota_fresh[qi])
+            )
+            if used > limit and fresh:
                 return False
         return True
 
@@ -537,6 +567,11 @@ class _Search:
                 MigInstance(profile=p, start=s) for p, s in sorted(target, key=lambda x: (x[1], x[0]))
             )
             layouts.append(MigLayout(node=node, gpu=index, instances=inst))
+            for kind, pairs in ((DESTROY, current - target), (CREATE, target - current)):
+                actions.extend(
+                    Action(round=1, kind=kind, node=node, gpu=index, detail=f"{prof}@{start}")
+                    for prof, start in sorted(pairs, key=lambda x: (x[1], x[0]))
+                )
         modes = {n.name: n.sharing for n in self.inp.cluster.nodes}
         sharing = tuple(
             NodeSharing(node=n, sharing=self._mode(n)) for n in sorted(changed) if modes[n] is not None
@@ -715,6 +750,7 @@ def policies(draw: st.DrawFn, features: frozenset[str]) -> dict[str, Any]:
         "max_moves_per_team": draw(st.sampled_from([None, None, 1])),
         "min_runtime_s": draw(st.sampled_from([0, 0, 7200])),
         "preempt_latency_sensitive": draw(st.booleans()),
+        "preempt_only_for_higher_tier": draw(st.booleans()),
     }
     repartition = "repartition" in features and draw(st.booleans())
     policy["mig"] = {"allow_create": draw(st.booleans()), "allow_repartition": repartition}

@@ -5,8 +5,9 @@ For each path the plan must be valid, its report's objective the queue term of i
 bound never above the true optimum, and ``OPTIMAL`` only at the true optimum. Instances are drawn by
 feature (:data:`tests._brute.FEATURES`): plain waiting work first, then running work, drifted running
 states, GPUs with MIG disabled, MIG re-partitions and sharing-mode changes, one feature at a time so
-that a known disagreement of one feature does not hide the others. Known disagreements are marked
-``xfail`` (not strict) with their cause, per feature and path.
+that a disagreement of one feature does not hide the others. The smallest instance of each class of
+disagreement the harness found is a test of its own: strict for the classes fixed, a strict ``xfail``
+with its cause for those still known.
 """
 
 from __future__ import annotations
@@ -18,6 +19,7 @@ import pytest
 from hypothesis import HealthCheck, Phase, given, settings
 
 from gpuplan.models.problem import PlanningInput
+from gpuplan.planner.planning import make_plan
 from gpuplan.planner.validation.validate import validate_plan
 from tests._brute import (
     CATALOG,
@@ -28,6 +30,7 @@ from tests._brute import (
     TooLarge,
     _Search,
     current_plan,
+    forced,
     instances,
     judge,
     optimum,
@@ -44,40 +47,27 @@ SETTINGS: dict[str, Any] = {
 }
 
 #: Known disagreements on today's code, by cause.
-MIG_ON = (
-    "no path offers MIG instances on a MIG-capable GPU with MIG disabled (the exact model, the fleet LP "
-    "and the knapsack bound alike), while the validator lets a plan create them (mig.allow_create): bounds "
-    "above the optimum everywhere, OPTIMAL on the exact paths"
+SHARING_DRAIN = (
+    "a sharing-mode change that needs a busy node drained first (its running work preempted or moved) "
+    "is never considered: the pre-pass changes drained nodes only and every path plans and bounds on the "
+    "modes it fixed, so the bound is above the optimum and the exact paths say OPTIMAL"
 )
-PREEMPT_TIER = (
-    "the exact model lets a replica be preempted only for a strictly higher-tier newcomer on its node; "
-    "the validator and the README's objective allow any preemption the budget allows"
+DRIFT_GANG = (
+    "a gang partly running (a broken gang rule is not one a plan may keep) is repaired only by the exact "
+    "paths, which may preempt it: the greedy back-ends, the fleet engine and the large-cluster path never "
+    "preempt, keep it as it runs, and the plan is invalid (InvalidPlanError)"
 )
-DRIFT = (
-    "running work that breaks a rule (over a quota, a gang partly running) is kept as it runs: the plan "
-    "is invalid although preempting or moving it within the budget gives a valid one, or the "
-    "predicted-start pass raises OverCommitError (a traceback)"
+DRIFT_GANG_CRASH = (
+    "a gang partly running, its running replicas kept and the others left waiting: the predicted-start "
+    "pass (planner/pipeline/timeline.py) starts the kept replicas again and raises OverCommitError on "
+    "every path"
 )
-FLEET_REPARTITION = "the fleet engine's configuration LP ignores MIG re-partitions: its bound is too high"
-SHARING_PREPASS = (
-    "sharing modes are chosen before the solve by greedy trials on drained nodes only, then every path "
-    "plans and bounds on those modes as if fixed: a mode change the greedy trial does not reward, or one "
-    "that needs a node drained first, is never considered, yet the exact paths say OPTIMAL"
+REPARTITION_DRAIN = (
+    "the exact model re-partitions a GPU whose other instance keeps its running replica and counts no "
+    "drain, while the action schedule drains that replica first (a move): with no move left in the "
+    "budget the MIG actions are deferred and the plan is invalid (mig-unscheduled); the validator asks "
+    "for no drain"
 )
-TRANSITION_CRASH = (
-    "the large-cluster path with running work that may move (transition, then neighbourhood search) "
-    "raises KeyError in the fleet transition's realisation for a gang whose shapes are alternatives"
-)
-EXACT = ("cpsat", "cpsat-pop", "milp-highs", "milp-cbc")
-KNOWN: dict[str, dict[str, str]] = {
-    "mig-off": dict.fromkeys(PATHS, MIG_ON),
-    "running": dict.fromkeys(EXACT, PREEMPT_TIER) | {"cpsat-large": TRANSITION_CRASH},
-    "drift": dict.fromkeys(PATHS, DRIFT),
-    "repartition": {"cpsat-fleet": FLEET_REPARTITION},
-    "sharing-change": dict.fromkeys(PATHS, SHARING_PREPASS),
-    "running+sharing-change": dict.fromkeys(PATHS, SHARING_PREPASS)
-    | dict.fromkeys(EXACT, f"{SHARING_PREPASS}; and {PREEMPT_TIER}"),
-}
 #: The features drawn one at a time (``+`` joins features drawn together).
 BY_FEATURE = ("running", "drift", "mig-off", "repartition", "sharing-change", "running+sharing-change")
 
@@ -120,6 +110,9 @@ RUNNING_BACKGROUND = {
 DRIFTED = {"teams": ["a"], "quotas": [{"team": "a", "gpus": 0.5}]}
 ONE_1G = {"instances": [{"profile": "1g.6gb", "start": 0}]}
 WHOLE_A30 = {"instances": [{"profile": "4g.24gb", "start": 0}]}
+SPLIT_A30 = {
+    "instances": [{"profile": p, "start": s} for p, s in (("1g.6gb", 0), ("1g.6gb", 1), ("2g.12gb", 2))]
+}
 
 
 @pytest.mark.parametrize(
@@ -128,13 +121,30 @@ WHOLE_A30 = {"instances": [{"profile": "4g.24gb", "start": 0}]}
         # One GPU, two standard one-GPU replicas: one waits, 3 x 100 x 8.
         ([{"name": "n", "gpus": _gpus("L4-24GB", 1)}], [{"id": "w", "gpus": 1, "replicas": 2}], {}, 2400),
         # Preempting the background replica (1 x 100 x 8) beats leaving the two-GPU one waiting 10 h
-        # (1 x 200 x 18).
+        # (1 x 200 x 18), when a replica may be preempted for one of its own tier.
         (
             [{"name": "n", "gpus": _gpus("L4-24GB", 2)}],
             [
                 RUNNING_BACKGROUND,
                 {"id": "w", "tier": "background", "gpus": 2, "queued_since": QUEUED},
             ],
+            {"disruption": {"max_preemptions_per_round": 1, "preempt_only_for_higher_tier": False}},
+            800,
+        ),
+        # By default only for a higher tier: the two-GPU one waits (1 x 200 x 18).
+        (
+            [{"name": "n", "gpus": _gpus("L4-24GB", 2)}],
+            [
+                RUNNING_BACKGROUND,
+                {"id": "w", "tier": "background", "gpus": 2, "queued_since": QUEUED},
+            ],
+            {"disruption": {"max_preemptions_per_round": 1}},
+            3600,
+        ),
+        # A standard newcomer may take the background replica's GPUs: 1 x 100 x 8.
+        (
+            [{"name": "n", "gpus": _gpus("L4-24GB", 2)}],
+            [RUNNING_BACKGROUND, {"id": "w", "gpus": 2, "queued_since": QUEUED}],
             {"disruption": {"max_preemptions_per_round": 1}},
             800,
         ),
@@ -231,12 +241,9 @@ def test_every_path_agrees_with_the_brute_force_on_waiting_work(inp: PlanningInp
 @pytest.mark.slow
 @pytest.mark.parametrize("feature", BY_FEATURE)
 @pytest.mark.parametrize("path", PATHS)
-def test_every_path_agrees_with_the_brute_force_by_feature(
-    feature: str, path: str, request: pytest.FixtureRequest
-) -> None:
-    known = KNOWN.get(feature, {}).get(path)
-    if known is not None:
-        request.applymarker(pytest.mark.xfail(strict=False, reason=known))
+def test_every_path_agrees_with_the_brute_force_by_feature(feature: str, path: str) -> None:
+    """No xfail: the classes still known are rare (B14: 0.1-0.3 % of instances) and none is among these
+    draws; each has its smallest instance below."""
 
     @settings(max_examples=15, **SETTINGS)
     @given(inp=instances(features=frozenset(feature.split("+"))))
@@ -254,35 +261,46 @@ def _running(wid: str, **extra: Any) -> dict[str, Any]:
     }  # fmt: skip
 
 
-#: The smallest instance of each known disagreement: (nodes, workloads, policy, true optimum, cause).
-SMALLEST: dict[str, tuple[list[dict[str, Any]], list[dict[str, Any]], dict[str, Any], int, str]] = {
-    # Create 1g.6gb@0 on the A30: 0; every path leaves it waiting (3 x 25 x 8) with that bound.
-    "mig-on": (
-        [{"name": "n", "gpus": _gpus("A30-24GB", 1)}], [{"id": "w", "mig_profile": "1g.6gb"}], {}, 0, MIG_ON
+#: The smallest instance of each class of disagreement the harness found: (nodes, workloads, policy, true
+#: optimum, cause if still known, else None: every path must agree).
+SMALLEST: dict[str, tuple[list[dict[str, Any]], list[dict[str, Any]], dict[str, Any], int, str | None]] = {
+    # MIG is off on the A30 and a plan does not turn it on (rule mig-mode): the 1g.6gb waits, 3 x 25 x 8
+    # (the validator used to accept creating the instance, which no path offered).
+    "mig-off": (
+        [{"name": "n", "gpus": _gpus("A30-24GB", 1)}], [{"id": "w", "mig_profile": "1g.6gb"}], {}, 600, None
     ),
-    # Preempt r (3 x 100 x 8) for w waiting 10 h (3 x 100 x 18): 2400; the exact paths say OPTIMAL 5400.
+    # Same tier: by default r is preempted only for a higher tier, so w waits 10 h (3 x 100 x 18).
     "preempt-same-tier": (
         [{"name": "n", "gpus": _gpus("L4-24GB", 1)}],
         [_running("r"), {"id": "w", "gpus": 1, "queued_since": QUEUED}],
         {"disruption": {"max_preemptions_per_round": 1}},
-        2400,
-        PREEMPT_TIER,
+        5400,
+        None,
     ),
-    # r is over team a's quota of half a GPU; preempting it is valid (2400); every path keeps it.
+    # With preempt_only_for_higher_tier false: preempt r (3 x 100 x 8) for w, 2400.
+    "preempt-same-tier-allowed": (
+        [{"name": "n", "gpus": _gpus("L4-24GB", 1)}],
+        [_running("r"), {"id": "w", "gpus": 1, "queued_since": QUEUED}],
+        {"disruption": {"max_preemptions_per_round": 1, "preempt_only_for_higher_tier": False}},
+        2400,
+        None,
+    ),
+    # r is over team a's quota of half a GPU: keeping it is allowed (the plan lists it as staying
+    # broken), so nothing waits: 0.
     "drift-quota": (
         [{"name": "n", "gpus": _gpus("L4-24GB", 1)}],
         [_running("r", team="a")],
         {**DRIFTED, "disruption": {"max_preemptions_per_round": 1}},
-        2400,
-        DRIFT,
+        0,
+        None,
     ),
-    # Two 2g.12gb in place of the idle 4g.24gb: 0; the fleet engine's bound is 2 x 3 x 50 x 8.
+    # Two 2g.12gb in place of the idle 4g.24gb: 0 (the fleet engine's bound was 2 x 3 x 50 x 8).
     "fleet-repartition": (
         [{"name": "n", "gpus": _gpus("A30-24GB", 1, mig=WHOLE_A30)}],
         [{"id": "m", "mig_profile": "2g.12gb", "replicas": 2}],
         {"mig": {"allow_repartition": True}},
         0,
-        FLEET_REPARTITION,
+        None,
     ),
     # Preempt the background replica (1 x 100 x 8), switch the node to time-slicing and run the four
     # latency-sensitive halves: 800; every path leaves them waiting (4 x 10 x 50 x 8) with that bound.
@@ -294,10 +312,10 @@ SMALLEST: dict[str, tuple[list[dict[str, Any]], list[dict[str, Any]], dict[str, 
         ],
         {"sharing": {"allow_change": True, "replicas": 2}, "disruption": {"max_preemptions_per_round": 1}},
         800,
-        SHARING_PREPASS,
+        SHARING_DRAIN,
     ),
-    # n1 time-sliced, w0 on the MIG instance and w1 on n1: 0. The pre-pass's greedy trial puts w0 (its
-    # first alternative, waited longer) on n1, gains nothing and keeps n1 exclusive: every path 1200.
+    # n1 time-sliced, w0 on the MIG instance and w1 on n1: 0 (the pre-pass's greedy trial used to put w0,
+    # its first alternative, on n1, gain nothing and keep n1 exclusive).
     "sharing-prepass": (
         [
             {"name": "n0", "gpus": _gpus("A30-24GB", 1, mig=ONE_1G)},
@@ -312,18 +330,33 @@ SMALLEST: dict[str, tuple[list[dict[str, Any]], list[dict[str, Any]], dict[str, 
         ],
         {"sharing": {"allow_change": True, "replicas": 2}},
         0,
-        SHARING_PREPASS,
+        None,
+    ),
+    # w#0 runs on 2g.12gb@2; re-partitioning the two idle 1g.6gb into 2g.12gb@0 places w#1: 0. The exact
+    # paths plan it, but their actions drain w#0 first, and no move is allowed.
+    "repartition-busy-gpu": (
+        [{"name": "n", "gpus": _gpus("A30-24GB", 1, mig=SPLIT_A30)}],
+        [
+            {
+                "id": "w", "mig_profile": "2g.12gb", "replicas": 2, "started_at": STARTED,
+                "running_on": [
+                    {"node": "n", "gpus": [{"index": 0, "mig_profile": "2g.12gb", "mig_start": 2}]}
+                ],
+            },
+        ],
+        {"mig": {"allow_repartition": True}},
+        0,
+        REPARTITION_DRAIN,
     ),
     # A gang with one of its two replicas running (drift); preempting it is valid (2 x 3 x 100 x 8).
     "drift-gang": (
         [{"name": "n", "gpus": _gpus("L4-24GB", 1)}],
         [_running("g", replicas=2, gang="true")],
-        {"disruption": {"max_preemptions_per_round": 1}},
+        {"disruption": {"max_preemptions_per_round": 1, "preempt_only_for_higher_tier": False}},
         4800,
-        DRIFT,
+        DRIFT_GANG,
     ),
-    # The same with CPU-only replicas and one more waiting: all run (0); every path raises
-    # OverCommitError in the predicted-start pass.
+    # The same with CPU-only replicas and one more waiting: all run (0).
     "drift-gang-crash": (
         [{"name": "n", "cpu_milli": 4000, "gpus": _gpus("L4-24GB", 1)}],
         [
@@ -335,9 +368,10 @@ SMALLEST: dict[str, tuple[list[dict[str, Any]], list[dict[str, Any]], dict[str, 
         ],
         {},
         0,
-        DRIFT,
+        DRIFT_GANG_CRASH,
     ),
-    # Legal input; only the large-cluster path (forced) fails: all four run (0) elsewhere.
+    # Legal input on which the large-cluster path (forced) raised KeyError in the fleet transition: its
+    # re-pack of n1 took the gang member w3 off and found it no place again. Valid everywhere now.
     "transition-crash": (
         [
             {"name": "n0", "cpu_milli": 4000, "gpus": _gpus("L4-24GB", 1)},
@@ -354,17 +388,22 @@ SMALLEST: dict[str, tuple[list[dict[str, Any]], list[dict[str, Any]], dict[str, 
         ],
         {"disruption": {"max_moves_per_round": 1}},
         0,
-        TRANSITION_CRASH,
+        None,
     ),
 }  # fmt: skip
 
 
 @pytest.mark.parametrize(
-    "case", [pytest.param(k, marks=pytest.mark.xfail(strict=False, reason=v[4])) for k, v in SMALLEST.items()]
+    "case",
+    [
+        pytest.param(k, marks=[] if v[4] is None else [pytest.mark.xfail(strict=True, reason=v[4])])
+        for k, v in SMALLEST.items()
+    ],
 )
-def test_the_smallest_known_disagreements(case: str) -> None:
-    """Each known class on its smallest instance: the brute force finds the hand-computed optimum, and
-    every path must agree with it."""
+def test_the_smallest_instance_of_each_class(case: str) -> None:
+    """Each class on its smallest instance: the brute force finds the hand-computed optimum, and every
+    path agrees with it (a class still known is a strict xfail: it fails today, and its fix must remove
+    the mark)."""
     nodes, workloads, policy, expected, _ = SMALLEST[case]
     inp = _inp(nodes, workloads, policy)
     assert optimum(inp).cost == expected
@@ -372,9 +411,30 @@ def test_the_smallest_known_disagreements(case: str) -> None:
     assert not any(problems.values()), problems
 
 
+def test_the_transition_keeps_gang_members_in_place() -> None:
+    """The large-cluster path on the transition's instance: a valid plan (no KeyError), w1 kept where it
+    runs (no move is needed) and the gang member w3 placed."""
+    nodes, workloads, policy, _, _ = SMALLEST["transition-crash"]
+    inp = _inp(nodes, workloads, policy)
+    with forced("cpsat-large") as name:
+        plan = make_plan(inp, solver=name, now=NOW, time_limit_s=5.0, deterministic=True, num_workers=1)
+    assert validate_plan(plan, inp, CATALOG) == []
+    placed = {(a.workload, a.replica): a.node for a in plan.assignments}
+    assert placed[("w1", 0)] == "n0" and ("w3", 0) in placed
+
+
 def test_a_drifted_state_that_no_plan_repairs_has_no_valid_plan() -> None:
-    """r is over its team's quota and no preemption is allowed: the validator accepts no plan at all
-    (the known disagreement: every path then raises instead of reporting what stays broken)."""
-    inp = _inp([{"name": "n", "gpus": _gpus("L4-24GB", 1)}], [_running("r", team="a")], DRIFTED)
+    """Half of gang g runs and no preemption is allowed: the gang rule is not one a plan may keep, so the
+    validator accepts no plan at all."""
+    inp = _inp([{"name": "n", "gpus": _gpus("L4-24GB", 1)}], [_running("g", replicas=2, gang="true")], {})
     with pytest.raises(NoValidPlan):
         optimum(inp)
+
+
+def test_a_drifted_quota_is_kept_not_cut() -> None:
+    """r is over its team's quota and may not be preempted: keeping it is the only plan, and a valid one
+    (the quota stays broken); moving it to the other GPU would add new use over the quota."""
+    inp = _inp([{"name": "n", "gpus": _gpus("L4-24GB", 2)}], [_running("r", team="a")], DRIFTED)
+    found = optimum(inp)
+    assert found.cost == 0 and found.plan.actions == ()
+    assert [(a.node, a.gpus[0].index) for a in found.plan.assignments] == [("n", 0)]

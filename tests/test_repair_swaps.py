@@ -167,7 +167,7 @@ def test_mig_runners_swapped_with_newcomers_of_their_profile_go_back() -> None:
     node = {"name": "h", "cpu_milli": 64000, "memory_mib": 262144,
             "gpus": [{"index": 0, "model": "H100-80GB",
                       "mig": {"instances": [{"profile": "1g.10gb", "start": s} for s in range(3)]}},
-                     {"index": 1, "model": "H100-80GB"}]}  # fmt: skip
+                     {"index": 1, "model": "H100-80GB", "mig": {"instances": []}}]}  # fmt: skip
     work = [
         {"id": "run", "replicas": 3, "mig_profile": "1g.10gb", "cpu_milli": 1000, "memory_mib": 8192,
          "running_on": ";".join(f"h:0/1g.10gb@{s}" for s in range(3)), "started_at": STARTED},

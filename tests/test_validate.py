@@ -68,9 +68,16 @@ HOUR_AGO = NOW - timedelta(hours=1)
 
 
 def base_nodes() -> list[Node]:
-    """Two DGX H100 (one with a MIG GPU), an NVLink-bridged PCIe box and a two-GPU L40S server."""
+    """Two DGX H100 (one with MIG mode on for GPUs 6-7, no instance yet; one with a MIG GPU), an
+    NVLink-bridged PCIe box and a two-GPU L40S server."""
     return [
-        node("dgx-01", topology="dgx-h100", pool="h100", labels={"rack": "r1"}),
+        node(
+            "dgx-01",
+            topology="dgx-h100",
+            pool="h100",
+            labels={"rack": "r1"},
+            gpus=[mig_gpu(6), mig_gpu(7)],  # MIG mode on, no instance yet
+        ),
         node(
             "dgx-02",
             topology="dgx-h100",
@@ -365,6 +372,11 @@ def _layout_unscheduled(s: Scenario) -> None:
     s.mig_actions = False
 
 
+def _mig_mode_off(s: Scenario) -> None:
+    # GPU 5 of dgx-01 is an H100 with MIG mode off: a plan does not turn it on.
+    s.layouts.append(layout("dgx-01", 5, ("7g.80gb", 0)))
+
+
 def _layout_on_l40s(s: Scenario) -> None:
     s.layouts.append(layout("l40s-01", 1))
 
@@ -597,6 +609,7 @@ BROKEN: list[tuple[Callable[[Scenario], None], str, str]] = [
     (_mig_use_bad_start, "mig-start", "workload infer replica 1"),
     (_mig_instance_shared, "mig-instance-shared", "node dgx-02 gpu 7"),
     (_layout_twice, "mig-layout-duplicate", "node dgx-01 gpu 7"),
+    (_mig_mode_off, "mig-mode", "node dgx-01 gpu 5"),
     (_layout_on_l40s, "gpu-model", "node l40s-01 gpu 1"),
     (_layout_unscheduled, "mig-unscheduled", "node dgx-01 gpu 7"),
     (_node_cpu, "cpu", "node l40s-01"),
@@ -1042,7 +1055,7 @@ def mig_layouts(draw: st.DrawFn) -> tuple[str, list[tuple[str, int]]]:
 def test_layout_verdict_follows_nvidia_rules(drawn: tuple[str, list[tuple[str, int]]]) -> None:
     model, pairs = drawn
     s = Scenario()
-    s.nodes.append(node("lab", gpus=[{"index": 0, "model": model, "numa": 0}]))
+    s.nodes.append(node("lab", gpus=[{"index": 0, "model": model, "numa": 0, "mig": {"instances": []}}]))
     s.layouts.append(layout("lab", 0, *pairs))
     expected = reference_layout_problems(model, pairs)
     rules = {v.rule for v in check(s)}
@@ -1176,7 +1189,8 @@ def generate(rng: random.Random) -> Generated:
                         {"index": gpu.index, "mig": {"instances": [i.model_dump() for i in insts]}}
                     )
                     g.cluster_layouts.append((raw.name, gpu.index, insts))
-                else:
+                else:  # MIG mode on with no instance: the plan creates them all
+                    overrides.append({"index": gpu.index, "mig": {"instances": []}})
                     g.layouts.append(MigLayout(node=raw.name, gpu=gpu.index, instances=insts))
                     g.plan_layout_gpus.extend((raw.name, gpu.index, i) for i in insts)
                 g.mig_gpus.append((raw.name, gpu.index))

@@ -274,6 +274,7 @@ class _Checker:
         if self._checks("shapes"):
             self._shapes()
         self._layouts()
+        self._mig_mode()
         self._mig_policy()
         actions = self._checks(ACTIONS_FAMILY)
         if actions:
@@ -526,6 +527,20 @@ class _Checker:
         """Valid starts, inside the GPU, no shared memory slice, compute and instance limits."""
         for rule, message in mig_layout_problems(spec, instances):
             self._add(rule, subject, f"The MIG layout is invalid: {message}")
+
+    def _mig_mode(self) -> None:
+        """Rule 5b: a plan never turns MIG mode on: a MIG layout only for a GPU whose cluster entry has MIG
+        on (``mig``, even with no instance). Switching the mode is a GPU Operator action on a drained GPU
+        (``nvidia.com/mig.config``) that no solver plans, so a plan that needs it is not one they offer."""
+        nodes = self.inp.cluster.node_by_name
+        for node, index in self.layouts:
+            if nodes[node].gpu_by_index[index].mig is None:
+                self._add(
+                    "mig-mode",
+                    gpu_subject(node, index),
+                    f"The plan sets a MIG layout on GPU {index} of node '{node}', whose MIG mode is off in "
+                    "the cluster; a plan does not turn MIG mode on.",
+                )
 
     def _mig_policy(self) -> None:
         """Rule 12: MIG changes the policy allows: an instance the cluster lacks only with

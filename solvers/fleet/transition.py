@@ -26,7 +26,7 @@ from __future__ import annotations
 import logging
 import time
 from collections import Counter, defaultdict
-from collections.abc import Hashable, Sequence
+from collections.abc import Container, Hashable, Sequence
 from dataclasses import dataclass, replace
 
 import highspy
@@ -286,10 +286,13 @@ def _fill(
     placed: dict[Key, Assignment],
     n: int,
     incoming: list[tuple[Key, int]],
+    movable: Container[Key],
 ) -> list[tuple[Key, int]]:
     """Place ``incoming`` replicas (with their alternatives) on node ``n`` next to those already there,
-    biggest first; if some do not fit around the replicas there, re-pack the whole node (those may
-    change GPUs). Returns what still did not fit; the node is left as packed as it could be."""
+    biggest first; if some do not fit around the replicas there, re-pack the node's ``movable`` replicas
+    (those of the transition's classes: they may change GPUs) around the others, which stay where they
+    are (gang members and running work that may not be disturbed are no part of any class). Returns what
+    still did not fit; the node is left as packed as it could be."""
     name = problem.nodes[n].name
     order = sorted(incoming, key=lambda kv: _size(by_key[kv[0]].shapes[kv[1]]))
     left: list[tuple[Key, int]] = []
@@ -301,8 +304,9 @@ def _fill(
             placed[key] = got
     if not left:
         return []
-    here = [k for k, a in placed.items() if a.node == name]
-    placer.release(n, [(by_key[k], placed[k]) for k in here], [])
+    here = [k for k, a in placed.items() if a.node == name and k in movable]
+    fixed = [(by_key[k], a) for k, a in placed.items() if a.node == name and k not in movable]
+    placer.release(n, [(by_key[k], placed[k]) for k in here], fixed)
     everything = sorted(
         [(k, placed.pop(k).alternative) for k in here] + left,
         key=lambda kv: _size(by_key[kv[0]].shapes[kv[1]]),
@@ -392,7 +396,7 @@ def _realise(
             take = pool[c][: max(0, want - stays[n].get((c, alt), 0))]
             del pool[c][: len(take)]
             incoming.extend((k, alt) for k in take)
-        for key, _ in _fill(problem, placer, by_key, placed, n, incoming):
+        for key, _ in _fill(problem, placer, by_key, placed, n, incoming, class_of):
             pool[class_of[key]].insert(0, key)  # no room after all: it needs a place elsewhere
     log.debug(
         "after the slots: %d running and %d waiting replicas still need a place",
