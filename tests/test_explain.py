@@ -430,7 +430,7 @@ def test_cli_explain_prints_the_code_and_verified_changes(
     assert "new replica 0: waiting — NO_CAPACITY" in capsys.readouterr().out
     workloads.write_text(json.dumps({"workloads": [{"id": "new", "gpus": 1}]}))
     assert main([*args, "new"]) == 2
-    assert "made from another workloads" in capsys.readouterr().err
+    assert "made from other inputs (workloads changed" in capsys.readouterr().err
 
 
 def test_room_left_by_the_solver_is_a_solver_limit() -> None:

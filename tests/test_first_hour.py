@@ -278,7 +278,8 @@ def test_explain_against_other_inputs_says_which_differs_and_how_to_fix_it(
     work.write_text(WORKLOADS.replace("gpus: 1}", "gpus: 2}"))
     err = _error(["explain", "solo", "--plan", str(plan)], capsys)
     assert err == (
-        f"gpuplan: error: --plan {plan}: the plan was made from another workloads (inputs_sha256 differs); "
+        f"gpuplan: error: --plan {plan}: the plan was made from other inputs "
+        "(workloads changed; inputs_sha256 differs); "
         f"give the --workloads file the plan was made from, or make the plan again from these inputs "
         f"(gpuplan plan ... --out {plan})"
     )
@@ -286,10 +287,10 @@ def test_explain_against_other_inputs_says_which_differs_and_how_to_fix_it(
     policy = tmp_path / "p.yaml"
     policy.write_text("teams: [nlp]\n")
     err = _error(["explain", "solo", "--plan", str(plan), "--policy", str(policy)], capsys)
-    assert "made from another policy (inputs_sha256 differs); give the --policy file" in err
+    assert "made from other inputs (policy changed; inputs_sha256 differs); give the --policy file" in err
     err = _error(["map", "--plan", str(plan), "--cluster", str(cluster), "--workloads", str(work),
                   "--policy", str(policy), "--out", str(tmp_path / "m.svg")], capsys)  # fmt: skip
-    assert "made from another policy" in err
+    assert "made from other inputs (policy changed" in err
 
 
 # --- waiting work is named ----------------------------------------------------------------------------

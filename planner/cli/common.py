@@ -152,7 +152,8 @@ def check_made_from(plan: Plan, inp: PlanningInput, plan_path: str) -> None:
         differ = list(INPUT_OPTIONS)
     options = " or ".join(INPUT_OPTIONS[part] for part in differ)
     raise InputError(
-        f"--plan {plan_path}: the plan was made from another {' or '.join(differ)} (inputs_sha256 differs); "
+        f"--plan {plan_path}: the plan was made from other inputs ({' and '.join(differ)} changed; "
+        "inputs_sha256 differs); "
         f"give the {options} file the plan was made from, or make the plan again from these inputs "
         f"(gpuplan plan ... --out {plan_path})"
     )
