@@ -24,7 +24,7 @@ from typing import TYPE_CHECKING
 if TYPE_CHECKING:
     from collections.abc import Set as AbstractSet
 
-    from gpuplan.models.capacity import CapacityGap
+    from gpuplan.models.capacity import CapacityGap, Served
     from gpuplan.models.plan import Counterfactual, Explanation, Plan, ReasonDetail, Unplaced
 
 #: Characters that continue a name: an id found inside a longer word is not that id.
@@ -145,8 +145,34 @@ def team_plan(plan: Plan, mine: AbstractSet[str], others: AbstractSet[str] = fro
     )
 
 
+#: The name under which a purchase or re-partition counts what it serves of other teams.
+OTHER_TEAMS = "other teams"
+
+
+def _served(served: Iterable[Served], mine: AbstractSet[str]) -> tuple[Served, ...]:
+    """What a purchase or re-partition serves, as one team sees it: its own workloads by name, the other
+    teams' work summed into one unnamed entry (so the totals still add up)."""
+    own = [s for s in served if s.workload in mine]
+    rest = [s for s in served if s.workload not in mine]
+    if not rest:
+        return tuple(own)
+    tiers = {s.tier for s in rest}
+    folded = rest[0].model_copy(
+        update={
+            "workload": OTHER_TEAMS,
+            "team": OTHER_TEAMS,
+            "tier": tiers.pop() if len(tiers) == 1 else "various",
+            "replicas": sum(s.replicas for s in rest),
+            "gpu_equivalents": round(sum(s.gpu_equivalents for s in rest), 4),
+            "gpu_hours": round(sum(s.gpu_hours for s in rest), 2),
+        }
+    )
+    return (*own, folded)
+
+
 def team_gap(gap: CapacityGap, team: str, mine: AbstractSet[str], others: AbstractSet[str]) -> CapacityGap:
-    """``gap`` as seen by ``team`` (whose workloads are ``mine``; ``others`` are the other teams')."""
+    """``gap`` as seen by ``team`` (whose workloads are ``mine``; ``others`` are the other teams'): other
+    teams' work is counted, never named, in every sentence and list."""
     unnamed: Callable[[str], str] = Unnamed(set(others) - set(mine))
     return gap.model_copy(
         update={
@@ -158,5 +184,19 @@ def team_gap(gap: CapacityGap, team: str, mine: AbstractSet[str], others: Abstra
             ),
             "repartition_actions": tuple(unnamed(a) for a in gap.repartition_actions),
             "notes": tuple(unnamed(n) for n in gap.notes),
+            "purchases": tuple(
+                p.model_copy(update={"serves": _served(p.serves, mine)}) for p in gap.purchases
+            ),
+            "repartitions": tuple(
+                r.model_copy(
+                    update={
+                        "serves": _served(r.serves, mine),
+                        "actions": tuple(unnamed(a) for a in r.actions),
+                    }
+                )
+                for r in gap.repartitions
+            ),
+            "allow_other_models": tuple(w for w in gap.allow_other_models if w in mine),
+            "class_moves": tuple(m for m in gap.class_moves if m.workload in mine),
         }
     )
