@@ -32,3 +32,15 @@ def db_url(request: pytest.FixtureRequest, tmp_path: Path) -> Iterator[str]:
         with admin.connect() as conn:
             conn.execute(text(f'DROP DATABASE IF EXISTS "{name}" WITH (FORCE)'))
         admin.dispose()
+
+
+#: Test modules that run real servers on loopback or a Ray instance: slow as a whole.
+SLOW_MODULES = ("test_api_", "test_ray")
+
+
+def pytest_collection_modifyitems(items: list[pytest.Item]) -> None:
+    """Mark the live-server and Ray tests ``slow``, so that ``pytest -m "not slow"`` is the fast subset
+    (long solves carry the mark themselves)."""
+    for item in items:
+        if item.path.name.startswith(SLOW_MODULES):
+            item.add_marker(pytest.mark.slow)

@@ -155,6 +155,7 @@ def test_a_bad_user_catalog_is_one_line_naming_the_entry(
 # --- a user catalog used in a plan ----------------------------------------------------------------
 
 
+@pytest.mark.slow
 def test_a_user_catalog_adds_h20_and_a_topology_used_in_a_plan(tmp_path: Path) -> None:
     user = write(tmp_path / "gpus.yaml", USER_CATALOG)
     cluster = write(tmp_path / "c.yaml", {"nodes": [
@@ -186,6 +187,7 @@ def test_a_user_catalog_adds_h20_and_a_topology_used_in_a_plan(tmp_path: Path) -
 # --- the "marked uncertain" notes -------------------------------------------------------------------
 
 
+@pytest.mark.slow
 def test_uncertain_notes_once_for_what_the_inputs_use_and_none_with_q(tmp_path: Path) -> None:
     l40s = {"cpu_milli": 64000, "memory_mib": 262144, "topology": "pcie-8x-l40s"}
     cluster = write(tmp_path / "c.yaml", {"nodes": [{"name": f"l{i}", **l40s} for i in range(3)]})
@@ -229,6 +231,7 @@ LGI = """\
 """
 
 
+@pytest.mark.slow
 def test_import_mig_reads_an_lgi_layout_and_names_the_flag_it_needs(tmp_path: Path) -> None:
     lgi = tmp_path / "lgi.txt"
     lgi.write_text(LGI)

@@ -152,6 +152,7 @@ def test_schema_prints_every_format(capsys: pytest.CaptureFixture[str]) -> None:
     assert "mig_start" in json.dumps(schemas["plan"])
 
 
+@pytest.mark.slow
 def test_demo_plans_the_example(tmp_path: Path, capsys: pytest.CaptureFixture[str]) -> None:
     out_plan = tmp_path / "demo.json"
     code, out, _ = run(["demo", "--out", str(out_plan)], capsys)

@@ -66,6 +66,7 @@ def _in_pipes(args: list[str]) -> subprocess.CompletedProcess[str]:
     )
 
 
+@pytest.mark.slow
 def test_a_plan_shows_progress_on_a_terminal_and_stays_quiet_in_a_pipe() -> None:
     args = ["plan", *EXAMPLE_FILES, "--time-limit", "30"]
     code, out, terminal = _on_terminal(args)

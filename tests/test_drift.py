@@ -140,6 +140,7 @@ def test_a_team_over_quota_keeps_its_running_work_and_others_are_placed(tmp_path
     assert not [a for a in plan.actions if a.kind in ("preempt", "migrate")]
 
 
+@pytest.mark.slow
 def test_capacity_gap_with_a_running_nvlink_job_on_a_node_without_links(tmp_path: Path) -> None:
     done = _cli("capacity-gap", *_nvlink_case(tmp_path), "--time-limit", "5")
     assert done.returncode == 0, done.stderr
@@ -215,6 +216,7 @@ def _broken_by_the_plan(
     return out
 
 
+@pytest.mark.slow
 @settings(max_examples=50, deadline=None, suppress_health_check=[HealthCheck.too_slow])
 @given(drifted_inputs(), st.sampled_from(SOLVERS + FORCED))
 def test_every_solver_plans_a_drifted_state_and_adds_no_breakage(data: dict[str, Any], solver: str) -> None:
@@ -279,6 +281,7 @@ def test_a_team_over_a_model_quota_still_places_work_the_quota_does_not_count(so
     assert [b.rule for b in plan.stays_broken] == ["quota"]
 
 
+@pytest.mark.slow
 @settings(max_examples=60, deadline=None, suppress_health_check=[HealthCheck.too_slow])
 @given(drifted_inputs())
 def test_no_bound_or_optimum_beats_a_valid_plan_of_a_drifted_state(data: dict[str, Any]) -> None:

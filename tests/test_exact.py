@@ -275,6 +275,7 @@ def random_instance(seed: int) -> tuple[list[dict[str, Any]], list[dict[str, Any
     return nodes, work, policy
 
 
+@pytest.mark.slow
 @pytest.mark.parametrize("seed", range(50))
 def test_cpsat_and_milp_agree_on_random_instances(seed: int) -> None:
     nodes, work, policy = random_instance(seed)

@@ -102,6 +102,7 @@ class _Overrunning:
         return result
 
 
+@pytest.mark.slow
 def test_a_solve_that_overruns_still_leaves_the_predicted_starts_their_time(
     monkeypatch: pytest.MonkeyPatch, caplog: pytest.LogCaptureFixture
 ) -> None:
@@ -119,6 +120,7 @@ def test_a_solve_that_overruns_still_leaves_the_predicted_starts_their_time(
     assert not [r for r in caplog.records if "predicted starts" in r.getMessage()]
 
 
+@pytest.mark.slow
 def test_the_demo_prints_no_warning(
     tmp_path: Path, capsys: pytest.CaptureFixture[str], caplog: pytest.LogCaptureFixture
 ) -> None:

@@ -139,6 +139,7 @@ def _openb_like(rng: random.Random, pods: int) -> tuple[list[dict[str, Any]], li
     return nodes, work
 
 
+@pytest.mark.slow
 @pytest.mark.parametrize("seed", range(6))
 def test_the_configuration_bound_is_never_above_the_proved_optimum(
     seed: int, monkeypatch: pytest.MonkeyPatch
@@ -187,6 +188,7 @@ RUNNING_POLICIES: list[dict[str, Any]] = [
     deadline=None,
     suppress_health_check=[HealthCheck.too_slow, HealthCheck.function_scoped_fixture],
 )
+@pytest.mark.slow
 @given(seed=st.integers(0, 10_000), policy=st.sampled_from(RUNNING_POLICIES))
 def test_fleet_plans_are_valid_with_running_work_gangs_and_policies(
     seed: int, policy: dict[str, Any], monkeypatch: pytest.MonkeyPatch

@@ -32,6 +32,7 @@ NOW = datetime(2026, 11, 29, 12, tzinfo=UTC)
 # ------------------------------------------------------------------------------------------- generator
 
 
+@pytest.mark.slow
 def test_a_variant_is_the_same_for_the_same_seed_and_differs_for_another(tmp_path: Path) -> None:
     """The same spec and seed give the same pod list in other processes with other hash seeds (as a
     benchmark run on another day would), another seed another list."""
@@ -142,6 +143,7 @@ def _pods(rng: random.Random, count: int) -> list[dict[str, Any]]:
     deadline=None,
     suppress_health_check=[HealthCheck.too_slow, HealthCheck.function_scoped_fixture],
 )
+@pytest.mark.slow
 @given(seed=st.integers(0, 10_000), order_seed=st.integers(0, 10_000))
 @example(seed=783, order_seed=14)  # FGD's first columns broke ties by the input's node order
 def test_the_fleet_plan_allocates_the_same_for_any_order_of_a_variant_like_list(

@@ -48,6 +48,7 @@ def _plan(
     return make_plan(inp, solver=solver, now=NOW, time_limit_s=5)
 
 
+@pytest.mark.slow
 @pytest.mark.parametrize("solver", SOLVERS)
 def test_gpu_memory_bounds_the_fractions_of_a_gpu(solver: str, monkeypatch: pytest.MonkeyPatch) -> None:
     # One L40S (48 GiB): compute would take ten 100-milli replicas, memory only two of 20 GiB and then
@@ -69,6 +70,7 @@ def test_gpu_memory_bounds_the_fractions_of_a_gpu(solver: str, monkeypatch: pyte
     assert plan.metrics["allocated_gpu_memory_fraction"] == pytest.approx(49152 / L40S_MIB)
 
 
+@pytest.mark.slow
 @pytest.mark.parametrize("solver", SOLVERS)
 def test_whole_and_mig_asks_go_where_the_memory_is(solver: str, monkeypatch: pytest.MonkeyPatch) -> None:
     # 60000 MiB fits an H100 (80 GiB), not an L40S; 40400 MiB fits H100's 3g.40gb (40448 MiB), not

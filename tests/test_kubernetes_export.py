@@ -259,6 +259,7 @@ def test_the_hand_made_cluster_exports_in_the_plan_s_order(
     assert _check_schemas(rounds) > 0
 
 
+@pytest.mark.slow
 def test_the_bundled_example_exports_valid_objects(
     example: tuple[PlanningInput, Plan], tmp_path: Path
 ) -> None:

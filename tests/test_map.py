@@ -283,6 +283,7 @@ def test_the_map_in_a_browser_shows_nodes_gpus_mig_fractions_nvlink_and_the_queu
     assert near(seen, "#e07b00") > 50, "no hatching"
 
 
+@pytest.mark.slow
 def test_the_colour_switch_and_the_svg_colour_by_team(small: tuple[Path, list[str]], tmp_path: Path) -> None:
     plan_path, inputs = small
     html, svg = tmp_path / "map.html", tmp_path / "map.svg"
@@ -312,6 +313,7 @@ def test_the_colour_switch_and_the_svg_colour_by_team(small: tuple[Path, list[st
     assert all(colours(svg_shot)[c] > 50 for c in team_colours)
 
 
+@pytest.mark.slow
 def test_the_example_fleet_map(tmp_path: Path) -> None:
     """The bundled example fleet (14 nodes in 4 pools): every node and GPU drawn; the screenshot is the
     README's picture."""

@@ -164,6 +164,7 @@ def test_milp_engines_prove_optimality_to_a_zero_gap(backend: str) -> None:
     assert plan.solver.objective == 3600 and plan.solver.best_bound == 3600 and plan.solver.gap == 0
 
 
+@pytest.mark.slow
 def test_lns_keeps_quotas_and_gangs_across_neighbourhoods(monkeypatch: pytest.MonkeyPatch) -> None:
     """More waiting replicas than one model takes: the team under quota gets exactly its 5 GPUs and the
     gang of 4 is placed whole (the plan passes the validator inside make_plan)."""

@@ -51,6 +51,7 @@ def test_restricted_model_places_a_batch_on_a_partly_used_fleet(monkeypatch: pyt
     assert "fragmentation_exact_hint" in plan.solver.terms
 
 
+@pytest.mark.slow
 def test_fleet_engine_improves_on_fgd_and_never_loses_work(monkeypatch: pytest.MonkeyPatch) -> None:
     monkeypatch.setattr(solver, "MONOLITHIC_REPLICAS", 50)
     work = [
@@ -83,6 +84,7 @@ def _pooled_input() -> PlanningInput:
     return inp.model_copy(update={"policy": inp.policy.model_validate(quota)})
 
 
+@pytest.mark.slow
 @pytest.mark.parametrize("workers", [1, 2])
 def test_pool_split_gives_a_valid_merged_plan_within_quota(
     monkeypatch: pytest.MonkeyPatch, workers: int
@@ -109,6 +111,7 @@ def test_pool_split_gives_a_valid_merged_plan_within_quota(
     assert len(plan.assignments) >= len(fgd.assignments) - 2
 
 
+@pytest.mark.slow
 def test_pool_split_is_deterministic(monkeypatch: pytest.MonkeyPatch) -> None:
     monkeypatch.setattr(pools, "POOL_GPUS", 32)
     monkeypatch.setattr(solver, "MIN_PART_S", 0.5)

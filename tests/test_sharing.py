@@ -58,6 +58,7 @@ def _mode_breaches(inp: PlanningInput, p: Plan) -> list[str]:
     return out
 
 
+@pytest.mark.slow
 @pytest.mark.parametrize("solver", SOLVERS)
 def test_every_solver_keeps_each_node_in_its_mode(solver: str, monkeypatch: pytest.MonkeyPatch) -> None:
     if solver == "fleet":

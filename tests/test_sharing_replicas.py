@@ -38,6 +38,7 @@ def _fractions_per_gpu(p: Plan) -> Counter[tuple[str, int]]:
     return Counter((a.node, g.index) for a in p.assignments for g in a.gpus if g.milli is not None)
 
 
+@pytest.mark.slow
 @pytest.mark.parametrize("solver", SOLVERS)
 def test_every_solver_keeps_at_most_replicas_fractions_per_gpu(
     solver: str, monkeypatch: pytest.MonkeyPatch

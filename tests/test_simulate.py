@@ -43,6 +43,7 @@ def test_arrivals_offer_the_load_asked_for_with_lognormal_run_times() -> None:
     assert all(set(j.workload.gpu_models) <= models for j in jobs)
 
 
+@pytest.mark.slow
 def test_simulate_runs_every_policy_on_the_same_arrivals(
     tmp_path: Path, capsys: pytest.CaptureFixture[str]
 ) -> None:
@@ -87,6 +88,7 @@ def test_simulate_names_a_trace_dir_without_the_trace(
     assert err.count("\n") == 1 and err.startswith("gpuplan: error: --trace-dir: ")
 
 
+@pytest.mark.slow
 def test_with_admission_a_job_that_fits_on_arrival_does_not_wait_for_the_round(tmp_path: Path) -> None:
     """At half load on three nodes every measured job of this seed fits when it arrives: placed at once,
     no policy makes it wait, whereas without admission each waits for the next round."""
