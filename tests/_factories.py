@@ -22,6 +22,7 @@ from gpuplan.models import (
     Unplaced,
     Workload,
 )
+from gpuplan.planner.store.records import JobRecord, JobStatus, now
 
 
 def node(name: str, **fields: Any) -> Node:
@@ -226,3 +227,25 @@ def drifted_inputs(draw: st.DrawFn) -> dict[str, Any]:
         },
     }
     return {"cluster": {"nodes": nodes}, "workloads": workloads, "policy": policy}
+
+
+def queued_job(job_id: str, team: str | None = "ml", solver: str = "cpsat") -> JobRecord:
+    """A queued plan job as the API stores it (2 nodes, 3 workloads, 1 s, first attempt)."""
+    return JobRecord(
+        id=job_id,
+        status=JobStatus.QUEUED,
+        kind="plan",
+        team=team,
+        solver=solver,
+        time_limit_s=1.0,
+        nodes=2,
+        workloads=3,
+        submitted_by="abc",
+        created_at=now(),
+        started_at=None,
+        finished_at=None,
+        attempts=1,
+        plan_status=None,
+        outcome=None,
+        error=None,
+    )

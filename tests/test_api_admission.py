@@ -11,32 +11,14 @@ from typing import Any
 import httpx
 import pytest
 
-from gpuplan.api.store import ActiveLimitReached, Actor, JobInput, JobRecord, JobStatus, Store, now
+from gpuplan.api.store import ActiveLimitReached, Actor, JobInput, JobStatus, Store
 from tests._api import PLANNER, Server, auth, drain, example_body
+from tests._factories import queued_job
 
 LIMIT = 4
 CALLERS = 40
 
 
-def _job(i: int) -> JobRecord:
-    return JobRecord(
-        id=f"{i:032x}",
-        status=JobStatus.QUEUED,
-        kind="plan",
-        team="ml",
-        solver="cpsat",
-        time_limit_s=1.0,
-        nodes=2,
-        workloads=3,
-        submitted_by="abc",
-        created_at=now(),
-        started_at=None,
-        finished_at=None,
-        attempts=1,
-        plan_status=None,
-        outcome=None,
-        error=None,
-    )
 
 
 def _at_once(n: int, call: Any) -> list[Any]:
@@ -71,7 +53,9 @@ def test_concurrent_creates_admit_exactly_the_limit(store: Store) -> None:
     data = JobInput("f" * 64, "{}", {})
     out = _at_once(
         CALLERS,
-        lambda i: store.create_job(_job(i), data, Actor("abc", "planner"), {}, max_active=LIMIT),
+        lambda i: store.create_job(
+            queued_job(f"{i:032x}"), data, Actor("abc", "planner"), {}, max_active=LIMIT
+        ),
     )
     stored = [o for o in out if isinstance(o, int)]
     refused = [o for o in out if isinstance(o, ActiveLimitReached)]
@@ -83,11 +67,11 @@ def test_concurrent_creates_admit_exactly_the_limit(store: Store) -> None:
 def test_finished_jobs_free_their_place(store: Store) -> None:
     data = JobInput("f" * 64, "{}", {})
     actor = Actor("abc", "planner")
-    store.create_job(_job(0), data, actor, {}, max_active=1)
+    store.create_job(queued_job(f"{0:032x}"), data, actor, {}, max_active=1)
     with pytest.raises(ActiveLimitReached):
-        store.create_job(_job(1), data, actor, {}, max_active=1)
-    assert store.finish(_job(0).id, JobStatus.CANCELLED)
-    store.create_job(_job(1), data, actor, {}, max_active=1)
+        store.create_job(queued_job(f"{1:032x}"), data, actor, {}, max_active=1)
+    assert store.finish(queued_job(f"{0:032x}").id, JobStatus.CANCELLED)
+    store.create_job(queued_job(f"{1:032x}"), data, actor, {}, max_active=1)
     assert store.status_counts() == {"cancelled": 1, "queued": 1}
 
 

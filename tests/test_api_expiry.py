@@ -9,29 +9,9 @@ from pathlib import Path
 import pytest
 
 from gpuplan.api.queue import JobQueue
-from gpuplan.api.store import Actor, JobInput, JobRecord, JobStatus, Store, now
+from gpuplan.api.store import Actor, JobInput, Store
 from tests._api import ADMIN, Server
-
-
-def _queued(job_id: str) -> JobRecord:
-    return JobRecord(
-        id=job_id,
-        status=JobStatus.QUEUED,
-        kind="plan",
-        team="ml",
-        solver="first-fit",
-        time_limit_s=1.0,
-        nodes=2,
-        workloads=3,
-        submitted_by="abc",
-        created_at=now(),
-        started_at=None,
-        finished_at=None,
-        attempts=1,
-        plan_status=None,
-        outcome=None,
-        error=None,
-    )
+from tests._factories import queued_job
 
 
 def test_an_http_only_server_expires_a_dead_workers_lease(db_url: str, tmp_path: Path) -> None:
@@ -39,7 +19,8 @@ def test_an_http_only_server_expires_a_dead_workers_lease(db_url: str, tmp_path:
         pytest.skip("several servers and workers share PostgreSQL only")
     store = Store.open(db_url)
     job_id = "a" * 32
-    store.create_job(_queued(job_id), JobInput("f" * 64, "{}", {}), Actor("abc", "planner"), {})
+    queued = queued_job(job_id, solver="first-fit")
+    store.create_job(queued, JobInput("f" * 64, "{}", {}), Actor("abc", "planner"), {})
     # A worker claims the job under a 1 s lease and dies: nothing renews it.
     assert JobQueue(store.engine, "dead-worker", 1.0, 3).claim() is not None
     store.close()

@@ -11,7 +11,7 @@ from fastapi.testclient import TestClient
 from gpuplan.api import create_app
 from gpuplan.api.queue import JobQueue
 from gpuplan.api.settings import Settings
-from gpuplan.api.store import Actor, JobInput, JobRecord, JobStatus, Store, now
+from gpuplan.api.store import Actor, JobInput, JobStatus, Store, now
 from tests._api import (
     KEYS,
     PLANNER,
@@ -24,31 +24,13 @@ from tests._api import (
     tiny_body,
     wait_status,
 )
+from tests._factories import queued_job
 
 __all__ = ["live"]
 
 ACTOR = Actor("abc", "planner")
 
 
-def _job(job_id: str, team: str | None = "ml") -> JobRecord:
-    return JobRecord(
-        id=job_id,
-        status=JobStatus.QUEUED,
-        kind="plan",
-        team=team,
-        solver="cpsat",
-        time_limit_s=1.0,
-        nodes=2,
-        workloads=3,
-        submitted_by="abc",
-        created_at=now(),
-        started_at=None,
-        finished_at=None,
-        attempts=1,
-        plan_status=None,
-        outcome=None,
-        error=None,
-    )
 
 
 def test_store_round_trip(db_url: str) -> None:
@@ -56,7 +38,7 @@ def test_store_round_trip(db_url: str) -> None:
     try:
         data = JobInput("f" * 64, '{"x": 1}', {"solver": "cpsat"})
         for i, team in enumerate(["ml", "ml", "web"]):
-            store.create_job(_job(f"{i:032x}", team), data, ACTOR, {"policy": {"tiers": []}})
+            store.create_job(queued_job(f"{i:032x}", team), data, ACTOR, {"policy": {"tiers": []}})
             time.sleep(0.01)
         a, b, c = (f"{i:032x}" for i in range(3))
         claimed = JobQueue(store.engine, "here", 60.0, 3).claim()
