@@ -3,9 +3,12 @@ host which pattern; rounding and the placement kernel turn that into a plan.
 
 1. Running work that stays is kept; waiting replicas are grouped into request classes and nodes into
    classes by their remaining state (:mod:`.classes`).
-2. The configuration LP is solved by column generation, started from the patterns of the FGD plan
-   (:mod:`.generation`); its Lagrangian bound is a bound on the queue term valid for the whole problem
-   when no running work may be disturbed.
+2. The aggregated configuration LP (:mod:`.relaxation`: each node class's pricing polytope scaled by
+   its count, one LP) gives a first bound and class prices; the configuration LP is solved by column
+   generation from those prices, started from the patterns of the FGD plan (:mod:`.generation`). The
+   better of the two bounds is a bound on the queue term valid for the whole problem when no running
+   work may be disturbed; the aggregated one holds even where column generation tails off (lists of
+   many share sizes).
 3. Whole numbers of nodes per pattern come from the master as an integer program over the columns
    generated (price and branch; the LP rounded down if it finds none); the patterns are given to
    concrete nodes and realised replica by replica, gangs are placed whole, and what is left is placed
@@ -34,6 +37,7 @@ from gpuplan.solvers.evaluate import queue_term
 from gpuplan.solvers.fleet.classes import NodeClass, RequestClass, node_classes, request_classes
 from gpuplan.solvers.fleet.generation import Configuration, generate
 from gpuplan.solvers.fleet.pricing import Pattern
+from gpuplan.solvers.fleet.relaxation import aggregated_bound
 from gpuplan.solvers.fleet.rounding import assign_patterns, fill, realise
 from gpuplan.solvers.formulation.objective import queue_penalty
 from gpuplan.solvers.greedy import Fgd
@@ -243,13 +247,15 @@ def plan_fleet(problem: PlacementProblem, deadline: float) -> FleetPlan:
     classes = request_classes(problem, singles)
     nodes = node_classes(placer, repartition=_repartitions(problem))
     share = DETERMINISTIC_GENERATION_SHARE if problem.deterministic else GENERATION_SHARE
-    budget = share * (deadline - time.perf_counter())
+    generation_deadline = time.perf_counter() + share * (deadline - time.perf_counter())
+    relaxed = aggregated_bound(nodes, classes, generation_deadline)
     config = generate(
         nodes,
         classes,
         [p for g in firsts for p in _initial_patterns(problem, nodes, classes, g.assignments)],
-        time.perf_counter() + budget,
+        generation_deadline,
         seed=problem.seed,
+        start=relaxed,
         deterministic=problem.deterministic,
         max_rounds=_deterministic_rounds(problem),
         workers=problem.num_workers,
@@ -266,7 +272,7 @@ def plan_fleet(problem: PlacementProblem, deadline: float) -> FleetPlan:
         counts, timed_out = config.master.solve_integer(
             max(0.1, INTEGER_SHARE * (deadline - time.perf_counter()))
         )
-    cut = problem.deterministic and (config.cut or timed_out)
+    cut = problem.deterministic and (config.cut or timed_out or relaxed is None)
     integer = time.perf_counter()
     plan = assign_patterns(nodes, config.master.patterns, counts or config.solution.x)
     placed, done = realise(problem, placer, classes, plan)

@@ -24,6 +24,7 @@ from dataclasses import dataclass
 from gpuplan.solvers.fleet.classes import NodeClass, RequestClass
 from gpuplan.solvers.fleet.master import Master, MasterSolution
 from gpuplan.solvers.fleet.pricing import Pattern
+from gpuplan.solvers.fleet.relaxation import Relaxation
 from gpuplan.solvers.fleet.workers import Pricers
 
 log = logging.getLogger(__name__)
@@ -69,6 +70,7 @@ def generate(
     max_rounds: int | None = None,
     workers: int = 1,
     ray: str | None = None,
+    start: Relaxation | None = None,
 ) -> Configuration:
     """Column generation until the LP is optimal over all patterns, ``max_rounds`` rounds are done or
     ``deadline`` (perf_counter).
@@ -76,12 +78,14 @@ def generate(
     A ``deterministic`` generation stops its pricing solves on deterministic time and its rounds at
     ``max_rounds``, so that it depends on the clock only when the deadline cuts it (``cut``). Each
     round's pricing problems run in up to ``workers`` processes, or as Ray tasks on the cluster at
-    ``ray``.
+    ``ray``. With ``start`` (the aggregated LP, :mod:`.relaxation`) its bound is the first valid bound
+    and its class prices the first centre of the smoothing: column generation starts from near-optimal
+    prices instead of the first master's, and stops as soon as the master reaches that bound.
     """
     with Pricers(nodes, classes, workers, ray) as pricers:
         return _generate(
             nodes, classes, initial, deadline, pricers,
-            seed=seed, deterministic=deterministic, max_rounds=max_rounds,
+            seed=seed, deterministic=deterministic, max_rounds=max_rounds, start=start,
         )  # fmt: skip
 
 
@@ -95,12 +99,13 @@ def _generate(
     seed: int,
     deterministic: bool,
     max_rounds: int | None,
+    start: Relaxation | None,
 ) -> Configuration:
     master = Master(nodes, classes)
     for p in initial:
         master.add(p)
-    best = math.inf
-    center: list[float] | None = None
+    best = math.inf if start is None else start.bound
+    center: list[float] | None = None if start is None else list(start.prices)
     alpha = SMOOTHING
     solution = master.solve()
     rounds = 0

@@ -119,8 +119,10 @@ def _admits(nc: NodeClass, cls: RequestClass) -> bool:
     return reserved is None or cls.team in reserved
 
 
-class _Model:
-    """The pricing model of one node class at given reduced values."""
+class PatternModel:
+    """The pricing model of one node class at given reduced values: linear constraints over integer
+    counts whose feasible set holds every pattern a node of the class can host (classes at a reduced
+    value of 0 or less left out), so its LP relaxation does too (:mod:`.relaxation`)."""
 
     def __init__(self, nc: NodeClass, classes: Sequence[RequestClass], reduced: Mapping[int, float]) -> None:
         self.m = cp_model.CpModel()
@@ -389,7 +391,7 @@ def price(
     the class's price): up to ``max_patterns`` distinct ones among the solutions found, best last.
     With ``deterministic_s`` the solve stops on that much deterministic time (the wall-clock limit
     stays as a safety net)."""
-    model = _Model(nc, classes, reduced)
+    model = PatternModel(nc, classes, reduced)
     if not model.terms:
         return Priced((), 0.0, 0.0, True)
     solver = cp_model.CpSolver()
