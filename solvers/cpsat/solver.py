@@ -27,7 +27,7 @@ from gpuplan.solvers.cpsat.guard import exact_comparison
 from gpuplan.solvers.cpsat.lns import LnsReport, improve
 from gpuplan.solvers.cpsat.pools import MIN_PART_S, Part, part_count, solve_parts, split
 from gpuplan.solvers.evaluate import queue_term, reported
-from gpuplan.solvers.fleet.engine import plan_fleet
+from gpuplan.solvers.fleet.engine import aggregated_value_bound, plan_fleet
 from gpuplan.solvers.fleet.transition import transition
 from gpuplan.solvers.formulation.builder import Expr, Var
 from gpuplan.solvers.formulation.constraints import add_all
@@ -43,6 +43,8 @@ log = logging.getLogger(__name__)
 
 #: Above this many waiting replicas one model is too large: plan by target configurations.
 MONOLITHIC_REPLICAS = 1500
+#: Share of the time limit the aggregated configuration LP of a fleet planned in parts may take (its bound).
+BOUND_SHARE = 0.1
 #: Share of the time limit the move towards the target configuration gets when running work may move.
 TRANSITION_SHARE = 0.8
 #: Share of the time limit the configuration LP and its rounding get (neighbourhood search the rest).
@@ -151,6 +153,12 @@ def _with_fleet_bound(
     if res.best_bound is not None and res.best_bound >= knapsack:
         return res
     return replace(res, best_bound=float(knapsack), bound_source="knapsack")
+
+
+def _queue_bound(problem: PlacementProblem, value_bound: float) -> int:
+    """The bound on the objective from an upper bound on the queue penalty placed."""
+    waiting = sum(queue_penalty(q, problem) for q in problem.requests if q.running is None)
+    return objective_bound(problem, max(0, math.ceil(waiting - value_bound - 1e-6)))
 
 
 def _recoded(res: SolveResult, never: frozenset[tuple[str, int]]) -> SolveResult:
@@ -326,14 +334,21 @@ class CpSat:
             wall_s=time.perf_counter() - start,
         )
         if fleet.value_bound is not None:
-            waiting = sum(queue_penalty(q, problem) for q in problem.requests if q.running is None)
-            lp = objective_bound(problem, max(0, math.ceil(waiting - fleet.value_bound - 1e-6)))
-            out = replace(out, best_bound=float(lp), bound_source="configuration LP")
+            out = replace(
+                out,
+                best_bound=float(_queue_bound(problem, fleet.value_bound)),
+                bound_source="configuration LP",
+            )
         return reported(problem, _with_fleet_bound(problem, out, never))
 
     def _pools(self, problem: PlacementProblem, parts: int, movable: set[int], start: float) -> SolveResult:
         """Split the fleet into parts (POP), solve them in parallel (processes or Ray tasks) and merge the
         plans."""
+        value_bound = (
+            aggregated_value_bound(problem, start + BOUND_SHARE * problem.time_limit_s)
+            if self.decompose and sum(q.running is None for q in problem.requests) > MONOLITHIC_REPLICAS
+            else None
+        )
         pieces = split(problem, parts, movable)
         processes = min(problem.num_workers, parts)
         # Deterministic runs give every part the same share whatever the clock says.
@@ -366,6 +381,10 @@ class CpSat:
             model_size=size,
             wall_s=time.perf_counter() - start,
         )
+        if value_bound is not None:
+            merged = replace(
+                merged, best_bound=float(_queue_bound(problem, value_bound)), bound_source="configuration LP"
+            )
         return reported(problem, _with_fleet_bound(problem, _recoded(merged, never), never))
 
 

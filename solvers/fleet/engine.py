@@ -214,6 +214,32 @@ def _restored(
     return tuple(out)
 
 
+def _exact(problem: PlacementProblem) -> bool:
+    """Whether the configuration LP's bounds hold for the whole problem: no running work may be
+    disturbed (the node classes are the nodes with their running work in place)."""
+    return not any(q.running is not None and disturbable(problem.policy, q) for q in problem.requests)
+
+
+def _gang_value(problem: PlacementProblem) -> int:
+    """The queue penalty of the waiting gang members (outside the configuration LP, counted as placed
+    in its bounds)."""
+    return sum(queue_penalty(q, problem) for q in problem.requests if q.running is None and q.gang)
+
+
+def aggregated_value_bound(problem: PlacementProblem, deadline: float) -> float | None:
+    """An upper bound on the queue penalty any plan of ``problem`` places, from the aggregated
+    configuration LP of the whole fleet alone (:mod:`.relaxation`: no first plans, no column
+    generation), for fleets planned in parts, whose parts' bounds say nothing about the fleet. ``None``
+    when running work may be disturbed or ``deadline`` (perf_counter) comes first."""
+    if not _exact(problem):
+        return None
+    problem, _ = _freed(problem)
+    singles = [r for r, q in enumerate(problem.requests) if q.running is None and q.gang is None]
+    nodes = node_classes(_placer(problem), repartition=_repartitions(problem))
+    relaxed = aggregated_bound(nodes, request_classes(problem, singles), deadline)
+    return None if relaxed is None else relaxed.bound + _gang_value(problem)
+
+
 def plan_fleet(problem: PlacementProblem, deadline: float) -> FleetPlan:
     """Plan ``problem`` by its configuration LP within ``deadline`` (perf_counter).
 
@@ -316,9 +342,8 @@ def plan_fleet(problem: PlacementProblem, deadline: float) -> FleetPlan:
         },
         model_size={"node_classes": len(nodes), "request_classes": len(classes), "patterns": config.columns},
     )
-    exact = not any(q.running is not None and disturbable(problem.policy, q) for q in problem.requests)
-    gang_value = sum(queue_penalty(problem.requests[r], problem) for r in waiting if problem.requests[r].gang)
-    bound = config.upper_bound + gang_value if exact and config.upper_bound < float("inf") else None
+    finite = config.upper_bound < float("inf")
+    bound = config.upper_bound + _gang_value(problem) if _exact(problem) and finite else None
     if queue_term(problem, greedy) < queue_term(problem, result):
         log.info("the configuration plan waits more than FGD's: keeping FGD's")
         result = replace(
