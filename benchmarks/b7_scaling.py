@@ -7,6 +7,9 @@ business. Each round's time limit is the base limit times k / cores (at least th
 Reported per scale: GPUs, allocation at 100% and 130% arrived, per-round wall time of ``make_plan``
 median / p99 and the ratio to 1x, and the peak resident memory of the benchmark and its child processes.
 
+``--at-once`` instead plans the whole pod list replicated k times at once (``--time-limit`` for the
+whole call; ``--order-seed`` shuffles its rows): allocation, the plan's bound, wall time and peak memory.
+
 ``--ray local`` (or a cluster's address) runs the solves' independent pieces as Ray tasks instead of
 local processes; ``--rounds N`` stops after N rounds (allocation then read after the last). The
 executor's records of each map give the per-task (part or pricing problem) seconds, and the map's
@@ -24,7 +27,9 @@ import argparse
 import json
 import logging
 import os
+import random
 import statistics
+import threading
 import time
 from collections.abc import Iterator, Sequence
 from contextlib import contextmanager
@@ -42,7 +47,9 @@ from benchmarks.common import (
     counts,
     held_gpu_milli,
     openb_cluster,
+    openb_pods,
     p99,
+    plan_at_once,
     plan_rounds,
     rounds,
     rss_kib,
@@ -230,6 +237,40 @@ def pricing_run(trace: str, seed: int, pods: int, time_limit: float, ray: str | 
     }
 
 
+def at_once_run(
+    trace: str, seed: int, k: int, time_limit: float, order_seed: int | None
+) -> dict[str, object]:
+    """The whole pod list of ``trace`` replicated ``k`` times planned at once on the cluster replicated
+    ``k`` times (rows shuffled with ``order_seed`` when given): allocation, the plan's bound in
+    allocation terms, wall time and peak resident memory (sampled every 0.5 s, with children)."""
+    big, pods = replicate(openb_cluster(), list(openb_pods(trace)), k)
+    if order_seed is not None:
+        random.Random(order_seed).shuffle(pods)
+    peak = [0]
+    done = threading.Event()
+
+    def watch() -> None:
+        while not done.wait(0.5):
+            peak[0] = max(peak[0], rss_kib(os.getpid()))
+
+    watcher = threading.Thread(target=watch, daemon=True)
+    watcher.start()
+    try:
+        row, plan = plan_at_once(big, pods, time_limit, seed)
+    finally:
+        done.set()
+        watcher.join()
+    return {
+        "scale": k,
+        "gpus": big.gpu_count,
+        "pods": len(pods),
+        "order": "file" if order_seed is None else f"shuffled-{order_seed}",
+        **row,
+        "parts": plan.solver.terms.get("parts", 1),
+        "peak_rss_mib": round(peak[0] / 1024),
+    }
+
+
 def main(argv: Sequence[str] | None = None) -> None:
     """Command line."""
     parser = argparse.ArgumentParser(
@@ -247,6 +288,12 @@ def main(argv: Sequence[str] | None = None) -> None:
         metavar="PODS",
         help="instead: plan PODS pods at once at 1x, report pricing",
     )
+    parser.add_argument(
+        "--at-once",
+        action="store_true",
+        help="instead: the whole list replicated k times planned at once (--time-limit for the whole call)",
+    )
+    parser.add_argument("--order-seed", type=int, help="with --at-once: shuffle the rows with this seed")
     parser.add_argument("--out", type=Path, default=Path("benchmarks/results/b7.csv"))
     parser.add_argument("-v", "--verbose", action="store_true")
     args = parser.parse_args(argv)
@@ -254,6 +301,17 @@ def main(argv: Sequence[str] | None = None) -> None:
     log.setLevel(logging.INFO if args.verbose else logging.WARNING)
     if args.pricing:
         print(pd.DataFrame([pricing_run(args.trace, args.seed, args.pricing, args.time_limit, args.ray)]).T)
+        return
+    if args.at_once:
+        rows = [
+            at_once_run(args.trace, args.seed, int(k), args.time_limit, args.order_seed)
+            for k in args.scales.split(",")
+        ]
+        frame = pd.DataFrame(rows)
+        if args.out.exists():
+            frame = pd.concat([pd.read_csv(args.out), frame], ignore_index=True)
+        write(frame, args.out)
+        print(frame.to_string(index=False), flush=True)
         return
     runs_file = args.out.with_suffix(".jsonl")
     runs_file.parent.mkdir(parents=True, exist_ok=True)

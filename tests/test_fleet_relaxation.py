@@ -4,6 +4,7 @@ make the packing exact."""
 
 from __future__ import annotations
 
+import random
 import time
 from typing import Any
 
@@ -11,12 +12,14 @@ import pytest
 from hypothesis import HealthCheck, given, settings
 from hypothesis import strategies as st
 
-from gpuplan.models import default_catalog
+from gpuplan.models import PlanStatus, default_catalog
 from gpuplan.planner.pipeline.compile import compile_problem
+from gpuplan.planner.planning import make_plan
+from gpuplan.solvers.cpsat import pools, solver
 from gpuplan.solvers.fleet.classes import NodeClass, RequestClass, node_classes, request_classes
 from gpuplan.solvers.fleet.engine import _placer
 from gpuplan.solvers.fleet.relaxation import aggregated_bound
-from tests.test_fleet import NOW, _best_pattern_by_brute_force, _inp, _node
+from tests.test_fleet import NOW, _best_pattern_by_brute_force, _inp, _node, _openb_like
 
 
 def _classes(
@@ -100,3 +103,24 @@ def test_the_bound_is_never_below_the_best_pattern_of_one_node(data: st.DataObje
     assert found.bound >= best - 1e-6
     assert found.bound <= sum(v * n for v, n in zip(values, caps, strict=True)) + 1e-6
     assert all(p >= 0 for p in found.prices)
+
+
+@pytest.mark.slow
+@pytest.mark.parametrize("seed", range(4))
+def test_a_fleet_planned_in_parts_reports_the_aggregated_bound_below_the_proved_optimum(
+    seed: int, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """A fleet split into parts (POP) reports the aggregated LP's bound over the whole fleet, never above
+    the optimum the full CP-SAT model proves on the same small instance, nor above the parts' plan."""
+    rng = random.Random(seed)
+    nodes, work = _openb_like(rng, rng.randint(5, 9))
+    inp = _inp(nodes, work)
+    exact = make_plan(inp, now=NOW, time_limit_s=30)
+    assert exact.status is PlanStatus.OPTIMAL and exact.solver.objective is not None
+    monkeypatch.setattr(solver, "MONOLITHIC_REPLICAS", 0)
+    monkeypatch.setattr(pools, "POOL_GPUS", 2)
+    split = make_plan(inp, now=NOW, time_limit_s=10)
+    assert split.solver.terms.get("parts", 0) > 1
+    assert split.solver.bound_source in ("configuration LP", "knapsack")
+    assert split.solver.best_bound is not None and split.solver.objective is not None
+    assert split.solver.best_bound <= exact.solver.objective <= split.solver.objective

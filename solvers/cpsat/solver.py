@@ -43,8 +43,6 @@ log = logging.getLogger(__name__)
 
 #: Above this many waiting replicas one model is too large: plan by target configurations.
 MONOLITHIC_REPLICAS = 1500
-#: Share of the time limit the aggregated configuration LP of a fleet planned in parts may take (its bound).
-BOUND_SHARE = 0.1
 #: Share of the time limit the move towards the target configuration gets when running work may move.
 TRANSITION_SHARE = 0.8
 #: Share of the time limit the configuration LP and its rounding get (neighbourhood search the rest).
@@ -344,11 +342,6 @@ class CpSat:
     def _pools(self, problem: PlacementProblem, parts: int, movable: set[int], start: float) -> SolveResult:
         """Split the fleet into parts (POP), solve them in parallel (processes or Ray tasks) and merge the
         plans."""
-        value_bound = (
-            aggregated_value_bound(problem, start + BOUND_SHARE * problem.time_limit_s)
-            if self.decompose and sum(q.running is None for q in problem.requests) > MONOLITHIC_REPLICAS
-            else None
-        )
         pieces = split(problem, parts, movable)
         processes = min(problem.num_workers, parts)
         # Deterministic runs give every part the same share whatever the clock says.
@@ -380,6 +373,13 @@ class CpSat:
             },
             model_size=size,
             wall_s=time.perf_counter() - start,
+        )
+        # The whole fleet's bound, in the time the parts leave (after them: HiGHS' threads must not be
+        # running when the parts' processes are forked).
+        value_bound = (
+            aggregated_value_bound(problem, start + problem.time_limit_s)
+            if self.decompose and sum(q.running is None for q in problem.requests) > MONOLITHIC_REPLICAS
+            else None
         )
         if value_bound is not None:
             merged = replace(
