@@ -500,6 +500,52 @@ def test_bad_map_options_are_one_line_errors(
     assert not (tmp_path / "map.svg").exists()
 
 
+def test_every_sharing_mode_is_named_under_its_node(tmp_path: Path) -> None:
+    """Exclusive, time-sliced, MPS (time-sliced with the GPU Operator's ``mps`` label the Kubernetes
+    import keeps), no mode, and MIG on every GPU: each node's label says its mode and replicas."""
+
+    def node(name: str, sharing: Any = None, **more: Any) -> dict[str, Any]:
+        gpus = more.pop("gpus", [{"index": 0, "model": "L40S-48GB"}])
+        out = {"name": name, "cpu_milli": 64000, "memory_mib": 524288, "gpus": gpus, **more}
+        return out if sharing is None else {**out, "sharing": sharing}
+
+    sevens = {"instances": [{"profile": "1g.10gb", "start": s} for s in range(7)]}
+    cluster = {
+        "nodes": [
+            node("ex", "exclusive"),
+            node("ts", {"time-slicing": {"replicas": 2}}),
+            node("mps", {"time-slicing": {"replicas": 3}}, labels={"nvidia.com/gpu.sharing-strategy": "mps"}),
+            node("none"),
+            node("mig", gpus=[{"index": 0, "model": A100, "mig": sevens}]),
+        ]
+    }
+    (tmp_path / "cluster.yaml").write_text(yaml.safe_dump(cluster))
+    work = [{"id": "one", "team": "ml", "tier": "standard", "gpus": 1, "gpu_models": ["L40S-48GB"]}]
+    (tmp_path / "workloads.yaml").write_text(yaml.safe_dump({"workloads": work}))
+    inputs = ["--cluster", str(tmp_path / "cluster.yaml"), "--workloads", str(tmp_path / "workloads.yaml")]
+    plan, svg = tmp_path / "plan.json", tmp_path / "map.svg"
+    assert main(["plan", *inputs, "--solver", "first-fit", "--now", NOW, "--out", str(plan)]) == 0
+    assert json.loads(plan.read_text())["sharing"] == []
+    assert main(["map", "--plan", str(plan), *inputs, "--out", str(svg)]) == 0
+    text = svg.read_text()
+    labels = re.findall(
+        r'class="label">([^<]*)<title>[^<]*</title></text><text [^>]*class="mode">([^<]*)<title>', text
+    )
+    assert dict(labels) == {
+        "ex": "exclusive",
+        "ts": "time-sliced, 2 replicas",
+        "mps": "MPS, 3 replicas",
+        "none": "whole or fractions",
+        "mig": "MIG",
+    }
+    layout = " ".join(f"1g.10gb@{s}" for s in range(7))
+    assert f'class="mig-layout" data-gpu="0" data-layout="{layout}">7x1g.10gb<' in text
+    ticks = dict(
+        re.findall(r'data-node="(\w+)"[^>]*>(?:(?!</g>).)*?class="replica" data-replicas="(\d+)"', text)
+    )
+    assert ticks == {"ts": "2", "mps": "3"}
+
+
 @pytest.fixture(scope="module")
 def mixed_job(live: Server) -> str:
     """A finished plan of the small fleet, labelled ``ml``, holding workloads of ml and web."""

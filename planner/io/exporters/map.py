@@ -1,8 +1,8 @@
 """The cluster map: a plan drawn as one self-contained SVG (or an HTML page holding it).
 
 One row per node, grouped by pool; one cell per GPU, captioned with its index. Under the node's name
-stands its sharing mode as the plan leaves it (exclusive, time-sliced with its replicas, no mode, and
-which GPUs are MIG), and under each MIG GPU its layout. A whole GPU in use fills its cell, a fraction
+stands its sharing mode as the plan leaves it (exclusive, time-sliced or MPS with its replicas, no mode,
+and which GPUs are MIG), and under each MIG GPU its layout. A whole GPU in use fills its cell, a fraction
 fills its share of the width (ticks mark the replicas of a time-sliced GPU), and a MIG instance sits at
 its memory-slice start (``x = start / memory slices`` of the cell, width = its slices). Free capacity on
 a partly used GPU is *stranded* (only a smaller request can use it) and drawn hatched. NVLink cliques
@@ -30,6 +30,7 @@ from gpuplan.models.cluster import EXCLUSIVE, TimeSliced, sharing_replicas, shar
 from gpuplan.models.hardware import MILLI_PER_GPU
 from gpuplan.models.topology import nvlink_cliques
 from gpuplan.planner.explain.team_view import team_plan
+from gpuplan.planner.io.importers.kubernetes.conventions import SHARING
 from gpuplan.planner.pipeline.layouts import cluster_after
 
 if TYPE_CHECKING:
@@ -98,15 +99,20 @@ def _fill(palette: tuple[str, ...], i: int) -> tuple[str, str]:
     return f"url(#{pid})", pattern
 
 
-def _mode(node: Node) -> tuple[str, str]:
+def _mode(node: Node, *, mps: bool) -> tuple[str, str]:
     """A node's sharing mode as its label says it, and in full for the hover title: how the device plugin
-    offers the non-MIG GPUs, and which GPUs are MIG."""
+    offers the non-MIG GPUs (``mps``: its replicas are MPS clients, planned as time-slicing), and which
+    GPUs are MIG."""
     mig = [g.index for g in node.gpus if g.mig is not None]
     plain = len(node.gpus) - len(mig)
     sharing = node.sharing
     if isinstance(sharing, TimeSliced):
         r = sharing.time_slicing.replicas
-        short, full = f"time-sliced, {r} replicas", f"time-sliced: {r} replicas per GPU (fractions only)"
+        short, full = (
+            (f"MPS, {r} replicas", f"MPS: {r} replicas per GPU, planned as time-slicing (fractions only)")
+            if mps
+            else (f"time-sliced, {r} replicas", f"time-sliced: {r} replicas per GPU (fractions only)")
+        )
     elif sharing == EXCLUSIVE:
         short, full = "exclusive", "exclusive: whole GPUs only"
     else:
@@ -274,7 +280,10 @@ class _Map:
             f'data-sharing="{escape(sharing_text(node.sharing))}">'
         )
         top, y = y, y + INDEX_H
-        short, full = _mode(node)
+        # The GPU Operator's label says MPS (kept by the Kubernetes import) while the plan keeps the mode.
+        before = self.inp.cluster.node_by_name.get(node.name)
+        mps = node.labels.get(SHARING) == "mps" and before is not None and before.sharing == node.sharing
+        short, full = _mode(node, mps=mps)
         c.text(8, y + 9, node.name, "label", f"{node.name} · {', '.join(models)}")
         c.text(8, y + 21, short, "mode", full)
         xs = {g.index: LABEL_W + i * (CELL_W + CELL_GAP) for i, g in enumerate(node.gpus)}
