@@ -12,7 +12,7 @@ import yaml
 from hypothesis import given, settings
 from hypothesis import strategies as st
 
-from gpuplan.api.worker import gap_outcome
+from gpuplan.api.solver_process import gap_outcome
 from gpuplan.models import Plan, PlanningInput, PlanStatus, SolverReport, Unplaced, default_catalog
 from gpuplan.models.capacity import (
     CapacityGap,
