@@ -22,8 +22,9 @@ from gpuplan.planner.executor.simulate import (
     gpu_demand,
     sample_cluster,
 )
+from tests._paths import ROOT_DIR
 
-PYPROJECT = Path(__file__).resolve().parents[1] / "pyproject.toml"
+PYPROJECT = ROOT_DIR / "pyproject.toml"
 
 
 def test_arrivals_offer_the_load_asked_for_with_lognormal_run_times() -> None:

@@ -11,6 +11,7 @@ import yaml
 
 from gpuplan.models import data_dir
 from gpuplan.planner.cli import main
+from tests._paths import ROOT_DIR
 
 EXAMPLES = data_dir() / "examples"
 
@@ -267,7 +268,7 @@ def test_import_topo_writes_a_valid_node(tmp_path: Path, capsys: pytest.CaptureF
 
 
 def test_import_openb_then_plan_a_slice(tmp_path: Path, capsys: pytest.CaptureFixture[str]) -> None:
-    trace = Path(__file__).resolve().parents[1] / "data" / "traces" / "alibaba-gpu-v2023"
+    trace = ROOT_DIR / "data" / "traces" / "alibaba-gpu-v2023"
     code, out, _ = run(
         [
             "import", "openb", "--nodes", str(trace / "openb_node_list_gpu_node.csv"),
@@ -290,7 +291,7 @@ def test_import_errors_exit_2(tmp_path: Path, capsys: pytest.CaptureFixture[str]
 
 def test_every_code_package_is_shipped() -> None:
     """Each package directory of the source tree is in pyproject's explicit package list."""
-    root = Path(__file__).resolve().parent.parent
+    root = ROOT_DIR
     listed = set(tomllib.loads((root / "pyproject.toml").read_text())["tool"]["setuptools"]["packages"])
     found = {
         ".".join(("gpuplan", *d.relative_to(root).parts))

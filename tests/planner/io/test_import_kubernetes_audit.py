@@ -39,16 +39,11 @@ from gpuplan.planner.io.importers.kubernetes import (
 from gpuplan.planner.io.importers.kubernetes.tiers import _ranked_tier
 from gpuplan.planner.pipeline.files import load_cluster, load_plan, load_workloads
 from gpuplan.planner.store.history import PlanHistory
+from tests._paths import ROOT_DIR, TESTS_DATA
 
-DATA = Path(__file__).resolve().parent / "data" / "kubernetes"
+DATA = TESTS_DATA / "kubernetes"
 FLEET = DATA / "classes"
-TOPO_P5 = (
-    Path(__file__).resolve().parents[1]
-    / "data"
-    / "hardware"
-    / "nvidia-smi"
-    / "topo-aws-p5-48xlarge-h100-01.txt"
-)
+TOPO_P5 = ROOT_DIR / "data" / "hardware" / "nvidia-smi" / "topo-aws-p5-48xlarge-h100-01.txt"
 NOW = "2026-11-30T03:00:00+00:00"
 
 

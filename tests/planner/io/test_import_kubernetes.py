@@ -22,8 +22,9 @@ from gpuplan.planner.cli import main
 from gpuplan.planner.io.importers.kubernetes import KubernetesState, quantity, read_state
 from gpuplan.planner.pipeline.files import load_cluster, load_plan, load_workloads
 from gpuplan.planner.store.history import PlanHistory
+from tests._paths import TESTS_DATA
 
-DATA = Path(__file__).resolve().parent / "data" / "kubernetes"
+DATA = TESTS_DATA / "kubernetes"
 NOW = "2026-11-30T03:00:00+00:00"
 
 

@@ -23,9 +23,10 @@ from gpuplan.planner.io.importers import (
     resolve_mig_model,
 )
 from gpuplan.planner.io.importers.openb import WORKLOAD_COLUMNS, read_cluster, read_workloads
+from tests._paths import ROOT_DIR
 
 SMI = data_dir() / "hardware" / "nvidia-smi"
-TRACE = Path(__file__).resolve().parents[1] / "data" / "traces" / "alibaba-gpu-v2023"
+TRACE = ROOT_DIR / "data" / "traces" / "alibaba-gpu-v2023"
 TOPO_FILES = sorted(p.name for p in SMI.glob("topo-*.txt"))
 LINK_KIND = re.compile(r"^(NV\d+|PIX|PXB|PHB|NODE|SYS)$")
 

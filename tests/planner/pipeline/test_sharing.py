@@ -6,7 +6,6 @@ from __future__ import annotations
 
 from collections.abc import Iterator
 from datetime import UTC, datetime
-from pathlib import Path
 from typing import Any
 
 import pytest
@@ -21,6 +20,7 @@ from gpuplan.planner.validation.validate import validate_plan
 from gpuplan.solvers.cpsat import solver as cpsat_solver
 from tests._api import KEYS, PLANNER, auth, tiny_body
 from tests._factories import assign, frac, mig, mig_gpu, node, plan, planning_input, wait, whole
+from tests._paths import TESTS_DATA
 
 NOW = datetime(2026, 11, 30, 12, tzinfo=UTC)
 TIME_SLICED = {"time-slicing": {"replicas": 4}}
@@ -64,7 +64,7 @@ def test_every_solver_keeps_each_node_in_its_mode(solver: str, monkeypatch: pyte
     if solver == "fleet":
         monkeypatch.setattr(cpsat_solver, "MONOLITHIC_REPLICAS", 0)
     # Modes fixed: otherwise the plan would switch the idle time-sliced node to exclusive for the third
-    # whole GPU (tests/test_sharing_changes.py).
+    # whole GPU (tests/planner/pipeline/test_sharing_changes.py).
     inp = planning_input(_fleet(), _mixed_demand(), FIXED_MODES)
     p = make_plan(inp, solver="cpsat" if solver == "fleet" else solver, now=NOW, time_limit_s=10)
     if solver == "fleet":
@@ -209,7 +209,7 @@ def test_api_names_a_bad_mode_and_validates_the_mode(client: TestClient) -> None
 def test_an_imported_fleet_is_planned_in_its_modes() -> None:
     # The Kubernetes fixture has time-sliced and exclusive L40S nodes; its pending shares and whole-GPU
     # pods go only where the device plugin could serve them.
-    data = Path(__file__).resolve().parent / "data" / "kubernetes"
+    data = TESTS_DATA / "kubernetes"
     state = read_state(data / "nodes.json", data / "pods.json")
     modes = {n.name: n.sharing for n in state.cluster.nodes}
     assert isinstance(modes["l40s-ts-01"], TimeSliced) and modes["l40s-02"] == "exclusive"

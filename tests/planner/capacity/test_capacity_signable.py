@@ -34,6 +34,7 @@ from gpuplan.planner.pipeline.deadline import Deadline
 from gpuplan.planner.planning import make_plan
 from gpuplan.planner.validation.errors import InvalidPlanError
 from gpuplan.planner.validation.validate import Violation
+from tests._paths import ROOT_DIR
 
 NOW = datetime(2026, 11, 29, 12, 0, tzinfo=UTC)
 #: Like-for-like (the default).
@@ -229,7 +230,7 @@ def test_cli_scenarios_carry_description_purchase_and_reason(
 def test_bundled_prices_are_labelled_examples_everywhere(tmp_path: Path) -> None:
     bundled = load_node_types(None)
     assert bundled.example_prices
-    template = load_node_types(Path(__file__).parent.parent / "data/examples/node_types.template.yaml")
+    template = load_node_types(ROOT_DIR / "data/examples/node_types.template.yaml")
     assert not template.example_prices
     inp = planning(WORK, BUSY_A100)
     gap = capacity_gap(inp, bundled, OPTS)

@@ -18,8 +18,9 @@ import pytest
 import yaml
 
 from gpuplan.models.catalog import data_dir
+from tests._paths import ROOT_DIR
 
-ROOT = Path(__file__).resolve().parent.parent
+ROOT = ROOT_DIR
 EXAMPLES = data_dir() / "examples"
 EXAMPLE_FILES = [
     "--cluster", str(EXAMPLES / "cluster.yaml"),

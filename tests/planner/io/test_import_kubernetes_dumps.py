@@ -19,8 +19,9 @@ from gpuplan.models.cluster import Node
 from gpuplan.planner.cli import main
 from gpuplan.planner.io.importers.kubernetes import KubernetesState, read_state
 from gpuplan.planner.pipeline.files import load_cluster, load_plan, load_workloads
+from tests._paths import TESTS_DATA
 
-DUMPS = Path(__file__).resolve().parent / "data" / "kubernetes"
+DUMPS = TESTS_DATA / "kubernetes"
 FLEETS = ("dgx", "mig-single", "sharing", "odd", "empty")
 NOW = "2026-11-30T03:00:00+00:00"
 

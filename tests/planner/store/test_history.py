@@ -28,8 +28,9 @@ from gpuplan.planner.pipeline.deadline import (
 from gpuplan.planner.planning import make_plan
 from gpuplan.planner.store.history import PlanHistory, plan_diff
 from tests._clock import FakeClock
+from tests._paths import ROOT_DIR
 
-ROOT = Path(__file__).resolve().parent.parent
+ROOT = ROOT_DIR
 NOW = "2026-11-29T12:00:00+00:00"
 LATER = "2026-11-29T13:00:00+00:00"
 

@@ -7,7 +7,9 @@ import importlib.util
 import tomllib
 from pathlib import Path
 
-ROOT = Path(__file__).resolve().parents[1]
+from tests._paths import ROOT_DIR
+
+ROOT = ROOT_DIR
 #: The repository's top-level folders, installed as ``gpuplan.<folder>``.
 FOLDERS = ("models", "planner", "solvers", "api", "data")
 

@@ -38,8 +38,9 @@ from gpuplan.planner.pipeline.files import load_workloads, planning_input
 from gpuplan.planner.planning import make_plan
 from gpuplan.planner.store.history import PlanHistory, plan_diff
 from gpuplan.planner.validation.validate import validate_plan
+from tests._paths import TESTS_DATA
 
-DUMP = Path(__file__).parent / "data" / "kubernetes" / "round-trip"
+DUMP = TESTS_DATA / "kubernetes" / "round-trip"
 NOW = datetime(2026, 11, 30, 12, tzinfo=UTC)
 VERSIONS = ("1.29", "1.30", "1.31")
 _POSTED = re.compile(r"^post (\S+) <<'EOF'\n(.*?)\nEOF$", re.S | re.M)

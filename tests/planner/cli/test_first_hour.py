@@ -25,8 +25,9 @@ from gpuplan.planner.pipeline.files import load_input, load_plan
 from gpuplan.planner.pipeline.progress import CPSAT_LOGGER, TerminalProgress, gap_text, phase, reporting
 from gpuplan.solvers.base import SolveResult, get_solver
 from gpuplan.solvers.problem import PlacementProblem
+from tests._paths import ROOT_DIR
 
-ROOT = Path(__file__).resolve().parent.parent
+ROOT = ROOT_DIR
 EXAMPLES = data_dir() / "examples"
 INPUTS = [
     "--cluster", str(EXAMPLES / "cluster.yaml"),

@@ -21,8 +21,9 @@ from gpuplan.models import Cluster, default_catalog
 from gpuplan.models.base import InputError
 from gpuplan.models.catalog import CATALOG_ENV, extend_catalog
 from gpuplan.planner.io.importers import lookup_gpu_model
+from tests._paths import ROOT_DIR
 
-ROOT = Path(__file__).resolve().parent.parent
+ROOT = ROOT_DIR
 
 #: A user catalog: H20 (the MIG geometry of GH200 96GB, another product), two GPUs without MIG, and an
 #: 8-GPU H20 server whose GPUs 0-1 and 2-3 are NVLink pairs.
