@@ -13,9 +13,9 @@ from fastapi.testclient import TestClient
 from sqlalchemy import select
 
 from gpuplan.api import create_app
+from gpuplan.api.keys import KeyStore, key_hash, parse_expiry
 from gpuplan.api.settings import Settings
 from gpuplan.planner.cli import main
-from gpuplan.planner.store.keys import key_hash, parse_expiry
 from gpuplan.planner.store.records import now
 from gpuplan.planner.store.store import Store
 from gpuplan.planner.store.tables import audit
@@ -93,7 +93,7 @@ def test_an_expired_key_is_refused(live: Server) -> None:
     key = "expiring-key-0123456789abcdef"
     store = Store.open(live.database)
     try:
-        store.add_key(key_hash(key), "planner", now() + timedelta(seconds=2))
+        KeyStore(store.engine).add(key_hash(key), "planner", now() + timedelta(seconds=2))
     finally:
         store.close()
     with live.client(key) as c:

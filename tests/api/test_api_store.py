@@ -9,6 +9,7 @@ from datetime import timedelta
 from fastapi.testclient import TestClient
 
 from gpuplan.api import create_app
+from gpuplan.api.keys import KeyStore
 from gpuplan.api.queue import JobQueue
 from gpuplan.api.settings import Settings
 from gpuplan.api.store import Actor, JobInput, JobStatus, Store, now
@@ -62,11 +63,11 @@ def test_store_round_trip(db_url: str) -> None:
         assert store.job_input(a) == data
         assert [r["action"] for r in store.audit_trail(c)] == ["submit", "resubmit"]
         assert store.status_counts() == {"done": 1, "cancelled": 1, "queued": 1}
-        store.add_key("d" * 64, "viewer:ml")
+        KeyStore(store.engine).add("d" * 64, "viewer:ml")
         assert (
-            (key := store.key("d" * 64)) is not None
+            (key := KeyStore(store.engine).get("d" * 64)) is not None
             and key.role == "viewer:ml"
-            and store.key("e" * 64) is None
+            and KeyStore(store.engine).get("e" * 64) is None
         )
     finally:
         store.close()

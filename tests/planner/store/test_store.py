@@ -20,6 +20,7 @@ from alembic.runtime.migration import MigrationContext
 from fastapi.testclient import TestClient
 
 from gpuplan.api import create_app
+from gpuplan.api.keys import KeyStore
 from gpuplan.api.schemas import JobOut
 from gpuplan.api.settings import Settings
 from gpuplan.models.base import InputError
@@ -484,7 +485,7 @@ def test_a_database_made_before_alembic_is_converted_with_every_row(db_url: str)
         trail = [(r["action"], r["at"], r["detail"]) for r in store.audit_trail(job.id)]
         assert trail == [("submit", _at(9), {"kind": job.kind})]
     assert store.result(old.done.id) == plan_a.model_dump_json() and store.result(old.failed.id) is None
-    assert (key := store.key("d" * 64)) is not None and key.role == "viewer:ml"
+    assert (key := KeyStore(store.engine).get("d" * 64)) is not None and key.role == "viewer:ml"
     # A stored plan as a done job of source replan, with its plan, inputs and the options it was made with.
     first = store.job(numbered[0][1])
     assert first is not None

@@ -14,10 +14,12 @@ from datetime import datetime
 from typing import TYPE_CHECKING
 
 from gpuplan.models.base import InputError
-from gpuplan.planner.cli.common import EXIT_OK, Subparsers
 
 if TYPE_CHECKING:
     from gpuplan.planner.store.store import Store
+
+#: Exit code of a command that did what it was asked.
+EXIT_OK = 0
 
 #: Where ``gpuplan serve`` finds its database when ``--database`` is not given (its settings' variable).
 DATABASE_ENV = "GPUPLAN_DATABASE"
@@ -47,7 +49,7 @@ def _when(value: datetime | None) -> str:
 
 def cmd_create(args: argparse.Namespace) -> int:
     """Store a new key for ``--role`` (expiring after ``--expires``) and print it once."""
-    from gpuplan.planner.store.keys import key_hash, new_key, parse_expiry, parse_role
+    from gpuplan.api.keys import KeyStore, key_hash, new_key, parse_expiry, parse_role
     from gpuplan.planner.store.records import now
 
     try:
@@ -61,7 +63,7 @@ def cmd_create(args: argparse.Namespace) -> int:
     key = new_key()
 
     def create(store: Store) -> int:
-        record = store.add_key(key_hash(key), args.role, expires_at)
+        record = KeyStore(store.engine).add(key_hash(key), args.role, expires_at)
         until = f"expires {_when(expires_at)} UTC" if expires_at else "never expires"
         sys.stdout.write(f"new {args.role} key {record.id} ({until}; shown once, only its hash is stored):\n")
         sys.stdout.write(key + "\n")
@@ -72,12 +74,13 @@ def cmd_create(args: argparse.Namespace) -> int:
 
 def cmd_list(args: argparse.Namespace) -> int:
     """Print the stored keys: id, role, created, expires, revoked (never the keys)."""
+    from gpuplan.api.keys import KeyStore
 
     def show(store: Store) -> int:
         rows = [("id", "role", "created", "expires", "revoked")]
         rows += [
             (r.id, r.role, _when(r.created_at), _when(r.expires_at), _when(r.revoked_at))
-            for r in store.list_keys()
+            for r in KeyStore(store.engine).all_keys()
         ]
         widths = [max(len(row[i]) for row in rows) for i in range(len(rows[0]))]
         for row in rows:
@@ -89,9 +92,10 @@ def cmd_list(args: argparse.Namespace) -> int:
 
 def cmd_revoke(args: argparse.Namespace) -> int:
     """Revoke the stored key with id ``ID`` (the digits ``gpuplan keys list`` shows)."""
+    from gpuplan.api.keys import KeyStore
 
     def revoke(store: Store) -> int:
-        record = store.revoke_key(args.id.strip().lower())
+        record = KeyStore(store.engine).revoke(args.id.strip().lower())
         if record is None:
             raise InputError(f"no stored key '{args.id}' (see gpuplan keys list)")
         sys.stdout.write(f"key {record.id} ({record.role}) revoked at {_when(record.revoked_at)} UTC\n")
@@ -100,7 +104,7 @@ def cmd_revoke(args: argparse.Namespace) -> int:
     return _with_store(args, revoke)
 
 
-def add_parsers(sub: Subparsers) -> None:
+def add_parsers(sub: argparse._SubParsersAction[argparse.ArgumentParser]) -> None:
     """Register ``keys`` with its sub-commands ``create``, ``list`` and ``revoke``."""
     p = sub.add_parser("keys", help="make, list and revoke the API keys stored in the database")
     keys = p.add_subparsers(dest="keys_command", required=True)
