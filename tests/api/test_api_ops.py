@@ -12,7 +12,7 @@ from pathlib import Path
 
 import pytest
 
-from gpuplan.api.store import Actor, JobInput, JobRecord, JobStatus, Store, now
+from gpuplan.api.store import Actor, JobInput, JobStatus, Store
 from tests._api import (
     _MAIN,
     KEYS,
@@ -25,6 +25,7 @@ from tests._api import (
     tiny_body,
     wait_status,
 )
+from tests._factories import queued_job
 
 __all__ = ["live"]
 
@@ -80,23 +81,8 @@ def _damaged(tmp_path: Path) -> str:
     store = Store.open(str(path))
     data = JobInput("f" * 64, json.dumps({"pad": "x" * 4000}), {})
     for i in range(50):
-        job = JobRecord(
-            id=f"{i:032x}",
-            status=JobStatus.DONE,
-            kind="plan",
-            team="ml",
-            solver="cpsat",
-            time_limit_s=1.0,
-            nodes=1,
-            workloads=1,
-            submitted_by="abc",
-            created_at=now(),
-            started_at=None,
-            finished_at=None,
-            attempts=1,
-            plan_status=None,
-            outcome=None,
-            error=None,
+        job = queued_job(f"{i:032x}").model_copy(
+            update={"status": JobStatus.DONE, "nodes": 1, "workloads": 1}
         )
         store.create_job(job, data, Actor("abc", "planner"), {})
     store.close()

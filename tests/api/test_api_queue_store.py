@@ -10,8 +10,9 @@ import pytest
 from sqlalchemy import select
 
 from gpuplan.api.queue import Expired, JobQueue, poison_error
-from gpuplan.api.store import Actor, JobInput, JobRecord, JobStatus, Store, now
+from gpuplan.api.store import Actor, JobInput, JobStatus, Store
 from gpuplan.planner.store.tables import jobs
+from tests._factories import queued_job
 
 ACTOR = Actor("abc", "planner")
 #: A lease long enough never to run out during a test.
@@ -29,24 +30,7 @@ def _submit(store: Store, n: int) -> list[str]:
     """``n`` queued jobs, oldest first."""
     ids = [f"{i:032x}" for i in range(n)]
     for job_id in ids:
-        job = JobRecord(
-            id=job_id,
-            status=JobStatus.QUEUED,
-            kind="plan",
-            team="ml",
-            solver="cpsat",
-            time_limit_s=1.0,
-            nodes=2,
-            workloads=3,
-            submitted_by="abc",
-            created_at=now(),
-            started_at=None,
-            finished_at=None,
-            attempts=1,
-            plan_status=None,
-            outcome=None,
-            error=None,
-        )
+        job = queued_job(job_id)
         store.create_job(job, JobInput("f" * 64, f'{{"job": "{job_id}"}}', {"solver": "cpsat"}), ACTOR, {})
     return ids
 

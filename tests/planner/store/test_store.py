@@ -35,6 +35,7 @@ from gpuplan.planner.store.records import Actor, JobInput, JobRecord, JobSource,
 from gpuplan.planner.store.store import Store
 from gpuplan.planner.store.tables import jobs, metadata
 from tests._api import KEYS, PLANNER, VIEWER_ML, VIEWER_WEB, auth, tiny_body
+from tests._factories import queued_job
 
 NOW = "2026-11-29T12:00:00+00:00"
 STORE_TABLES = {
@@ -145,24 +146,7 @@ def test_migrations_make_the_tables_of_the_store_and_run_again_as_a_no_op(db_url
         assert revision(conn) == head()
         assert compare_metadata(MigrationContext.configure(conn), metadata) == []
     assert _tables(db_url) == STORE_TABLES
-    record = JobRecord(
-        id="a" * 32,
-        kind="plan",
-        status=JobStatus.QUEUED,
-        team="ml",
-        solver="cpsat",
-        time_limit_s=1.0,
-        nodes=2,
-        workloads=3,
-        submitted_by="abc",
-        created_at=datetime(2026, 11, 29, 12, tzinfo=UTC),
-        started_at=None,
-        finished_at=None,
-        attempts=1,
-        plan_status=None,
-        outcome=None,
-        error=None,
-    )
+    record = queued_job("a" * 32).model_copy(update={"created_at": datetime(2026, 11, 29, 12, tzinfo=UTC)})
     store.create_job(record, JobInput("f" * 64, "{}", {}), Actor("abc", "planner"), {})
     again = Store(engine)  # a second start: nothing to do
     with locked(engine) as conn:  # and Alembic itself, asked again, changes nothing
