@@ -3,7 +3,7 @@
 Action ordering, the simulated cluster and the start-time timeline all move replicas on and off this
 one model, so the rules (whole GPUs are exclusive, fractions add up to 1000 milli and to at most a
 time-sliced GPU's replicas, a MIG instance serves
-one replica and is destroyed only on a drained GPU, CPU and memory per node) live in one place.
+one replica and is destroyed only when no replica runs on it, CPU and memory per node) live in one place.
 """
 
 from __future__ import annotations
@@ -234,16 +234,20 @@ class Occupancy:
                 g.sharing = change.sharing
 
     def destroy_problem(self, node: str, gpu: int, inst: tuple[str, int]) -> str | None:
-        """Why instance ``inst`` cannot be destroyed now: a re-partition needs the whole GPU drained."""
+        """Why instance ``inst`` cannot be destroyed now: a replica still runs on it. The GPU's other
+        instances keep running (NVIDIA destroys one GPU instance at a time; the validator and the
+        solvers re-partition idle instances beside busy ones)."""
         state = self.gpus.get((node, gpu))
         if state is None or state.mig is None or inst not in state.mig:
             return f"{node}:{gpu} has no MIG instance {inst[0]}@{inst[1]}"
-        if state.users:
-            return f"{node}:{gpu} is not drained ({len(state.users)} replica(s) still run)"
+        on = [k for k, u in state.users.items() if (u.mig_profile, u.mig_start) == inst]
+        if on:
+            where = f"{node}:{gpu} instance {inst[0]}@{inst[1]}"
+            return f"{where} is not drained ({len(on)} replica(s) still run)"
         return None
 
     def destroy(self, node: str, gpu: int, inst: tuple[str, int]) -> None:
-        """Destroy a MIG instance of a drained GPU."""
+        """Destroy a MIG instance no replica runs on."""
         why = self.destroy_problem(node, gpu, inst)
         if why is not None:
             raise OverCommitError(why)
