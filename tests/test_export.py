@@ -181,7 +181,7 @@ def test_workbook_sheets_headers_charts_and_formats(
     assert {
         ("plan", "Solver"),
         ("capacity gap", "Lower bound"),
-        ("scenario double", "Wall time (s)"),
+        ("scenario double", "Wall time"),
     } <= details
 
 

@@ -16,6 +16,7 @@ from gpuplan.planner.io.exporters.workbook.cover import About, write_cover
 from gpuplan.planner.io.exporters.workbook.style import (
     Shown,
     as_text,
+    charts_on_a_new_page,
     format_key_values,
     format_table,
     key_value_rows,
@@ -64,6 +65,9 @@ def write_xlsx(tables: dict[str, pd.DataFrame], path: Path, about: About | None 
         (format_key_values if name == "Summary" else format_table)(ws, view)
         sheets[name] = ws
     kind.charts(sheets, views)
+    for name, ws in sheets.items():
+        if ws._charts:
+            charts_on_a_new_page(ws, views[name])
     details = shown("Details", key_value_rows(list(facts.internals)))
     format_key_values(_sheet(book, DETAILS[0], details), details)
     listed = {TITLES.get(k, k): v for k, v in kind.SHEETS.items()} | {DETAILS[0]: DETAILS[1]}

@@ -16,7 +16,7 @@ from gpuplan.planner.io.exporters.workbook.style import LINE_HEIGHT, printable
 from gpuplan.planner.io.exporters.workbook.tables import HOURS_PER_YEAR, Facts
 
 #: Width of the Cover's label and text columns (characters).
-LABEL_WIDTH, TEXT_WIDTH = 24, 100
+LABEL_WIDTH, TEXT_WIDTH, DIGEST_WIDTH = 18, 64, 62
 
 
 @dataclass(frozen=True)
@@ -80,7 +80,7 @@ def write_cover(ws: Worksheet, title: str, facts: Facts, about: About) -> None:
     made = (about.made or datetime.now(UTC)).astimezone(UTC)
     ws.column_dimensions["A"].width = LABEL_WIDTH
     ws.column_dimensions["B"].width = TEXT_WIDTH
-    ws.column_dimensions["C"].width = 68
+    ws.column_dimensions["C"].width = DIGEST_WIDTH
     ws["A1"] = title
     ws["A1"].font = Font(bold=True, size=16)
     ws.row_dimensions[1].height = 24
@@ -138,7 +138,7 @@ def _line(ws: Worksheet, row: int, label: str, text: str, wrap: Alignment) -> in
     cell.data_type = "s"
     cell.alignment = wrap
     ws.merge_cells(start_row=row, start_column=2, end_row=row, end_column=3)
-    lines = -(-len(text) // (TEXT_WIDTH + 60))
+    lines = -(-len(text) // int((TEXT_WIDTH + DIGEST_WIDTH) * 1.1))
     if lines > 1:
         ws.row_dimensions[row].height = LINE_HEIGHT * lines
     return row + 1

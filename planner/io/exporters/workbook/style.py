@@ -18,8 +18,9 @@ import numpy as np
 import pandas as pd
 from openpyxl.chart import BarChart, Reference, Series
 from openpyxl.chart.data_source import AxDataSource, MultiLevelStrRef, StrRef
-from openpyxl.styles import Alignment, Font, PatternFill
+from openpyxl.styles import Alignment, Border, Font, PatternFill, Side
 from openpyxl.utils import get_column_letter
+from openpyxl.worksheet.pagebreak import Break
 from openpyxl.worksheet.worksheet import Worksheet
 
 from gpuplan.planner.io.exporters.workbook.tables import EMPTY_HINTS, FRACTION, TOTAL, is_money, is_percent
@@ -33,8 +34,8 @@ TENTHS_FORMAT = "#,##0.0"
 MONEY_FORMAT = "#,##0.00"
 
 #: Widest column in characters (longer text wraps) and the height of one line of text in points.
-WIDEST = 40
-LINE_HEIGHT = 15
+WIDEST = 32
+LINE_HEIGHT = 13
 
 #: Header labels; ``{money}`` is the table's currency (with "EXAMPLE prices" while they are examples).
 HEADERS: dict[str, str] = {
@@ -92,14 +93,20 @@ INTERNAL_ROWS = frozenset(
 _WORDS = {"gpu": "GPU", "gpus": "GPUs", "mig": "MIG", "cpu": "CPU", "mib": "MiB", "s": "(s)", "h": "(hours)"}
 
 _HEADER_FILL = PatternFill("solid", fgColor="DDE4EE")
+_THIN = Side(style="thin", color="A6A6A6")
+#: A table cell's border: thin grey lines (printed grid lines would cross the charts too).
+BORDER = Border(left=_THIN, right=_THIN, top=_THIN, bottom=_THIN)
+#: Characters of text per unit of column width (proportional fonts fit more than one).
+CHARS_PER_WIDTH = 1.15
 
 
 #: Names written out whole.
 _NAMES = {
-    "wall_s": "Wall time (s)", "time_limit_s": "Time limit (s)", "gpu_hours": "GPU-hours",
+    "wall_s": "Wall time", "time_limit_s": "Time limit", "gpu_hours": "GPU-hours",
+    "gpu_memory_allocated_mib": "GPU memory allocated", "gpu_memory_total_mib": "GPU memory total",
     "gap": "Gap to the bound", "solver_gap": "Gap to the bound",
     "served_by_repartition": "Served by re-partition",
-    "max_lead_time_days": "Longest lead time (days)", "cut_short": "Cut short by the time limit",
+    "max_lead_time_days": "Longest lead time", "cut_short": "Cut short by the time limit",
     "verified": "Verified by placement", "actions": "Actions to apply",
 }  # fmt: skip
 
@@ -218,14 +225,14 @@ def as_text(ws: Worksheet) -> None:
 
 def printable(ws: Worksheet, *, title_row: bool = True) -> None:
     """A4 landscape (Letter prints it too), as wide as the page and as many pages down as needed, the
-    header row on every page, grid lines and a footer naming the sheet and the page."""
+    header row on every page and a footer naming the sheet and the page."""
     ws.page_setup.orientation = "landscape"
     ws.page_setup.paperSize = ws.PAPERSIZE_A4
     ws.sheet_properties.pageSetUpPr.fitToPage = True
     ws.page_setup.fitToWidth, ws.page_setup.fitToHeight = 1, 0
     ws.page_margins.left = ws.page_margins.right = 0.4
-    ws.page_margins.top = ws.page_margins.bottom = 0.6
-    ws.print_options.gridLines = True
+    ws.page_margins.top, ws.page_margins.bottom = 0.5, 0.7
+    ws.page_margins.header, ws.page_margins.footer = 0.2, 0.3
     if title_row:
         ws.print_title_rows = "1:1"
     ws.oddFooter.center.text = "&A - page &P of &N"
@@ -239,8 +246,21 @@ def _header_row(ws: Worksheet, widths: list[float], labels: list[str]) -> None:
         cell.font = Font(bold=True)
         cell.fill = _HEADER_FILL
         cell.alignment = wrap
-        lines = max(lines, math.ceil(len(label) / max(1.0, width - 1)))
+        cell.border = BORDER
+        lines = max(lines, _lines(label, width))
     ws.row_dimensions[1].height = LINE_HEIGHT * lines
+
+
+def _lines(text: str, width: float) -> int:
+    """About how many lines ``text`` wraps to in a column ``width`` wide (bold headers count wider)."""
+    per_line = max(1, int((width - 1) * CHARS_PER_WIDTH))
+    words_, lines, used = text.split(), 1, 0
+    for w in words_:
+        if used and used + 1 + len(w) > per_line:
+            lines, used = lines + 1, len(w)
+        else:
+            used += len(w) + (1 if used else 0)
+    return lines
 
 
 def format_table(ws: Worksheet, table: Shown) -> None:
@@ -257,15 +277,16 @@ def format_table(ws: Worksheet, table: Shown) -> None:
         texts = [text_of(v, fmt) for v in values.head(500)]
         longest_word = max((len(w) for w in str(label).split()), default=4)
         content = max((len(t) for t in texts), default=0)
-        width = min(WIDEST, max(content, longest_word, 6)) + 2
+        width = min(WIDEST, max(content, longest_word, 5)) + 1.5
         widths.append(width)
         ws.column_dimensions[get_column_letter(i)].width = width
         for r, (cell,) in enumerate(ws.iter_rows(min_row=2, max_row=len(frame) + 1, min_col=i, max_col=i)):
             if fmt and cell.data_type == "n":
                 cell.number_format = fmt
             cell.alignment = top
-            if content > WIDEST - 2:
-                lines[r] = max(lines[r], math.ceil(len(texts[r] if r < len(texts) else "") / (width - 2)))
+            cell.border = BORDER
+            if content > WIDEST:
+                lines[r] = max(lines[r], _lines(texts[r] if r < len(texts) else str(cell.value or ""), width))
     _header_row(ws, widths, [str(c) for c in frame.columns])
     # Spreadsheets do not size wrapped rows on opening: give them the lines their text needs.
     for r, n in enumerate(lines, start=2):
@@ -297,12 +318,13 @@ def format_key_values(ws: Worksheet, table: Shown) -> None:
             value = cell.value
             whole = isinstance(value, int) or (isinstance(value, float) and value.is_integer())
             cell.number_format = INTEGER_FORMAT if whole else DECIMAL_FORMAT
-        cell.alignment = Alignment(horizontal="right", vertical="top")
+        if cell.data_type == "n":
+            cell.alignment = Alignment(horizontal="right", vertical="top")
         texts.append(len(text_of(cell.value, cell.number_format)))
         if name == TOTAL:
             for c in ws[r]:
                 c.font = Font(bold=True)
-    ws.column_dimensions[get_column_letter(value_col)].width = min(WIDEST, max(texts)) + 2
+    ws.column_dimensions[get_column_letter(value_col)].width = min(WIDEST, max(texts)) + 1.5
 
 
 def bar(
@@ -329,8 +351,7 @@ def bar(
     chart.x_axis.delete = chart.y_axis.delete = False
     if stacked:
         chart.grouping, chart.overlap = "stacked", 100
-    if percent:
-        chart.y_axis.number_format = "0%"
+    chart.y_axis.number_format = "0%" if percent else "#,##0"
     for name, col, first, last in series:
         s = Series(Reference(ws, min_col=col, min_row=first, max_row=last), title=name)
         s.cat = AxDataSource(
@@ -339,6 +360,11 @@ def bar(
         )
         chart.series.append(s)
     ws.add_chart(chart, anchor)
+
+
+def charts_on_a_new_page(ws: Worksheet, table: Shown) -> None:
+    """Start a new printed page after the table, so that no chart is cut between two pages."""
+    ws.row_breaks.append(Break(id=len(table.frame) + 2))
 
 
 def below(table: Shown, charts_before: int = 0) -> str:

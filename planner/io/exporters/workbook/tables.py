@@ -395,8 +395,7 @@ def _gap(ctx: _Context) -> list[dict[str, Any]]:
             "still_unplaced": gap.still_unplaced, "nodes_added": gap.nodes_added,
             "gpus_added": gap.gpus_added,
             "cost": gap.cost, "lead_time_days": gap.max_lead_time_days,
-            "detail": f"lower bound {gap.lower_bound:,.2f} {gap.currency}, gap {gap.gap:.2%}, "
-            f"{'verified' if gap.verified else 'NOT verified'} by placement"
+            "detail": f"{'verified' if gap.verified else 'NOT verified'} by placement"
             + (f"; cut short by the time limit: {', '.join(gap.cut_short)}" if gap.cut_short else ""),
         }
     ]  # fmt: skip
@@ -493,7 +492,7 @@ def _unit(name: str, currency: str) -> str:
         return FRACTION
     if is_money(name):
         return currency
-    for part, unit in (("_days", "days"), ("_s", "seconds")):
+    for part, unit in (("_days", "days"), ("_s", "seconds"), ("_mib", "MiB")):
         if name.endswith(part):
             return unit
     for part, unit in (("gpus", "GPUs"), ("nodes", "nodes"), ("gpu_hours", "GPU-hours")):
@@ -638,7 +637,8 @@ def _internals(plan: Plan, report: CapacityReport | None) -> tuple[tuple[str, st
         for section, g in runs:
             rows += [
                 (section, "purchase_solver", f"{g.solver} ({g.solver_status})", ""),
-                (section, "lower_bound", g.lower_bound, g.currency),
+                (section, "lower_bound", g.lower_bound,
+                 f"{g.currency} {EXAMPLE_LABEL}" if g.example_prices else g.currency),
                 (section, "gap", g.gap, FRACTION),
                 (section, "cut_short", ", ".join(g.cut_short) or "-", ""),
                 (section, "wall_s", g.wall_s, "seconds"),
