@@ -62,7 +62,7 @@ def _csv(caller: Principal, plan_json: str, input_json: str, sheet: str) -> str:
     responses={200: {"content": {XLSX: {}}, "description": "the plan workbook"}, **_RESPONSES},
 )
 async def export_xlsx(job_id: JobId, caller: Caller, store: StoreDep) -> Response:
-    """The plan as an Excel workbook: summary, placements, nodes, pools, fragmentation, waits, teams."""
+    """The plan workbook: cover, summary, placements, waits, nodes, pools, fragmentation, teams, details."""
     plan, data = await finished_plan(store, caller, job_id, "export")
     content = await asyncio.to_thread(_xlsx, caller, plan, data.input_json)
     disposition = f'attachment; filename="plan-{job_id}.xlsx"'

@@ -10,6 +10,7 @@ from typing import Any
 
 import pandas as pd
 from openpyxl import Workbook
+from openpyxl.worksheet.worksheet import Worksheet
 
 from gpuplan.planner.io.exporters.workbook import capacity_book, plan_book
 from gpuplan.planner.io.exporters.workbook.cover import About, write_cover
@@ -41,7 +42,7 @@ def _cell(value: Any) -> Any:
     return value.item() if hasattr(value, "item") else value
 
 
-def _sheet(book: Workbook, title: str, table: Shown) -> Any:
+def _sheet(book: Workbook, title: str, table: Shown) -> Worksheet:
     ws = book.create_sheet(title)
     ws.append([str(c) for c in table.frame.columns])
     for row in table.frame.itertuples(index=False):
@@ -59,7 +60,7 @@ def write_xlsx(tables: dict[str, pd.DataFrame], path: Path, about: About | None 
     cover = book.active
     cover.title = "Cover"
     views = {name: shown(name, tables[name]) for name in kind.SHEETS}
-    sheets = {}
+    sheets: dict[str, Worksheet] = {}
     for name, view in views.items():
         ws = _sheet(book, TITLES.get(name, name), view)
         (format_key_values if name == "Summary" else format_table)(ws, view)
@@ -71,8 +72,7 @@ def write_xlsx(tables: dict[str, pd.DataFrame], path: Path, about: About | None 
     details = shown("Details", key_value_rows(list(facts.internals)))
     format_key_values(_sheet(book, DETAILS[0], details), details)
     listed = {TITLES.get(k, k): v for k, v in kind.SHEETS.items()} | {DETAILS[0]: DETAILS[1]}
-    about = about or About()
-    write_cover(cover, kind.TITLE, facts, About(about.asked, about.inputs, about.made, listed))
+    write_cover(cover, kind.TITLE, facts, about or About(), listed)
     path.parent.mkdir(parents=True, exist_ok=True)
     book.save(path)
     log.info("workbook written to %s", path)

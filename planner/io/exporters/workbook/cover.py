@@ -5,7 +5,7 @@ Details (the solves' internals: solver, bound, gap, time)."""
 from __future__ import annotations
 
 import hashlib
-from dataclasses import dataclass, field
+from dataclasses import dataclass
 from datetime import UTC, datetime
 from pathlib import Path
 
@@ -35,7 +35,6 @@ class About:
     asked: str = ""
     inputs: tuple[InputFile, ...] = ()
     made: datetime | None = None
-    sheets: dict[str, str] = field(default_factory=dict)
 
 
 def sha256_of(path: Path) -> str:
@@ -75,8 +74,9 @@ def _assumptions(facts: Facts) -> list[str]:
     return out
 
 
-def write_cover(ws: Worksheet, title: str, facts: Facts, about: About) -> None:
-    """The Cover: a title, then label and text rows, the inputs as a small table, printable."""
+def write_cover(ws: Worksheet, title: str, facts: Facts, about: About, sheets: dict[str, str]) -> None:
+    """The Cover: a title, label and text rows, the inputs as a small table, the assumptions and what
+    each of the workbook's ``sheets`` holds; printable."""
     made = (about.made or datetime.now(UTC)).astimezone(UTC)
     ws.column_dimensions["A"].width = LABEL_WIDTH
     ws.column_dimensions["B"].width = TEXT_WIDTH
@@ -125,7 +125,7 @@ def write_cover(ws: Worksheet, title: str, facts: Facts, about: About) -> None:
     for i, text in enumerate(_assumptions(facts)):
         r = _line(ws, r, "Assumptions" if i == 0 else "", f"- {text}", wrap)
     r += 1
-    for i, (sheet, what) in enumerate(about.sheets.items()):
+    for i, (sheet, what) in enumerate(sheets.items()):
         r = _line(ws, r, "Sheets" if i == 0 else "", f"{sheet}: {what}", wrap)
     printable(ws, title_row=False)
 

@@ -96,8 +96,9 @@ _HEADER_FILL = PatternFill("solid", fgColor="DDE4EE")
 _THIN = Side(style="thin", color="A6A6A6")
 #: A table cell's border: thin grey lines (printed grid lines would cross the charts too).
 BORDER = Border(left=_THIN, right=_THIN, top=_THIN, bottom=_THIN)
-#: Characters of text per unit of column width (proportional fonts fit more than one).
-CHARS_PER_WIDTH = 1.15
+#: Characters of text per unit of column width (proportional fonts fit more than one), and the width of
+#: a bold character in units of a regular one.
+CHARS_PER_WIDTH, BOLD_WIDTH = 1.15, 1.15
 
 
 #: Names written out whole.
@@ -155,8 +156,6 @@ def shown(name: str, table: pd.DataFrame) -> Shown:
     if name == "Summary" and not frame.empty:
         keep = [(s, m) not in INTERNAL_ROWS for s, m in zip(frame["section"], frame["metric"], strict=True)]
         frame = frame[keep].reset_index(drop=True)
-    else:
-        frame = frame.copy()
     if name == "Summary":
         # Tier names are the input's; the other metrics are the planner's names, written out.
         frame["metric"] = [
@@ -274,16 +273,19 @@ def format_table(ws: Worksheet, table: Shown) -> None:
     for i, (label, source) in enumerate(zip(frame.columns, table.source, strict=True), start=1):
         values = frame[label]
         fmt = _column_format(source, values)
+        # A column of text with some numbers in it (GPU indices: ``3`` or ``0,1``) aligns as text.
+        align = top if fmt is not None else Alignment(wrap_text=True, vertical="top", horizontal="left")
         texts = [text_of(v, fmt) for v in values.head(500)]
         longest_word = max((len(w) for w in str(label).split()), default=4)
         content = max((len(t) for t in texts), default=0)
-        width = min(WIDEST, max(content, longest_word, 5)) + 1.5
+        # Bold header letters are wider than the body's: a header word must not break.
+        width = min(WIDEST, max(content, math.ceil(longest_word * BOLD_WIDTH), 5)) + 1.5
         widths.append(width)
         ws.column_dimensions[get_column_letter(i)].width = width
         for r, (cell,) in enumerate(ws.iter_rows(min_row=2, max_row=len(frame) + 1, min_col=i, max_col=i)):
             if fmt and cell.data_type == "n":
                 cell.number_format = fmt
-            cell.alignment = top
+            cell.alignment = align
             cell.border = BORDER
             if content > WIDEST:
                 lines[r] = max(lines[r], _lines(texts[r] if r < len(texts) else str(cell.value or ""), width))
@@ -347,7 +349,7 @@ def bar(
     chart.type = "col"
     chart.title = title
     chart.x_axis.title, chart.y_axis.title = axes
-    chart.height, chart.width = 9, 22
+    chart.height, chart.width = CHART_CM
     chart.x_axis.delete = chart.y_axis.delete = False
     if stacked:
         chart.grouping, chart.overlap = "stacked", 100
@@ -362,6 +364,11 @@ def bar(
     ws.add_chart(chart, anchor)
 
 
+#: A chart's height and width (cm), and the rows from one chart's top to the next one's (two charts fit
+#: one printed page).
+CHART_CM, CHART_ROWS = (7.5, 20.0), 18
+
+
 def charts_on_a_new_page(ws: Worksheet, table: Shown) -> None:
     """Start a new printed page after the table, so that no chart is cut between two pages."""
     ws.row_breaks.append(Break(id=len(table.frame) + 2))
@@ -369,7 +376,7 @@ def charts_on_a_new_page(ws: Worksheet, table: Shown) -> None:
 
 def below(table: Shown, charts_before: int = 0) -> str:
     """Where a chart goes: under the table (two rows of space), after ``charts_before`` charts."""
-    return f"A{len(table.frame) + 3 + 20 * charts_before}"
+    return f"A{len(table.frame) + 3 + CHART_ROWS * charts_before}"
 
 
 def rows_of(table: Shown, column: str, value: str) -> tuple[int, int] | None:

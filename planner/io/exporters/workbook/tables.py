@@ -637,8 +637,12 @@ def _internals(plan: Plan, report: CapacityReport | None) -> tuple[tuple[str, st
         for section, g in runs:
             rows += [
                 (section, "purchase_solver", f"{g.solver} ({g.solver_status})", ""),
-                (section, "lower_bound", g.lower_bound,
-                 f"{g.currency} {EXAMPLE_LABEL}" if g.example_prices else g.currency),
+                (
+                    section,
+                    "lower_bound",
+                    g.lower_bound,
+                    f"{g.currency} {EXAMPLE_LABEL}" if g.example_prices else g.currency,
+                ),
                 (section, "gap", g.gap, FRACTION),
                 (section, "cut_short", ", ".join(g.cut_short) or "-", ""),
                 (section, "wall_s", g.wall_s, "seconds"),
