@@ -17,9 +17,9 @@ from gpuplan.planner.io.exporters.workbook.cover import About, write_cover
 from gpuplan.planner.io.exporters.workbook.style import (
     Shown,
     as_text,
-    charts_on_a_new_page,
     format_key_values,
     format_table,
+    keep_charts_whole,
     key_value_rows,
     shown,
 )
@@ -68,7 +68,7 @@ def write_xlsx(tables: dict[str, pd.DataFrame], path: Path, about: About | None 
     kind.charts(sheets, views)
     for name, ws in sheets.items():
         if ws._charts:
-            charts_on_a_new_page(ws, views[name])
+            keep_charts_whole(ws, views[name], len(ws._charts))
     details = shown("Details", key_value_rows(list(facts.internals)))
     format_key_values(_sheet(book, DETAILS[0], details), details)
     listed = {TITLES.get(k, k): v for k, v in kind.SHEETS.items()} | {DETAILS[0]: DETAILS[1]}

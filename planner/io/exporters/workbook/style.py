@@ -34,7 +34,7 @@ TENTHS_FORMAT = "#,##0.0"
 MONEY_FORMAT = "#,##0.00"
 
 #: Widest column in characters (longer text wraps) and the height of one line of text in points.
-WIDEST = 32
+WIDEST = 28
 LINE_HEIGHT = 13
 
 #: Header labels; ``{money}`` is the table's currency (with "EXAMPLE prices" while they are examples).
@@ -71,6 +71,9 @@ HEADERS: dict[str, str] = {
     "cut_short": "Cut short by the time limit",
     "wall_s": "Wall time (s)",
 }  # fmt: skip
+
+#: Header labels of one sheet that differ from :data:`HEADERS` (a pool's GPUs are a count, not indices).
+SHEET_HEADERS: dict[str, dict[str, str]] = {"Pools": {"gpus": "GPUs"}}
 
 #: Number formats by column (others by type: whole numbers as counts, decimals with two places).
 FORMATS: dict[str, str] = {
@@ -121,9 +124,9 @@ def words(name: str) -> str:
     return text[:1].upper() + text[1:]
 
 
-def header(column: str, currency: str) -> str:
-    """The label of a column, its unit said once."""
-    label = HEADERS.get(column)
+def header(column: str, currency: str, sheet: str = "") -> str:
+    """The label of a column of ``sheet``, its unit said once."""
+    label = SHEET_HEADERS.get(sheet, {}).get(column) or HEADERS.get(column)
     if label is None:
         return words(column)
     return label.format(money=currency or "money")
@@ -172,7 +175,7 @@ def shown(name: str, table: pd.DataFrame) -> Shown:
     frame.attrs = dict(table.attrs)
     source = tuple(str(c) for c in frame.columns)
     currency = str(table.attrs.get("currency", ""))
-    frame.columns = [header(c, currency) for c in source]
+    frame.columns = [header(c, currency, name) for c in source]
     return Shown(name, frame, source, percent)
 
 
@@ -246,13 +249,13 @@ def _header_row(ws: Worksheet, widths: list[float], labels: list[str]) -> None:
         cell.fill = _HEADER_FILL
         cell.alignment = wrap
         cell.border = BORDER
-        lines = max(lines, _lines(label, width))
-    ws.row_dimensions[1].height = LINE_HEIGHT * lines
+        lines = max(lines, _lines(label, width, bold=True))
+    ws.row_dimensions[1].height = (LINE_HEIGHT + 1) * lines + 2
 
 
-def _lines(text: str, width: float) -> int:
-    """About how many lines ``text`` wraps to in a column ``width`` wide (bold headers count wider)."""
-    per_line = max(1, int((width - 1) * CHARS_PER_WIDTH))
+def _lines(text: str, width: float, *, bold: bool = False) -> int:
+    """About how many lines ``text`` wraps to in a column ``width`` wide (bold letters are wider)."""
+    per_line = max(1, int((width - 1) * CHARS_PER_WIDTH / (BOLD_WIDTH if bold else 1)))
     words_, lines, used = text.split(), 1, 0
     for w in words_:
         if used and used + 1 + len(w) > per_line:
@@ -278,8 +281,10 @@ def format_table(ws: Worksheet, table: Shown) -> None:
         texts = [text_of(v, fmt) for v in values.head(500)]
         longest_word = max((len(w) for w in str(label).split()), default=4)
         content = max((len(t) for t in texts), default=0)
-        # Bold header letters are wider than the body's: a header word must not break.
-        width = min(WIDEST, max(content, math.ceil(longest_word * BOLD_WIDTH), 5)) + 1.5
+        # Bold header letters are wider than the body's: a header word must not break, and a header
+        # takes at most about three lines.
+        heading = max(longest_word, len(str(label)) / 3) * BOLD_WIDTH
+        width = min(WIDEST, max(content, math.ceil(heading), 5)) + 1.2
         widths.append(width)
         ws.column_dimensions[get_column_letter(i)].width = width
         for r, (cell,) in enumerate(ws.iter_rows(min_row=2, max_row=len(frame) + 1, min_col=i, max_col=i)):
@@ -354,6 +359,10 @@ def bar(
     if stacked:
         chart.grouping, chart.overlap = "stacked", 100
     chart.y_axis.number_format = "0%" if percent else "#,##0"
+    # Bars start at zero (a cut axis exaggerates differences); a share ends at 100 %.
+    chart.y_axis.scaling.min = 0
+    if percent:
+        chart.y_axis.scaling.max = 1
     for name, col, first, last in series:
         s = Series(Reference(ws, min_col=col, min_row=first, max_row=last), title=name)
         s.cat = AxDataSource(
@@ -368,10 +377,18 @@ def bar(
 #: one printed page).
 CHART_CM, CHART_ROWS = (7.5, 20.0), 18
 
+#: Points: a row of one line, a centimetre, and the printable height of an A4 landscape page.
+DEFAULT_ROW_PT, POINTS_PER_CM, PAGE_PT = 15.0, 72 / 2.54, 595 - 1.2 * 72
 
-def charts_on_a_new_page(ws: Worksheet, table: Shown) -> None:
-    """Start a new printed page after the table, so that no chart is cut between two pages."""
-    ws.row_breaks.append(Break(id=len(table.frame) + 2))
+
+def keep_charts_whole(ws: Worksheet, table: Shown, charts: int) -> None:
+    """Start a new printed page after the table unless the table and its ``charts`` fit one page
+    unscaled, so that no chart is cut between two pages."""
+    rows = range(1, len(table.frame) + 3)
+    table_pt = sum(ws.row_dimensions[r].height or DEFAULT_ROW_PT for r in rows)
+    charts_pt = CHART_ROWS * DEFAULT_ROW_PT * (charts - 1) + CHART_CM[0] * POINTS_PER_CM
+    if table_pt + charts_pt > PAGE_PT:
+        ws.row_breaks.append(Break(id=len(table.frame) + 2))
 
 
 def below(table: Shown, charts_before: int = 0) -> str:
