@@ -35,8 +35,8 @@ from gpuplan.models.gpu_rules import (
 )
 from gpuplan.models.gpu_rules import GpuState as RuleState
 from gpuplan.models.hardware import MILLI_PER_GPU, HardwareCatalog
+from gpuplan.models.inputs import PlanningInput
 from gpuplan.models.plan import Assignment, GpuUse, NodeSharing
-from gpuplan.models.problem import PlanningInput
 from gpuplan.models.workload import Workload
 
 #: A replica: (workload id, replica index).
@@ -335,7 +335,7 @@ def running_conflicts(
 
     A state that over-commits a GPU or a node cannot exist, so ``running_on`` that describes one is bad
     input: refused when it is submitted rather than planned into an invalid plan. The workloads must
-    name existing nodes and GPUs (:func:`~gpuplan.models.problem.reference_errors` checks that first).
+    name existing nodes and GPUs (:func:`~gpuplan.models.inputs.reference_errors` checks that first).
     """
     occ = Occupancy.empty(cluster, catalog)
     conflicts: list[tuple[int, int, str]] = []

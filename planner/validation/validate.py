@@ -47,9 +47,9 @@ from gpuplan.models.gpu_rules import (
     gpu_breaches,
 )
 from gpuplan.models.hardware import MILLI_PER_GPU, GpuModelSpec, HardwareCatalog
+from gpuplan.models.inputs import PlanningInput
 from gpuplan.models.plan import CREATE, DESTROY, DRAIN, MIGRATE, PREEMPT, Assignment, GpuUse, Plan
 from gpuplan.models.policy import IsolationKind, IsolationRule, Policy, Quota
-from gpuplan.models.problem import PlanningInput
 from gpuplan.models.topology import link_graph
 from gpuplan.models.workload import STANDARD, GpuRef, Placement, Shape, TopologyNeed, Workload
 

@@ -38,8 +38,8 @@ if TYPE_CHECKING:
 
     from gpuplan.models.cluster import Gpu, MigInstance, Node
     from gpuplan.models.hardware import HardwareCatalog
+    from gpuplan.models.inputs import PlanningInput
     from gpuplan.models.plan import GpuUse, Plan
-    from gpuplan.models.problem import PlanningInput
 
 Colour = Literal["tier", "team"]
 COLOURS: tuple[Colour, ...] = ("tier", "team")
