@@ -216,7 +216,7 @@ def _page_png(pdf: Path, page: int, out: Path) -> None:
 def test_the_bundled_examples_workbooks_print_readably(tmp_path: Path) -> None:
     """The example fleet's capacity workbook (``capacity-gap --xlsx``, five scenarios) and plan workbook
     (``demo``): real numbers in the millions print whole, every header in words; with
-    ``GPUPLAN_WORKBOOK_PAGES`` set, the capacity gap's and the plan summary's first pages are kept."""
+    ``GPUPLAN_WORKBOOK_PAGES`` set, the scenarios' and the plan summary's first pages are kept."""
     ex = data_dir() / "examples"
     inputs = ["--cluster", str(ex / "cluster.yaml"), "--workloads", str(ex / "workloads.yaml"),
               "--policy", str(ex / "policy.yaml"), "--now", (ex / "now.txt").read_text().strip()]  # fmt: skip
@@ -225,7 +225,7 @@ def test_the_bundled_examples_workbooks_print_readably(tmp_path: Path) -> None:
     assert main([*args, "--xlsx", str(gap)]) in (0, 1)  # 1: some demand no node type can serve
     assert main(["demo", "--out", str(tmp_path / "demo-plan.json"), "--time-limit", "5"]) == 0
     keep = os.environ.get("GPUPLAN_WORKBOOK_PAGES")
-    for xlsx, sheet, name in ((gap, "Capacity gap", "workbook-capacity.png"),
+    for xlsx, sheet, name in ((gap, "Scenarios", "workbook-capacity.png"),
                               (tmp_path / "demo-plan.xlsx", "Summary", "workbook-plan.png")):  # fmt: skip
         pdf = render(xlsx)
         texts = pages(pdf)

@@ -12,7 +12,7 @@ from pathlib import Path
 from openpyxl.styles import Alignment, Font
 from openpyxl.worksheet.worksheet import Worksheet
 
-from gpuplan.planner.io.exporters.workbook.style import LINE_HEIGHT, printable
+from gpuplan.planner.io.exporters.workbook.style import LINE_HEIGHT, font, printable
 from gpuplan.planner.io.exporters.workbook.tables import HOURS_PER_YEAR, Facts
 
 #: Width of the Cover's label and text columns (characters).
@@ -82,7 +82,7 @@ def write_cover(ws: Worksheet, title: str, facts: Facts, about: About, sheets: d
     ws.column_dimensions["B"].width = TEXT_WIDTH
     ws.column_dimensions["C"].width = DIGEST_WIDTH
     ws["A1"] = title
-    ws["A1"].font = Font(bold=True, size=16)
+    ws["A1"].font = font(bold=True, size=16)
     ws.row_dimensions[1].height = 24
     prices = facts.price_source or "no prices in this workbook"
     rows: list[tuple[str, str]] = [
@@ -106,11 +106,11 @@ def write_cover(ws: Worksheet, title: str, facts: Facts, about: About, sheets: d
     for label, text in rows:
         r = _line(ws, r, label, text, wrap)
         if label == "Prices" and facts.example_prices:
-            ws.cell(row=r - 1, column=2).font = Font(bold=True, color="C00000")
+            ws.cell(row=r - 1, column=2).font = font(bold=True, color="C00000")
     r += 1
-    ws.cell(row=r, column=1, value="Inputs").font = Font(bold=True)
-    ws.cell(row=r, column=2, value="File").font = Font(bold=True)
-    ws.cell(row=r, column=3, value="SHA-256").font = Font(bold=True)
+    ws.cell(row=r, column=1, value="Inputs").font = font(bold=True)
+    ws.cell(row=r, column=2, value="File").font = font(bold=True)
+    ws.cell(row=r, column=3, value="SHA-256").font = font(bold=True)
     r += 1
     inputs = list(about.inputs)
     if facts.inputs_sha256:
@@ -132,7 +132,7 @@ def write_cover(ws: Worksheet, title: str, facts: Facts, about: About, sheets: d
 
 def _line(ws: Worksheet, row: int, label: str, text: str, wrap: Alignment) -> int:
     """One label and its text (wrapped over the text and digest columns); the next row."""
-    ws.cell(row=row, column=1, value=label).font = Font(bold=True)
+    ws.cell(row=row, column=1, value=label).font = font(bold=True)
     ws.cell(row=row, column=1).alignment = Alignment(vertical="top")
     cell = ws.cell(row=row, column=2, value=text)
     cell.data_type = "s"

@@ -95,13 +95,24 @@ INTERNAL_ROWS = frozenset(
 #: Words that keep their capitals when a snake_case name is written out.
 _WORDS = {"gpu": "GPU", "gpus": "GPUs", "mig": "MIG", "cpu": "CPU", "mib": "MiB", "s": "(s)", "h": "(hours)"}
 
+#: The workbooks' font (Excel's default; LibreOffice prints it as the metric-compatible Carlito).
+FONT_NAME, FONT_SIZE = "Calibri", 11
+
+
+def font(
+    *, bold: bool = False, italic: bool = False, size: float = FONT_SIZE, color: str | None = None
+) -> Font:
+    """The workbooks' font with the given emphasis (a font with no name prints in a serif fallback)."""
+    return Font(name=FONT_NAME, size=size, bold=bold, italic=italic, color=color)
+
+
 _HEADER_FILL = PatternFill("solid", fgColor="DDE4EE")
 _THIN = Side(style="thin", color="A6A6A6")
 #: A table cell's border: thin grey lines (printed grid lines would cross the charts too).
 BORDER = Border(left=_THIN, right=_THIN, top=_THIN, bottom=_THIN)
 #: Characters of text per unit of column width (proportional fonts fit more than one), and the width of
 #: a bold character in units of a regular one.
-CHARS_PER_WIDTH, BOLD_WIDTH = 1.15, 1.15
+CHARS_PER_WIDTH, BOLD_WIDTH = 1.25, 1.15
 
 
 #: Names written out whole.
@@ -245,7 +256,7 @@ def _header_row(ws: Worksheet, widths: list[float], labels: list[str]) -> None:
     wrap = Alignment(wrap_text=True, vertical="center")
     lines = 1
     for cell, width, label in zip(ws[1], widths, labels, strict=True):
-        cell.font = Font(bold=True)
+        cell.font = font(bold=True)
         cell.fill = _HEADER_FILL
         cell.alignment = wrap
         cell.border = BORDER
@@ -301,7 +312,7 @@ def format_table(ws: Worksheet, table: Shown) -> None:
             ws.row_dimensions[r].height = LINE_HEIGHT * n
     if frame.empty:
         hint = ws.cell(row=2, column=1, value=EMPTY_HINTS.get(table.name, "No rows."))
-        hint.font = Font(italic=True, color="555555")
+        hint.font = font(italic=True, color="555555")
     else:
         ws.auto_filter.ref = ws.dimensions
     printable(ws)
@@ -330,7 +341,7 @@ def format_key_values(ws: Worksheet, table: Shown) -> None:
         texts.append(len(text_of(cell.value, cell.number_format)))
         if name == TOTAL:
             for c in ws[r]:
-                c.font = Font(bold=True)
+                c.font = font(bold=True)
     ws.column_dimensions[get_column_letter(value_col)].width = min(WIDEST, max(texts)) + 1.5
 
 
@@ -375,7 +386,7 @@ def bar(
 
 #: A chart's height and width (cm), and the rows from one chart's top to the next one's (two charts fit
 #: one printed page).
-CHART_CM, CHART_ROWS = (7.5, 20.0), 18
+CHART_CM, CHART_ROWS = (7.0, 20.0), 16
 
 #: Points: a row of one line, a centimetre, and the printable height of an A4 landscape page.
 DEFAULT_ROW_PT, POINTS_PER_CM, PAGE_PT = 15.0, 72 / 2.54, 595 - 1.2 * 72
@@ -392,8 +403,9 @@ def keep_charts_whole(ws: Worksheet, table: Shown, charts: int) -> None:
 
 
 def below(table: Shown, charts_before: int = 0) -> str:
-    """Where a chart goes: under the table (two rows of space), after ``charts_before`` charts."""
-    return f"A{len(table.frame) + 3 + CHART_ROWS * charts_before}"
+    """Where a chart goes: under the table (past the page break that may follow it), after
+    ``charts_before`` charts."""
+    return f"A{len(table.frame) + 4 + CHART_ROWS * charts_before}"
 
 
 def rows_of(table: Shown, column: str, value: str) -> tuple[int, int] | None:
