@@ -2,8 +2,8 @@
 (``pdftotext``) is checked: the sheets in order with their page count, every header in words, no cell
 too narrow for its number (``###``), the units said once, no truth value as a number.
 
-The tests skip when LibreOffice or poppler is missing (``.ci/run`` installs Debian's through
-``.ci/libreoffice.sh`` and names ``soffice`` in ``GPUPLAN_TEST_SOFFICE``). With
+The tests skip when LibreOffice, poppler or the Carlito font is missing (``.ci/run`` installs Debian's
+through ``.ci/libreoffice.sh`` and names ``soffice`` in ``GPUPLAN_TEST_SOFFICE``). With
 ``GPUPLAN_WORKBOOK_PAGES=<dir>`` the bundled example's pages shown in the README are written there as
 PNG (``docs/workbook-capacity.png``, ``docs/workbook-plan.png``).
 """
@@ -100,6 +100,12 @@ def soffice() -> str:
         )
     if not (shutil.which("pdftotext") and shutil.which("pdftoppm")):
         pytest.skip("no pdftotext/pdftoppm (install Debian's poppler-utils; .ci/libreoffice.sh does it)")
+    fonts = subprocess.run(["fc-list"], capture_output=True, text=True, check=False).stdout
+    if "Carlito" not in fonts:
+        pytest.skip(
+            "no Carlito, Calibri's metric twin: pages would not print as in Excel (install Debian's "
+            "fonts-crosextra-carlito; .ci/libreoffice.sh does it)"
+        )
     return found
 
 
