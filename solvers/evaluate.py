@@ -196,13 +196,12 @@ def evaluate(
     placed = {(a.workload, a.replica): a for a in assignments}
     nodes = {n.name: n for n in problem.nodes}
     current = {(n.name, g.index): set(g.mig) for n in problem.nodes for g in n.gpus if g.mig is not None}
-    destroyed = 0
-    repartitioned: set[tuple[str, int]] = set()
+    # A re-partition drains only the replicas on the instances it destroys; the others keep running.
+    gone: set[tuple[str, int, tuple[str, int]]] = set()
     for lay in layouts:
-        gone = current.get((lay.node, lay.gpu), set()) - {(i.profile, i.start) for i in lay.instances}
-        destroyed += len(gone)
-        if gone:
-            repartitioned.add((lay.node, lay.gpu))
+        kept = {(i.profile, i.start) for i in lay.instances}
+        gone |= {(lay.node, lay.gpu, inst) for inst in current.get((lay.node, lay.gpu), set()) - kept}
+    destroyed = len(gone)
     queue = moves = drains = preemptions = topology = 0
     for req in problem.requests:
         a = placed.get(req.key)
@@ -215,7 +214,7 @@ def evaluate(
             continue
         if not _stays(req, a):
             moves += 1
-        elif any((a.node, g.index) in repartitioned for g in a.gpus):
+        elif any((a.node, g.index, (g.mig_profile, g.mig_start)) in gone for g in a.gpus):
             drains += 1
     fragmented, free = fragmented_milli(problem, assignments, layouts)
     disruption = (

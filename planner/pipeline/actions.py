@@ -1,7 +1,8 @@
 """The steps from the current state to a plan, ordered and grouped into rounds under the disruption budget.
 
 Kinds: ``preempt`` (stop), ``migrate`` (stop here, start there; ``from`` equal to ``to`` is a restart
-that drains a GPU for a MIG re-partition), ``destroy-mig`` (the GPU must be drained), ``create-mig``,
+that drains a MIG instance being re-partitioned), ``destroy-mig`` (no replica may run on the instance;
+the GPU's other instances keep running), ``create-mig``,
 ``set-sharing`` (a node's sharing mode; its non-MIG GPUs must be drained when the round starts) and
 ``start`` (the kind constants live beside ``Action`` in ``models.plan`` and are re-exported here,
 where the executor imports them). Inside a round the phases run in that order: stops, MIG destroys and
@@ -105,7 +106,7 @@ def ordered_actions(
     (all round 1). A replica the plan keeps where it runs up to GPU indices that are a guess
     (:meth:`~models.workload.Workload.stays`) does not move."""
     target = {(a.workload, a.replica): a for a in assignments}
-    repartitioned = {(a.node, a.gpu) for a in mig_actions(inp.cluster, layouts) if a.kind == DESTROY}
+    destroyed = {(a.node, a.gpu, instance(a)) for a in mig_actions(inp.cluster, layouts) if a.kind == DESTROY}
     stops: list[Action] = []
     starts: list[Action] = []
     for w in inp.workloads:
@@ -119,7 +120,7 @@ def ordered_actions(
                 stops.append(
                     Action(kind=MIGRATE, workload=w.id, replica=r, from_=now, to=where(a.node, a.gpus))
                 )
-            elif any((a.node, g.index) in repartitioned for g in a.gpus):
+            elif any((a.node, g.index, (g.mig_profile, g.mig_start)) in destroyed for g in a.gpus):
                 # In place: a guessed placement is taken to be the plan's (see :func:`settled`).
                 here = where(a.node, a.gpus)
                 drain = Action(kind=MIGRATE, workload=w.id, replica=r, from_=here, to=here, detail=DRAIN)

@@ -2,8 +2,8 @@
 
 Action ordering, the simulated cluster and the start-time timeline all move replicas on and off this
 one model. Each start is checked against the per-GPU rules of :mod:`gpuplan.models.gpu_rules` (the
-validator's own), and here against CPU and memory per node and the drain a re-partition or a sharing
-change needs.
+validator's own), and here against CPU and memory per node, the drain a sharing change needs and the
+MIG instance a re-partition destroys (no replica may run on it; the GPU's other instances keep running).
 """
 
 from __future__ import annotations
@@ -220,16 +220,20 @@ class Occupancy:
                 g.sharing = change.sharing
 
     def destroy_problem(self, node: str, gpu: int, inst: tuple[str, int]) -> str | None:
-        """Why instance ``inst`` cannot be destroyed now: a re-partition needs the whole GPU drained."""
+        """Why instance ``inst`` cannot be destroyed now: a replica still runs on it. The GPU's other
+        instances keep running (NVIDIA destroys one GPU instance at a time; the validator and the
+        solvers re-partition idle instances beside busy ones)."""
         state = self.gpus.get((node, gpu))
         if state is None or state.mig is None or inst not in state.mig:
             return f"{node}:{gpu} has no MIG instance {inst[0]}@{inst[1]}"
-        if state.users:
-            return f"{node}:{gpu} is not drained ({len(state.users)} replica(s) still run)"
+        on = [k for k, u in state.users.items() if (u.mig_profile, u.mig_start) == inst]
+        if on:
+            where = f"{node}:{gpu} instance {inst[0]}@{inst[1]}"
+            return f"{where} is not drained ({len(on)} replica(s) still run)"
         return None
 
     def destroy(self, node: str, gpu: int, inst: tuple[str, int]) -> None:
-        """Destroy a MIG instance of a drained GPU."""
+        """Destroy a MIG instance no replica runs on."""
         why = self.destroy_problem(node, gpu, inst)
         if why is not None:
             raise OverCommitError(why)

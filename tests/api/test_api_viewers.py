@@ -74,10 +74,10 @@ def test_a_viewers_exports_hold_only_its_teams_workloads(live: Server, mixed: st
         r = c.get(f"/v1/plans/{mixed}/export.xlsx")
         assert r.status_code == 200
     book = pd.read_excel(io.BytesIO(r.content), sheet_name=None)
-    assert set(book["Teams"]["team"]) == {"ml"}
-    assert set(book["Placements"]["workload"]) == {"train", "nb"}
-    assert set(book["Waiting"]["workload"]) == {"huge-ml"}
-    assert not set(book["Placements"]["workload"]) & WEB
+    assert set(book["Teams"]["Team"]) == {"ml"}
+    assert set(book["Placements"]["Workload"]) == {"train", "nb"}
+    assert set(book["Waiting"]["Workload"]) == {"huge-ml"}
+    assert not set(book["Placements"]["Workload"]) & WEB
 
 
 def test_a_viewer_explains_only_its_teams_workloads(live: Server, mixed: str) -> None:

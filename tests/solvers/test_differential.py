@@ -62,12 +62,6 @@ DRIFT_GANG_CRASH = (
     "pass (planner/pipeline/timeline.py) starts the kept replicas again and raises OverCommitError on "
     "every path"
 )
-REPARTITION_DRAIN = (
-    "the exact model re-partitions a GPU whose other instance keeps its running replica and counts no "
-    "drain, while the action schedule drains that replica first (a move): with no move left in the "
-    "budget the MIG actions are deferred and the plan is invalid (mig-unscheduled); the validator asks "
-    "for no drain"
-)
 #: The features drawn one at a time (``+`` joins features drawn together).
 BY_FEATURE = ("running", "drift", "mig-off", "repartition", "sharing-change", "running+sharing-change")
 
@@ -332,8 +326,8 @@ SMALLEST: dict[str, tuple[list[dict[str, Any]], list[dict[str, Any]], dict[str, 
         0,
         None,
     ),
-    # w#0 runs on 2g.12gb@2; re-partitioning the two idle 1g.6gb into 2g.12gb@0 places w#1: 0. The exact
-    # paths plan it, but their actions drain w#0 first, and no move is allowed.
+    # w#0 runs on 2g.12gb@2; re-partitioning the two idle 1g.6gb into 2g.12gb@0 places w#1: 0. w#0 keeps
+    # running on its instance (no drain, no move: none is allowed).
     "repartition-busy-gpu": (
         [{"name": "n", "gpus": _gpus("A30-24GB", 1, mig=SPLIT_A30)}],
         [
@@ -346,7 +340,7 @@ SMALLEST: dict[str, tuple[list[dict[str, Any]], list[dict[str, Any]], dict[str, 
         ],
         {"mig": {"allow_repartition": True}},
         0,
-        REPARTITION_DRAIN,
+        None,
     ),
     # A gang with one of its two replicas running (drift); preempting it is valid (2 x 3 x 100 x 8).
     "drift-gang": (

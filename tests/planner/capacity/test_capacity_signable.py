@@ -353,3 +353,29 @@ def test_a_re_partition_re_plan_the_validator_rejects_is_skipped_not_a_traceback
     gap = capacity_gap(planning(work, nodes, mig={"allow_repartition": False}), catalog(), OPTS)
     assert gap.served_by_repartition == 0 and bought(gap) == {"a100-8": 1} and gap.cost == 150
     assert any("validator rejects (a planner bug: mig-unscheduled on node n1 gpu 0)" in n for n in gap.notes)
+
+
+@pytest.mark.slow
+def test_a_re_partition_beside_a_running_instance_serves_without_a_purchase() -> None:
+    """A replica runs on 1g.10gb@0 of an A100 cut in seven; the waiting 3g.40gb replica is served by
+    re-partitioning the three idle instances at slices 4-6 into 3g.40gb@4 while the running one keeps
+    running (its instance is not touched, so it needs no drain and no move): nothing is bought, and the
+    re-plan is valid (it used to fail mig-unscheduled and be skipped, buying an A100 node)."""
+    sevens = [{"profile": "1g.10gb", "start": s} for s in range(7)]
+    nodes = [{**node("n1", "A100-SXM4-80GB"), "gpus": [
+        {"index": 0, "model": "A100-SXM4-80GB", "mig": {"instances": sevens}}]}]  # fmt: skip
+    work = [
+        {"id": "run", "team": "nlp", "mig_profile": "1g.10gb", "running_on": "n1:0/1g.10gb@0",
+         "cpu_milli": 1000, "memory_mib": 1024},
+        {"id": "infer", "team": "nlp", "mig_profile": "3g.40gb", "cpu_milli": 4000, "memory_mib": 16384},
+    ]  # fmt: skip
+    gap = capacity_gap(planning(work, nodes, mig={"allow_repartition": False}), catalog(), OPTS)
+    assert not [n for n in gap.notes if "validator rejects" in n], gap.notes
+    assert gap.served_by_repartition == 1 and bought(gap) == {} and gap.cost == 0
+    (rep,) = gap.repartitions
+    assert (rep.node, rep.gpu) == ("n1", 0)
+    # Only idle instances are destroyed; any valid 3g.40gb start beside the running 1g.10gb@0 will do.
+    destroyed = [a for a in rep.actions if a.startswith("destroy-mig")]
+    assert destroyed and not [a for a in destroyed if "1g.10gb@0 " in a]
+    assert [a for a in rep.actions if a.startswith("create-mig 3g.40gb@4 ")]
+    assert [s.workload for s in rep.serves] == ["infer"]

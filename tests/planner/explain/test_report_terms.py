@@ -12,7 +12,7 @@ from hypothesis import HealthCheck, given, settings
 from hypothesis import strategies as st
 
 from gpuplan.models import NodeSharing, Plan, PlanningInput, Policy, TimeSliced, Workload, default_catalog
-from gpuplan.models.plan import DESTROY, DRAIN, MIGRATE, PREEMPT, SET_SHARING
+from gpuplan.models.plan import DESTROY, MIGRATE, PREEMPT, SET_SHARING
 from gpuplan.planner import planning
 from gpuplan.planner.pipeline.compile import compile_problem
 from gpuplan.planner.pipeline.layouts import cluster_with_sharing
@@ -62,9 +62,9 @@ def disruption_by_hand(inp: PlanningInput, p: Plan) -> int:
     return sum(cost.get(a.kind, 0) for a in p.actions)
 
 
-def drained_then_repartitioned() -> PlanningInput:
+def repartitioned_beside_a_running_instance() -> PlanningInput:
     """One A100 with two 3g.40gb instances, ``r`` running on the first; three 1g.10gb wait. Placing them
-    re-partitions the idle instance into 1g.10gb ones, which drains the GPU: ``r`` restarts in place."""
+    re-partitions the idle instance into 1g.10gb ones while ``r`` keeps running on its own instance."""
     a100 = [
         {
             "index": 0,
@@ -97,18 +97,17 @@ def drained_then_repartitioned() -> PlanningInput:
 
 
 @pytest.mark.parametrize("solver", EXACT)
-def test_a_repartition_counts_its_destroyed_instance_and_its_drain(solver: str) -> None:
-    inp = drained_then_repartitioned()
+def test_a_repartition_counts_its_destroyed_instance_and_drains_nothing_beside_it(solver: str) -> None:
+    inp = repartitioned_beside_a_running_instance()
     p = planning.make_plan(inp, solver=solver, now=NOW, time_limit_s=10)
     assert validate_plan(p, inp) == []
     assert not p.unplaced
     assert [(a.kind, a.workload, a.detail) for a in p.actions if a.kind in (MIGRATE, DESTROY)] == [
-        (MIGRATE, "r", DRAIN),
         (DESTROY, None, "3g.40gb@4"),
     ]
     terms = p.solver.terms
-    assert terms["disruption"] == disruption_by_hand(inp, p) == 10 + 7
-    assert (terms["drains"], terms["moves"], terms["destroyed_mig_instances"]) == (1, 0, 1)
+    assert terms["disruption"] == disruption_by_hand(inp, p) == 7
+    assert (terms["drains"], terms["moves"], terms["destroyed_mig_instances"]) == (0, 0, 1)
     assert terms["queue"] == queue_by_hand(inp, p) == p.solver.objective == 0
 
 

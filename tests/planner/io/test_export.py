@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import csv
+import hashlib
 import io
 import json
 from datetime import UTC, datetime
@@ -20,13 +21,13 @@ from gpuplan.planner.capacity.gap import GapOptions, capacity_gap, load_node_typ
 from gpuplan.planner.cli import main
 from gpuplan.planner.io.exporters.workbook import (
     EMPTY_HINTS,
-    PERCENT_FORMAT,
     SHEETS,
     build_tables,
     gpu_hour_rates,
     write_csv,
     write_xlsx,
 )
+from gpuplan.planner.io.exporters.workbook.style import MONEY_FORMAT, PERCENT_FORMAT, shown
 from gpuplan.planner.pipeline.files import write_json
 from gpuplan.planner.planning import make_plan
 from gpuplan.planner.validation.validate import validate_plan
@@ -99,8 +100,24 @@ def _same(written: pd.DataFrame, read: pd.DataFrame) -> None:
                 assert str(a) == str(b), (col, a, b)
 
 
-def _column(frame: pd.DataFrame, name: str) -> int:
-    return list(frame.columns).index(name) + 1
+def _read_back(path: Path, tables: dict[str, pd.DataFrame]) -> dict[str, pd.DataFrame]:
+    """Each table's sheet read back with pandas, under the table's column names."""
+    book = pd.read_excel(path, sheet_name=None)
+    out = {}
+    for name, frame in tables.items():
+        title = TITLE.get(name, name)
+        if title in book:
+            read = book[title]
+            read.columns = list(shown(name, frame).source)
+            out[name] = read
+    return out
+
+
+#: The capacity workbook's sheets, in order.
+CAPACITY_BOOK = ["Cover", "Summary", "Capacity gap", "Scenarios", "Placements", "Waiting", "Nodes", "Pools",
+                 "Fragmentation", "Teams", "Details"]  # fmt: skip
+#: The sheet of each table in the workbook.
+TITLE = {"CapacityGap": "Capacity gap"}
 
 
 def test_workbook_sheets_headers_charts_and_formats(
@@ -110,27 +127,62 @@ def test_workbook_sheets_headers_charts_and_formats(
     path = tmp_path / "out.xlsx"
     write_xlsx(tables, path)
     wb = load_workbook(path)
-    assert wb.sheetnames == list(SHEETS)
-    for name in SHEETS:
-        ws = wb[name]
-        assert [c.value for c in ws[1]] == list(tables[name].columns)
+    assert wb.sheetnames == CAPACITY_BOOK
+    for name in [n for n in SHEETS if n != "Summary"]:
+        ws = wb[TITLE.get(name, name)]
+        headers = [c.value for c in ws[1]]
+        # Human headers, never the CSV's snake_case names.
+        assert not [h for h in headers if "_" in str(h)], (name, headers)
         assert all(c.font.b for c in ws[1]), name
-        assert ws.freeze_panes == "A2"
-        assert ws.column_dimensions["A"].width >= len(str(tables[name].columns[0]))
-    charts = {name: len(wb[name]._charts) for name in SHEETS}
-    assert charts == {"Summary": 1, "Placements": 0, "Nodes": 0, "Pools": 1, "Fragmentation": 0,
-                      "Waiting": 0, "CapacityGap": 2, "Teams": 1, "Scenarios": 2}  # fmt: skip
-    util_col = _column(tables["Pools"], "utilisation")
-    assert wb["Pools"].cell(row=2, column=util_col).number_format == PERCENT_FORMAT
-    # Money shows the gap's currency (the showback the node types' currency).
-    cost_col = _column(tables["CapacityGap"], "cost")
-    assert wb["CapacityGap"].cell(row=2, column=cost_col).number_format == '#,##0.00 "USD (EXAMPLE prices)"'
+        assert ws.freeze_panes == "A2" and ws.print_title_rows == "$1:$1"
+        assert ws.page_setup.orientation == "landscape" and ws.page_setup.fitToWidth == 1
+        assert ws.page_setup.fitToHeight == 0  # as many pages down as needed: readable, not shrunk
+    assert [c.value for c in wb["Capacity gap"][1]][:4] == [
+        "Section", "Item", "Replicas", "Served by re-partition (replicas)"
+    ]  # fmt: skip
+    charts = {name: len(wb[name]._charts) for name in CAPACITY_BOOK}
+    assert charts == {
+        "Cover": 0,
+        "Summary": 1,
+        "Capacity gap": 2,
+        "Scenarios": 2,
+        "Placements": 0,
+        "Waiting": 0,
+        "Nodes": 0,
+        "Pools": 1,
+        "Fragmentation": 0,
+        "Teams": 1,
+        "Details": 0,
+    }
+    for ws in wb.worksheets:
+        for chart in ws._charts:
+            assert (
+                chart.title is not None and chart.x_axis.title is not None and chart.y_axis.title is not None
+            )
+    pools = [c.value for c in wb["Pools"][1]]
+    assert wb["Pools"].cell(row=2, column=pools.index("Utilisation") + 1).number_format == PERCENT_FORMAT
+    # The currency is said once, in the header; the cells hold plain money.
+    gap = [c.value for c in wb["Capacity gap"][1]]
+    assert "Cost, USD (EXAMPLE prices)" in gap
+    assert wb["Capacity gap"].cell(
+        row=2, column=gap.index("Cost, USD (EXAMPLE prices)") + 1
+    ).number_format == (MONEY_FORMAT)
+    teams = [c.value for c in wb["Teams"][1]]
+    assert "Cost, USD (EXAMPLE prices)" in teams
     assert (
-        wb["Teams"]
-        .cell(row=2, column=_column(tables["Teams"], "cost"))
-        .number_format.endswith('"USD (EXAMPLE prices)"')
+        wb["Teams"].cell(row=2, column=teams.index("Share of GPU-hours") + 1).number_format == PERCENT_FORMAT
     )
-    assert wb["Teams"].cell(row=2, column=_column(tables["Teams"], "share")).number_format == PERCENT_FORMAT
+    # Truth values in words, solver internals on the Details sheet only.
+    scen = [c.value for c in wb["Scenarios"][1]]
+    verified = scen.index("Verified by placement")
+    assert {r[verified] for r in wb["Scenarios"].iter_rows(min_row=2, values_only=True)} <= {"yes", "no"}
+    assert "Lower bound, USD (EXAMPLE prices)" not in scen and "Wall time (s)" not in scen
+    details = {(r[0], r[1]) for r in wb["Details"].iter_rows(min_row=2, values_only=True)}
+    assert {
+        ("plan", "Solver"),
+        ("capacity gap", "Lower bound"),
+        ("scenario double", "Wall time"),
+    } <= details
 
 
 def test_summary_formats_each_row_by_its_unit_with_totals(
@@ -138,20 +190,27 @@ def test_summary_formats_each_row_by_its_unit_with_totals(
 ) -> None:
     inp, plan, report, _ = planned
     write_xlsx(_tables(planned), tmp_path / "out.xlsx")
-    ws = load_workbook(tmp_path / "out.xlsx")["Summary"]
-    assert [c.value for c in ws[1]] == ["section", "metric", "value", "unit"]
+    book = load_workbook(tmp_path / "out.xlsx")
+    ws = book["Summary"]
+    assert [c.value for c in ws[1]] == ["Section", "Item", "Value", "Unit"]
     cells = {(r[0].value, r[1].value): r[2] for r in ws.iter_rows(min_row=2)}
-    fraction = cells[("fleet", "allocated_gpu_fraction")]
+    units = {(r[0].value, r[1].value): r[3].value for r in ws.iter_rows(min_row=2)}
+    fraction = cells[("fleet", "Allocated GPU fraction")]
     assert fraction.data_type == "n" and fraction.number_format == PERCENT_FORMAT
+    assert units[("fleet", "Allocated GPU fraction")] is None  # the % sign says it, once
     assert fraction.value == pytest.approx(plan.metrics["allocated_gpu_fraction"])
-    assert cells[("plan", "solver_gap")].number_format == PERCENT_FORMAT
-    assert cells[("capacity gap", "gap")].number_format == PERCENT_FORMAT
-    cost = cells[("capacity gap", "cost")]
-    example_usd = '#,##0.00 "USD (EXAMPLE prices)"'  # the bundled catalog's prices are examples
-    assert cost.value == pytest.approx(report.gap.cost) and cost.number_format == example_usd
-    assert cells[("showback", "cost")].number_format == example_usd
+    cost = cells[("capacity gap", "Cost")]
+    # The unit column says the currency, and that the bundled catalog's prices are examples; not the cell.
+    assert cost.value == pytest.approx(report.gap.cost) and cost.number_format == MONEY_FORMAT
+    assert units[("capacity gap", "Cost")] == units[("showback", "Cost")] == "USD (EXAMPLE prices)"
+    assert cells[("capacity gap", "Verified by placement")].value in ("yes", "no")
+    # Solver internals are on the Details sheet, not in the Summary.
+    assert ("plan", "Gap to the bound") not in cells and ("capacity gap", "Lower bound") not in cells
+    details = {(r[0].value, r[1].value): r[2] for r in book["Details"].iter_rows(min_row=2)}
+    assert details[("plan", "Gap to the bound")].number_format == PERCENT_FORMAT
+    assert details[("capacity gap", "Lower bound")].value == pytest.approx(report.gap.lower_bound)
     # Counts are whole numbers (the plan's metrics hold them as floats).
-    total = cells[("fleet", "gpus_total")].value
+    total = cells[("fleet", "GPUs total")].value
     assert total == inp.cluster.gpu_count and isinstance(total, int)
     placed = {m: c.value for (s, m), c in cells.items() if s == "replicas placed"}
     waiting = {m: c.value for (s, m), c in cells.items() if s == "replicas waiting"}
@@ -170,9 +229,9 @@ def test_numbers_are_numbers_and_csv_integers_are_integers(
     book = load_workbook(tmp_path / "out.xlsx")
     for name in SHEETS:
         frame = tables[name]
-        for i, col in enumerate(frame.columns, start=1):
+        for i, col in enumerate(shown(name, frame).source, start=1):
             numeric = pd.api.types.is_numeric_dtype(frame[col]) and not pd.api.types.is_bool_dtype(frame[col])
-            for (cell,) in book[name].iter_rows(min_row=2, min_col=i, max_col=i):
+            for (cell,) in book[TITLE.get(name, name)].iter_rows(min_row=2, min_col=i, max_col=i):
                 if numeric:
                     assert cell.value is None or cell.data_type == "n", (name, col, cell.value)
                     assert cell.value is None or cell.number_format != "General", (name, col)
@@ -225,15 +284,15 @@ def test_waiting_in_words_with_the_best_counterfactual(tmp_path: Path) -> None:
     ws = load_workbook(tmp_path / "out.xlsx")["Waiting"]
     row = dict(zip([c.value for c in ws[1]], [c.value for c in ws[2]], strict=True))
     assert not [v for v in row.values() if isinstance(v, str) and ("{" in v or "[" in v)], row
-    assert row["code"] == waiting.code and row["reason"] == waiting.reason
-    assert row["best_counterfactual"].startswith(waiting.counterfactuals[0].summary)
-    assert "verified by a greedy-fgd re-solve" in row["best_counterfactual"]
-    assert row["counterfactuals"] == len(waiting.counterfactuals)
-    assert row["reserved"].startswith(f"{waiting.reserved_node} GPU ")
+    assert row["Reason code"] == waiting.code and row["Why it waits"] == waiting.reason
+    assert row["What would let it run"].startswith(waiting.counterfactuals[0].summary)
+    assert "verified by a greedy-fgd re-solve" in row["What would let it run"]
+    assert row["Options found"] == len(waiting.counterfactuals)
+    assert row["Reserved on"].startswith(f"{waiting.reserved_node} GPU ")
     # It starts when serve ends, an hour after the plan's time.
-    assert row["wait_h"] == pytest.approx(1.0)
+    assert row["Wait (hours)"] == pytest.approx(1.0)
     if len(waiting.details) > 1:
-        assert row["alternatives"].startswith("alternative 0: ")
+        assert row["Its alternatives"].startswith("alternative 0: ")
 
 
 def test_empty_sheets_say_how_to_fill_them(
@@ -243,11 +302,14 @@ def test_empty_sheets_say_how_to_fill_them(
     tables = build_tables(plan, default_catalog(), inp, None, types)
     write_xlsx(tables, tmp_path / "out.xlsx")
     book = load_workbook(tmp_path / "out.xlsx")
+    # The plan workbook has no capacity-gap sheets: its cover says how to get them.
+    assert book.sheetnames == ["Cover", "Summary", "Placements", "Waiting", "Nodes", "Pools", "Fragmentation",
+                               "Teams", "Details"]  # fmt: skip
+    cover = " ".join(str(c.value) for row in book["Cover"].iter_rows() for c in row if c.value)
+    assert "gpuplan capacity-gap" in cover and "--gap gap.json" in cover
     for name in ("CapacityGap", "Scenarios"):
         assert tables[name].empty
-        hint = book[name]["A2"].value
-        assert hint == EMPTY_HINTS[name] and "gpuplan capacity-gap" in hint and "--gap gap.json" in hint
-        assert not book[name]._charts
+        assert "gpuplan capacity-gap" in EMPTY_HINTS[name]
     # The CSV of an empty sheet is its header alone.
     write_csv(tables, tmp_path / "csv")
     assert (tmp_path / "csv" / "CapacityGap.csv").read_text().count("\n") == 1
@@ -258,20 +320,21 @@ def test_workbook_values_equal_the_plan(
 ) -> None:
     inp, plan, report, _ = planned
     path = tmp_path / "out.xlsx"
-    write_xlsx(_tables(planned), path)
-    sheets = pd.read_excel(path, sheet_name=None)
+    tables = _tables(planned)
+    write_xlsx(tables, path)
+    sheets = _read_back(path, tables)
     placements = sheets["Placements"]
     assert sorted(
         zip(placements["workload"], placements["replica"], placements["node"], strict=True)
     ) == sorted((a.workload, a.replica, a.node) for a in plan.assignments)
     frame = sheets["Summary"]
     summary = dict(zip(zip(frame["section"], frame["metric"], strict=True), frame["value"], strict=True))
-    assert summary[("plan", "status")] == plan.status.value
-    assert float(summary[("fleet", "allocated_gpu_fraction")]) == pytest.approx(
+    assert summary[("plan", "Status")] == plan.status.value
+    assert float(summary[("fleet", "Allocated GPU fraction")]) == pytest.approx(
         plan.metrics["allocated_gpu_fraction"]
     )
     # The plan's metrics are rounded to 4 decimals.
-    assert float(summary[("fleet", "gpus_allocated")]) == pytest.approx(
+    assert float(summary[("fleet", "GPUs allocated")]) == pytest.approx(
         placements["gpu_equivalents"].sum(), abs=1e-4
     )
     waiting = sheets["Waiting"]
@@ -314,9 +377,10 @@ def test_read_back_and_csv_give_the_same_numbers(
     write_xlsx(tables, tmp_path / "out.xlsx")
     paths = write_csv(tables, tmp_path / "csv")
     assert [p.stem for p in paths] == list(SHEETS)
-    book = pd.read_excel(tmp_path / "out.xlsx", sheet_name=None)
+    book = _read_back(tmp_path / "out.xlsx", tables)
     for name, frame in tables.items():
-        _same(frame, book[name])
+        view = shown(name, frame)
+        _same(view.frame.set_axis(list(view.source), axis=1), book[name])
         _same(frame, pd.read_csv(tmp_path / "csv" / f"{name}.csv"))
 
 
@@ -331,7 +395,12 @@ def test_export_command(
     write_json(gap_path, report)
     args = ["export", "--plan", str(plan_path), "--cluster", str(cluster), "--workloads", str(work)]
     assert main([*args, "--gap", str(gap_path), "--xlsx", str(tmp_path / "x.xlsx")]) == 0
-    assert load_workbook(tmp_path / "x.xlsx").sheetnames == list(SHEETS)
+    book = load_workbook(tmp_path / "x.xlsx")
+    assert book.sheetnames == CAPACITY_BOOK
+    cover = [str(c.value) for row in book["Cover"].iter_rows() for c in row if c.value]
+    # The cover names each input file given with its SHA-256.
+    assert hashlib.sha256(cluster.read_bytes()).hexdigest() in cover
+    assert hashlib.sha256(gap_path.read_bytes()).hexdigest() in cover
     assert main([*args, "--csv", str(tmp_path / "csv")]) == 0
     assert sorted(p.name for p in (tmp_path / "csv").iterdir()) == sorted(f"{s}.csv" for s in SHEETS)
     # The plan alone (no inputs): placements and waiting still come out.

@@ -1,32 +1,24 @@
-"""Plans and capacity gaps as spreadsheet tables (pandas): an Excel workbook with charts, or CSV files.
+"""Plans and capacity gaps as tables (pandas DataFrames), one per sheet, and as CSV files.
 
-Every sheet is one table with its header in the first row, so that reading the workbook (or the CSV
-of the sheet) back with pandas gives the same numbers: numbers are stored as numbers (integer columns
-as integers, in the CSV too), text is readable words (never JSON). Percent and currency formats change
-only how the spreadsheet shows a cell, never the value stored. The workbook adds what a reader needs on
-top: a bold frozen header with filters, column widths, charts (Summary, Pools, CapacityGap, Teams,
-Scenarios) and, on a sheet with no rows, a line saying how to fill it.
+Every table has snake_case column names and machine-friendly values, so that a CSV (or a DataFrame)
+is read by programs: numbers are stored as numbers (integer columns as integers), text is readable
+words (never JSON). The workbooks (:mod:`.plan_book`, :mod:`.capacity_book`) show the same values
+under human headers with units and number formats.
 
-Names come from the input (workload ids, node names, teams), so no text is ever a live formula: the
-workbook stores every text cell as a string, and CSV text cells that a spreadsheet would read as a
-formula get a leading ``'`` (the OWASP advice against CSV injection).
+Names come from the input (workload ids, node names, teams), so CSV text cells that a spreadsheet
+would read as a formula get a leading ``'`` (the OWASP advice against CSV injection).
 """
 
 from __future__ import annotations
 
 import logging
-import math
 from collections import Counter, defaultdict
+from dataclasses import dataclass
 from datetime import datetime
 from pathlib import Path
 from typing import TYPE_CHECKING, Any
 
 import pandas as pd
-from openpyxl.chart import BarChart, Reference, Series
-from openpyxl.chart.data_source import AxDataSource, MultiLevelStrRef, StrRef
-from openpyxl.styles import Alignment, Font, PatternFill
-from openpyxl.utils import get_column_letter
-from openpyxl.worksheet.worksheet import Worksheet
 
 from gpuplan.models.base import InputError
 from gpuplan.models.capacity import CapacityReport, NodeTypeCatalog, Served
@@ -43,7 +35,7 @@ if TYPE_CHECKING:
 
 log = logging.getLogger(__name__)
 
-#: Sheet names in workbook order.
+#: The tables (and CSV files) in order.
 SHEETS: tuple[str, ...] = (
     "Summary", "Placements", "Nodes", "Pools", "Fragmentation", "Waiting", "CapacityGap", "Teams",
     "Scenarios",
@@ -58,20 +50,11 @@ HOURS_PER_YEAR = 8760
 _PERCENT = ("utilisation", "share", "gap", "rate", "fraction")
 _MONEY = ("cost", "lower_bound", "price")
 
-#: Number formats: a ratio as a percentage, whole numbers and decimals with thousands separators.
-PERCENT_FORMAT = "0.0%"
-INTEGER_FORMAT = "#,##0"
-DECIMAL_FORMAT = "#,##0.00##"
-
-#: Widest column (characters; longer text wraps) and the height of one line of text (points).
-WIDEST = 60
-LINE_HEIGHT = 15
-
 #: The Summary's unit of a ratio (shown as a percentage in the workbook) and its total rows.
 FRACTION = "fraction"
 TOTAL = "total"
 
-#: What a sheet without rows says in the workbook: why it is empty and how to fill it.
+#: What a table without rows says in a workbook: why it is empty and how to fill it.
 EMPTY_HINTS: dict[str, str] = {
     "Placements": "The plan places no replica.",
     "Nodes": "No GPU to show: export with the plan's inputs (--cluster C --workloads W).",
@@ -119,11 +102,11 @@ _COLUMNS: dict[str, tuple[str, ...]] = {
 }  # fmt: skip
 
 
-def _is_percent(name: str) -> bool:
+def is_percent(name: str) -> bool:
     return any(name == p or name.endswith(p) for p in _PERCENT)
 
 
-def _is_money(name: str) -> bool:
+def is_money(name: str) -> bool:
     return name.startswith(_MONEY)
 
 
@@ -412,8 +395,7 @@ def _gap(ctx: _Context) -> list[dict[str, Any]]:
             "still_unplaced": gap.still_unplaced, "nodes_added": gap.nodes_added,
             "gpus_added": gap.gpus_added,
             "cost": gap.cost, "lead_time_days": gap.max_lead_time_days,
-            "detail": f"lower bound {gap.lower_bound:,.2f} {gap.currency}, gap {gap.gap:.2%}, "
-            f"{'verified' if gap.verified else 'NOT verified'} by placement"
+            "detail": f"{'verified' if gap.verified else 'NOT verified'} by placement"
             + (f"; cut short by the time limit: {', '.join(gap.cut_short)}" if gap.cut_short else ""),
         }
     ]  # fmt: skip
@@ -506,11 +488,11 @@ def _teams(ctx: _Context, placements: list[dict[str, Any]]) -> list[dict[str, An
 
 def _unit(name: str, currency: str) -> str:
     """The unit of a Summary number, from its name (a ratio is a ``fraction``, money the currency)."""
-    if _is_percent(name):
+    if is_percent(name):
         return FRACTION
-    if _is_money(name):
+    if is_money(name):
         return currency
-    for part, unit in (("_days", "days"), ("_s", "seconds")):
+    for part, unit in (("_days", "days"), ("_s", "seconds"), ("_mib", "MiB")):
         if name.endswith(part):
             return unit
     for part, unit in (("gpus", "GPUs"), ("nodes", "nodes"), ("gpu_hours", "GPU-hours")):
@@ -614,6 +596,60 @@ def _frame(rows: list[dict[str, Any]], columns: list[str]) -> pd.DataFrame:
     return frame
 
 
+@dataclass(frozen=True)
+class Facts:
+    """What a workbook's cover and Details sheets say beyond the tables: the plan's time and inputs
+    digest, where prices come from, the showback basis and the solves' internals."""
+
+    plan_time: str
+    inputs_sha256: str
+    price_source: str
+    example_prices: bool
+    currency: str
+    period_h: float
+    amortisation_years: float | None
+    has_gap: bool
+    team_view: bool
+    #: (section, item, value, unit) rows of solver internals.
+    internals: tuple[tuple[str, str, Any, str], ...]
+
+
+def _internals(plan: Plan, report: CapacityReport | None) -> tuple[tuple[str, str, Any, str], ...]:
+    """The solves' internals: the plan's solver, bound, gap and time, and each gap solve's."""
+    s = plan.solver
+    rows: list[tuple[str, str, Any, str]] = [
+        ("plan", "solver", s.name, ""),
+        ("plan", "status", plan.status.value, ""),
+        ("plan", "objective", s.objective, ""),
+        ("plan", "best_bound", s.best_bound, ""),
+        ("plan", "solver_gap", s.gap, FRACTION),
+        ("plan", "wall_s", s.wall_s, "seconds"),
+        ("plan", "actions", len(plan.actions), ""),
+    ]
+    for key in ("time_limit_s", "seed", "cut_short"):
+        value = plan.provenance.get(key)
+        if isinstance(value, list | tuple):
+            value = ", ".join(map(str, value)) or "-"
+        if isinstance(value, int | float | str):
+            rows.append(("plan", key, value, "seconds" if key.endswith("_s") else ""))
+    if report is not None:
+        runs = [("capacity gap", report.gap)] + [(f"scenario {r.name}", r.gap) for r in report.scenarios]
+        for section, g in runs:
+            rows += [
+                (section, "purchase_solver", f"{g.solver} ({g.solver_status})", ""),
+                (
+                    section,
+                    "lower_bound",
+                    g.lower_bound,
+                    f"{g.currency} {EXAMPLE_LABEL}" if g.example_prices else g.currency,
+                ),
+                (section, "gap", g.gap, FRACTION),
+                (section, "cut_short", ", ".join(g.cut_short) or "-", ""),
+                (section, "wall_s", g.wall_s, "seconds"),
+            ]
+    return tuple(rows)
+
+
 def build_tables(
     plan: Plan,
     catalog: HardwareCatalog,
@@ -626,7 +662,8 @@ def build_tables(
     """Every sheet as a DataFrame, in workbook order; with ``workloads`` (a team's view) the placements,
     waits and showback hold only those workloads, and the fleet sheets (summary, nodes, pools,
     fragmentation) the whole plan. A gap ``report`` of other inputs than the plan is refused
-    (:func:`check_gap`). Money columns carry their currency in ``frame.attrs["currency"]``."""
+    (:func:`check_gap`). Money columns carry their currency in ``frame.attrs["currency"]``; the Summary's
+    ``attrs["facts"]`` holds the workbook's :class:`Facts`."""
     if report is not None:
         check_gap(plan, report)
     ctx = _Context(plan, inp, report, types, catalog, period_h)
@@ -661,7 +698,38 @@ def build_tables(
         columns.extend(dict.fromkeys(extra))
         tables[name] = _frame(rows[name], columns)
         tables[name].attrs["currency"] = currency.get(name, "")
+    tables["Summary"].attrs["facts"] = _facts(plan, report, types, period_h, team_view=workloads is not None)
     return tables
+
+
+def _facts(
+    plan: Plan,
+    report: CapacityReport | None,
+    types: NodeTypeCatalog | None,
+    period_h: float,
+    *,
+    team_view: bool,
+) -> Facts:
+    if report is not None:
+        source, currency = report.gap.price_source, report.gap.currency
+    elif types is not None:
+        source, currency = types.note or "the given node-type catalog", types.currency
+    else:
+        source, currency = "", ""
+    if types is not None and types.example_prices and report is None:
+        source = "EXAMPLE prices of the bundled node-type catalog, not quotes"
+    return Facts(
+        plan_time=str(plan.provenance.get("now") or ""),
+        inputs_sha256=str(plan.provenance.get("inputs_sha256") or ""),
+        price_source=source,
+        example_prices=_example(types, report),
+        currency=currency,
+        period_h=period_h,
+        amortisation_years=types.amortisation_years if types is not None else None,
+        has_gap=report is not None,
+        team_view=team_view,
+        internals=_internals(plan, report),
+    )
 
 
 #: What every money unit says while the prices are the bundled catalog's examples.
@@ -673,250 +741,6 @@ def _example(types: NodeTypeCatalog | None, report: CapacityReport | None) -> bo
     return bool(types is not None and types.example_prices) or bool(
         report is not None and report.gap.example_prices
     )
-
-
-def _money(currency: str) -> str:
-    """A currency number format: thousands, cents and the currency code (``1,234.50 "USD"``)."""
-    code = currency.replace('"', "")
-    return f'#,##0.00 "{code}"' if code else "#,##0.00"
-
-
-def _plain(value: Any) -> str | None:
-    """The format of a number by its type (text and truth values keep the default)."""
-    if isinstance(value, bool) or not isinstance(value, int | float):
-        return None
-    return INTEGER_FORMAT if isinstance(value, int) else DECIMAL_FORMAT
-
-
-def _column_format(frame: pd.DataFrame, col: str) -> str | None:
-    if _is_percent(col):
-        return PERCENT_FORMAT
-    if _is_money(col):
-        return _money(str(frame.attrs.get("currency", "")))
-    if pd.api.types.is_bool_dtype(frame[col]):
-        return None
-    if pd.api.types.is_integer_dtype(frame[col]):
-        return INTEGER_FORMAT
-    if pd.api.types.is_float_dtype(frame[col]):
-        return DECIMAL_FORMAT
-    return None
-
-
-def _shown(value: Any, fmt: str | None) -> str:
-    """About the text a spreadsheet shows for ``value`` in format ``fmt`` (for column widths)."""
-    if fmt is None or isinstance(value, bool) or not isinstance(value, int | float) or math.isnan(value):
-        return str(value)
-    if fmt == PERCENT_FORMAT:
-        return f"{value:.1%}"
-    if fmt == INTEGER_FORMAT:
-        return f"{value:,.0f}"
-    return f"{value:,.4f}" if fmt == DECIMAL_FORMAT else f"{value:,.2f} {fmt.rpartition(' ')[2]}"
-
-
-def _format(ws: Worksheet, frame: pd.DataFrame) -> None:
-    """Bold frozen header with filters, column widths from the content, number formats by column name
-    and type (the Summary's by each row's unit), long text wrapped, a hint on an empty sheet, landscape
-    pages one sheet wide."""
-    ws.freeze_panes = "A2"
-    # Printed (or saved as PDF), a sheet is one page wide, charts included.
-    ws.page_setup.orientation = "landscape"
-    ws.sheet_properties.pageSetUpPr.fitToPage = True
-    ws.page_setup.fitToWidth, ws.page_setup.fitToHeight = 1, 0
-    header = PatternFill("solid", fgColor="DDE4EE")
-    for cell in ws[1]:
-        cell.font = Font(bold=True)
-        cell.fill = header
-    wrap = Alignment(wrap_text=True, vertical="top")
-    lines = [1] * len(frame)
-    for i, col in enumerate(frame.columns, start=1):
-        fmt = _column_format(frame, col)
-        values = [_shown(v, fmt) for v in frame[col].head(500) if v is not None and v is not pd.NA]
-        longest = max([len(str(col)), *(len(v) for v in values)])
-        ws.column_dimensions[get_column_letter(i)].width = min(WIDEST, longest + 2)
-        for r, (cell,) in enumerate(ws.iter_rows(min_row=2, min_col=i, max_col=i)):
-            if fmt and cell.data_type == "n":
-                cell.number_format = fmt
-            if longest > WIDEST:
-                cell.alignment = wrap
-                lines[r] = max(lines[r], math.ceil(len(str(cell.value or "")) / WIDEST))
-    # Spreadsheets do not size wrapped rows on opening: give them the lines their text needs.
-    top = Alignment(vertical="top")
-    for r, n in enumerate(lines, start=2):
-        if n > 1:
-            ws.row_dimensions[r].height = LINE_HEIGHT * n
-            for cell in ws[r]:
-                if not cell.alignment.wrap_text:
-                    cell.alignment = top
-    if "unit" in frame.columns and "value" in frame.columns:
-        _format_values(ws, frame)
-    if frame.empty:
-        hint = ws.cell(row=2, column=1, value=EMPTY_HINTS.get(ws.title, "No rows."))
-        hint.font = Font(italic=True, color="555555")
-    else:
-        ws.auto_filter.ref = ws.dimensions
-
-
-def _format_values(ws: Worksheet, frame: pd.DataFrame) -> None:
-    """The Summary's ``value`` column: each row formatted by its unit, total rows bold."""
-    col = list(frame.columns).index("value") + 1
-    shown = [len("value")]
-    for r, (metric, value, unit) in enumerate(
-        zip(frame["metric"], frame["value"], frame["unit"], strict=True), start=2
-    ):
-        cell = ws.cell(row=r, column=col)
-        if unit == FRACTION:
-            cell.number_format = PERCENT_FORMAT
-        elif _is_money(str(metric)):
-            cell.number_format = _money(str(unit))
-        else:
-            cell.number_format = _plain(value) or "General"
-        shown.append(len(_shown(value, cell.number_format)))
-        if metric == TOTAL:
-            for c in ws[r]:
-                c.font = Font(bold=True)
-    ws.column_dimensions[get_column_letter(col)].width = min(WIDEST, max(shown) + 2)
-
-
-def _rows(frame: pd.DataFrame, column: str, value: str) -> tuple[int, int] | None:
-    """First and last sheet row of the contiguous rows whose ``column`` is ``value`` (totals left out)."""
-    hits = [
-        i + 2
-        for i, (v, m) in enumerate(zip(frame[column], frame.get("metric", frame[column]), strict=True))
-        if v == value and m != TOTAL
-    ]
-    return (hits[0], hits[-1]) if hits else None
-
-
-def _bar(
-    ws: Worksheet,
-    title: str,
-    anchor: str,
-    categories: tuple[int, int, int, int],
-    series: list[tuple[str, int, int, int]],
-    *,
-    stacked: bool = False,
-    percent: bool = False,
-) -> None:
-    """A native column chart: ``categories`` (first column, last column, first row, last row; two
-    columns give two-level labels) and ``series`` (title, column, first row, last row)."""
-    c1, c2, r1, r2 = categories
-    labels = str(Reference(ws, min_col=c1, max_col=c2, min_row=r1, max_row=r2))
-    chart = BarChart()
-    chart.type = "col"
-    chart.title = title
-    # Two-level labels (team and tier) need the room.
-    chart.height, chart.width = 8, 18 if c1 == c2 else 26
-    chart.x_axis.delete = chart.y_axis.delete = False
-    if stacked:
-        chart.grouping, chart.overlap = "stacked", 100
-    if percent:
-        chart.y_axis.number_format = "0%"
-    for name, col, first, last in series:
-        s = Series(Reference(ws, min_col=col, min_row=first, max_row=last), title=name)
-        s.cat = AxDataSource(
-            strRef=StrRef(f=labels) if c1 == c2 else None,
-            multiLvlStrRef=MultiLevelStrRef(f=labels) if c1 != c2 else None,
-        )
-        chart.series.append(s)
-    ws.add_chart(chart, anchor)
-
-
-def _charts(sheets: dict[str, Worksheet], tables: dict[str, pd.DataFrame]) -> None:
-    """Replicas by tier (Summary), utilisation by pool, the gap's demand by tier and cost by team,
-    GPU-hours by team and tier, and GPUs and cost by scenario."""
-
-    def col(sheet: str, name: str) -> int:
-        return list(tables[sheet].columns).index(name) + 1
-
-    def beside(sheet: str, row: int = 2) -> str:
-        return f"{get_column_letter(len(tables[sheet].columns) + 2)}{row}"
-
-    summary = tables["Summary"]
-    placed, waiting = (
-        _rows(summary, "section", "replicas placed"),
-        _rows(summary, "section", "replicas waiting"),
-    )
-    if placed and waiting:
-        v = col("Summary", "value")
-        _bar(
-            sheets["Summary"],
-            "Replicas by tier",
-            beside("Summary"),
-            (2, 2, *placed),
-            [("placed", v, *placed), ("waiting", v, *waiting)],
-        )
-    n = len(tables["Pools"]) + 1
-    if n > 1:
-        _bar(
-            sheets["Pools"],
-            "GPU utilisation by pool",
-            beside("Pools"),
-            (1, 1, 2, n),
-            [("utilisation", col("Pools", "utilisation"), 2, n)],
-            percent=True,
-        )
-    gap = tables["CapacityGap"]
-    tiers, teams = _rows(gap, "section", "tier"), _rows(gap, "section", "team")
-    key = col("CapacityGap", "key")
-    if tiers:
-        how = ("served_by_repartition", "served_by_purchase", "unservable", "still_unplaced")
-        _bar(
-            sheets["CapacityGap"],
-            "Gap demand by tier: how it is served",
-            beside("CapacityGap"),
-            (key, key, *tiers),
-            [(h.replace("_", " "), col("CapacityGap", h), *tiers) for h in how],
-            stacked=True,
-        )
-    if teams:
-        _bar(
-            sheets["CapacityGap"],
-            "Purchase cost by team",
-            beside("CapacityGap", 20),
-            (key, key, *teams),
-            [("cost", col("CapacityGap", "cost"), *teams)],
-        )
-    n = len(tables["Teams"]) + 1
-    if n > 1:
-        _bar(
-            sheets["Teams"],
-            "GPU-hours by team and tier",
-            beside("Teams"),
-            (1, 2, 2, n),
-            [("GPU-hours", col("Teams", "gpu_hours"), 2, n)],
-        )
-    n = len(tables["Scenarios"]) + 1
-    if n > 1:
-        shown = (("gpus_added", "GPUs to add by scenario", 2), ("cost", "Purchase cost by scenario", 20))
-        for name, title, row in shown:
-            _bar(
-                sheets["Scenarios"],
-                title,
-                beside("Scenarios", row),
-                (1, 1, 2, n),
-                [(name.replace("_", " "), col("Scenarios", name), 2, n)],
-            )
-
-
-def _as_text(ws: Worksheet) -> None:
-    """Store every cell openpyxl took for a formula (text starting with ``=``) as the text it is."""
-    for row in ws.iter_rows():
-        for cell in row:
-            if cell.data_type == "f":
-                cell.data_type = "s"
-
-
-def write_xlsx(tables: dict[str, pd.DataFrame], path: Path) -> None:
-    """The workbook: one formatted sheet per table, with charts."""
-    path.parent.mkdir(parents=True, exist_ok=True)
-    with pd.ExcelWriter(path, engine="openpyxl") as writer:
-        for name, frame in tables.items():
-            frame.to_excel(writer, sheet_name=name, index=False)
-            ws = writer.sheets[name]
-            _as_text(ws)
-            _format(ws, frame)
-        _charts(writer.sheets, tables)
-    log.info("workbook written to %s", path)
 
 
 def _inert(value: Any) -> Any:
