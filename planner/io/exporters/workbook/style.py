@@ -78,9 +78,8 @@ SHEET_HEADERS: dict[str, dict[str, str]] = {"Pools": {"gpus": "GPUs"}}
 #: Number formats by column (others by type: whole numbers as counts, decimals with two places).
 FORMATS: dict[str, str] = {
     "gpu_equivalents": DECIMAL_FORMAT, "gpu_equivalents_used": DECIMAL_FORMAT,
-    "stranded_gpu_equivalents": DECIMAL_FORMAT, "gpus_idle": DECIMAL_FORMAT, "gpus_added": DECIMAL_FORMAT,
-    "nodes_added": DECIMAL_FORMAT, "wait_h": TENTHS_FORMAT, "hours": TENTHS_FORMAT,
-    "gpu_hours": TENTHS_FORMAT, "wall_s": DECIMAL_FORMAT,
+    "stranded_gpu_equivalents": DECIMAL_FORMAT, "gpus_idle": DECIMAL_FORMAT, "wait_h": TENTHS_FORMAT,
+    "hours": TENTHS_FORMAT, "gpu_hours": TENTHS_FORMAT, "wall_s": DECIMAL_FORMAT,
 }  # fmt: skip
 
 #: Columns of a table that are solver internals, shown on the Details sheet instead.
