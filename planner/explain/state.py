@@ -23,7 +23,7 @@ from gpuplan.models.problem import PlanningInput
 from gpuplan.planner.pipeline.compile import compile_problem
 from gpuplan.planner.pipeline.layouts import cluster_after
 from gpuplan.solvers.greedy import Fgd
-from gpuplan.solvers.placement import Placer
+from gpuplan.solvers.placement import FirstFitScorer, Placer
 from gpuplan.solvers.placement.options import Option, options
 from gpuplan.solvers.placement.options import keep as keep_on
 from gpuplan.solvers.placement.rules import Demand
@@ -94,6 +94,7 @@ class PlanState:
         self._first_fits: dict[tuple[object, ...], Fit | None] = {}
         self._memo_version = -1
         self._hosts: dict[tuple[ShapeSpec, str], list[int]] = {}
+        self._switched: dict[bool, Placer] = {}
         for key, a in sorted(self.assigned.items()):
             self.placer.keep(self.held(key, a))
             self.occupants[self.pos[a.node]].append(key)
@@ -205,6 +206,54 @@ class PlanState:
                 verdict[info.cls] = bool(options(info, initial_state(info), shape))
             if verdict[info.cls]:
                 yield n
+
+    def switched_hosts(self, shape: ShapeSpec, team: str | None) -> list[tuple[str, list[int]]]:
+        """Nodes (name order) that could host ``shape`` if they were empty and their MIG-capable GPUs were
+        in the other MIG mode (off for whole GPUs and fractions, on with no instance for a MIG profile),
+        each with the indices of the GPUs that would switch: what turning MIG off or on would serve."""
+        enabled = shape.kind == "mig"
+        if shape.kind not in ("mig", "whole", "fraction"):
+            return []
+        if enabled not in self._switched:
+            self._switched[enabled] = self._switched_placer(enabled)
+        placer = self._switched[enabled]
+        out = []
+        for info in sorted(placer.infos, key=lambda i: i.name):
+            if team is not None and not self.allowed(info, team):
+                continue
+            spec = info.spec
+            flips = [
+                g.index
+                for g, own in zip(spec.gpus, self.infos[self.pos[info.name]].spec.gpus, strict=True)
+                if (g.mig is not None) != (own.mig is not None)
+            ]
+            if flips and options(info, initial_state(info), shape):
+                out.append((info.name, flips))
+        return out
+
+    def _switched_placer(self, enabled: bool) -> Placer:
+        """A placer over the cluster the plan leaves with every idle-or-not MIG-capable GPU switched to
+        MIG mode ``enabled`` (nodes as compiled, in the same positions)."""
+        sharing = {n.name: n.sharing for n in self.after.cluster.nodes}
+        nodes = tuple(
+            replace(
+                n,
+                gpus=tuple(
+                    replace(g, mig=() if enabled else None, sharing=None if enabled else sharing[n.name])
+                    if self.catalog.model(g.model).mig_capable and (g.mig is None) == enabled
+                    else g
+                    for g in n.gpus
+                ),
+            )
+            for n in self.problem.nodes
+        )
+        return Placer(
+            nodes,
+            self.problem.catalog,
+            FirstFitScorer(),
+            allow_create=True,
+            policy=self.problem.policy,
+        )
 
     def without(self, n: int, gone: Iterable[Key]) -> NodeState:
         """Node ``n``'s state if the replicas ``gone`` left it."""
