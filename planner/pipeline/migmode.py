@@ -38,7 +38,7 @@ from gpuplan.planner.pipeline.sharing import changeable as sharing_changeable
 from gpuplan.solvers.base import SolveResult, get_solver
 from gpuplan.solvers.bounds import knapsack_bound, with_mig_free, with_modes_free
 from gpuplan.solvers.formulation.objective import queue_penalty
-from gpuplan.solvers.problem import GpuSlot, PlacementProblem
+from gpuplan.solvers.problem import GpuSlot, PlacementProblem, disturbable
 
 log = logging.getLogger(__name__)
 
@@ -101,14 +101,28 @@ def candidates(inp: PlanningInput, catalog: HardwareCatalog) -> list[MigMode]:
     return out
 
 
-def changeable(inp: PlanningInput, catalog: HardwareCatalog) -> list[GpuKey]:
-    """The GPUs whose MIG mode a plan of ``inp`` may change to do better: the :func:`candidates`; in
-    weighted mode, where other terms count too, every idle MIG-capable GPU the policy lets switch."""
-    if inp.policy.objective is ObjectiveMode.WEIGHTED:
-        return [
-            (n.name, g.index) for n, g in idle_capable(inp, catalog) if may_switch(inp.policy, g.mig is None)
-        ]
-    return [(m.node, m.gpu) for m in candidates(inp, catalog)]
+def changeable(inp: PlanningInput, catalog: HardwareCatalog, problem: PlacementProblem) -> list[GpuKey]:
+    """The GPUs whose MIG mode a plan of ``inp`` (compiled as ``problem``) may change to do better: every
+    MIG-capable GPU the policy lets switch that no running replica holds which may neither move nor be
+    preempted (the others can be drained within the budget), whose other mode offers some replica's
+    shape a kind of GPU (in weighted mode, where other terms count too, any)."""
+    held = {
+        (r.running.node, g.index)
+        for r in problem.requests
+        if r.running is not None and not disturbable(problem.policy, r)
+        for g in r.running.gpus
+    }
+    shapes = [s for w in inp.workloads for s in w.shapes]
+    weighted = inp.policy.objective is ObjectiveMode.WEIGHTED
+    return [
+        (n.name, g.index)
+        for n in sorted(inp.cluster.nodes, key=lambda n: n.name)
+        for g in n.gpus
+        if (n.name, g.index) not in held
+        and catalog.model(g.model).mig_capable
+        and may_switch(inp.policy, g.mig is None)
+        and (weighted or any(serves(n, g, g.mig is None, s, catalog) for s in shapes))
+    ]
 
 
 def _kind_of_node(node: Node, gpus: Sequence[MigMode]) -> Hashable:
@@ -264,10 +278,11 @@ def mig_modes_fixed(
     inp: PlanningInput, catalog: HardwareCatalog, problem: PlacementProblem, result: SolveResult
 ) -> SolveResult:
     """``result`` of a solve on the MIG modes the pre-pass chose (``problem``) as a plan of ``inp``: when
-    some GPU's mode could change, the solver saw a restriction of the problem, so it proved nothing for
-    the whole problem: not ``OPTIMAL``, and the bound is the knapsack bound with those GPUs in no mode
-    (and the nodes whose sharing mode could change in none either, as :func:`sharing.modes_fixed`)."""
-    free = changeable(inp, catalog)
+    some GPU's mode could change (:func:`changeable`: idle, or drained by moves and preemptions), the
+    solver saw a restriction of the problem, so it proved nothing for the whole problem: not
+    ``OPTIMAL``, and the bound is the knapsack bound with those GPUs in no mode (and the nodes whose
+    sharing mode could change in none either, as :func:`sharing.modes_fixed`)."""
+    free = changeable(inp, catalog, problem)
     if not free:
         return result
     relaxed = with_mig_free(with_modes_free(problem, [n.name for n in sharing_changeable(inp)]), free)
