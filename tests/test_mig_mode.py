@@ -23,6 +23,7 @@ from gpuplan.models import MigMode, Plan, PlanningInput, Policy, Workload, defau
 from gpuplan.models.plan import CREATE, SET_MIG_MODE, START, Action
 from gpuplan.planner.executor import SimCluster
 from gpuplan.planner.io.exporters import kubernetes, migparted
+from gpuplan.planner.pipeline import summary
 from gpuplan.planner.pipeline.actions import plan_actions
 from gpuplan.planner.planning import make_plan
 from gpuplan.planner.validation.validate import validate_plan
@@ -370,3 +371,12 @@ def test_random_small_mig_fleets_give_valid_plans_and_never_never_fits_for_a_gpu
 
 def _new(inp: PlanningInput) -> set[tuple[str, int]]:
     return {(w.id, r) for w in inp.workloads for r in range(len(w.running_on), w.replicas)}
+
+
+def test_the_summary_says_why_a_plan_with_switchable_gpus_is_not_called_optimal() -> None:
+    inp = two_idle_mig_gpus(ALLOWED)
+    p = make_plan(inp, solver="cpsat", now=NOW, time_limit_s=10)
+    # Both GPUs could switch (the plan switched one): the solve fixed their modes.
+    assert p.status.value == "FEASIBLE" and p.solver.terms["mig_modes_fixed"] == 2
+    assert p.solver.best_bound == 0 and p.solver.bound_source == "knapsack"
+    assert "the pre-pass fixed the MIG modes of 2 GPU(s) whose mode could change" in summary.render(p, inp)
