@@ -118,11 +118,35 @@ def test_seven_idle_mig_gpus_under_a_policy_that_forbids_switching(gang: bool) -
     assert validate_plan(p, inp) == []
     assert p.mig_modes == ()
     assert all(u.code != "NEVER_FITS" for u in p.unplaced)
+    seven = "turning MIG off on dgx GPU 0, dgx GPU 1, dgx GPU 2, dgx GPU 3 and 3 more"
     if not gang:
         (u,) = p.unplaced
         assert u.code == "MIG_MODE"
-        assert "turning MIG off on dgx GPU 0, dgx GPU 1, dgx GPU 2, dgx GPU 3 and 3 more" in u.reason
-        assert "mig.allow_repartition is false" in u.reason
+        assert f"{seven} would serve it" in u.reason
+    else:
+        # The members fit one by one on the plain GPU: the gang waits, and its reason says what would help.
+        assert {u.code for u in p.unplaced} == {"GANG"}
+        assert all(f"{seven} would give it room now" in u.reason for u in p.unplaced)
+    assert all(
+        "but the policy does not allow it (mig.allow_repartition is false)" in u.reason for u in p.unplaced
+    )
+
+
+def test_work_blocked_by_capacity_is_told_which_idle_mig_gpu_would_give_it_room() -> None:
+    """GPU 0 runs a job, GPU 1 is an idle MIG GPU; the default policy forbids switching it."""
+    gpus = [{"index": 0, "model": H100}, _mig(1, H100, ("3g.40gb", 0))]
+    work = [
+        Workload.model_validate({"id": "run", "gpus": 1, "running_on": "m1:0"}),
+        Workload.model_validate({"id": "new", "gpus": 1}),
+    ]
+    inp = planning_input([node("m1", gpus=gpus)], work, Policy())
+    p = make_plan(inp, solver="cpsat", now=NOW, time_limit_s=10)
+    (u,) = p.unplaced
+    assert u.code == "NO_CAPACITY"
+    assert u.reason.endswith(
+        "turning MIG off on m1 GPU 1 would give it room now, but the policy does not allow it "
+        "(mig.allow_repartition is false)"
+    )
 
 
 def test_a_busy_mig_gpu_is_not_switched() -> None:

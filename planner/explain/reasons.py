@@ -204,37 +204,54 @@ def _mig_layout(st: PlanState, target: Target, req: Request, k: int) -> Finding:
     )
 
 
+def _switch_why(st: PlanState, node: str, flips: Sequence[int], enabled: bool) -> str:
+    """Why the plan did not switch the MIG mode of ``flips`` on ``node``: the policy's switch that
+    forbids it, GPUs not drained, or switching not placing more of the queue."""
+    mig = st.inp.policy.mig
+    if not may_switch(st.inp.policy, enabled):
+        switch = "mig.allow_repartition" if not mig.allow_repartition else "mig.allow_create"
+        return f"the policy does not allow it ({switch} is false)"
+    running = {(p.node, g.index) for w in st.inp.workloads for p in w.running_on for g in p.gpus}
+    busy = [f"{node} GPU {i}" for i in flips if (node, i) in running]
+    if busy:
+        return f"{_list(busy)} {'is' if len(busy) == 1 else 'are'} not drained"
+    return "switching them did not place more of the queue"
+
+
 def _mig_mode(st: PlanState, req: Request, shape: ShapeSpec) -> Finding | None:
     """MIG_MODE when no node could host ``shape`` even empty with its GPUs' MIG modes as the plan leaves
     them, but some node could with its MIG-capable GPUs turned off (whole GPUs, fractions) or on (a MIG
-    profile): the work fits the fleet as the policy may let it become, so it is never ``NEVER_FITS``.
-    Says why the plan did not switch them: the policy's switch that forbids it, GPUs not drained, or
-    switching not placing more of the queue."""
+    profile): the work fits the fleet as the policy may let it become, so it is never ``NEVER_FITS``."""
     hosts = st.switched_hosts(shape, req.team)
     if not hosts:
         return None
     node, flips = hosts[0]
     enabled = shape.kind == "mig"
     gpus = [f"{node} GPU {i}" for i in flips]
-    mig = st.inp.policy.mig
-    if not may_switch(st.inp.policy, enabled):
-        switch = "mig.allow_repartition" if not mig.allow_repartition else "mig.allow_create"
-        why = f"the policy does not allow it ({switch} is false)"
-    else:
-        running = {(p.node, g.index) for w in st.inp.workloads for p in w.running_on for g in p.gpus}
-        busy = [f"{node} GPU {i}" for i in flips if (node, i) in running]
-        why = (
-            f"{_list(busy)} {'is' if len(busy) == 1 else 'are'} not drained"
-            if busy
-            else "switching them did not place more of the queue"
-        )
     return Finding(
         MIG_MODE,
         f"no node could host {describe(shape)} with its GPUs' MIG modes as they are; turning MIG "
-        f"{'on' if enabled else 'off'} on {_list(gpus)} would serve it, but {why}",
+        f"{'on' if enabled else 'off'} on {_list(gpus)} would serve it, but "
+        f"{_switch_why(st, node, flips, enabled)}",
         gpus,
         [cfs.new_nodes],
     )
+
+
+def _mig_mode_note(st: PlanState, req: Request) -> str:
+    """``; turning MIG off on ... would give it room now, but ...`` when some alternative of a replica
+    blocked on the state the plan leaves would fit once MIG-capable GPUs that nothing uses there
+    switched MIG mode (empty if none)."""
+    demand = st.demand(req)
+    for shape in req.shapes:
+        hosts = st.switched_now(shape, demand)
+        if hosts:
+            node, flips = hosts[0]
+            enabled = shape.kind == "mig"
+            gpus = _list([f"{node} GPU {i}" for i in flips])
+            why = _switch_why(st, node, flips, enabled)
+            return f"; turning MIG {'on' if enabled else 'off'} on {gpus} would give it room now, but {why}"
+    return ""
 
 
 def _missing_clique(st: PlanState, req: Request, shape: ShapeSpec) -> Finding | None:
@@ -627,6 +644,8 @@ class Explainer:
             reason = f"{reason}; the objective preferred alternative {target.alternatives}"
         if target.alternatives is None and code in BLOCKED:
             reason += _reserved_note(st, target.key)
+        if target.alternatives is None and code in BLOCKED - {MIG_MODE, NEVER_FITS, QUOTA, ISOLATION}:
+            reason += _mig_mode_note(st, blocker)
         details = tuple(
             ReasonDetail(alternative=k, code=f.code, reason=f.reason) for k, f in enumerate(findings)
         )

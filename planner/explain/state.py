@@ -95,6 +95,9 @@ class PlanState:
         self._memo_version = -1
         self._hosts: dict[tuple[ShapeSpec, str], list[int]] = {}
         self._switched: dict[bool, Placer] = {}
+        self._switched_nodes: dict[tuple[int, tuple[int, ...], bool], NodeInfo] = {}
+        self._switch_fits: dict[tuple[ShapeSpec, Demand], list[tuple[str, list[int]]]] = {}
+        self._switchable_nodes: dict[bool, list[tuple[int, list[int]]]] = {}
         for key, a in sorted(self.assigned.items()):
             self.placer.keep(self.held(key, a))
             self.occupants[self.pos[a.node]].append(key)
@@ -186,6 +189,8 @@ class PlanState:
         if version != self._memo_version:
             self._first_fits.clear()
             self._hosts.clear()
+            self._switch_fits.clear()
+            self._switchable_nodes.clear()
             self._memo_version = version
 
     def largest(self, models: Collection[str]) -> NodeInfo | None:
@@ -230,6 +235,84 @@ class PlanState:
             if flips and options(info, initial_state(info), shape):
                 out.append((info.name, flips))
         return out
+
+    def switched_now(self, shape: ShapeSpec, demand: Demand) -> list[tuple[str, list[int]]]:
+        """Nodes (name order) where ``shape`` fits on the state the plan leaves once the MIG-capable GPUs
+        that nothing there uses are switched to the other MIG mode (off for whole GPUs and fractions, on
+        for a MIG profile), each with those GPUs: where turning MIG off or on would give it room now."""
+        enabled = shape.kind == "mig"
+        if shape.kind not in ("mig", "whole", "fraction"):
+            return []
+        self._check_version()
+        key = (shape, demand)
+        if key not in self._switch_fits:
+            self._switch_fits[key] = [
+                (self.infos[n].name, flips)
+                for n, flips in self._switchable(enabled)
+                if self.allowed(self.infos[n], demand.team)
+                and self._fits_switched(n, flips, enabled, shape, demand)
+            ]
+        return self._switch_fits[key]
+
+    def _switchable(self, enabled: bool) -> list[tuple[int, list[int]]]:
+        """Nodes (name order) with MIG-capable GPUs nothing uses on the current state that are not in MIG
+        mode ``enabled``, with those GPUs (memoised while the state holds)."""
+        if enabled not in self._switchable_nodes:
+            out = []
+            for n in self.by_name:
+                info = self.infos[n]
+                used = {
+                    g.index
+                    for key in self.occupants[n]
+                    if key not in self.lifted
+                    for g in self.assigned[key].gpus
+                }
+                flips = [
+                    g.index
+                    for g in info.spec.gpus
+                    if g.index not in used
+                    and (g.mig is None) == enabled
+                    and self.catalog.model(g.model).mig_capable
+                ]
+                if flips:
+                    out.append((n, flips))
+            self._switchable_nodes[enabled] = out
+        return self._switchable_nodes[enabled]
+
+    def _fits_switched(
+        self, n: int, flips: list[int], enabled: bool, shape: ShapeSpec, demand: Demand
+    ) -> bool:
+        """Whether ``shape`` fits node ``n`` as it is now with the GPUs ``flips`` in MIG mode ``enabled``."""
+        switched = self._node_switched(n, tuple(flips), enabled)
+        state = initial_state(switched)
+        for key in self.occupants[n]:
+            if key in self.lifted:
+                continue
+            a, req = self.assigned[key], self.requests[key]
+            state = keep_on(switched, state, req.shapes[a.alternative], a.gpus, self.demand(req).tags)
+        return bool(options(switched, state, shape, demand.tags))
+
+    def _node_switched(self, n: int, flips: tuple[int, ...], enabled: bool) -> NodeInfo:
+        """Node ``n``'s description with the GPUs ``flips`` in MIG mode ``enabled`` (memoised)."""
+        key = (n, flips, enabled)
+        if key not in self._switched_nodes:
+            spec = self.problem.nodes[n]
+            sharing = self.after.cluster.node_by_name[spec.name].sharing
+            gpus = tuple(
+                replace(g, mig=() if enabled else None, sharing=None if enabled else sharing)
+                if g.index in flips
+                else g
+                for g in spec.gpus
+            )
+            placer = Placer(
+                (replace(spec, gpus=gpus),),
+                self.problem.catalog,
+                FirstFitScorer(),
+                allow_create=True,
+                policy=self.problem.policy,
+            )
+            self._switched_nodes[key] = placer.infos[0]
+        return self._switched_nodes[key]
 
     def _switched_placer(self, enabled: bool) -> Placer:
         """A placer over the cluster the plan leaves with every idle-or-not MIG-capable GPU switched to
