@@ -97,7 +97,10 @@ class PlanState:
         self._switched: dict[bool, Placer] = {}
         self._switched_nodes: dict[tuple[int, tuple[int, ...], bool], NodeInfo] = {}
         self._switch_fits: dict[tuple[ShapeSpec, Demand], list[tuple[str, list[int]]]] = {}
-        self._switchable_nodes: dict[bool, list[tuple[int, list[int]]]] = {}
+        self._switch_fits_base: dict[tuple[ShapeSpec, Demand], list[tuple[str, list[int]]]] = {}
+        #: MIG-capable GPUs per node not in each MIG mode (static), and how deep in trials the state is.
+        self._capable: dict[bool, list[tuple[int, list[int]]]] = {}
+        self._depth = 0
         for key, a in sorted(self.assigned.items()):
             self.placer.keep(self.held(key, a))
             self.occupants[self.pos[a.node]].append(key)
@@ -190,7 +193,6 @@ class PlanState:
             self._first_fits.clear()
             self._hosts.clear()
             self._switch_fits.clear()
-            self._switchable_nodes.clear()
             self._memo_version = version
 
     def largest(self, models: Collection[str]) -> NodeInfo | None:
@@ -243,41 +245,47 @@ class PlanState:
         enabled = shape.kind == "mig"
         if shape.kind not in ("mig", "whole", "fraction"):
             return []
-        self._check_version()
+        # On the plan's own state (outside trials) the answer never changes: kept for the whole run.
+        memo = self._switch_fits_base if self._depth == 0 else self._switch_fits
+        if self._depth:
+            self._check_version()
         key = (shape, demand)
-        if key not in self._switch_fits:
-            self._switch_fits[key] = [
+        if key not in memo:
+            memo[key] = [
                 (self.infos[n].name, flips)
                 for n, flips in self._switchable(enabled)
                 if self.allowed(self.infos[n], demand.team)
                 and self._fits_switched(n, flips, enabled, shape, demand)
             ]
-        return self._switch_fits[key]
+        return memo[key]
 
     def _switchable(self, enabled: bool) -> list[tuple[int, list[int]]]:
-        """Nodes (name order) with MIG-capable GPUs nothing uses on the current state that are not in MIG
-        mode ``enabled``, with those GPUs (memoised while the state holds)."""
-        if enabled not in self._switchable_nodes:
-            out = []
-            for n in self.by_name:
-                info = self.infos[n]
-                used = {
-                    g.index
-                    for key in self.occupants[n]
-                    if key not in self.lifted
-                    for g in self.assigned[key].gpus
-                }
-                flips = [
-                    g.index
-                    for g in info.spec.gpus
-                    if g.index not in used
-                    and (g.mig is None) == enabled
-                    and self.catalog.model(g.model).mig_capable
-                ]
-                if flips:
-                    out.append((n, flips))
-            self._switchable_nodes[enabled] = out
-        return self._switchable_nodes[enabled]
+        """Nodes (name order) with MIG-capable GPUs not in MIG mode ``enabled`` that nothing uses on the
+        current state, with those GPUs."""
+        if enabled not in self._capable:
+            self._capable[enabled] = [
+                (n, flips)
+                for n in self.by_name
+                if (
+                    flips := [
+                        g.index
+                        for g in self.infos[n].spec.gpus
+                        if (g.mig is None) == enabled and self.catalog.model(g.model).mig_capable
+                    ]
+                )
+            ]
+        out = []
+        for n, capable in self._capable[enabled]:
+            used = {
+                g.index
+                for key in self.occupants[n]
+                if key not in self.lifted
+                for g in self.assigned[key].gpus
+            }
+            flips = [i for i in capable if i not in used]
+            if flips:
+                out.append((n, flips))
+        return out
 
     def _fits_switched(
         self, n: int, flips: list[int], enabled: bool, shape: ShapeSpec, demand: Demand
@@ -373,9 +381,11 @@ class PlanState:
         states = list(self.placer.cluster.states)
         used = list(self.placer.rules.used)
         lifted = set(self.lifted)
+        self._depth += 1
         try:
             yield
         finally:
+            self._depth -= 1
             for n, st in enumerate(states):
                 if self.placer.cluster.states[n] is not st:
                     self.placer.cluster.set(n, st)
