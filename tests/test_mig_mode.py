@@ -26,6 +26,7 @@ from gpuplan.planner.io.exporters import kubernetes, migparted
 from gpuplan.planner.pipeline import summary
 from gpuplan.planner.pipeline.actions import plan_actions
 from gpuplan.planner.planning import make_plan
+from gpuplan.planner.store.history import plan_diff
 from gpuplan.planner.validation.validate import validate_plan
 from tests._factories import assign, layout, mig, node, plan, planning_input, wait, whole
 
@@ -404,3 +405,12 @@ def test_the_summary_says_why_a_plan_with_switchable_gpus_is_not_called_optimal(
     assert p.status.value == "FEASIBLE" and p.solver.terms["mig_modes_fixed"] == 2
     assert p.solver.best_bound == 0 and p.solver.bound_source == "knapsack"
     assert "the pre-pass fixed the MIG modes of 2 GPU(s) whose mode could change" in summary.render(p, inp)
+
+
+def test_the_plan_diff_names_a_gpu_turned_off() -> None:
+    inp = two_idle_mig_gpus(FORBIDDEN)
+    before = make_plan(inp, solver="greedy-fgd", now=NOW, time_limit_s=5)
+    after = make_plan(two_idle_mig_gpus(ALLOWED), solver="greedy-fgd", now=NOW, time_limit_s=5)
+    (m,) = after.mig_modes
+    diff = plan_diff(before, after)
+    assert f"m1:{m.gpu}: 3g.40gb@0 -> MIG off" in diff.layouts
