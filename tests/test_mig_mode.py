@@ -21,7 +21,7 @@ from hypothesis import strategies as st
 
 from gpuplan.models import MigMode, Plan, PlanningInput, Policy, Workload, default_catalog
 from gpuplan.models.plan import CREATE, SET_MIG_MODE, START, Action
-from gpuplan.planner.executor import SimCluster
+from gpuplan.planner.executor import Executor, SimCluster, unfit
 from gpuplan.planner.io.exporters import kubernetes, migparted
 from gpuplan.planner.pipeline import summary
 from gpuplan.planner.pipeline.actions import plan_actions
@@ -414,3 +414,29 @@ def test_the_plan_diff_names_a_gpu_turned_off() -> None:
     (m,) = after.mig_modes
     diff = plan_diff(before, after)
     assert f"m1:{m.gpu}: 3g.40gb@0 -> MIG off" in diff.layouts
+
+
+def test_the_executor_switches_mig_off_and_starts_the_gang_then_has_nothing_left() -> None:
+    """Through the executor on the simulator: round one turns MIG off on the seven idle GPUs and starts
+    the eight members; the next round plans on the observed GPUs and changes nothing."""
+    inp = seven_mig_one_plain(ALLOWED, gang=True)
+    sim = SimCluster(inp.cluster, default_catalog(), NOW)
+    ex = Executor(sim, lambda i, now: make_plan(i, solver="greedy-fgd", now=now), inp.policy)
+    report = ex.round(list(inp.workloads))
+    assert not report.failed
+    kinds = [o.action.kind for o in report.outcomes]
+    assert kinds.count(SET_MIG_MODE) == 7 and kinds.count(START) == 8
+    assert all(g.mig is None for g in sim.observe().cluster.node_by_name["dgx"].gpus)
+    again = ex.round(list(inp.workloads))
+    assert again.plan.mig_modes == () and not again.outcomes
+
+
+@pytest.mark.parametrize(("policy", "dropped"), [(ALLOWED, []), (FORBIDDEN, ["big"])])
+def test_work_that_fits_once_idle_gpus_switch_is_not_dropped_as_unfit(
+    policy: dict[str, Any], dropped: list[str]
+) -> None:
+    """The executor's ``drop_unfit`` check (the FGD paper's protocol): an 8-GPU job on a node with seven
+    idle MIG GPUs fits when the policy lets them switch, and is dropped only when it does not."""
+    inp = seven_mig_one_plain(policy, gang=False)
+    sim = SimCluster(inp.cluster, default_catalog(), NOW)
+    assert unfit(sim.observe(), list(inp.workloads), inp.policy, default_catalog()) == dropped

@@ -141,23 +141,27 @@ def unfit(
     ``obs`` on its own.
 
     Everything running stays where it is; MIG instances may be created where ``policy`` allows it, and
-    idle ones count as gone where it allows re-partitioning (what a plan could free for the replica).
+    idle ones count as gone where it allows re-partitioning (what a plan could free for the replica), as
+    does the MIG mode of idle MIG-capable GPUs (a replica that fits once they switch is not unfit).
     """
     cluster = _without_idle_instances(obs) if policy.mig.allow_repartition else obs.cluster
     gone = _unfit_on(obs, cluster, demand, policy, catalog)
-    # An idle MIG-capable GPU may switch MIG mode where the policy allows it (planner.pipeline.migmode).
+    # An idle MIG-capable GPU may switch MIG mode where the policy allows it (planner.pipeline.migmode):
+    # every such GPU off (for whole GPUs and fractions), then every one on (for MIG work).
     busy = {(h.node, u.index) for h in obs.running.values() for u in h.gpus}
-    switches = [
-        MigMode(node=n.name, gpu=g.index, enabled=g.mig is None)
-        for n in cluster.nodes
-        for g in n.gpus
-        if (n.name, g.index) not in busy
-        and catalog.model(g.model).mig_capable
-        and may_switch(policy, g.mig is None)
-    ]
-    if gone and switches:
-        switched = _unfit_on(obs, cluster_with_mig_modes(cluster, switches), demand, policy, catalog)
-        gone = [w for w in gone if w in switched]
+    for enabled in (False, True):
+        switches = [
+            MigMode(node=n.name, gpu=g.index, enabled=enabled)
+            for n in cluster.nodes
+            for g in n.gpus
+            if (n.name, g.index) not in busy
+            and (g.mig is None) == enabled
+            and catalog.model(g.model).mig_capable
+            and may_switch(policy, enabled)
+        ]
+        if gone and switches:
+            switched = _unfit_on(obs, cluster_with_mig_modes(cluster, switches), demand, policy, catalog)
+            gone = [w for w in gone if w in switched]
     return gone
 
 
