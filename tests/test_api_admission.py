@@ -19,8 +19,6 @@ LIMIT = 4
 CALLERS = 40
 
 
-
-
 def _at_once(n: int, call: Any) -> list[Any]:
     """``call(i)`` for ``i`` in ``range(n)`` on ``n`` threads released together; what each returned or
     raised."""

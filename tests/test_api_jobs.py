@@ -11,8 +11,8 @@ import httpx
 import openpyxl
 
 from gpuplan.models.catalog import default_catalog
+from gpuplan.models.inputs import PlanningInput
 from gpuplan.models.plan import Plan
-from gpuplan.models.problem import PlanningInput
 from gpuplan.planner.validation.validate import validate_plan
 from tests._api import (
     ADMIN,

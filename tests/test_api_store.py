@@ -31,8 +31,6 @@ __all__ = ["live"]
 ACTOR = Actor("abc", "planner")
 
 
-
-
 def test_store_round_trip(db_url: str) -> None:
     store = Store.open(db_url)
     try:

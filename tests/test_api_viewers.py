@@ -128,6 +128,7 @@ def test_a_viewer_reads_its_teams_line_of_a_capacity_gap(live: Server) -> None:
         seen = c.get(f"/v1/plans/{job}/result").json()["capacity_gap"]
     assert {line["key"] for line in full["by_team"]} == {"ml", "web"}
     assert {line["key"] for line in seen["by_team"]} == {"ml"}
+
     # The purchases are the fleet's, the same for every team; whom they serve of other teams is counted
     # under one unnamed entry.
     def fleet(purchases: list[dict[str, Any]]) -> list[dict[str, Any]]:

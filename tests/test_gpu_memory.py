@@ -11,7 +11,7 @@ import pytest
 import yaml
 
 from gpuplan.models.catalog import default_catalog
-from gpuplan.models.problem import PlanningInput
+from gpuplan.models.inputs import PlanningInput
 from gpuplan.planner.cli import main
 from gpuplan.planner.io.exporters.workbook import build_tables
 from gpuplan.planner.pipeline.compile import compile_problem

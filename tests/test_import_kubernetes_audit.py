@@ -33,10 +33,10 @@ from gpuplan.planner.io.importers.kubernetes import (
     KubernetesState,
     LeftOut,
     TierMap,
-    _ranked_tier,
     load_tier_map,
     read_state,
 )
+from gpuplan.planner.io.importers.kubernetes.tiers import _ranked_tier
 from gpuplan.planner.pipeline.files import load_cluster, load_plan, load_workloads
 from gpuplan.planner.store.history import PlanHistory
 

@@ -36,7 +36,8 @@ __all__ = ["live"]
 EXAMPLES = data_dir() / "examples"
 NOW = "2026-11-29T12:00:00+00:00"
 A100 = "A100-SXM4-80GB"
-#: Two A100s joined by NVLink (0-1, 2-3), two of them MIG-partitioned; two L40S for fractions.
+#: Four A100s joined by NVLink (0-1, 2-3), two of them MIG-partitioned and the others exclusive; two L40S
+#: time-sliced in 4 replicas for fractions.
 CLUSTER: dict[str, Any] = {
     "nodes": [
         {
@@ -54,6 +55,7 @@ CLUSTER: dict[str, Any] = {
                 {"index": 3, "model": A100},
             ],
             "links": [{"a": 0, "b": 1, "kind": "NV12"}, {"a": 2, "b": 3, "kind": "NV12"}],
+            "sharing": "exclusive",
         },
         {
             "name": "shared-1",
@@ -61,6 +63,7 @@ CLUSTER: dict[str, Any] = {
             "cpu_milli": 64000,
             "memory_mib": 524288,
             "gpus": [{"index": 0, "model": "L40S-48GB"}, {"index": 1, "model": "L40S-48GB"}],
+            "sharing": {"time-slicing": {"replicas": 4}},
         },
     ]
 }  # fmt: skip
@@ -79,7 +82,7 @@ BROWSER_FLAGS = (
     "--headless", "--no-sandbox", "--disable-gpu", "--disable-quic", "--no-first-run",
     "--disable-background-networking", "--disable-component-update", "--disable-sync",
 )  # fmt: skip
-WINDOW = (1400, 900)
+WINDOW = (1400, 1000)
 
 
 def chromium() -> str:
@@ -179,6 +182,8 @@ class Elements(HTMLParser):
     def __init__(self) -> None:
         super().__init__()
         self.found: list[tuple[str, dict[str, str]]] = []
+        #: The DOM as dumped, for the text of elements.
+        self.dom = ""
 
     def handle_starttag(self, tag: str, attrs: list[tuple[str, str | None]]) -> None:
         self.found.append((tag, {k: v or "" for k, v in attrs}))
@@ -191,6 +196,7 @@ class Elements(HTMLParser):
 def parse(dom: str) -> Elements:
     found = Elements()
     found.feed(dom)
+    found.dom = dom
     return found
 
 
@@ -269,6 +275,55 @@ def test_the_map_in_a_browser_shows_nodes_gpus_mig_fractions_nvlink_and_the_queu
         tuple(map(int, p["data-gpus"].split())) for p in page.of("path", "nvlink") if "data-gpus" in p
     } == cliques
 
+    # Each node's sharing mode as the plan leaves it, under its name; each GPU's index above its cell, its
+    # mode on the cell, and under a MIG GPU its layout (the plan's when it re-partitions the GPU).
+    modes = {n["name"]: n.get("sharing") for n in CLUSTER["nodes"]}
+    modes.update({s["node"]: s["sharing"] for s in plan["sharing"]})
+    assert modes == {"mig-1": "exclusive", "shared-1": {"time-slicing": {"replicas": 4}}}, (
+        "test expects no change"
+    )
+    assert {r["data-node"]: r["data-sharing"] for r in rows} == {
+        "mig-1": "exclusive",
+        "shared-1": "time-slicing:4",
+    }
+    dom = page.dom
+    labels = dict(
+        re.findall(
+            r'<text [^>]*class="label"[^>]*>([^<]*)<title>.*?<text [^>]*class="mode"[^>]*>([^<]*)', dom
+        )
+    )
+    assert labels == {"mig-1": "MIG + exclusive", "shared-1": "time-sliced, 4 replicas"}
+    layouts = {
+        (n["name"], g["index"]): g["mig"]["instances"]
+        for n in CLUSTER["nodes"]
+        for g in n["gpus"]
+        if "mig" in g
+    }
+    layouts.update({(m["node"], m["gpu"]): m["instances"] for m in plan["mig_layouts"]})
+    for (node, index), cell in cells.items():
+        assert cell["data-mode"] == (
+            "mig" if (node, index) in layouts else {"mig-1": "exclusive"}.get(node, "time-slicing:4")
+        )
+    indices = page.of("text", "gpu-index")
+    assert len(indices) == len(cells)
+    captions = re.findall(r'<text x="([\d.]+)" y="([\d.]+)" class="gpu-index">GPU (\d+)</text>', dom)
+    for node, index in cells:
+        cell = cells[(node, index)]
+        mid, top = float(cell["x"]) + float(cell["width"]) / 2, float(cell["y"])
+        assert any(
+            float(x) == pytest.approx(mid) and float(y) < top and int(i) == index for x, y, i in captions
+        )
+    drawn_layouts = {int(t["data-gpu"]): t["data-layout"] for t in page.of("text", "mig-layout")}
+    assert drawn_layouts == {
+        index: " ".join(f"{i['profile']}@{i['start']}" for i in sorted(insts, key=lambda i: i["start"]))
+        for (node, index), insts in layouts.items()
+    }
+    assert "3g.40gb@4" in drawn_layouts[0] and "4g.40gb@0" in drawn_layouts[1]
+    # A time-sliced GPU's replicas are marked by ticks: 4 replicas, 3 ticks on each of shared-1's GPUs.
+    ticks = page.of("path", "replica")
+    assert [p["data-replicas"] for p in ticks] == ["4", "4"]
+    assert all(p["d"].count("M") == 3 for p in ticks)
+
     # The waiting queue: each waiting replica with its reason code, hover text with the predicted start.
     waiting = {(w["data-workload"], w["data-code"]) for w in page.of("g", "waiting")}
     assert waiting == {(u["workload"], u["code"]) for u in plan["unplaced"]}
@@ -280,7 +335,7 @@ def test_the_map_in_a_browser_shows_nodes_gpus_mig_fractions_nvlink_and_the_queu
     used_tiers = {next(w["tier"] for w in WORKLOADS if w["id"] == a["workload"]) for a, _ in placed}
     for tier in used_tiers:
         assert seen[TIER_PALETTE[tiers.index(tier)]] > 50, tier
-    assert near(seen, "#e07b00") > 50, "no hatching"
+    assert near(seen, "#40004b") > 50, "no hatching"
 
 
 @pytest.mark.slow
@@ -311,6 +366,97 @@ def test_the_colour_switch_and_the_svg_colour_by_team(small: tuple[Path, list[st
     svg_shot = tmp_path / "svg.png"
     browse(svg.as_uri(), tmp_path, shot=svg_shot, dom=False)
     assert all(colours(svg_shot)[c] > 50 for c in team_colours)
+
+
+#: Colour vision deficiency as Machado, Oliveira and Fernandes (2009) simulate it at full severity, on
+#: linear RGB: protanopia, deuteranopia, tritanopia (and normal vision).
+CVD = {
+    "normal": np.eye(3),
+    "protan": np.array([[0.152286, 1.052583, -0.204868], [0.114503, 0.786281, 0.099216],
+                        [-0.003882, -0.048116, 1.051998]]),
+    "deutan": np.array([[0.367322, 0.860646, -0.227968], [0.280085, 0.672501, 0.047413],
+                        [-0.011820, 0.042940, 0.968881]]),
+    "tritan": np.array([[1.255528, -0.076749, -0.178779], [-0.078411, 0.930809, 0.147602],
+                        [0.004733, 0.691367, 0.303900]]),
+}  # fmt: skip
+
+
+def seen_as(colour: str, vision: str) -> np.ndarray[Any, np.dtype[np.float64]]:
+    """CIELAB (D65) of an sRGB ``#rrggbb`` as ``vision`` sees it."""
+    srgb = np.array([int(colour[i : i + 2], 16) for i in (1, 3, 5)]) / 255
+    rgb = np.clip(
+        CVD[vision] @ np.where(srgb <= 0.04045, srgb / 12.92, ((srgb + 0.055) / 1.055) ** 2.4), 0, 1
+    )
+    xyz = np.array([[0.4124, 0.3576, 0.1805], [0.2126, 0.7152, 0.0722], [0.0193, 0.1192, 0.9505]]) @ rgb
+    f = (lambda v: np.where(v > (6 / 29) ** 3, np.cbrt(v), v / (3 * (6 / 29) ** 2) + 4 / 29))(
+        xyz / np.array([0.95047, 1.0, 1.08883])
+    )
+    return np.array([116 * f[1] - 16, 500 * (f[0] - f[1]), 200 * (f[1] - f[2])])
+
+
+def distance(a: str, b: str) -> float:
+    """The smallest CIE76 colour difference of ``a`` and ``b`` over normal vision and the three dichromacies
+    (about 2.3 is just noticeable; fills in a chart want well over 10)."""
+    return min(float(np.linalg.norm(seen_as(a, v) - seen_as(b, v))) for v in CVD)
+
+
+def fills(svg: str) -> dict[str, str]:
+    """The fill of each CSS selector of the drawing's style sheet (one entry per selector of a rule)."""
+    style = re.search(r"<style>(.*?)</style>", svg, re.S)
+    assert style is not None
+    out = {}
+    for selectors, fill in re.findall(r"([^{}]+)\{[^{}]*?fill: ([^;]+);", style.group(1)):
+        for s in selectors.split(","):
+            out[s.strip()] = fill.strip()
+    return out
+
+
+@pytest.mark.slow
+def test_every_team_gets_its_own_colour_blind_safe_fill_far_from_the_other_teams_grey(tmp_path: Path) -> None:
+    """Eight teams (more than any one palette of colours tells apart) on eight exclusive GPUs: each team's
+    fill differs from every other and from another team's grey under protan, deutan and tritan vision, and
+    the screenshot shows them all."""
+    teams = ["ads", "assistant", "nlp", "research", "search", "speech", "vision", "web"]
+    cluster = {
+        "nodes": [
+            {"name": "gpu-1", "pool": "l40s", "cpu_milli": 64000, "memory_mib": 524288,
+             "sharing": "exclusive", "gpus": [{"index": i, "model": "L40S-48GB"} for i in range(8)]}
+        ]
+    }  # fmt: skip
+    workloads = [{"id": f"job-{t}", "team": t, "tier": "standard", "gpus": 1} for t in teams]
+    (tmp_path / "cluster.yaml").write_text(yaml.safe_dump(cluster))
+    (tmp_path / "workloads.yaml").write_text(yaml.safe_dump({"workloads": workloads}))
+    inputs = ["--cluster", str(tmp_path / "cluster.yaml"), "--workloads", str(tmp_path / "workloads.yaml")]
+    plan, svg = tmp_path / "plan.json", tmp_path / "map.svg"
+    assert main(["plan", *inputs, "--solver", "first-fit", "--now", NOW, "--out", str(plan)]) == 0
+    assert main(["map", "--plan", str(plan), *inputs, "--out", str(svg), "--colour", "team"]) == 0
+    text = svg.read_text()
+    rules = fills(text)
+    team_fill = {t: rules[f".by-team .team-{t}"] for t in teams}
+    assert len(set(team_fill.values())) == len(teams), team_fill
+    other, free = rules[".gpumap .use.other"], rules[".gpumap .free"]
+    solid = {t: f for t, f in team_fill.items() if f.startswith("#")}
+    # A fill past the palette is a pattern: a palette colour dotted in white, told apart by its texture.
+    for t, f in team_fill.items():
+        if t not in solid:
+            pid = re.fullmatch(r"url\(#([\w-]+)\)", f)
+            assert pid is not None, f
+            pattern = re.search(rf'<pattern id="{pid.group(1)}"[^>]*>(.*?)</pattern>', text)
+            assert pattern is not None and "<circle" in pattern.group(1), f
+            base = re.search(r'<rect [^>]*fill="(#[0-9a-f]{6})"', pattern.group(1))
+            assert base is not None and base.group(1) in solid.values()
+    assert len(solid) >= 6
+    for (a, fa), (b, fb) in itertools.combinations(solid.items(), 2):
+        assert distance(fa, fb) > 15, (a, fa, b, fb)
+    for t, f in solid.items():
+        assert distance(f, other) > 20, (t, f, other)
+        assert distance(f, free) > 15, (t, f, free)
+    # The old palette's research grey was this close to the other teams' grey: far below the bound.
+    assert distance("#7f7f7f", "#9e9e9e") < 15
+    shot = tmp_path / "team.png"
+    browse(svg.as_uri(), tmp_path, shot=shot, dom=False)
+    seen = colours(shot)
+    assert all(seen[f] > 200 for f in solid.values()), {f: seen[f] for f in solid.values()}
 
 
 @pytest.mark.slow
@@ -354,6 +500,52 @@ def test_bad_map_options_are_one_line_errors(
     assert not (tmp_path / "map.svg").exists()
 
 
+def test_every_sharing_mode_is_named_under_its_node(tmp_path: Path) -> None:
+    """Exclusive, time-sliced, MPS (time-sliced with the GPU Operator's ``mps`` label the Kubernetes
+    import keeps), no mode, and MIG on every GPU: each node's label says its mode and replicas."""
+
+    def node(name: str, sharing: Any = None, **more: Any) -> dict[str, Any]:
+        gpus = more.pop("gpus", [{"index": 0, "model": "L40S-48GB"}])
+        out = {"name": name, "cpu_milli": 64000, "memory_mib": 524288, "gpus": gpus, **more}
+        return out if sharing is None else {**out, "sharing": sharing}
+
+    sevens = {"instances": [{"profile": "1g.10gb", "start": s} for s in range(7)]}
+    cluster = {
+        "nodes": [
+            node("ex", "exclusive"),
+            node("ts", {"time-slicing": {"replicas": 2}}),
+            node("mps", {"time-slicing": {"replicas": 3}}, labels={"nvidia.com/gpu.sharing-strategy": "mps"}),
+            node("none"),
+            node("mig", gpus=[{"index": 0, "model": A100, "mig": sevens}]),
+        ]
+    }
+    (tmp_path / "cluster.yaml").write_text(yaml.safe_dump(cluster))
+    work = [{"id": "one", "team": "ml", "tier": "standard", "gpus": 1, "gpu_models": ["L40S-48GB"]}]
+    (tmp_path / "workloads.yaml").write_text(yaml.safe_dump({"workloads": work}))
+    inputs = ["--cluster", str(tmp_path / "cluster.yaml"), "--workloads", str(tmp_path / "workloads.yaml")]
+    plan, svg = tmp_path / "plan.json", tmp_path / "map.svg"
+    assert main(["plan", *inputs, "--solver", "first-fit", "--now", NOW, "--out", str(plan)]) == 0
+    assert json.loads(plan.read_text())["sharing"] == []
+    assert main(["map", "--plan", str(plan), *inputs, "--out", str(svg)]) == 0
+    text = svg.read_text()
+    labels = re.findall(
+        r'class="label">([^<]*)<title>[^<]*</title></text><text [^>]*class="mode">([^<]*)<title>', text
+    )
+    assert dict(labels) == {
+        "ex": "exclusive",
+        "ts": "time-sliced, 2 replicas",
+        "mps": "MPS, 3 replicas",
+        "none": "whole or fractions",
+        "mig": "MIG",
+    }
+    layout = " ".join(f"1g.10gb@{s}" for s in range(7))
+    assert f'class="mig-layout" data-gpu="0" data-layout="{layout}">7x1g.10gb<' in text
+    ticks = dict(
+        re.findall(r'data-node="(\w+)"[^>]*>(?:(?!</g>).)*?class="replica" data-replicas="(\d+)"', text)
+    )
+    assert ticks == {"ts": "2", "mps": "3"}
+
+
 @pytest.fixture(scope="module")
 def mixed_job(live: Server) -> str:
     """A finished plan of the small fleet, labelled ``ml``, holding workloads of ml and web."""
@@ -378,6 +570,7 @@ def test_a_viewers_map_names_only_its_teams_workloads(live: Server, mixed_job: s
     assert web_placed, "the plan places no web workload: nothing to hide"
     assert all(w in full.text for w in WEB)
     assert not [w for w in WEB if w in seen.text]
+    assert "web" not in seen.text, "the viewer's map names another team"
     assert "nb-ml" in seen.text and "huge-ml" in seen.text
     # Other teams' work is still drawn, anonymously.
     others = [r for r in parse(seen.text).of("rect", "other") if "data-node" in r]

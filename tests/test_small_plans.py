@@ -16,7 +16,7 @@ import pytest
 
 from benchmarks.b8_api_load import cluster, workloads
 from gpuplan.models.catalog import default_catalog
-from gpuplan.models.problem import PlanningInput
+from gpuplan.models.inputs import PlanningInput
 from gpuplan.planner.pipeline.compile import compile_problem
 from gpuplan.planner.planning import make_plan
 from gpuplan.solvers.greedy import FgdScorer

@@ -23,8 +23,8 @@ from gpuplan.api import create_app
 from gpuplan.api.schemas import JobOut
 from gpuplan.api.settings import Settings
 from gpuplan.models.base import InputError
+from gpuplan.models.inputs import PlanningInput
 from gpuplan.models.plan import Plan
-from gpuplan.models.problem import PlanningInput
 from gpuplan.planner.cli import main
 from gpuplan.planner.planning import make_plan
 from gpuplan.planner.store.db import locked, make_engine

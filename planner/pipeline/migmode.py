@@ -28,9 +28,9 @@ from datetime import datetime
 
 from gpuplan.models.cluster import Gpu, Node, sharing_offers
 from gpuplan.models.hardware import HardwareCatalog
+from gpuplan.models.inputs import PlanningInput
 from gpuplan.models.plan import Assignment, MigLayout, MigMode, PlanStatus, Unplaced
 from gpuplan.models.policy import ObjectiveMode, Policy
-from gpuplan.models.problem import PlanningInput
 from gpuplan.models.workload import Shape
 from gpuplan.planner.pipeline.compile import compile_problem
 from gpuplan.planner.pipeline.layouts import cluster_with_mig_modes

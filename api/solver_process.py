@@ -32,8 +32,8 @@ from pydantic import ValidationError
 from gpuplan.models.base import InputError
 from gpuplan.models.capacity import CapacityGap, NodeTypeCatalog
 from gpuplan.models.catalog import default_catalog
+from gpuplan.models.inputs import PlanningInput
 from gpuplan.models.plan import Plan, PlanStatus
-from gpuplan.models.problem import PlanningInput
 from gpuplan.planner.capacity.gap import GapOptions, capacity_gap, load_node_types
 from gpuplan.planner.explain.reasons import explain_workload
 from gpuplan.planner.pipeline.progress import (
