@@ -42,12 +42,8 @@ from gpuplan.solvers.problem import GpuSlot, PlacementProblem, disturbable
 
 log = logging.getLogger(__name__)
 
-#: Greedy plans tried at most (each kind of node takes a number of trials logarithmic in its nodes), and
-#: replicas all trials together may place: a large input gets fewer trials, the same every run (a
-#: deterministic plan repeats), so that the pre-pass stays a small part of the solve (one greedy plan of
-#: 1,600 replicas on 150 nodes takes about 0.4 s on a loaded 2-core machine).
+#: Greedy plans tried at most (each kind of node takes a number of trials logarithmic in its nodes).
 MAX_TRIALS = 64
-TRIAL_REPLICAS = 16_000
 #: Time limit of each greedy trial: none, as in the sharing pre-pass (trials cut at different points
 #: would compare plans of different queues; the pre-pass bounds itself by trials and its share).
 TRIAL_LIMIT_S = math.inf
@@ -161,21 +157,28 @@ def _worth(policy: Policy, gain: int, changes: int) -> bool:
 
 
 def choose_mig_modes(
-    inp: PlanningInput, catalog: HardwareCatalog, now: datetime, budget_s: float | None = None
+    inp: PlanningInput,
+    catalog: HardwareCatalog,
+    now: datetime,
+    budget_s: float | None = None,
+    trial_replicas: int | None = None,
 ) -> tuple[MigMode, ...]:
     """The MIG mode changes of idle GPUs that let the greedy place more of the waiting demand.
 
-    Nodes of one kind have their candidate GPUs switched in growing batches (1, 2, 4, ... nodes in name
-    order) while a batch pays, and in halving batches after one that does not; a batch that pays is
+    Nodes of one kind have their candidate GPUs switched all at once when that pays, then halved from
+    the end while that does not raise the waiting penalty; else in growing batches (1, 2, 4, ... nodes in
+    name order) while a batch pays, and in halving batches after one that does not, a batch that pays
     trimmed from its end while that does not raise the waiting penalty. Trials stop when nothing waits,
-    after :data:`MAX_TRIALS` (fewer for large inputs: :data:`TRIAL_REPLICAS`) and, if given, after
-    ``budget_s`` seconds."""
+    after :data:`MAX_TRIALS` (and, with ``trial_replicas``, once the trials have placed that many
+    replicas in all: a bound the same every run, for deterministic plans; at least two trials) and, if
+    given, after ``budget_s`` seconds."""
     found = candidates(inp, catalog)
     if not found:
         return ()
     stop = None if budget_s is None else time.perf_counter() + budget_s
     replicas = sum(w.replicas for w in inp.workloads)
-    max_trials = max(2, min(MAX_TRIALS, TRIAL_REPLICAS // max(1, replicas)))
+    cap = MAX_TRIALS if trial_replicas is None else trial_replicas // max(1, replicas)
+    max_trials = max(2, min(MAX_TRIALS, cap))
     # A unit is a node's candidate GPUs of one direction (off, or on): they switch together.
     per_node: dict[tuple[str, bool], list[MigMode]] = {}
     for m in found:
@@ -193,7 +196,26 @@ def choose_mig_modes(
     def switched(units: Iterable[tuple[str, bool]]) -> list[MigMode]:
         return [m for u in units for m in per_node[u]]
 
+    def in_time() -> bool:
+        return trials < max_trials and (stop is None or time.perf_counter() <= stop)
+
     for nodes in by_kind.values():
+        # Every node of the kind at once first: one trial (the plan keeps only the switches it uses).
+        if len(nodes) > 1 and more():
+            penalty = _waiting_penalty(inp, switched([*chosen, *nodes]), catalog, now)
+            trials += 1
+            if _worth(inp.policy, best - penalty, len(switched(nodes))):
+                chosen, best = [*chosen, *nodes], penalty
+                # Halve from the end while the penalty does not rise (the others may serve MIG work).
+                keep = len(nodes)
+                while keep > 1 and in_time():
+                    fewer = [u for u in chosen if u not in nodes[keep // 2 : keep]]
+                    penalty = _waiting_penalty(inp, switched(fewer), catalog, now)
+                    trials += 1
+                    if penalty > best:
+                        break
+                    chosen, best, keep = fewer, penalty, keep // 2
+                continue
         at, step = 0, 1
         while at < len(nodes) and more():
             batch = nodes[at : at + step]
@@ -203,7 +225,7 @@ def choose_mig_modes(
             if _worth(inp.policy, best - penalty, len(switched(batch))):
                 chosen, best = trial, penalty
                 for cut in range(len(batch) - 1, 0, -1):
-                    if not (trials < max_trials and (stop is None or time.perf_counter() <= stop)):
+                    if not in_time():
                         break
                     fewer = [n for n in chosen if n not in batch[cut:]]
                     penalty = _waiting_penalty(inp, switched(fewer), catalog, now)
