@@ -118,3 +118,25 @@ def with_modes_free(problem: PlacementProblem, nodes: Collection[str]) -> Placem
             for n in problem.nodes
         ),
     )
+
+
+def with_mig_free(problem: PlacementProblem, gpus: Collection[tuple[str, int]]) -> PlacementProblem:
+    """``problem`` with the GPUs ``gpus`` (node, index) out of MIG mode and in no sharing mode: whole GPUs
+    and fractions alike. A MIG shape is never counted as never fitting when re-partitioning is allowed
+    (:func:`never_fits`), which a MIG mode change needs, so its bounds hold whichever MIG modes a plan
+    gives those GPUs."""
+    free = set(gpus)
+    return replace(
+        problem,
+        nodes=tuple(
+            replace(
+                n,
+                gpus=tuple(
+                    replace(g, mig=None, sharing=None) if (n.name, g.index) in free else g for g in n.gpus
+                ),
+            )
+            if any(key[0] == n.name for key in free)
+            else n
+            for n in problem.nodes
+        ),
+    )

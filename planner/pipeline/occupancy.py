@@ -219,6 +219,24 @@ class Occupancy:
             if n == change.node:
                 g.sharing = change.sharing
 
+    def set_mig_mode_problem(self, node: str, gpu: int) -> str | None:
+        """Why the MIG mode of a GPU cannot change now: it must exist, support MIG and be drained."""
+        state = self.gpus.get((node, gpu))
+        if state is None:
+            return f"node '{node}' has no GPU {gpu}"
+        if not self.catalog.model(state.model).mig_capable:
+            return f"{node}:{gpu} is a {state.model}, which does not support MIG"
+        if state.users:
+            return f"{node}:{gpu} is not drained ({len(state.users)} replica(s) still run)"
+        return None
+
+    def set_mig_mode(self, node: str, gpu: int, enabled: bool) -> None:
+        """Turn MIG mode of a drained GPU on (no instance yet) or off (its instances go)."""
+        why = self.set_mig_mode_problem(node, gpu)
+        if why is not None:
+            raise OverCommitError(why)
+        self.gpus[(node, gpu)].mig = set() if enabled else None
+
     def destroy_problem(self, node: str, gpu: int, inst: tuple[str, int]) -> str | None:
         """Why instance ``inst`` cannot be destroyed now: a replica still runs on it. The GPU's other
         instances keep running (NVIDIA destroys one GPU instance at a time; the validator and the

@@ -48,7 +48,17 @@ from gpuplan.models.gpu_rules import (
 )
 from gpuplan.models.hardware import MILLI_PER_GPU, GpuModelSpec, HardwareCatalog
 from gpuplan.models.inputs import PlanningInput
-from gpuplan.models.plan import CREATE, DESTROY, DRAIN, MIGRATE, PREEMPT, Assignment, GpuUse, Plan
+from gpuplan.models.plan import (
+    CREATE,
+    DESTROY,
+    DRAIN,
+    MIGRATE,
+    PREEMPT,
+    SET_MIG_MODE,
+    Assignment,
+    GpuUse,
+    Plan,
+)
 from gpuplan.models.policy import IsolationKind, IsolationRule, Policy, Quota
 from gpuplan.models.topology import link_graph
 from gpuplan.models.workload import STANDARD, GpuRef, Placement, Shape, TopologyNeed, Workload
@@ -277,6 +287,8 @@ class _Checker:
     placed: list[_Placed] = field(default_factory=list)
     loads: dict[GpuKey, list[tuple[_Placed, GpuUse]]] = field(default_factory=dict)
     layouts: dict[GpuKey, tuple[MigInstance, ...]] = field(default_factory=dict)
+    #: MIG modes the plan changes (``True``: on), read once from its ``mig_modes``.
+    modes: dict[GpuKey, bool] = field(default_factory=dict)
     graphs: dict[tuple[object, ...], nx.Graph] = field(default_factory=dict)
     node_graphs: dict[str, nx.Graph] = field(default_factory=dict)
     canon: dict[str, str] = field(default_factory=dict)
@@ -290,12 +302,14 @@ class _Checker:
         self._replicas()
         if self._checks("shapes"):
             self._shapes()
+        self._mig_mode_changes()
         self._layouts()
         self._mig_mode()
         self._mig_policy()
         actions = self._checks(ACTIONS_FAMILY)
         if actions:
             self._mig_actions()
+            self._mig_mode_actions()
         self._gpus()
         self._sharing_changes()
         if self._checks("gpu-models"):
@@ -353,11 +367,18 @@ class _Checker:
     def _spec(self, gpu: Gpu) -> GpuModelSpec:
         return self.catalog.model(gpu.model)
 
+    def _mig_on(self, key: GpuKey, gpu: Gpu) -> bool:
+        """Whether the GPU is in MIG mode after the plan (its mode change, else the cluster's mode)."""
+        return self.modes.get(key, gpu.mig is not None)
+
     def _effective_layout(self, key: GpuKey, gpu: Gpu) -> tuple[MigInstance, ...] | None:
-        """The plan's layout for the GPU, else the cluster's current one (``None``: MIG disabled)."""
+        """The plan's layout for the GPU, else the one its mode leaves: none (``None``: MIG disabled),
+        no instance after MIG is turned on, else the cluster's current one."""
         if key in self.layouts:
             return self.layouts[key]
-        return None if gpu.mig is None else gpu.mig.instances
+        if not self._mig_on(key, gpu):
+            return None
+        return () if gpu.mig is None else gpu.mig.instances
 
     def _references(self) -> None:
         """Rule 1: assignments and waits name existing workloads, replicas, nodes, GPUs, shapes."""
@@ -543,17 +564,93 @@ class _Checker:
             self._add(rule, subject, f"The MIG layout is invalid: {message}")
 
     def _mig_mode(self) -> None:
-        """Rule 5b: a plan never turns MIG mode on: a MIG layout only for a GPU whose cluster entry has MIG
-        on (``mig``, even with no instance). Switching the mode is a GPU Operator action on a drained GPU
-        (``nvidia.com/mig.config``) that no solver plans, so a plan that needs it is not one they offer."""
+        """Rule 5b: no MIG layout on a GPU whose MIG mode is off after the plan (off in the cluster and
+        not turned on by the plan's ``mig_modes``, or turned off by them)."""
         nodes = self.inp.cluster.node_by_name
         for node, index in self.layouts:
-            if nodes[node].gpu_by_index[index].mig is None:
+            gpu = nodes[node].gpu_by_index[index]
+            if self._mig_on((node, index), gpu):
+                continue
+            why = (
+                "which the plan turns MIG mode off on"
+                if (node, index) in self.modes
+                else "whose MIG mode is off in the cluster and which the plan does not turn on"
+            )
+            self._add(
+                "mig-mode",
+                gpu_subject(node, index),
+                f"The plan sets a MIG layout on GPU {index} of node '{node}', {why}.",
+            )
+
+    def _mig_mode_changes(self) -> None:
+        """Rule 5c: a plan changes the MIG mode of existing MIG-capable GPUs only, once each, only when the
+        policy allows re-partitioning (``mig.allow_repartition``), and only of a GPU the plan drains: every
+        replica running on it is moved or preempted (those count in the disruption budget as moves and
+        preemptions). Turning MIG on needs ``mig.allow_create`` for the instances it then creates (rule
+        12)."""
+        nodes = self.inp.cluster.node_by_name
+        changed: dict[GpuKey, bool] = {}
+        for m in self.plan.mig_modes:
+            key = (m.node, m.gpu)
+            subject = gpu_subject(*key)
+            node = nodes.get(m.node)
+            gpu = None if node is None else node.gpu_by_index.get(m.gpu)
+            if gpu is None or gpu.model in self.unknown_models:
                 self._add(
-                    "mig-mode",
+                    "unknown-ref",
+                    subject,
+                    f"The plan changes the MIG mode of GPU {m.gpu} of node '{m.node}', which does not exist.",
+                )
+                continue
+            if key in self.modes:
+                self._add(
+                    "mig-mode-change", subject, "The plan changes the MIG mode of this GPU more than once."
+                )
+                continue
+            self.modes[key] = m.enabled
+            if m.enabled == (gpu.mig is not None):
+                continue
+            what = f"The plan turns MIG mode {'on' if m.enabled else 'off'} on GPU {m.gpu} of node '{m.node}'"
+            if not self._spec(gpu).mig_capable:
+                self._add("gpu-model", subject, f"{what}, a {gpu.model}, which does not support MIG.")
+                continue
+            changed[key] = m.enabled
+            if not self.inp.policy.mig.allow_repartition:
+                self._add(
+                    "mig-mode-change",
+                    subject,
+                    f"{what}, but the policy does not allow re-partitioning "
+                    "(mig.allow_repartition is false).",
+                )
+        if not changed:
+            return
+        target = {(a.workload, a.replica): a for a in self.plan.assignments}
+        for w in self.inp.workloads:
+            for r, place in enumerate(w.running_on):
+                held = [g for g in place.gpus if (place.node, g.index) in changed]
+                a = target.get((w.id, r))
+                if held and a is not None and w.stays(r, a.node, a.gpus):
+                    self._add(
+                        "mig-mode-change",
+                        gpu_subject(place.node, held[0].index),
+                        f"The plan changes the MIG mode of GPU {held[0].index} of node '{place.node}', but "
+                        f"{replica_subject(w.id, r)} keeps running on {_describe_uses(held)} there: the GPU "
+                        "must be drained first.",
+                    )
+
+    def _mig_mode_actions(self) -> None:
+        """Rule 12c: every MIG mode change has its ``set-mig-mode`` action."""
+        nodes = self.inp.cluster.node_by_name
+        done = {(a.node, a.gpu, a.to) for a in self.plan.actions if a.kind == SET_MIG_MODE}
+        for (node, index), enabled in self.modes.items():
+            if enabled == (nodes[node].gpu_by_index[index].mig is not None):
+                continue
+            if (node, index, "on" if enabled else "off") not in done:
+                self._add(
+                    "mig-unscheduled",
                     gpu_subject(node, index),
-                    f"The plan sets a MIG layout on GPU {index} of node '{node}', whose MIG mode is off in "
-                    "the cluster; a plan does not turn MIG mode on.",
+                    f"The plan turns MIG mode {'on' if enabled else 'off'} on GPU {index} of node '{node}' "
+                    "but has no set-mig-mode action for it.",
                 )
 
     def _mig_policy(self) -> None:

@@ -12,10 +12,10 @@ from hypothesis import HealthCheck, given, settings
 from hypothesis import strategies as st
 
 from gpuplan.models import NodeSharing, Plan, PlanningInput, Policy, TimeSliced, Workload, default_catalog
-from gpuplan.models.plan import DESTROY, MIGRATE, PREEMPT, SET_SHARING
+from gpuplan.models.plan import DESTROY, MIGRATE, PREEMPT, SET_MIG_MODE, SET_SHARING
 from gpuplan.planner import planning
 from gpuplan.planner.pipeline.compile import compile_problem
-from gpuplan.planner.pipeline.layouts import cluster_with_sharing
+from gpuplan.planner.pipeline.layouts import cluster_with_mig_modes, cluster_with_sharing
 from gpuplan.planner.validation.validate import validate_plan
 from gpuplan.solvers.evaluate import fragmented_milli
 from tests._factories import node, planning_input
@@ -52,12 +52,14 @@ def queue_by_hand(inp: PlanningInput, p: Plan) -> int:
 
 def disruption_by_hand(inp: PlanningInput, p: Plan) -> int:
     """Migrations (drains included) x 10, preemptions x 30, destroyed MIG instances x the policy's
-    re-partition cost, sharing changes x the policy's change cost: one action each."""
+    re-partition cost, MIG mode changes x the re-partition cost, sharing changes x the policy's change
+    cost: one action each."""
     cost = {
         MIGRATE: 10,
         PREEMPT: 30,
         DESTROY: inp.policy.mig.repartition_cost,
         SET_SHARING: inp.policy.sharing.change_cost,
+        SET_MIG_MODE: inp.policy.mig.repartition_cost,
     }
     return sum(cost.get(a.kind, 0) for a in p.actions)
 
@@ -248,7 +250,9 @@ def test_every_term_is_the_returned_plans(data: st.DataObject) -> None:
     assert terms["queue"] == queue_by_hand(inp, p) == p.solver.objective
     assert terms["disruption"] == disruption_by_hand(inp, p)
     assert terms["sharing_changes"] == len(p.sharing)
-    left = inp.model_copy(update={"cluster": cluster_with_sharing(inp.cluster, p.sharing)})
+    assert terms["mig_mode_changes"] == len(p.mig_modes)
+    moded = cluster_with_mig_modes(inp.cluster, p.mig_modes)
+    left = inp.model_copy(update={"cluster": cluster_with_sharing(moded, p.sharing)})
     fragmented, _ = fragmented_milli(
         compile_problem(left, default_catalog(), NOW), p.assignments, p.mig_layouts
     )
