@@ -4,7 +4,6 @@ from __future__ import annotations
 
 import asyncio
 import hmac
-import logging
 
 from fastapi import APIRouter, HTTPException, Request, Response
 from prometheus_client import CONTENT_TYPE_LATEST, generate_latest
@@ -13,11 +12,11 @@ from sqlalchemy.exc import SQLAlchemyError
 from gpuplan.api.deps import RunnerDep, StoreDep
 from gpuplan.api.metrics import ApiMetrics
 from gpuplan.api.middleware import request_key
+from gpuplan.api.outage import Outage, unreachable
 from gpuplan.api.schemas import Health
 from gpuplan.api.store import JobStatus
 
 router = APIRouter(tags=["health"])
-log = logging.getLogger(__name__)
 _BEARER = {"WWW-Authenticate": "Bearer"}
 
 
@@ -28,15 +27,19 @@ async def healthz() -> Health:
 
 
 @router.get("/readyz", response_model=Health, responses={503: {"model": Health, "description": "not ready"}})
-async def readyz(store: StoreDep, runner: RunnerDep, response: Response) -> Health:
+async def readyz(request: Request, store: StoreDep, runner: RunnerDep, response: Response) -> Health:
     """Ready to plan: the database answers and at least one solver process is up (a server without
     solver processes, ``--no-worker``, needs only the database)."""
     checks = {"solvers": "ok" if runner.ready else "no solver process is up"} if runner.slots else {}
+    outage: Outage = request.app.state.outage
     try:
         await asyncio.to_thread(store.ping)
+        outage.succeeded()
         checks["database"] = "ok"
     except SQLAlchemyError as exc:
-        log.warning("database not reachable: %s", exc)
+        if not unreachable(exc):
+            raise
+        outage.failed(exc)
         checks["database"] = "unreachable"
     ready = all(v == "ok" for v in checks.values())
     response.status_code = 200 if ready else 503
@@ -61,11 +64,15 @@ async def metrics(request: Request, store: StoreDep, runner: RunnerDep) -> Respo
         if not hmac.compare_digest(given.encode(), expected.encode()):
             raise HTTPException(status_code=401, detail="/metrics needs the metrics key", headers=_BEARER)
     m: ApiMetrics = request.app.state.metrics
+    outage: Outage = request.app.state.outage
     try:
         counts = await asyncio.to_thread(store.status_counts)
     except SQLAlchemyError as exc:
-        log.warning("database not reachable: %s", exc)
+        if not unreachable(exc):
+            raise
+        outage.failed(exc)  # the job gauges keep their last values
     else:
+        outage.succeeded()
         m.jobs_by_status.clear()
         for name, n in counts.items():
             m.jobs_by_status.labels(status=name).set(n)
