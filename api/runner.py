@@ -329,6 +329,8 @@ class Runner:
                 t.cancel()
         await asyncio.gather(*(s.stop() for s in self.slots))
         try:
+            if self.slots:
+                await asyncio.to_thread(self.queue.leave)
             if self.queue.shared:
                 n = await asyncio.to_thread(self.queue.release)
                 if n:
@@ -445,11 +447,16 @@ class Runner:
         return slot.conn is not None and slot.died.is_set()
 
     async def _expire(self) -> None:
-        """Every heartbeat, queue again (or fail) the jobs whose holders stopped renewing their leases;
+        """Every heartbeat, say that this process runs jobs (when it has solver processes: see
+        :meth:`JobQueue.beat <gpuplan.api.queue.JobQueue.beat>`), and queue again (or fail) the jobs
+        whose holders stopped renewing their leases;
         during a database outage and a lease's time after it only check that the database answers (see
         :meth:`Outage.expiry_paused <gpuplan.api.outage.Outage.expiry_paused>`)."""
         while not self.stopping:
             try:
+                if self.slots:
+                    up = sum(1 for s in self.slots if s.ready) if self.prestart else len(self.slots)
+                    await self._db(self.queue.beat, len(self.slots), up)
                 if self.outage.expiry_paused():
                     await self._db(self.store.ping)
                 elif await self._db(self.queue.expire):

@@ -43,6 +43,7 @@ STORE_TABLES = {
     "gpuplan_job_results",
     "gpuplan_audit",
     "gpuplan_api_keys",
+    "gpuplan_workers",
 }
 
 

@@ -28,14 +28,21 @@ async def healthz() -> Health:
 
 @router.get("/readyz", response_model=Health, responses={503: {"model": Health, "description": "not ready"}})
 async def readyz(request: Request, store: StoreDep, runner: RunnerDep, response: Response) -> Health:
-    """Ready to plan: the database answers and at least one solver process is up (a server without
-    solver processes, ``--no-worker``, needs only the database)."""
+    """Ready to plan: the database answers and a solver process is up: one of this server's, or, on a
+    server without them (``--no-worker``), one of a server or worker whose heartbeat is younger than a
+    lease (else the jobs it queues would wait for one)."""
     checks = {"solvers": "ok" if runner.ready else "no solver process is up"} if runner.slots else {}
     outage: Outage = request.app.state.outage
     try:
         await asyncio.to_thread(store.ping)
         outage.succeeded()
         checks["database"] = "ok"
+        if not runner.slots:
+            alive = await asyncio.to_thread(runner.queue.alive)
+            lease = runner.queue.lease.total_seconds()
+            checks["workers"] = (
+                "ok" if alive else f"no worker with a solver process up in the last {lease:g} s"
+            )
     except SQLAlchemyError as exc:
         if not unreachable(exc):
             raise
