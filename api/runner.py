@@ -103,6 +103,13 @@ class Job:
     cancelled: bool = False
     stored: bool = True
     reply: tuple[Any, ...] | None = None
+    #: When its solver process took it (``time.monotonic``); None while it waits.
+    started: float | None = None
+
+    def left_s(self) -> float:
+        """Seconds until its time limit ends (all of it while it waits)."""
+        spent = 0.0 if self.started is None else time.monotonic() - self.started
+        return max(0.0, self.time_limit_s - spent)
 
 
 class Slot:
@@ -262,6 +269,12 @@ class Runner:
         if mean is None or active <= 0:
             return 1
         return max(1, math.ceil(mean / max(1, len(self.slots))))
+
+    def read_retry_after(self) -> int:
+        """Whole seconds (at least 1) until one of the explanations waiting or running here is bound to
+        end: the least time limit left among them."""
+        left = [j.left_s() for j in self.jobs.values() if not j.stored]
+        return max(1, math.ceil(min(left))) if left else 1
 
     async def _db(self, call: Callable[..., T], *args: Any, **kwargs: Any) -> T:
         """``call`` in a worker thread, noting in ``outage`` whether the database answered."""
@@ -530,7 +543,7 @@ class Runner:
 
     async def _run(self, slot: Slot, job: Job) -> bool:
         """Run ``job`` in the slot's process to its end; False when the process could not take it."""
-        started = time.monotonic()
+        started = job.started = time.monotonic()
         if not slot.send({"job": job.id, "input": job.input_json, "options": job.options}):
             await self._drain_exit(slot)
             log.warning("solver process %d had died (%s); starting a new one", slot.number, await slot.reap())
