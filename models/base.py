@@ -102,10 +102,7 @@ PRINTABLE_PATTERN = f"^[^{_CONTROL.pattern[1:-1]}]*$"
 #: An id or name: printable, at most :data:`MAX_NAME_LENGTH` characters.
 Name = Annotated[
     str,
-    Field(
-        max_length=MAX_NAME_LENGTH,
-        json_schema_extra={"pattern": PRINTABLE_PATTERN, "description": "printable: no control characters"},
-    ),
+    Field(max_length=MAX_NAME_LENGTH, json_schema_extra={"pattern": PRINTABLE_PATTERN}),
     AfterValidator(_printable),
 ]
 #: Seconds: finite, not negative, at most :data:`MAX_SECONDS`.
