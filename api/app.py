@@ -45,6 +45,7 @@ def create_app(settings: Settings | None = None, *, lock: ServerLock | None = No
             400: {"description": "the body could not be parsed"},
             413: {"description": "the body is larger than max_body_bytes"},
             429: {"description": "the key's rate_per_minute (or a job limit) is used up: see Retry-After"},
+            503: {"description": "the database is unreachable, or large bodies are parsed: see Retry-After"},
         },
     )
     app.state.settings = settings
