@@ -27,7 +27,7 @@ from gpuplan.api.store import ActiveLimitReached, Actor, JobInput, JobRecord, Jo
 from gpuplan.api.views import PLAN, PLANS, job_out, readable, result_body
 from gpuplan.models.catalog import default_catalog
 from gpuplan.models.cluster import Cluster
-from gpuplan.models.problem import PlanningInput
+from gpuplan.models.inputs import PlanningInput
 from gpuplan.models.workload import Workload
 from gpuplan.planner.pipeline.occupancy import RunningConflictError, check_running
 from gpuplan.planner.store.records import RESUBMITTABLE

@@ -1,11 +1,11 @@
 """The job runner: solver processes that take jobs from the store's queue, driven from the event loop.
 
-Jobs wait in the job table (``api.queue``), which every server and worker on a PostgreSQL
-database shares. Each slot owns one process (``api.worker``); an idle slot claims the oldest queued job
-under a lease, runs it and ends it ``done``, ``failed`` or ``cancelled``, and while it runs a heartbeat
-renews the lease. A job whose process or server dies is queued again by whoever sees its lease run out
-(and run from its stored input), until it has run out ``max_lease_expiries`` times. Cancelling kills the
-process of a job held here at once; a job held elsewhere is cancelled in its row, and its holder's
+Jobs wait in the job table (``api.queue``), which every server and worker on a PostgreSQL database
+shares. Each slot owns one solver process (``api.solver_process``); an idle slot claims the oldest queued
+job under a lease, runs it and ends it ``done``, ``failed`` or ``cancelled``, and while it runs a
+heartbeat renews the lease. A job whose process or server dies is queued again by whoever sees its lease
+run out (and run from its stored input), until it has run out ``max_lease_expiries`` times. Cancelling
+kills the process of a job held here at once; a job held elsewhere is cancelled in its row, and its holder's
 next heartbeat finds that and kills its process. The slots supervise their processes: one that dies
 (killed, crashed, out of memory) is noticed at once from its pipe, its job fails with the reason, and
 the slot starts a new process; while no process is up the runner is not ready. Explanations are not
@@ -39,7 +39,7 @@ from typing import Any, TypeVar
 
 from sqlalchemy.exc import SQLAlchemyError
 
-from gpuplan.api import worker
+from gpuplan.api import solver_process
 from gpuplan.api.metrics import ApiMetrics, read_fleet
 from gpuplan.api.outage import Outage, unreachable
 from gpuplan.api.queue import JobQueue
@@ -52,7 +52,7 @@ log = logging.getLogger(__name__)
 T = TypeVar("T")
 
 _CTX: ForkServerContext = multiprocessing.get_context("forkserver")
-_CTX.set_forkserver_preload(["gpuplan.api.worker"])
+_CTX.set_forkserver_preload(["gpuplan.api.solver_process"])
 
 #: Solves whose mean wall time estimates how long a queued job waits (``mean_solve_s``).
 RECENT_SOLVES = 20
@@ -128,7 +128,7 @@ class Slot:
     def _spawn(self) -> tuple[BaseProcess, Connection]:
         parent, child = _CTX.Pipe()
         process = _CTX.Process(
-            target=worker.main,
+            target=solver_process.main,
             args=(child, os.getpid(), self.memory_mib),
             name=f"gpuplan-solver-{self.number}",
         )
@@ -571,7 +571,7 @@ class Runner:
                     await self._close(job, JobStatus.FAILED, error=error)
                 return True
             wall = time.monotonic() - started
-            if kind == "error" and message[1] == worker.OUT_OF_MEMORY:
+            if kind == "error" and message[1] == solver_process.OUT_OF_MEMORY:
                 # Not worth keeping what a failed allocation left half-built: the slot starts anew.
                 slot.kill()
                 await self._drain_exit(slot)
@@ -587,7 +587,7 @@ class Runner:
                 )
             else:
                 _, code, text = message
-                error = text if code == worker.OUT_OF_MEMORY else f"{code}: {text}"
+                error = text if code == solver_process.OUT_OF_MEMORY else f"{code}: {text}"
                 await self._close(job, JobStatus.FAILED, error=error)
             return True
 

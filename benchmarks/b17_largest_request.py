@@ -1,5 +1,5 @@
 """B17 the largest request the API admits by default: 2,000 DGX H100 nodes and 20,000 workloads of 5
-replicas (100,000 replicas), planned as an API job plans it (``api.worker.solve``, input parsing
+replicas (100,000 replicas), planned as an API job plans it (``api.solver_process.solve``, input parsing
 included) at a time limit; prints the wall time, how far past the limit it ran, and what was placed.
 
 Issue 27 item 6: at ``time_limit_s`` 20 such a job ran 30 s past its limit and was killed by the runner
@@ -14,8 +14,8 @@ import random
 import time
 from typing import Any
 
-from gpuplan.api import worker
-from gpuplan.models.problem import PlanningInput
+from gpuplan.api import solver_process
+from gpuplan.models.inputs import PlanningInput
 
 NOW = "2026-11-29T12:00:00+00:00"
 
@@ -58,7 +58,7 @@ def main() -> None:
     text = largest_input(args.seed).model_dump_json()
     options = {"time_limit_s": args.time_limit, "solver": "cpsat", "now": NOW, "num_workers": 1}
     start = time.monotonic()
-    plan_json, status, _ = worker.solve(text, options)
+    plan_json, status, _ = solver_process.solve(text, options)
     wall = time.monotonic() - start
     plan = json.loads(plan_json)
     row = {

@@ -28,6 +28,7 @@ from gpuplan.models.hardware import (
     MigProfile,
     ReferenceTopology,
 )
+from gpuplan.models.inputs import PlanningInput, reference_errors
 from gpuplan.models.plan import (
     Action,
     Assignment,
@@ -51,7 +52,6 @@ from gpuplan.models.policy import (
     SharingPolicy,
     Tier,
 )
-from gpuplan.models.problem import PlanningInput, reference_errors
 from gpuplan.models.workload import (
     BACKGROUND,
     LATENCY_SENSITIVE,

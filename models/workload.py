@@ -12,6 +12,7 @@ from typing import Any
 from pydantic import Field, field_validator, model_validator
 
 from gpuplan.models.base import Name, Seconds, Strict
+from gpuplan.models.plan import GpuUse
 
 #: Compute share (milli-GPU) a memory-only ask (``gpu_memory_mib`` without ``gpu_milli``) is planned
 #: with: the smallest fraction, so it marks the GPU as shared everywhere a fraction does while its
@@ -92,20 +93,9 @@ class Shape(ShapeFields):
         return self.gpus * 1000 + self.share_milli
 
 
-class GpuRef(Strict):
-    """One GPU used by a running replica: whole (index only), a fraction (milli) or a MIG instance."""
-
-    index: int = Field(ge=0)
-    milli: int | None = Field(default=None, ge=1, le=999)
-    mig_profile: str | None = None
-    mig_start: int | None = Field(default=None, ge=0)
-
-    @property
-    def kind(self) -> str:
-        """``whole``, ``fraction`` or ``mig``, as :attr:`models.plan.GpuUse.kind`."""
-        if self.mig_profile is not None:
-            return "mig"
-        return "fraction" if self.milli is not None else "whole"
+class GpuRef(GpuUse):
+    """One GPU used by a running replica: whole (index only), a fraction (milli) or a MIG instance; the
+    same entry as a plan's :class:`~gpuplan.models.plan.GpuUse`, named for the ``running_on`` field."""
 
 
 class Placement(Strict):

@@ -13,8 +13,8 @@ from typing import Any
 
 from gpuplan.models.catalog import default_catalog
 from gpuplan.models.hardware import HardwareCatalog
+from gpuplan.models.inputs import PlanningInput
 from gpuplan.models.plan import NodeSharing, Plan, SolverReport, StaysBroken
-from gpuplan.models.problem import PlanningInput
 from gpuplan.planner.explain.reasons import explain_all, with_explanations
 from gpuplan.planner.pipeline.actions import plan_actions
 from gpuplan.planner.pipeline.compile import compile_problem

@@ -56,6 +56,7 @@ from gpuplan.models.cluster import (
     sharing_replicas,
 )
 from gpuplan.models.hardware import HardwareCatalog
+from gpuplan.models.inputs import PlanningInput
 from gpuplan.models.plan import (
     CREATE,
     DESTROY,
@@ -72,7 +73,6 @@ from gpuplan.models.plan import (
     Unplaced,
 )
 from gpuplan.models.policy import IsolationKind
-from gpuplan.models.problem import PlanningInput
 from gpuplan.models.topology import link_graph
 from gpuplan.models.workload import GpuRef, Placement, Shape, TopologyNeed, Workload
 from gpuplan.planner.validation.validate import validate_plan

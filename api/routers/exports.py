@@ -17,8 +17,8 @@ from gpuplan.api.deps import Caller, StoreDep
 from gpuplan.api.jobs import JobId, finished_plan
 from gpuplan.api.views import PLANS, visible_workloads
 from gpuplan.models.catalog import default_catalog
+from gpuplan.models.inputs import PlanningInput
 from gpuplan.models.plan import Plan
-from gpuplan.models.problem import PlanningInput
 from gpuplan.planner.capacity.gap import load_node_types
 from gpuplan.planner.io.exporters.workbook import SHEETS, build_tables, csv_text, write_xlsx
 

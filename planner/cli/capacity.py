@@ -18,8 +18,8 @@ from gpuplan.planner.pipeline.progress import phase
 if TYPE_CHECKING:
     from gpuplan.models.capacity import CapacityGap, ScenarioResult, Served
     from gpuplan.models.hardware import HardwareCatalog
+    from gpuplan.models.inputs import PlanningInput
     from gpuplan.models.plan import Plan
-    from gpuplan.models.problem import PlanningInput
 
 #: Of ``--time-limit``, the part kept for writing the report and the workbook after the solves (at most
 #: ``OUTPUT_MAX_S`` seconds).

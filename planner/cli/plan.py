@@ -28,7 +28,7 @@ from gpuplan.planner.pipeline.files import (
 from gpuplan.solvers.base import get_solver
 
 if TYPE_CHECKING:
-    from gpuplan.models.problem import PlanningInput
+    from gpuplan.models.inputs import PlanningInput
     from gpuplan.planner.validation.validate import Report
 
 log = logging.getLogger(__name__)

@@ -20,7 +20,7 @@ from gpuplan.planner.pipeline.deadline import solve_share
 from gpuplan.planner.pipeline.files import load_policy, planning_input, write_json
 
 if TYPE_CHECKING:
-    from gpuplan.models.problem import PlanningInput
+    from gpuplan.models.inputs import PlanningInput
     from gpuplan.planner.store.history import PlanHistory
 
 log = logging.getLogger(__name__)

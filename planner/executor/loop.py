@@ -24,9 +24,9 @@ from datetime import datetime
 from gpuplan.models.catalog import default_catalog
 from gpuplan.models.cluster import Cluster
 from gpuplan.models.hardware import HardwareCatalog
+from gpuplan.models.inputs import PlanningInput
 from gpuplan.models.plan import Action, Assignment, Plan
 from gpuplan.models.policy import Policy
-from gpuplan.models.problem import PlanningInput
 from gpuplan.models.workload import Workload
 from gpuplan.planner.executor.backend import Backend, Observation, Outcome
 from gpuplan.planner.pipeline.actions import (

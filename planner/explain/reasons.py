@@ -31,8 +31,8 @@ from itertools import takewhile
 from gpuplan.models.catalog import default_catalog
 from gpuplan.models.cluster import Node
 from gpuplan.models.hardware import HardwareCatalog
+from gpuplan.models.inputs import PlanningInput
 from gpuplan.models.plan import CREATE, Counterfactual, Explanation, Plan, ReasonDetail
-from gpuplan.models.problem import PlanningInput
 from gpuplan.models.workload import Shape, TopologyNeed
 from gpuplan.planner.explain import counterfactual as cfs
 from gpuplan.planner.explain.counterfactual import Candidate, Target

@@ -18,8 +18,8 @@ from dataclasses import dataclass, replace
 from datetime import datetime
 
 from gpuplan.models.hardware import MILLI_PER_GPU, HardwareCatalog
+from gpuplan.models.inputs import PlanningInput
 from gpuplan.models.plan import Assignment, Plan, Unplaced
-from gpuplan.models.problem import PlanningInput
 from gpuplan.planner.pipeline.compile import compile_problem
 from gpuplan.planner.pipeline.layouts import cluster_after
 from gpuplan.solvers.greedy import Fgd

@@ -22,6 +22,7 @@ from math import inf
 
 from gpuplan.models.cluster import Cluster, parse_sharing_text, sharing_text
 from gpuplan.models.hardware import HardwareCatalog
+from gpuplan.models.inputs import PlanningInput
 from gpuplan.models.plan import CREATE as CREATE
 from gpuplan.models.plan import DESTROY as DESTROY
 from gpuplan.models.plan import DRAIN as DRAIN
@@ -31,7 +32,6 @@ from gpuplan.models.plan import SET_SHARING as SET_SHARING
 from gpuplan.models.plan import START as START
 from gpuplan.models.plan import Action, Assignment, GpuUse, MigLayout, NodeSharing
 from gpuplan.models.policy import Policy
-from gpuplan.models.problem import PlanningInput
 from gpuplan.models.workload import Placement, Workload
 from gpuplan.planner.pipeline.occupancy import Key, Occupancy, OverCommitError, holding
 

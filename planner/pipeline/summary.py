@@ -4,8 +4,8 @@ from __future__ import annotations
 
 from collections import Counter
 
+from gpuplan.models.inputs import PlanningInput
 from gpuplan.models.plan import MIGRATE, Plan, PlanStatus
-from gpuplan.models.problem import PlanningInput
 from gpuplan.solvers.base import CUT
 from gpuplan.solvers.greedy.engine import GREEDY_CUT
 

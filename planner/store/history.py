@@ -15,8 +15,8 @@ from datetime import datetime
 from sqlalchemy import Engine
 
 from gpuplan.models.base import InputError
+from gpuplan.models.inputs import PlanningInput
 from gpuplan.models.plan import GpuUse, Plan
-from gpuplan.models.problem import PlanningInput
 from gpuplan.planner.pipeline.actions import where
 from gpuplan.planner.pipeline.timeline import predicted_waits
 from gpuplan.planner.store.db import make_engine

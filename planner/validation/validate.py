@@ -29,13 +29,27 @@ from gpuplan.models.cluster import (
     TimeSliced,
     describe_sharing,
     mig_layout_problems,
-    sharing_offers,
-    sharing_replicas,
+)
+from gpuplan.models.gpu_rules import (
+    GPU_MEMORY,
+    GPU_OVERCOMMIT,
+    MIG_LAYOUT,
+    MIG_MIXED,
+    MIG_PROFILE,
+    MIG_SHARED,
+    MIG_START,
+    SHARING_MODE,
+    SHARING_REPLICAS,
+    WHOLE_EXCLUSIVE,
+    Breach,
+    GpuState,
+    GpuUser,
+    gpu_breaches,
 )
 from gpuplan.models.hardware import MILLI_PER_GPU, GpuModelSpec, HardwareCatalog
+from gpuplan.models.inputs import PlanningInput
 from gpuplan.models.plan import CREATE, DESTROY, DRAIN, MIGRATE, PREEMPT, Assignment, GpuUse, Plan
 from gpuplan.models.policy import IsolationKind, IsolationRule, Policy, Quota
-from gpuplan.models.problem import PlanningInput
 from gpuplan.models.topology import link_graph
 from gpuplan.models.workload import STANDARD, GpuRef, Placement, Shape, TopologyNeed, Workload
 
@@ -65,6 +79,9 @@ ACTIONS_FAMILY = "actions"
 WITHOUT_ACTIONS = "before the plan's actions are derived"
 
 GpuKey = tuple[str, int]
+
+#: The per-GPU breaches reported after the use rules: sharing mode, then GPU memory.
+_BREACH_FAMILY = {SHARING_MODE: "sharing", SHARING_REPLICAS: "sharing", GPU_MEMORY: "memory"}
 
 #: Rules that a current state may already break (fleets drift: quotas change, isolation rules and
 #: node topologies are added after work started). A plan keeps such a violation, without breaking the
@@ -280,10 +297,7 @@ class _Checker:
         if actions:
             self._mig_actions()
         self._gpus()
-        self._sharing()
         self._sharing_changes()
-        if self._checks("gpu-memory"):
-            self._gpu_memory()
         if self._checks("gpu-models"):
             self._gpu_models()
         self._node_capacity()
@@ -595,83 +609,109 @@ class _Checker:
                 )
 
     def _gpus(self) -> None:
-        """Rules 4 and 5: per-GPU exclusivity, milli capacity, MIG/non-MIG mixing, MIG instance use."""
+        """Rules 4, 5, 14 and 15 (:mod:`gpuplan.models.gpu_rules`): per-GPU exclusivity, milli capacity,
+        MIG/non-MIG mixing, MIG instance use, the sharing mode the plan leaves the node in and its
+        time-sliced replicas, GPU memory. Reported family by family: use, then sharing, then memory."""
         for p in self.placed:
             for use, _ in p.uses:
                 self.loads.setdefault((p.node.name, use.index), []).append((p, use))
-        for key, entries in self.loads.items():
-            gpu = entries[0][0].node.gpu_by_index[key[1]]
-            layout = self._effective_layout(key, gpu)
-            migs: list[tuple[_Placed, GpuUse]] = []
-            whole: list[_Placed] = []
-            milli = 0
-            for p, u in entries:
-                if u.mig_profile is not None:
-                    migs.append((p, u))
-                elif u.milli is not None:
-                    milli += u.milli
-                else:
-                    whole.append(p)
-            non_mig = len(entries) > len(migs)
-            if len(entries) == 1 and not migs and layout is None:
-                continue  # the common case: one whole or fractional use of a non-MIG GPU
-            subject = gpu_subject(*key)
-            if whole and len(entries) > 1:
-                users = ", ".join(sorted({p.subject for p, _ in entries}))
-                self._add(
-                    "whole-exclusive",
-                    subject,
-                    f"The GPU is given whole to {whole[0].subject} but has {len(entries)} uses ({users}).",
-                )
-            elif milli > FULL_MILLI:
-                self._add(
-                    "gpu-overcommit",
-                    subject,
-                    f"Fractional uses add up to {milli} milli-GPU, more than {FULL_MILLI}.",
-                )
-            if migs and non_mig:
-                self._add(
-                    "mig-mixed-fraction", subject, "The GPU mixes MIG instances with whole or fractional use."
-                )
-            elif non_mig and layout is not None:
-                self._add(
-                    "mig-mixed-fraction",
-                    subject,
-                    "The GPU is in MIG mode but is given whole or as a fraction.",
-                )
-            if migs:
-                self._mig_uses(subject, self._spec(gpu), layout, migs)
-
-    def _sharing(self) -> None:
-        """Rule 14: a node's non-MIG GPUs are used as its sharing mode offers them (the device plugin
-        serves one mode per node): whole on an exclusive node, as fractions on a time-sliced one, and
-        there at most ``replicas`` fractions per GPU (one share each); in the mode the plan leaves the
-        node in."""
+        memory = self._checks("gpu-memory")
         changed = {m.node: m.sharing for m in self.plan.sharing}
-        for (node, index), entries in self.loads.items():
-            p = entries[0][0]
-            gpu = p.node.gpu_by_index[index]
-            mode = changed.get(node, p.node.sharing)
-            if mode is None or self._effective_layout((node, index), gpu) is not None:
+        found: dict[str, list[tuple[GpuKey, Breach]]] = {"use": [], "sharing": [], "memory": []}
+        for key, entries in self.loads.items():
+            node = entries[0][0].node
+            gpu = node.gpu_by_index[key[1]]
+            layout = self._effective_layout(key, gpu)
+            state = GpuState(
+                spec=self._spec(gpu),
+                mig=None if layout is None else frozenset((i.profile, i.start) for i in layout),
+                sharing=changed.get(node.name, node.sharing),
+            )
+            users = [GpuUser(u, self._gpu_memory_ask(p)) for p, u in entries]
+            for b in gpu_breaches(users, state):
+                found[_BREACH_FAMILY.get(b.rule, "use")].append((key, b))
+        for group in ("use", "sharing", "memory"):
+            if group == "memory" and not memory:
                 continue
-            for placed, use in entries:
-                if sharing_offers(mode, use.kind):
-                    continue
-                self._add(
-                    "sharing-mode",
-                    gpu_subject(node, index),
-                    f"{placed.subject} uses {describe_use(use)} of node '{node}', whose sharing mode is "
-                    f"{describe_sharing(mode)}.",
-                )
-            limit = sharing_replicas(mode)
-            fractions = sum(use.milli is not None for _, use in entries)
-            if limit is not None and fractions > limit:
-                self._add(
-                    "sharing-replicas",
-                    gpu_subject(node, index),
-                    f"GPU {index} of node '{node}' holds {fractions} fractions; time-slicing offers it as "
-                    f"{limit} replicas.",
-                )
+            for key, b in found[group]:
+                self._report_breach(key, b, self.loads[key])
+
+    @staticmethod
+    def _gpu_memory_ask(p: _Placed) -> int:
+        """The GPU memory (MiB) the replica asks on each GPU it uses: its shape's, else the plan's."""
+        return p.shape.gpu_memory_mib if p.shape is not None else p.assignment.gpu_memory_mib
+
+    def _report_breach(self, key: GpuKey, b: Breach, entries: list[tuple[_Placed, GpuUse]]) -> None:
+        """One per-GPU breach as a violation, in the validator's words."""
+        node, index = key
+        subject = gpu_subject(node, index)
+        spec = self._spec(entries[0][0].node.gpu_by_index[index])
+        who = [entries[i] for i in b.users]
+        p, u = who[0]
+        label = f"{u.mig_profile}@{u.mig_start}"
+        if b.rule == WHOLE_EXCLUSIVE:
+            first = next(q for q, v in who if v.mig_profile is None and v.milli is None)
+            users = ", ".join(sorted({q.subject for q, _ in entries}))
+            text = f"The GPU is given whole to {first.subject} but has {len(entries)} uses ({users})."
+        elif b.rule == GPU_OVERCOMMIT:
+            text = f"Fractional uses add up to {b.amount} milli-GPU, more than {b.limit}."
+        elif b.rule == MIG_MIXED:
+            text = (
+                "The GPU mixes MIG instances with whole or fractional use."
+                if any(v.mig_profile is not None for _, v in entries)
+                else "The GPU is in MIG mode but is given whole or as a fraction."
+            )
+        elif b.rule == MIG_PROFILE:
+            subject, text = (
+                p.subject,
+                (
+                    f"The replica uses MIG profile '{u.mig_profile}' on {gpu_subject(node, index)}, a "
+                    f"{spec.name}, which does not offer it."
+                ),
+            )
+        elif b.rule == MIG_START:
+            starts = sorted(spec.profile_map[u.mig_profile or ""].starts)
+            subject, text = (
+                p.subject,
+                (
+                    f"The replica uses MIG {label} on {gpu_subject(node, index)}, but '{u.mig_profile}' "
+                    f"cannot start at memory slice {u.mig_start} on {spec.name} (valid starts: {starts})."
+                ),
+            )
+        elif b.rule == MIG_LAYOUT:
+            where = (
+                "which has MIG disabled in both the plan and the cluster."
+                if self._effective_layout(key, entries[0][0].node.gpu_by_index[index]) is None
+                else "which is not an instance of that GPU's layout."
+            )
+            subject, text = p.subject, f"The replica uses MIG {label} on {gpu_subject(node, index)}, {where}"
+        elif b.rule == MIG_SHARED:
+            users = ", ".join(sorted(q.subject for q, _ in who))
+            text = f"MIG instance {u.mig_profile}@{u.mig_start or 0} serves {len(who)} replicas ({users})."
+        elif b.rule == SHARING_MODE:
+            mode = {m.node: m.sharing for m in self.plan.sharing}.get(node, p.node.sharing)
+            assert mode is not None
+            text = (
+                f"{p.subject} uses {describe_use(u)} of node '{node}', whose sharing mode is "
+                f"{describe_sharing(mode)}."
+            )
+        elif b.rule == SHARING_REPLICAS:
+            text = (
+                f"GPU {index} of node '{node}' holds {b.amount} fractions; time-slicing offers it as "
+                f"{b.limit} replicas."
+            )
+        elif u.milli is not None and u.mig_profile is None:
+            users = ", ".join(f"{q.subject} {self._gpu_memory_ask(q)} MiB" for q, _ in who)
+            text = (
+                f"Fractions on node '{node}' GPU {index} ({spec.name}) hold {b.amount} MiB of GPU memory, "
+                f"more than its {b.limit} MiB ({users})."
+            )
+        else:
+            text = (
+                f"Workload '{p.workload.id}' replica {p.assignment.replica} asks for {b.amount} MiB of "
+                f"GPU memory but {describe_use(u)} of node '{node}' ({spec.name}) has {b.limit} MiB."
+            )
+        self._add(b.rule, subject, text)
 
     def _sharing_changes(self) -> None:
         """Rule 14b: a plan changes the sharing mode of existing nodes only, only when the policy allows
@@ -727,93 +767,6 @@ class _Checker:
                             f"{what}, but {replica_subject(w.id, r)} keeps running on "
                             f"{_describe_uses(held)} there: the node must be drained first.",
                         )
-
-    def _gpu_memory(self) -> None:
-        """Rule 15: GPU memory. The fractions sharing a non-MIG GPU hold at most the model's memory
-        together; a whole GPU or MIG instance has at least the memory its replica asks for."""
-        for (node, index), entries in self.loads.items():
-            spec = self._spec(entries[0][0].node.gpu_by_index[index])
-            shared: list[tuple[_Placed, int]] = []
-            for p, u in entries:
-                ask = p.shape.gpu_memory_mib if p.shape is not None else p.assignment.gpu_memory_mib
-                if not ask:
-                    continue
-                if u.milli is not None and u.mig_profile is None:
-                    shared.append((p, ask))
-                    continue
-                if u.mig_profile is not None and u.mig_profile not in spec.profile_map:
-                    continue  # reported as gpu-model
-                has = spec.memory_mib if u.mig_profile is None else spec.instance_memory_mib(u.mig_profile)
-                if ask > has:
-                    self._add(
-                        "gpu-memory",
-                        gpu_subject(node, index),
-                        f"Workload '{p.workload.id}' replica {p.assignment.replica} asks for {ask} MiB of "
-                        f"GPU memory but {describe_use(u)} of node '{node}' ({spec.name}) has {has} MiB.",
-                    )
-            used = sum(ask for _, ask in shared)
-            if used > spec.memory_mib:
-                users = ", ".join(f"{p.subject} {ask} MiB" for p, ask in shared)
-                self._add(
-                    "gpu-memory",
-                    gpu_subject(node, index),
-                    f"Fractions on node '{node}' GPU {index} ({spec.name}) hold {used} MiB of GPU memory, "
-                    f"more than its {spec.memory_mib} MiB ({users}).",
-                )
-
-    def _mig_uses(
-        self,
-        subject: str,
-        spec: GpuModelSpec,
-        layout: tuple[MigInstance, ...] | None,
-        migs: list[tuple[_Placed, GpuUse]],
-    ) -> None:
-        """Each MIG use names a valid placement and an instance of the layout, used at most once."""
-        instances = set() if layout is None else {(i.profile, i.start) for i in layout}
-        served: defaultdict[tuple[str, int], list[str]] = defaultdict(list)
-        for p, u in migs:
-            if u.mig_profile is None or u.mig_start is None:
-                continue  # malformed entry, reported as shape-mismatch
-            prof = spec.profile_map.get(u.mig_profile)
-            label = f"{u.mig_profile}@{u.mig_start}"
-            if prof is None:
-                self._add(
-                    "gpu-model",
-                    p.subject,
-                    f"The replica uses MIG profile '{u.mig_profile}' on {subject}, a {spec.name}, which does "
-                    "not offer it.",
-                )
-            elif u.mig_start not in prof.starts:
-                self._add(
-                    "mig-start",
-                    p.subject,
-                    f"The replica uses MIG {label} on {subject}, but '{u.mig_profile}' cannot start "
-                    f"at memory slice {u.mig_start} on {spec.name} (valid starts: {sorted(prof.starts)}).",
-                )
-            elif layout is None:
-                self._add(
-                    "mig-layout-mismatch",
-                    p.subject,
-                    f"The replica uses MIG {label} on {subject}, "
-                    "which has MIG disabled in both the plan and the cluster.",
-                )
-            elif (u.mig_profile, u.mig_start) not in instances:
-                self._add(
-                    "mig-layout-mismatch",
-                    p.subject,
-                    f"The replica uses MIG {label} on {subject}, "
-                    "which is not an instance of that GPU's layout.",
-                )
-            else:
-                served[(u.mig_profile, u.mig_start)].append(p.subject)
-        for (profile, start), users in served.items():
-            if len(users) > 1:
-                self._add(
-                    "mig-instance-shared",
-                    subject,
-                    f"MIG instance {profile}@{start} serves {len(users)} replicas "
-                    f"({', '.join(sorted(users))}).",
-                )
 
     def _gpu_models(self) -> None:
         """Rule 7: every GPU used is of a model the chosen shape allows."""

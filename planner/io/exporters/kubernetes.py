@@ -66,6 +66,7 @@ import yaml
 
 from gpuplan.models.base import InputError
 from gpuplan.models.cluster import MigInstance, Sharing, TimeSliced
+from gpuplan.models.inputs import PlanningInput
 from gpuplan.models.plan import (
     CREATE,
     DESTROY,
@@ -78,7 +79,6 @@ from gpuplan.models.plan import (
     MigLayout,
     Plan,
 )
-from gpuplan.models.problem import PlanningInput
 from gpuplan.models.workload import Workload
 from gpuplan.planner.io.exporters.migparted import config_document, config_name, node_configs
 from gpuplan.planner.io.importers.kubernetes import mig_resource

@@ -32,8 +32,8 @@ from gpuplan.models.base import InputError
 from gpuplan.models.capacity import CapacityReport, NodeTypeCatalog, Served
 from gpuplan.models.cluster import Cluster, Node
 from gpuplan.models.hardware import HardwareCatalog
+from gpuplan.models.inputs import PlanningInput
 from gpuplan.models.plan import Counterfactual, GpuUse, Plan, Unplaced
-from gpuplan.models.problem import PlanningInput
 from gpuplan.planner.capacity.scenarios import scenario_row
 from gpuplan.planner.explain.team_view import team_plan
 from gpuplan.planner.pipeline.metrics import gpu_equivalents, gpu_memory_held
