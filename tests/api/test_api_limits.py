@@ -264,3 +264,19 @@ def test_validation_without_workloads_lists_what_it_skipped(client: TestClient) 
     workloads = [{"id": "a", "gpus": 1}]
     r = client.post("/v1/validate", json={"cluster": cluster, "plan": plan, "workloads": workloads})
     assert r.json() == {"valid": True, "violations": []}
+
+
+def test_a_time_limit_too_short_for_the_replicas_is_refused(tmp_path: Path) -> None:
+    """Issue 27 item 6: a request is admitted only with a time limit its replicas can be planned in
+    (``max_replicas_per_second``): the tiny body's 4 replicas at 2 a second need 2 s."""
+    limits = Limits(max_replicas_per_second=2, max_time_limit_s=30.0)
+    settings = Settings(
+        database=str(tmp_path / "gpuplan.db"), api_keys=KEYS, limits=limits, solver_processes=0
+    )
+    with TestClient(create_app(settings), headers=auth(PLANNER)) as c:
+        r = c.post("/v1/plans", json=tiny_body(time_limit_s=1.5))
+        _limit(r, 413, "max_replicas_per_second", 2)
+        assert r.json()["loc"] == ["body", "options", "time_limit_s"]
+        assert "4 replicas cannot be planned in 1.5 s" in r.json()["detail"]
+        assert "at least 2 s" in r.json()["detail"]
+        assert c.post("/v1/plans", json=tiny_body(time_limit_s=2.0)).status_code == 202

@@ -21,8 +21,9 @@ WAIT_S = 60.0
 
 
 def _many_workloads(n: int) -> dict[str, Any]:
-    """The tiny body with ``n`` one-GPU workloads (about 40 bytes each)."""
-    body = tiny_body(solver="first-fit")
+    """The tiny body with ``n`` one-GPU workloads (about 40 bytes each), with a time limit that admits
+    them (``max_replicas_per_second``)."""
+    body = tiny_body(solver="first-fit", time_limit_s=n / 1000)
     body["workloads"] = [{"id": f"w{i}", "team": "ml", "gpus": 1} for i in range(n)]
     return body
 

@@ -160,20 +160,33 @@ def _worker(database: str, log: Path) -> subprocess.Popen[bytes]:
     )
 
 
+def _ready_within(server: Server, timeout_s: float) -> bool:
+    """Poll ``/readyz`` until it answers 200; False after ``timeout_s``."""
+    deadline = time.monotonic() + timeout_s
+    while httpx.get(f"{server.url}/readyz").status_code != 200:
+        if time.monotonic() > deadline:
+            return False
+        time.sleep(0.2)
+    return True
+
+
 @postgresql
 def test_a_worker_runs_the_jobs_of_a_server_without_solvers(db_url: str, tmp_path: Path) -> None:
-    """A server with no solver processes is ready on its database alone and queues jobs; a separate
-    ``gpuplan worker`` runs them (one answers a ``?wait=`` on the server); SIGTERM stops the worker
-    cleanly."""
+    """A server with no solver processes is not ready while no worker is alive, and queues jobs; a
+    separate ``gpuplan worker`` makes it ready and runs them (one answers a ``?wait=`` on the server);
+    SIGTERM stops the worker cleanly, and the server is not ready again."""
     web = Server(db_url, tmp_path / "web.log", {**ENV, "GPUPLAN_SOLVER_PROCESSES": "0"})
     worker = None
     try:
-        ready = httpx.get(f"{web.url}/readyz")
-        assert ready.status_code == 200 and ready.json()["checks"] == {"database": "ok"}
+        alone = httpx.get(f"{web.url}/readyz")
+        assert alone.status_code == 503, alone.text
+        assert alone.json()["checks"]["database"] == "ok"
+        assert alone.json()["checks"]["workers"].startswith("no worker with a solver process up")
         with web.client(PLANNER) as c:
             first = c.post("/v1/plans", json=tiny_body()).json()["id"]
             assert c.get(f"/v1/plans/{first}").json()["status"] == "queued"
             worker = _worker(db_url, tmp_path / "worker.log")
+            assert _ready_within(web, 60.0), httpx.get(f"{web.url}/readyz").text
             waited = c.post("/v1/plans", params={"wait": 120}, json=tiny_body(solver="best-fit"))
             assert waited.status_code == 200, waited.text
             assert waited.json()["job"]["status"] == "done" and waited.json()["plan"]["status"]
@@ -183,6 +196,7 @@ def test_a_worker_runs_the_jobs_of_a_server_without_solvers(db_url: str, tmp_pat
             assert explained.status_code == 503 and "no solver processes" in explained.json()["detail"]
         worker.send_signal(signal.SIGTERM)
         assert worker.wait(timeout=30) == 0
+        assert httpx.get(f"{web.url}/readyz").status_code == 503
     finally:
         if worker is not None and worker.poll() is None:
             worker.kill()

@@ -53,6 +53,17 @@ def test_json_values_of_another_type_are_refused(client: TestClient) -> None:
     assert client.post("/v1/plans", json=tiny_body(), headers=auth(PLANNER)).status_code == 202
 
 
+@pytest.mark.parametrize("weight", ["3", 3.5, True])
+def test_a_tier_weight_is_a_whole_number(client: TestClient, weight: Any) -> None:
+    tiers = [{"name": "standard", "weight": weight}]
+    tiers += [{"name": "latency-sensitive", "weight": 10}, {"name": "background", "weight": 1}]
+    body = {**tiny_body(), "policy": {"tiers": tiers}}
+    r = client.post("/v1/plans", json=body, headers=auth(PLANNER))
+    assert _loc(r) == ["body", "policy", "tiers", 0, "weight"]
+    tiers[0]["weight"] = 3
+    assert client.post("/v1/plans", json=body, headers=auth(PLANNER)).status_code == 202
+
+
 @pytest.mark.parametrize("value", ["0.5", "0", "1700000000"])
 def test_a_date_is_not_a_number(client: TestClient, value: str) -> None:
     r = client.get("/v1/plans", params={"until": value}, headers=auth(PLANNER))

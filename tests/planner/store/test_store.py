@@ -45,6 +45,7 @@ STORE_TABLES = {
     "gpuplan_job_results",
     "gpuplan_audit",
     "gpuplan_api_keys",
+    "gpuplan_workers",
 }
 
 
