@@ -12,7 +12,8 @@ from gpuplan.api import errors
 from gpuplan.api.auth import Keyring, RateLimiter
 from gpuplan.api.bodies import ParseGate
 from gpuplan.api.metrics import ApiMetrics
-from gpuplan.api.middleware import BodyLimit, KeyFirst, RequestMetrics
+from gpuplan.api.middleware import BodyLimit, DatabaseDown, KeyFirst, RequestMetrics
+from gpuplan.api.outage import Outage
 from gpuplan.api.routers import capacity, explain, exports, health, keys, map, plans, validate
 from gpuplan.api.runner import Runner
 from gpuplan.api.settings import Settings
@@ -44,11 +45,13 @@ def create_app(settings: Settings | None = None, *, lock: ServerLock | None = No
             400: {"description": "the body could not be parsed"},
             413: {"description": "the body is larger than max_body_bytes"},
             429: {"description": "the key's rate_per_minute (or a job limit) is used up: see Retry-After"},
+            503: {"description": "the database is unreachable, or large bodies are parsed: see Retry-After"},
         },
     )
     app.state.settings = settings
     app.state.metrics = metrics
     app.state.keys = Keyring(settings.api_keys)
+    app.state.outage = Outage(settings.lease_seconds)
     app.state.rates = RateLimiter(settings.limits.rate_per_minute, settings.limits.rate_burst)
     errors.install(app)
     app.include_router(plans.router)
@@ -60,10 +63,12 @@ def create_app(settings: Settings | None = None, *, lock: ServerLock | None = No
     app.include_router(keys.router)
     app.include_router(health.router)
     app.state.parsing = ParseGate(settings.limits.max_parsing, settings.limits.large_body_bytes)
-    # The last added runs first: metrics, then the key (from the headers), then the body.
+    # The last added runs first: metrics, then the database outage's 503, then the key (from the
+    # headers), then the body.
     limits = settings.limits
     app.add_middleware(BodyLimit, max_bytes=limits.max_body_bytes, timeout_s=limits.body_timeout_s)
     app.add_middleware(KeyFirst, per_minute=limits.auth_failures_per_minute, burst=limits.auth_failure_burst)
+    app.add_middleware(DatabaseDown)
     app.add_middleware(RequestMetrics, metrics=metrics)
     return app
 
@@ -72,7 +77,7 @@ def create_app(settings: Settings | None = None, *, lock: ServerLock | None = No
 async def _serving(app: FastAPI, settings: Settings, metrics: ApiMetrics) -> AsyncIterator[None]:
     """The store and the runner of the app, while it runs (on a database this server holds)."""
     store = Store.open(settings.database)
-    runner = Runner.of(settings, store, metrics)
+    runner = Runner.of(settings, store, metrics, app.state.outage)
     app.state.store = store
     app.state.runner = runner
     await runner.start()

@@ -1,7 +1,7 @@
 """API keys and roles: ``admin``, ``planner`` (submit and read all) and ``viewer:<team>`` (read its team);
 the keys the server accepts, and how often each may call.
 
-Keys are stored hashed (``planner.store.keys``, so that ``gpuplan keys`` manages them without the
+Keys are stored hashed (``api.keys``, so that ``gpuplan keys`` manages them without the
 server). A stored key is read again at most :data:`KEY_TTL_S` after it was last read, so that a key
 revoked or expired elsewhere is refused within that time, without a restart.
 """
@@ -13,8 +13,8 @@ import math
 import time
 from dataclasses import dataclass
 
+from gpuplan.api.keys import KEY_ID_CHARS, KeyRecord, KeyStore, Role, key_hash, new_key, parse_role
 from gpuplan.api.store import Store, now
-from gpuplan.planner.store.keys import KEY_ID_CHARS, KeyRecord, Role, key_hash, new_key, parse_role
 
 __all__ = ["Keyring", "Principal", "RateLimiter", "Role", "key_hash", "new_key", "parse_role", "principal"]
 
@@ -81,7 +81,7 @@ class Keyring:
         if cached is not None and time.monotonic() - cached[1] < KEY_TTL_S:
             record: KeyRecord | None = cached[0]
         else:
-            record = await asyncio.to_thread(store.key, digest)
+            record = await asyncio.to_thread(KeyStore(store.engine).get, digest)
         if record is None or not record.usable(now()):
             self.recent.pop(digest, None)
             return None

@@ -22,6 +22,7 @@ from pydantic import BaseModel, ValidationError
 from gpuplan.api.schemas import CapacityGapRequest, PlanRequest, ValidateRequest
 from gpuplan.api.settings import Settings
 from gpuplan.models.base import NAME_LENGTH_CONTEXT
+from gpuplan.models.catalog import default_catalog
 
 M = TypeVar("M", bound=BaseModel)
 
@@ -95,16 +96,38 @@ def _inline(node: Any, defs: dict[str, Any]) -> Any:
     return node
 
 
+#: Properties that name GPU models of the hardware catalog (one name, or a list of them).
+_GPU_MODEL_FIELDS = frozenset({"model", "gpu_model", "gpu_models"})
+
+
+def _known_models(node: Any, names: list[str]) -> Any:
+    """``node`` with the GPU-model properties limited to ``names`` (an unknown model is refused)."""
+    if isinstance(node, list):
+        return [_known_models(v, names) for v in node]
+    if not isinstance(node, dict):
+        return node
+    # A plan's counterfactuals describe changes, not hardware of the request: left as they are.
+    out = {k: v if k == "counterfactuals" else _known_models(v, names) for k, v in node.items()}
+    for key, prop in out.get("properties", {}).items():
+        if key not in _GPU_MODEL_FIELDS or not isinstance(prop, dict):
+            continue
+        for branch in [prop, prop.get("items"), *prop.get("anyOf", ())]:
+            if isinstance(branch, dict) and branch.get("type") == "string":
+                branch["enum"] = names
+    return out
+
+
 def documented(model: type[BaseModel]) -> dict[str, Any]:
     """``openapi_extra`` of a route that takes ``model`` through :func:`json_body`: its JSON schema as the
     required request body (inlined: references into the model's own ``$defs`` would not resolve in the
-    OpenAPI document)."""
+    OpenAPI document), its GPU models limited to the server's hardware catalog."""
     schema = model.model_json_schema()
     defs = schema.pop("$defs", {})
+    names = sorted(m.name for m in default_catalog().models)
     return {
         "requestBody": {
             "required": True,
-            "content": {"application/json": {"schema": _inline(schema, defs)}},
+            "content": {"application/json": {"schema": _known_models(_inline(schema, defs), names)}},
         }
     }
 

@@ -1,5 +1,5 @@
 """``gpuplan serve``: run the REST API with uvicorn, or make an API key for it; ``gpuplan worker``: run
-jobs from a PostgreSQL database's queue without serving HTTP."""
+jobs from a PostgreSQL database's queue without serving HTTP; ``gpuplan keys`` (``api.keys_cli``)."""
 
 from __future__ import annotations
 
@@ -45,7 +45,7 @@ def _shared(settings: Settings, what: str) -> None:
 
 def cmd_serve(args: argparse.Namespace) -> int:
     """Serve the API, or with ``--create-key``/``--create-admin-key`` store a new key and print it."""
-    from gpuplan.api.auth import key_hash, new_key, parse_role
+    from gpuplan.api.keys import KeyStore, key_hash, new_key, parse_role
     from gpuplan.api.startup import ServerLock, open_store
     from gpuplan.planner.store.db import shown
 
@@ -58,7 +58,7 @@ def cmd_serve(args: argparse.Namespace) -> int:
             raise InputError(f"--create-key: {exc}") from None
         key = new_key()
         store = open_store(settings.database)
-        store.add_key(key_hash(key), role)
+        KeyStore(store.engine).add(key_hash(key), role)
         store.close()
         where = shown(settings.database)
         sys.stdout.write(f"new {role} key (shown once; only its hash is stored in {where}):\n")
@@ -110,8 +110,10 @@ def cmd_worker(args: argparse.Namespace) -> int:
 
 
 def add_parsers(sub: argparse._SubParsersAction[argparse.ArgumentParser]) -> None:
-    """Register ``serve`` and ``worker`` (the command line finds this function by name, so the planner
-    never imports the API)."""
+    """Register ``serve``, ``worker`` and ``keys`` (the command line's one import of the API)."""
+    from gpuplan.api import keys_cli
+
+    keys_cli.add_parsers(sub)
     p = sub.add_parser("serve", help="run the REST API (uvicorn)")
     p.add_argument("--host", default="127.0.0.1", help="address to bind (default 127.0.0.1)")
     p.add_argument("--port", type=int, default=8000, help="port (default 8000)")

@@ -27,7 +27,7 @@ from gpuplan.api.store import ActiveLimitReached, Actor, JobInput, JobRecord, Jo
 from gpuplan.api.views import PLAN, PLANS, job_out, readable, result_body
 from gpuplan.models.catalog import default_catalog
 from gpuplan.models.cluster import Cluster
-from gpuplan.models.problem import PlanningInput
+from gpuplan.models.inputs import PlanningInput
 from gpuplan.models.workload import Workload
 from gpuplan.planner.pipeline.occupancy import RunningConflictError, check_running
 from gpuplan.planner.store.records import RESUBMITTABLE
@@ -109,6 +109,26 @@ def check_time_limit(limits: Limits, asked: float) -> float:
     return asked
 
 
+def check_pace(limits: Limits, replicas: int, time_limit: float) -> None:
+    """413 naming ``options.time_limit_s`` when ``replicas`` cannot be planned within ``time_limit``:
+    reading, compiling, checking and reporting a plan take time in proportion to the replicas, whatever
+    the solver, and a time limit below that would be overrun (``max_replicas_per_second``)."""
+    rate = limits.max_replicas_per_second
+    if replicas <= rate * time_limit:
+        return
+    need = math.ceil(replicas / rate)
+    cap = limits.max_time_limit_s
+    fits = f"set time_limit_s to at least {need} s" if need <= cap else f"split it (at most {cap:g} s)"
+    raise LimitExceeded(
+        413,
+        "max_replicas_per_second",
+        rate,
+        f"{replicas} replicas cannot be planned in {time_limit:g} s (at most {rate} replicas a second of "
+        f"the time limit): {fits}",
+        ("body", "options", "time_limit_s"),
+    )
+
+
 def too_many_active(limits: Limits, runner: Runner, active: int) -> LimitExceeded:
     """The 429 of ``max_active_jobs`` with ``active`` jobs queued or running; its ``Retry-After`` is
     when one is expected to end (the recent mean solve time, over this server's solver processes)."""
@@ -131,13 +151,15 @@ async def check_active(limits: Limits, runner: Runner) -> int:
 
 
 def check_reads(limits: Limits, runner: Runner) -> None:
-    """429 when ``max_read_jobs`` explanations are already queued or running."""
+    """429 when ``max_read_jobs`` explanations are already queued or running, with ``Retry-After`` when
+    the first of them is bound to end."""
     if runner.reading >= limits.max_read_jobs:
         raise LimitExceeded(
             429,
             "max_read_jobs",
             limits.max_read_jobs,
             f"{runner.reading} explanations are queued or running; at most {limits.max_read_jobs}",
+            retry_after=runner.read_retry_after(),
         )
 
 
@@ -178,11 +200,12 @@ def _time_limit(settings: Settings, asked: float | None) -> float:
     return check_time_limit(settings.limits, asked)
 
 
-def _planning_input(limits: Limits, body: PlanRequest) -> tuple[str, str]:
+def _planning_input(limits: Limits, body: PlanRequest, time_limit: float) -> tuple[str, str]:
     """The checked planning input as stored (JSON) and its SHA-256: beyond a limit 413, and 422 for
     cross-reference errors and running work that over-commits a GPU or node. Linear in the size of the
     body, and run in a worker thread."""
     check_demand(limits, body.cluster, body.workloads)
+    check_pace(limits, sum(w.replicas for w in body.workloads), time_limit)
     try:
         inp = PlanningInput.model_validate(
             {"cluster": body.cluster, "workloads": body.workloads, "policy": body.policy}
@@ -229,7 +252,7 @@ class Jobs:
         time_limit = _time_limit(self.settings, body.options.time_limit_s)
         active = await check_active(limits, self.runner)
         check_wait(self.runner, active, wait)
-        input_json, digest = await asyncio.to_thread(_planning_input, limits, body)
+        input_json, digest = await asyncio.to_thread(_planning_input, limits, body, time_limit)
         options = {
             "kind": kind,
             "solver": body.options.solver,

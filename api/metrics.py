@@ -10,8 +10,8 @@ from prometheus_client import CollectorRegistry, Counter, Gauge, Histogram
 from prometheus_client.core import GaugeMetricFamily
 from prometheus_client.registry import Collector
 
+from gpuplan.models.inputs import PlanningInput
 from gpuplan.models.plan import Plan
-from gpuplan.models.problem import PlanningInput
 from gpuplan.planner.pipeline.fleet_metrics import FleetMetrics, fleet_metrics
 
 log = logging.getLogger(__name__)

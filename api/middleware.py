@@ -8,11 +8,13 @@ import json
 import time
 from typing import Any
 
+from sqlalchemy.exc import SQLAlchemyError
 from starlette.types import ASGIApp, Message, Receive, Scope, Send
 
 from gpuplan.api.auth import Keyring, RateLimiter
 from gpuplan.api.bodies import ParseGate
 from gpuplan.api.metrics import ApiMetrics
+from gpuplan.api.outage import Outage, unreachable
 
 #: The answer to a request without a valid API key.
 UNAUTHENTICATED = "a valid API key is required (Authorization: Bearer <key> or X-API-Key: <key>)"
@@ -152,6 +154,38 @@ class BodyLimit:
             return await receive()
 
         await self.app(scope, replay, send)
+
+
+class DatabaseDown:
+    """Answer 503 with ``Retry-After`` to a request that found the database unreachable (in a route or
+    in the key check), counting it in the app's :class:`~gpuplan.api.outage.Outage`, which logs the
+    outage once: no traceback per call."""
+
+    def __init__(self, app: ASGIApp) -> None:
+        self.app = app
+
+    async def __call__(self, scope: Scope, receive: Receive, send: Send) -> None:
+        """Pass the request on; answer 503 if the database could not be reached before the answer began."""
+        if scope["type"] != "http":
+            await self.app(scope, receive, send)
+            return
+        started = False
+
+        async def tracked(message: Message) -> None:
+            nonlocal started
+            started = started or message["type"] == "http.response.start"
+            await send(message)
+
+        try:
+            await self.app(scope, receive, tracked)
+        except SQLAlchemyError as exc:
+            if not unreachable(exc) or started:
+                raise
+            outage: Outage = scope["app"].state.outage
+            outage.failed(exc)
+            wait = outage.retry_after()
+            detail = f"the database cannot be reached; retry in {wait} s"
+            await _answer(send, 503, {"detail": detail}, ((b"retry-after", str(wait).encode()),))
 
 
 class RequestMetrics:

@@ -10,8 +10,11 @@ caller's (cancelled, or expired and taken by another): the holder then stops its
 if it comes, is not written (:meth:`Store.finish <gpuplan.planner.store.store.Store.finish>` with the
 owner).
 
-Lease times come from the clocks of the processes: keep the hosts' clocks in step (NTP) well within a
-lease.
+Every process that runs jobs also writes a heartbeat (``beat``) in the worker table, so that a server
+without solver processes can tell whether any process will run what it queues (``alive``).
+
+Lease and heartbeat times come from the clocks of the processes: keep the hosts' clocks in step (NTP)
+well within a lease.
 """
 
 from __future__ import annotations
@@ -22,10 +25,10 @@ from dataclasses import dataclass
 from datetime import timedelta
 from typing import Any
 
-from sqlalchemy import Engine, func, or_, select, update
+from sqlalchemy import Engine, delete, func, insert, or_, select, update
 
 from gpuplan.planner.store.records import ACTIVE, JobStatus, now
-from gpuplan.planner.store.tables import job_inputs, jobs
+from gpuplan.planner.store.tables import job_inputs, jobs, workers
 
 log = logging.getLogger(__name__)
 
@@ -191,3 +194,29 @@ class JobQueue:
         with self.engine.connect() as conn:
             text = conn.execute(select(jobs.c.progress).where(jobs.c.id == job_id)).scalar_one_or_none()
         return json.loads(text) if text else None
+
+    def beat(self, processes: int, ready: int) -> None:
+        """Record that this process runs ``processes`` solver processes, ``ready`` of them up, now."""
+        values = {"processes": processes, "ready": ready, "seen_at": now()}
+        with self.engine.begin() as conn:
+            res = conn.execute(update(workers).where(workers.c.owner == self.owner).values(**values))
+            if not res.rowcount:
+                conn.execute(insert(workers).values(owner=self.owner, **values))
+
+    def leave(self) -> None:
+        """Remove this process's heartbeat: it runs no more jobs."""
+        with self.engine.begin() as conn:
+            conn.execute(delete(workers).where(workers.c.owner == self.owner))
+
+    def alive(self) -> int:
+        """Processes with a solver process up whose heartbeat is younger than a lease (on every host);
+        older rows, left by processes that died, are removed."""
+        cutoff = now() - self.lease
+        with self.engine.begin() as conn:
+            conn.execute(delete(workers).where(workers.c.seen_at < cutoff))
+            found = conn.execute(
+                select(func.count())
+                .select_from(workers)
+                .where(workers.c.ready > 0, workers.c.seen_at >= cutoff)
+            ).scalar_one()
+        return int(found)

@@ -1,11 +1,11 @@
 """The job runner: solver processes that take jobs from the store's queue, driven from the event loop.
 
-Jobs wait in the job table (``api.queue``), which every server and worker on a PostgreSQL
-database shares. Each slot owns one process (``api.worker``); an idle slot claims the oldest queued job
-under a lease, runs it and ends it ``done``, ``failed`` or ``cancelled``, and while it runs a heartbeat
-renews the lease. A job whose process or server dies is queued again by whoever sees its lease run out
-(and run from its stored input), until it has run out ``max_lease_expiries`` times. Cancelling kills the
-process of a job held here at once; a job held elsewhere is cancelled in its row, and its holder's
+Jobs wait in the job table (``api.queue``), which every server and worker on a PostgreSQL database
+shares. Each slot owns one solver process (``api.solver_process``); an idle slot claims the oldest queued
+job under a lease, runs it and ends it ``done``, ``failed`` or ``cancelled``, and while it runs a
+heartbeat renews the lease. A job whose process or server dies is queued again by whoever sees its lease
+run out (and run from its stored input), until it has run out ``max_lease_expiries`` times. Cancelling
+kills the process of a job held here at once; a job held elsewhere is cancelled in its row, and its holder's
 next heartbeat finds that and kills its process. The slots supervise their processes: one that dies
 (killed, crashed, out of memory) is noticed at once from its pipe, its job fails with the reason, and
 the slot starts a new process; while no process is up the runner is not ready. Explanations are not
@@ -30,16 +30,18 @@ import socket
 import time
 import uuid
 from collections import deque
+from collections.abc import Callable
 from dataclasses import dataclass, field
 from multiprocessing.connection import Connection
 from multiprocessing.context import ForkServerContext
 from multiprocessing.process import BaseProcess
-from typing import Any
+from typing import Any, TypeVar
 
 from sqlalchemy.exc import SQLAlchemyError
 
-from gpuplan.api import worker
+from gpuplan.api import solver_process
 from gpuplan.api.metrics import ApiMetrics, read_fleet
+from gpuplan.api.outage import Outage, unreachable
 from gpuplan.api.queue import JobQueue
 from gpuplan.api.settings import Settings
 from gpuplan.api.store import JobRecord, JobStatus, Store
@@ -47,9 +49,10 @@ from gpuplan.planner.store.db import driver_reason
 from gpuplan.planner.store.records import ACTIVE, PLAN_KIND
 
 log = logging.getLogger(__name__)
+T = TypeVar("T")
 
 _CTX: ForkServerContext = multiprocessing.get_context("forkserver")
-_CTX.set_forkserver_preload(["gpuplan.api.worker"])
+_CTX.set_forkserver_preload(["gpuplan.api.solver_process"])
 
 #: Solves whose mean wall time estimates how long a queued job waits (``mean_solve_s``).
 RECENT_SOLVES = 20
@@ -100,6 +103,13 @@ class Job:
     cancelled: bool = False
     stored: bool = True
     reply: tuple[Any, ...] | None = None
+    #: When its solver process took it (``time.monotonic``); None while it waits.
+    started: float | None = None
+
+    def left_s(self) -> float:
+        """Seconds until its time limit ends (all of it while it waits)."""
+        spent = 0.0 if self.started is None else time.monotonic() - self.started
+        return max(0.0, self.time_limit_s - spent)
 
 
 class Slot:
@@ -118,7 +128,7 @@ class Slot:
     def _spawn(self) -> tuple[BaseProcess, Connection]:
         parent, child = _CTX.Pipe()
         process = _CTX.Process(
-            target=worker.main,
+            target=solver_process.main,
             args=(child, os.getpid(), self.memory_mib),
             name=f"gpuplan-solver-{self.number}",
         )
@@ -206,8 +216,10 @@ class Runner:
         lease_s: float = 30.0,
         max_expiries: int = 3,
         prestart: bool = True,
+        outage: Outage | None = None,
     ) -> None:
         self.store = store
+        self.outage = outage or Outage(lease_s)
         self.prestart = prestart
         self.metrics = metrics
         self.grace_s = grace_s
@@ -225,8 +237,10 @@ class Runner:
         metrics.running.set_function(self.running)
 
     @classmethod
-    def of(cls, settings: Settings, store: Store, metrics: ApiMetrics) -> Runner:
-        """The runner that ``settings`` describe, on ``store``."""
+    def of(
+        cls, settings: Settings, store: Store, metrics: ApiMetrics, outage: Outage | None = None
+    ) -> Runner:
+        """The runner that ``settings`` describe, on ``store`` (noting database outages in ``outage``)."""
         return cls(
             store,
             metrics,
@@ -236,6 +250,7 @@ class Runner:
             lease_s=settings.lease_seconds,
             max_expiries=settings.max_lease_expiries,
             prestart=settings.prestart_solvers,
+            outage=outage,
         )
 
     def running(self) -> int:
@@ -254,6 +269,29 @@ class Runner:
         if mean is None or active <= 0:
             return 1
         return max(1, math.ceil(mean / max(1, len(self.slots))))
+
+    def read_retry_after(self) -> int:
+        """Whole seconds (at least 1) until one of the explanations waiting or running here is bound to
+        end: the least time limit left among them."""
+        left = [j.left_s() for j in self.jobs.values() if not j.stored]
+        return max(1, math.ceil(min(left))) if left else 1
+
+    async def _db(self, call: Callable[..., T], *args: Any, **kwargs: Any) -> T:
+        """``call`` in a worker thread, noting in ``outage`` whether the database answered."""
+        try:
+            result = await asyncio.to_thread(call, *args, **kwargs)
+        except SQLAlchemyError as exc:
+            if unreachable(exc):
+                self.outage.failed(exc)
+            raise
+        self.outage.succeeded()
+        return result
+
+    @staticmethod
+    def _db_error(exc: SQLAlchemyError, what: str) -> None:
+        """Log a database error of a loop that tries again, unless it is the outage (logged once)."""
+        if not unreachable(exc):
+            log.warning("%s (%s); trying again", what, driver_reason(exc))
 
     async def active(self) -> int:
         """Stored jobs queued or running, on every server (explanations are counted apart, in
@@ -281,10 +319,9 @@ class Runner:
             plan_json, input_json = latest.result_json, latest.input.input_json
             self.metrics.fleet.latest = await asyncio.to_thread(read_fleet, plan_json, input_json)
         self.tasks = [asyncio.create_task(self._serve(s), name=f"slot-{s.number}") for s in self.slots]
-        if self.slots or self.queue.shared:
-            # On a shared database every server expires leases, HTTP-only ones too: a killed worker's
-            # job is queued again even while no other worker runs.
-            self.tasks.append(asyncio.create_task(self._expire(), name="lease-expiry"))
+        # Every server expires leases, HTTP-only ones too (a killed worker's job is queued again even
+        # while no other worker runs), and this loop also sees a database outage end.
+        self.tasks.append(asyncio.create_task(self._expire(), name="lease-expiry"))
         log.info("job runner %s: %d solver process(es)", self.queue.owner, len(self.slots))
 
     async def stop(self) -> None:
@@ -304,14 +341,20 @@ class Runner:
                 log.warning("solver slot loop %s did not stop; abandoned", t.get_name())
                 t.cancel()
         await asyncio.gather(*(s.stop() for s in self.slots))
-        if self.queue.shared:
-            n = await asyncio.to_thread(self.queue.release)
-            if n:
-                log.warning("%d job(s) running here are queued again for the other servers", n)
-        else:
-            n = await asyncio.to_thread(self.store.interrupt_active)
-            if n:
-                log.warning("%d job(s) still queued or running are marked interrupted", n)
+        try:
+            if self.slots:
+                await asyncio.to_thread(self.queue.leave)
+            if self.queue.shared:
+                n = await asyncio.to_thread(self.queue.release)
+                if n:
+                    log.warning("%d job(s) running here are queued again for the other servers", n)
+            else:
+                n = await asyncio.to_thread(self.store.interrupt_active)
+                if n:
+                    log.warning("%d job(s) still queued or running are marked interrupted", n)
+        except SQLAlchemyError as exc:
+            # Their leases run out instead, and whoever sees that queues them again.
+            log.warning("the jobs held here were not handed back (%s)", driver_reason(exc))
 
     def queued(self) -> None:
         """A job was stored as queued: wake an idle slot to claim it (other servers find it when they
@@ -390,9 +433,9 @@ class Runner:
                 return self.waiting.popleft()
             self.wake.clear()
             try:
-                claimed = await asyncio.to_thread(self.queue.claim)
+                claimed = await self._db(self.queue.claim)
             except SQLAlchemyError as exc:
-                log.warning("the job queue cannot be read (%s); trying again", driver_reason(exc))
+                self._db_error(exc, "the job queue cannot be read")
                 claimed = None
             if claimed is not None:
                 job = Job(claimed.id, claimed.input_json, claimed.options, _budget(claimed.options))
@@ -417,13 +460,22 @@ class Runner:
         return slot.conn is not None and slot.died.is_set()
 
     async def _expire(self) -> None:
-        """Every heartbeat, queue again (or fail) the jobs whose holders stopped renewing their leases."""
+        """Every heartbeat, say that this process runs jobs (when it has solver processes: see
+        :meth:`JobQueue.beat <gpuplan.api.queue.JobQueue.beat>`), and queue again (or fail) the jobs
+        whose holders stopped renewing their leases;
+        during a database outage and a lease's time after it only check that the database answers (see
+        :meth:`Outage.expiry_paused <gpuplan.api.outage.Outage.expiry_paused>`)."""
         while not self.stopping:
             try:
-                if await asyncio.to_thread(self.queue.expire):
+                if self.slots:
+                    up = sum(1 for s in self.slots if s.ready) if self.prestart else len(self.slots)
+                    await self._db(self.queue.beat, len(self.slots), up)
+                if self.outage.expiry_paused():
+                    await self._db(self.store.ping)
+                elif await self._db(self.queue.expire):
                     self.wake.set()
             except SQLAlchemyError as exc:
-                log.warning("expired leases not checked (%s); trying again", driver_reason(exc))
+                self._db_error(exc, "expired leases not checked")
             await asyncio.sleep(self.beat_s)
 
     async def _heartbeat(self, slot: Slot, job: Job) -> None:
@@ -432,9 +484,9 @@ class Runner:
         while True:
             await asyncio.sleep(self.beat_s)
             try:
-                held = await asyncio.to_thread(self.queue.renew, job.id, job.progress)
+                held = await self._db(self.queue.renew, job.id, job.progress)
             except SQLAlchemyError as exc:
-                log.warning("job %s: lease not renewed (%s); trying again", job.id, driver_reason(exc))
+                self._db_error(exc, f"job {job.id}: lease not renewed")
                 continue
             if not held:
                 log.info("job %s is no longer held here (cancelled, or passed on); its solve stops", job.id)
@@ -491,7 +543,7 @@ class Runner:
 
     async def _run(self, slot: Slot, job: Job) -> bool:
         """Run ``job`` in the slot's process to its end; False when the process could not take it."""
-        started = time.monotonic()
+        started = job.started = time.monotonic()
         if not slot.send({"job": job.id, "input": job.input_json, "options": job.options}):
             await self._drain_exit(slot)
             log.warning("solver process %d had died (%s); starting a new one", slot.number, await slot.reap())
@@ -519,7 +571,7 @@ class Runner:
                     await self._close(job, JobStatus.FAILED, error=error)
                 return True
             wall = time.monotonic() - started
-            if kind == "error" and message[1] == worker.OUT_OF_MEMORY:
+            if kind == "error" and message[1] == solver_process.OUT_OF_MEMORY:
                 # Not worth keeping what a failed allocation left half-built: the slot starts anew.
                 slot.kill()
                 await self._drain_exit(slot)
@@ -535,9 +587,30 @@ class Runner:
                 )
             else:
                 _, code, text = message
-                error = text if code == worker.OUT_OF_MEMORY else f"{code}: {text}"
+                error = text if code == solver_process.OUT_OF_MEMORY else f"{code}: {text}"
                 await self._close(job, JobStatus.FAILED, error=error)
             return True
+
+    async def _finish(self, job: Job, status: JobStatus, fields: dict[str, Any]) -> bool:
+        """Write the end of a stored job; while the database cannot be reached, keep it here and try
+        again every ``POLL_S`` (the heartbeat keeps renewing the lease meanwhile) until it is written or
+        the runner stops. True when this wrote it (False: the job was no longer held here)."""
+        kept = False
+        while True:
+            try:
+                return await self._db(self.store.finish, job.id, status, owner=self.queue.owner, **fields)
+            except SQLAlchemyError as exc:
+                if not unreachable(exc):
+                    raise
+            if self.stopping:
+                log.warning(
+                    "job %s: its end (%s) was not written: the database is down", job.id, status.value
+                )
+                return False
+            if not kept:
+                kept = True
+                log.warning("job %s ended (%s); kept here until the database returns", job.id, status.value)
+            await asyncio.sleep(POLL_S)
 
     async def _drain_exit(self, slot: Slot) -> None:
         while (await slot.inbox.get())[0] != "exit":
@@ -552,7 +625,7 @@ class Runner:
         if status is JobStatus.DONE and job.options.get("kind") == PLAN_KIND:
             # Read before the job is closed: once a client sees it done, /metrics shows its plan.
             fleet = await asyncio.to_thread(read_fleet, fields["plan_json"], job.input_json)
-        closed = await asyncio.to_thread(self.store.finish, job.id, status, owner=self.queue.owner, **fields)
+        closed = await self._finish(job, status, fields)
         if closed:
             self.metrics.jobs_finished.labels(
                 status=status.value, plan_status=str(fields.get("plan_status") or "")

@@ -29,6 +29,11 @@ class Limits(BaseSettings):
     max_gpus_per_node: int = Field(default=256, ge=1, le=MAX_GPUS_PER_NODE)
     max_name_length: int = Field(default=MAX_NAME_LENGTH, ge=1, le=MAX_NAME_LENGTH)
     max_time_limit_s: float = Field(default=300.0, gt=0, allow_inf_nan=False)
+    max_replicas_per_second: int = Field(
+        default=2000,
+        ge=1,
+        description="replicas a request may have per second of its time limit (else 413: it would overrun)",
+    )
     max_active_jobs: int = Field(default=64, ge=1)
     rate_per_minute: int = Field(
         default=1200, ge=0, description="calls a minute per API key, on average (0: no limit)"

@@ -32,8 +32,8 @@ from pathlib import Path
 
 from hypothesis import HealthCheck, Phase, given, seed, settings
 
+from gpuplan.models.inputs import PlanningInput
 from gpuplan.models.plan import MIGRATE, PREEMPT, Plan
-from gpuplan.models.problem import PlanningInput
 from gpuplan.planner.validation.validate import validate_plan
 from tests._brute import (
     CATALOG,

@@ -28,7 +28,7 @@ import pandas as pd
 from benchmarks.b8_api_load import cluster, workloads
 from benchmarks.common import NOW, markdown, write
 from gpuplan.models.catalog import data_dir
-from gpuplan.models.problem import PlanningInput
+from gpuplan.models.inputs import PlanningInput
 from gpuplan.planner.cli.common import load_input
 from gpuplan.planner.planning import make_plan
 

@@ -42,7 +42,7 @@ def large_body() -> bytes:
     ]
     pad = "x" * 150
     work = [{"id": f"w{i:06d}-{pad}", "team": "ml", "gpu_milli": 100} for i in range(20000)]
-    options = {"solver": "first-fit", "time_limit_s": 1}
+    options = {"solver": "first-fit", "time_limit_s": 10}  # admitted: 2,000 replicas a second
     return json.dumps(
         {"cluster": {"nodes": nodes}, "workloads": work, "team": "ml", "options": options}
     ).encode()

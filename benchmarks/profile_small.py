@@ -23,7 +23,7 @@ from typing import Any, TypeVar
 from benchmarks.b8_api_load import body
 from gpuplan.api.schemas import PlanRequest
 from gpuplan.models.catalog import default_catalog
-from gpuplan.models.problem import PlanningInput
+from gpuplan.models.inputs import PlanningInput
 from gpuplan.planner import planning
 from gpuplan.solvers.base import get_solver
 

@@ -28,11 +28,13 @@ from gpuplan.models.hardware import (
     MigProfile,
     ReferenceTopology,
 )
+from gpuplan.models.inputs import PlanningInput, reference_errors
 from gpuplan.models.plan import (
     Action,
     Assignment,
     GpuUse,
     MigLayout,
+    MigMode,
     NodeSharing,
     Plan,
     PlanStatus,
@@ -51,7 +53,6 @@ from gpuplan.models.policy import (
     SharingPolicy,
     Tier,
 )
-from gpuplan.models.problem import PlanningInput, reference_errors
 from gpuplan.models.workload import (
     BACKGROUND,
     LATENCY_SENSITIVE,
@@ -85,6 +86,7 @@ __all__ = [
     "MigConfig",
     "MigInstance",
     "MigLayout",
+    "MigMode",
     "NodeSharing",
     "MigPlacement",
     "MigPolicy",

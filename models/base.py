@@ -97,7 +97,13 @@ def _printable(value: str, info: ValidationInfo) -> str:
     return value
 
 
+#: The rule of :func:`_printable` as a JSON-schema pattern, so that a schema states it (not checked by it).
+PRINTABLE_PATTERN = f"^[^{_CONTROL.pattern[1:-1]}]*$"
 #: An id or name: printable, at most :data:`MAX_NAME_LENGTH` characters.
-Name = Annotated[str, Field(max_length=MAX_NAME_LENGTH), AfterValidator(_printable)]
+Name = Annotated[
+    str,
+    Field(max_length=MAX_NAME_LENGTH, json_schema_extra={"pattern": PRINTABLE_PATTERN}),
+    AfterValidator(_printable),
+]
 #: Seconds: finite, not negative, at most :data:`MAX_SECONDS`.
 Seconds = Annotated[float, Field(ge=0, le=MAX_SECONDS, allow_inf_nan=False)]

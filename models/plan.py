@@ -141,6 +141,16 @@ class MigLayout(Strict):
     instances: tuple[MigInstance, ...]
 
 
+class MigMode(Strict):
+    """The MIG mode a plan gives a GPU (changed from the GPU's own by a ``set-mig-mode`` action): ``enabled``
+    false turns MIG off (the GPU is then given whole or as fractions, its instances gone); true turns it on
+    with no instance (the plan's ``mig_layouts`` may then create some)."""
+
+    node: str
+    gpu: int = Field(ge=0)
+    enabled: bool
+
+
 class NodeSharing(Strict):
     """The sharing mode a plan gives a node (changed from the node's own by a ``set-sharing`` action)."""
 
@@ -153,6 +163,9 @@ class NodeSharing(Strict):
 PREEMPT, MIGRATE, DESTROY, CREATE, START = "preempt", "migrate", "destroy-mig", "create-mig", "start"
 #: Action kind: change a drained node's sharing mode (``from`` and ``to`` as ``sharing_text`` spells them).
 SET_SHARING = "set-sharing"
+#: Action kind: turn MIG mode of a drained GPU ``on`` or ``off`` (``from`` and ``to``; its node's label
+#: ``nvidia.com/mig.config`` in Kubernetes).
+SET_MIG_MODE = "set-mig-mode"
 #: ``detail`` of a migration that only restarts a replica in place while its GPU is re-partitioned.
 DRAIN = "drain for MIG re-partition"
 
@@ -209,6 +222,8 @@ class Plan(Strict):
     assignments: tuple[Assignment, ...] = ()
     unplaced: tuple[Unplaced, ...] = ()
     mig_layouts: tuple[MigLayout, ...] = ()
+    #: GPUs whose MIG mode the plan changes (applied before ``mig_layouts``).
+    mig_modes: tuple[MigMode, ...] = ()
     sharing: tuple[NodeSharing, ...] = ()
     actions: tuple[Action, ...] = ()
     explanations: tuple[Explanation, ...] = ()

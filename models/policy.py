@@ -4,7 +4,7 @@ from __future__ import annotations
 
 from enum import StrEnum
 
-from pydantic import Field, model_validator
+from pydantic import Field, StrictInt, model_validator
 
 from gpuplan.models.base import Name, Seconds, Strict
 from gpuplan.models.workload import BACKGROUND, LATENCY_SENSITIVE, STANDARD
@@ -17,7 +17,7 @@ class Tier(Strict):
     """A service tier: its queue-time weight and the wait it should not exceed."""
 
     name: Name = Field(min_length=1)
-    weight: int = Field(ge=0)
+    weight: StrictInt = Field(ge=0, description='a whole number, not text: 3, not "3"')
     target_wait_s: Seconds | None = None
     may_be_preempted: bool = True
     default_duration_s: Seconds | None = Field(default=None, gt=0)

@@ -12,6 +12,7 @@ from typing import Any
 from pydantic import Field, field_validator, model_validator
 
 from gpuplan.models.base import Name, Seconds, Strict
+from gpuplan.models.plan import GpuUse
 
 #: Compute share (milli-GPU) a memory-only ask (``gpu_memory_mib`` without ``gpu_milli``) is planned
 #: with: the smallest fraction, so it marks the GPU as shared everywhere a fraction does while its
@@ -36,10 +37,12 @@ class TopologyNeed(StrEnum):
 class ShapeFields(Strict):
     """The fields that describe one way to run a replica (shared by a shape and a workload)."""
 
-    gpus: int = Field(default=0, ge=0)
-    gpu_milli: int = Field(default=0, ge=0, le=999)
-    mig_profile: str | None = None
-    gpu_models: tuple[str, ...] = ()
+    gpus: int = Field(default=0, ge=0, description="whole GPUs (at most one of gpus, gpu_milli, mig_profile)")
+    gpu_milli: int = Field(default=0, ge=0, le=999, description="a fraction of one GPU, in thousandths")
+    mig_profile: str | None = Field(default=None, description="a MIG profile of the GPU model, e.g. 1g.10gb")
+    gpu_models: tuple[str, ...] = Field(
+        default=(), description="GPU models of the hardware catalog it may run on (any if empty)"
+    )
     cpu_milli: int = Field(default=0, ge=0)
     memory_mib: int = Field(default=0, ge=0)
     #: GPU memory (MiB) on each GPU the replica uses: shared with the other fractions of that GPU, and
@@ -90,20 +93,9 @@ class Shape(ShapeFields):
         return self.gpus * 1000 + self.share_milli
 
 
-class GpuRef(Strict):
-    """One GPU used by a running replica: whole (index only), a fraction (milli) or a MIG instance."""
-
-    index: int = Field(ge=0)
-    milli: int | None = Field(default=None, ge=1, le=999)
-    mig_profile: str | None = None
-    mig_start: int | None = Field(default=None, ge=0)
-
-    @property
-    def kind(self) -> str:
-        """``whole``, ``fraction`` or ``mig``, as :attr:`models.plan.GpuUse.kind`."""
-        if self.mig_profile is not None:
-            return "mig"
-        return "fraction" if self.milli is not None else "whole"
+class GpuRef(GpuUse):
+    """One GPU used by a running replica: whole (index only), a fraction (milli) or a MIG instance; the
+    same entry as a plan's :class:`~gpuplan.models.plan.GpuUse`, named for the ``running_on`` field."""
 
 
 class Placement(Strict):
@@ -155,7 +147,11 @@ class Workload(ShapeFields):
     tier: Name = Field(default="standard", min_length=1)
     priority: int = 0
     replicas: int = Field(default=1, ge=1)
-    alternatives: tuple[Shape, ...] = ()
+    alternatives: tuple[Shape, ...] = Field(
+        default=(),
+        description="other ways to run a replica, best first; exclusive with a top-level shape (gpus, "
+        "gpu_milli or mig_profile above 0 or set): giving both is refused",
+    )
     gang: Name | None = None
     gang_domain: Name | None = None
     preemptible: bool = False

@@ -13,21 +13,28 @@ from typing import Any
 
 from gpuplan.models.catalog import default_catalog
 from gpuplan.models.hardware import HardwareCatalog
-from gpuplan.models.plan import NodeSharing, Plan, SolverReport, StaysBroken
-from gpuplan.models.problem import PlanningInput
+from gpuplan.models.inputs import PlanningInput
+from gpuplan.models.plan import MigMode, NodeSharing, Plan, SolverReport, StaysBroken
 from gpuplan.planner.explain.reasons import explain_all, with_explanations
 from gpuplan.planner.pipeline.actions import plan_actions
 from gpuplan.planner.pipeline.compile import compile_problem
 from gpuplan.planner.pipeline.deadline import MIN_SOLVE_S, Deadline, Stopwatch
-from gpuplan.planner.pipeline.layouts import cluster_with_sharing
+from gpuplan.planner.pipeline.layouts import cluster_with_mig_modes, cluster_with_sharing
 from gpuplan.planner.pipeline.metrics import fragmentation, plan_metrics
+from gpuplan.planner.pipeline.migmode import (
+    choose_mig_modes,
+    mig_modes_fixed,
+    used_modes,
+    without_dropped,
+)
+from gpuplan.planner.pipeline.migmode import modes_left as mig_modes_left
 from gpuplan.planner.pipeline.repair import without_idle_moves
 from gpuplan.planner.pipeline.sharing import choose_sharing, modes_fixed, modes_left, used_changes
 from gpuplan.planner.pipeline.timeline import TIMELINE_CUT, previous_reservations, with_reservations
 from gpuplan.planner.validation.errors import InvalidPlanError
 from gpuplan.planner.validation.validate import check_plan
 from gpuplan.solvers.base import CUT, SolveResult, get_solver
-from gpuplan.solvers.evaluate import reported
+from gpuplan.solvers.evaluate import evaluate, reported
 from gpuplan.solvers.problem import PlacementProblem
 
 log = logging.getLogger(__name__)
@@ -48,6 +55,14 @@ POST_SOLVE_MAX_SHARE = 0.5
 TIMELINE_SHARE = 0.5
 #: Largest share of the time limit the sharing-mode pre-pass may take (its trials stop after it).
 SHARING_SHARE = 0.1
+#: Largest share of the time limit the MIG-mode pre-pass may take (its trials stop after it); a
+#: deterministic plan bounds it by replicas placed instead (the same every run): the greedy places about
+#: ``TRIAL_REPLICAS_PER_S`` replicas a second on a loaded 2-core machine (1,600 in 0.4-1.2 s, B17).
+MIG_MODE_SHARE = 0.1
+TRIAL_REPLICAS_PER_S = 1000
+#: Inputs up to this many replicas are solved both with the pre-pass's MIG mode switches and without
+#: them (each solve on half the share); larger ones with the switches only, their solve keeping its share.
+DUAL_SOLVE_REPLICAS = 200
 #: Largest share of the time limit the explanations of waiting replicas may take.
 EXPLAIN_SHARE = 0.25
 
@@ -90,9 +105,10 @@ def assemble_plan(
     catalog: HardwareCatalog,
     provenance: dict[str, Any],
     sharing: tuple[NodeSharing, ...] = (),
+    mig_modes: tuple[MigMode, ...] = (),
 ) -> Plan:
-    """A Plan from a solver result and the sharing modes it gives nodes (actions, metrics); not yet
-    checked (:func:`checked`)."""
+    """A Plan from a solver result, the sharing modes it gives nodes and the MIG modes it gives GPUs
+    (actions, metrics); not yet checked (:func:`checked`)."""
     return Plan(
         status=result.status,
         solver=SolverReport(
@@ -108,13 +124,21 @@ def assemble_plan(
         assignments=result.assignments,
         unplaced=result.unplaced,
         mig_layouts=result.mig_layouts,
+        mig_modes=mig_modes,
         sharing=sharing,
         actions=plan_actions(
-            inp, result.assignments, result.mig_layouts, catalog, _planned_at(provenance), sharing=sharing
+            inp,
+            result.assignments,
+            result.mig_layouts,
+            catalog,
+            _planned_at(provenance),
+            sharing=sharing,
+            mig_modes=mig_modes,
         ),
         metrics={
             **plan_metrics(inp, result.assignments, catalog),
             **({"sharing_changes": float(len(sharing))} if sharing else {}),
+            **({"mig_mode_changes": float(len(mig_modes))} if mig_modes else {}),
             **fragmentation(problem, result.assignments, result.mig_layouts),
         },
         provenance=provenance,
@@ -160,6 +184,19 @@ def _cut(plan: Plan, phases: list[str], not_rederived: int, *, deterministic: bo
     return plan.model_copy(update=update)
 
 
+def requests(inp: PlanningInput) -> list[tuple[str, int]]:
+    """Every replica of the input (running or waiting)."""
+    return [(w.id, r) for w in inp.workloads for r in range(w.replicas)]
+
+
+def _rank(problem: PlacementProblem, result: SolveResult, switches: tuple[MigMode, ...]) -> tuple[int, ...]:
+    """How good a solve on the MIG modes ``switches`` gives is: its objective, then its disruption with
+    the switches it uses, then more switches last."""
+    used = used_modes(switches, result.assignments, result.mig_layouts, result.unplaced)
+    ev = evaluate(problem, result.assignments, result.mig_layouts, 0, len(used))
+    return (ev.objective(problem), ev.disruption, len(switches))
+
+
 def make_plan(
     inp: PlanningInput,
     *,
@@ -202,16 +239,44 @@ def make_plan(
         inp.model_copy(update={"cluster": cluster_with_sharing(inp.cluster, changes)}) if changes else inp
     )
     watch.lap("sharing")
-    problem = compile_problem(
-        planned, catalog, now, seed=seed, num_workers=num_workers, deterministic=deterministic, ray=ray
-    )
+    # Idle MIG-capable GPUs whose MIG mode keeps waiting demand off switch next (policy permitting).
+    budget = None if deterministic else MIG_MODE_SHARE * time_limit_s
+    trial_replicas = int(TRIAL_REPLICAS_PER_S * MIG_MODE_SHARE * time_limit_s)
+    switches = choose_mig_modes(planned, catalog, now, budget, trial_replicas)
+    watch.lap("mig_modes")
+    compiled = {
+        chosen: compile_problem(
+            planned.model_copy(update={"cluster": cluster_with_mig_modes(planned.cluster, chosen)}),
+            catalog,
+            now,
+            seed=seed,
+            num_workers=num_workers,
+            deterministic=deterministic,
+            ray=ray,
+        )
+        for chosen in (
+            (switches, ()) if switches and len(requests(inp)) <= DUAL_SOLVE_REPLICAS else (switches,)
+        )
+    }
     watch.lap("compile")
     # A deterministic solve keeps the share fixed by the limit and the input (so it repeats); others give
     # up what the pre-pass and the compile took (the provenance keeps the fixed share: it repeats too).
     left = max(MIN_SOLVE_S, min(solve_s, deadline.reserve(post_s + explain_s).remaining()))
-    problem = replace(problem, time_limit_s=solve_s if deterministic else left)
-    log.info("planning %d replicas on %d nodes with %s", len(problem.requests), len(problem.nodes), solver)
-    result = modes_fixed(inp, problem, get_solver(solver).solve(problem))
+    share = (solve_s if deterministic else left) / len(compiled)
+    solved = {}
+    for chosen, problem in compiled.items():
+        problem = replace(problem, time_limit_s=max(MIN_SOLVE_S, share))
+        log.info(
+            "planning %d replicas on %d nodes with %s", len(problem.requests), len(problem.nodes), solver
+        )
+        solved[chosen] = (problem, get_solver(solver).solve(problem))
+    # The pre-pass's greedy trials neither move nor preempt work; a solver that does may do better with
+    # the GPUs as they are, so with switches chosen on a small input both are solved (each on half the
+    # share) and the better plan is kept (ties: no switch).
+    switches = min(solved, key=lambda c: _rank(*solved[c], c))
+    problem, result = solved[switches]
+    planned = planned.model_copy(update={"cluster": cluster_with_mig_modes(planned.cluster, switches)})
+    result = mig_modes_fixed(inp, catalog, problem, modes_fixed(inp, problem, result))
     watch.lap("solve")
     # The passes after the solve share what it left; a deterministic plan's are cut only at the limit.
     cut: list[str] = []
@@ -227,7 +292,10 @@ def make_plan(
     # The report describes the plan returned, after every pass that changed it, in the modes it leaves.
     kept = used_changes(changes, inp, result.assignments, result.unplaced)
     problem = modes_left(inp, problem, changes, kept)
-    result = reported(problem, result, len(kept))
+    kept_switches = used_modes(switches, result.assignments, result.mig_layouts, result.unplaced)
+    problem = mig_modes_left(inp, problem, switches, kept_switches)
+    result = without_dropped(result, switches, kept_switches)
+    result = reported(problem, result, len(kept), len(kept_switches))
     provenance = {
         "inputs_sha256": inputs_digest(inp),
         "input_sha256": input_digests(inp),
@@ -242,7 +310,7 @@ def make_plan(
         "deterministic": deterministic,
         "now": now.isoformat(),
     }
-    plan = assemble_plan(inp, problem, result, catalog, provenance, kept)
+    plan = assemble_plan(inp, problem, result, catalog, provenance, kept, kept_switches)
     watch.lap("build")
     plan = checked(plan, inp, catalog)
     watch.lap("validate")

@@ -7,6 +7,7 @@ problem.
 
 from __future__ import annotations
 
+import math
 from collections.abc import Collection
 from dataclasses import replace
 from fractions import Fraction
@@ -65,8 +66,8 @@ def queue_lower_bound(problem: PlacementProblem, never_fit: Collection[tuple[str
     """
     capacity = sum(1000 * len(n.gpus) for n in problem.nodes)
     caps = _team_caps(problem)
-    bound = Fraction(0)
-    items: list[tuple[Fraction, int, int, str]] = []
+    bound = 0
+    items: list[tuple[int, int, str]] = []
     held = 0
     for q in problem.requests:
         demand = min(s.gpu_milli_total for s in q.shapes)
@@ -80,16 +81,21 @@ def queue_lower_bound(problem: PlacementProblem, never_fit: Collection[tuple[str
         if q.key in never_fit:
             bound += penalty
         elif demand > 0:
-            items.append((Fraction(penalty, demand), demand, penalty, q.team))
+            items.append((demand, penalty, q.team))
+    # Exact integer arithmetic over a common denominator (every demand divides it): the penalty per
+    # milli-GPU of an item is ``penalty * scale // demand`` units of 1/scale. As fast as floats, and
+    # unlike fractions no slower (100,000 fractions took seconds to sort).
+    scale = math.lcm(*{demand for demand, _, _ in items}) if items else 1
     room = max(0, capacity - held)
-    for _, demand, penalty, team in sorted(items, key=lambda x: -x[0]):
+    left = 0  # the waiting part of the items, in units of 1/scale
+    for demand, penalty, team in sorted(items, key=lambda x: -(x[1] * scale // x[0])):
         take = min(demand, room, max(0, caps.get(team, demand)))
         room -= take
         if team in caps:
             caps[team] -= take
-        bound += Fraction(penalty * (demand - take), demand)
+        left += penalty * (demand - take) * (scale // demand)
     # The queue term is an integer: round the relaxation's value up.
-    return -((-bound.numerator) // bound.denominator)
+    return bound - (-left // scale)
 
 
 def objective_bound(problem: PlacementProblem, queue_bound: int) -> int:
@@ -115,6 +121,28 @@ def with_modes_free(problem: PlacementProblem, nodes: Collection[str]) -> Placem
         problem,
         nodes=tuple(
             replace(n, gpus=tuple(replace(g, sharing=None) for g in n.gpus)) if n.name in free else n
+            for n in problem.nodes
+        ),
+    )
+
+
+def with_mig_free(problem: PlacementProblem, gpus: Collection[tuple[str, int]]) -> PlacementProblem:
+    """``problem`` with the GPUs ``gpus`` (node, index) out of MIG mode and in no sharing mode: whole GPUs
+    and fractions alike. A MIG shape is never counted as never fitting when re-partitioning is allowed
+    (:func:`never_fits`), which a MIG mode change needs, so its bounds hold whichever MIG modes a plan
+    gives those GPUs."""
+    free = set(gpus)
+    return replace(
+        problem,
+        nodes=tuple(
+            replace(
+                n,
+                gpus=tuple(
+                    replace(g, mig=None, sharing=None) if (n.name, g.index) in free else g for g in n.gpus
+                ),
+            )
+            if any(key[0] == n.name for key in free)
+            else n
             for n in problem.nodes
         ),
     )

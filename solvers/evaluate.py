@@ -57,6 +57,7 @@ class Evaluation:
     free_gpu_milli: int
     drains: int = 0
     sharing_changes: int = 0
+    mig_mode_changes: int = 0
 
     def objective(self, problem: PlacementProblem) -> int:
         """The primary objective the policy asks for: the queue term, or the weighted sum."""
@@ -82,6 +83,7 @@ class Evaluation:
             "preemptions": float(self.preemptions),
             "destroyed_mig_instances": float(self.destroyed_instances),
             "sharing_changes": float(self.sharing_changes),
+            "mig_mode_changes": float(self.mig_mode_changes),
         }
 
 
@@ -190,19 +192,21 @@ def evaluate(
     assignments: Sequence[Assignment],
     layouts: Sequence[MigLayout],
     sharing_changes: int = 0,
+    mig_mode_changes: int = 0,
 ) -> Evaluation:
-    """The exact objective terms of a plan (assignments, target MIG layouts and the number of nodes whose
-    sharing mode it changes) of ``problem``, whose nodes are in the modes the plan leaves them."""
+    """The exact objective terms of a plan (assignments, target MIG layouts, the number of nodes whose
+    sharing mode it changes and of GPUs whose MIG mode it changes) of ``problem``, whose nodes are in
+    the modes the plan leaves them. A MIG mode change costs ``mig.repartition_cost``, as a re-partition's
+    destroyed instance does."""
     placed = {(a.workload, a.replica): a for a in assignments}
     nodes = {n.name: n for n in problem.nodes}
     current = {(n.name, g.index): set(g.mig) for n in problem.nodes for g in n.gpus if g.mig is not None}
-    destroyed = 0
-    repartitioned: set[tuple[str, int]] = set()
+    # A re-partition drains only the replicas on the instances it destroys; the others keep running.
+    gone: set[tuple[str, int, tuple[str, int]]] = set()
     for lay in layouts:
-        gone = current.get((lay.node, lay.gpu), set()) - {(i.profile, i.start) for i in lay.instances}
-        destroyed += len(gone)
-        if gone:
-            repartitioned.add((lay.node, lay.gpu))
+        kept = {(i.profile, i.start) for i in lay.instances}
+        gone |= {(lay.node, lay.gpu, inst) for inst in current.get((lay.node, lay.gpu), set()) - kept}
+    destroyed = len(gone)
     queue = moves = drains = preemptions = topology = 0
     for req in problem.requests:
         a = placed.get(req.key)
@@ -215,7 +219,7 @@ def evaluate(
             continue
         if not _stays(req, a):
             moves += 1
-        elif any((a.node, g.index) in repartitioned for g in a.gpus):
+        elif any((a.node, g.index, (g.mig_profile, g.mig_start)) in gone for g in a.gpus):
             drains += 1
     fragmented, free = fragmented_milli(problem, assignments, layouts)
     disruption = (
@@ -223,6 +227,7 @@ def evaluate(
         + PREEMPT_COST * preemptions
         + problem.policy.mig.repartition_cost * destroyed
         + problem.policy.sharing.change_cost * sharing_changes
+        + problem.policy.mig.repartition_cost * mig_mode_changes
     )
     return Evaluation(
         queue=queue,
@@ -235,12 +240,16 @@ def evaluate(
         free_gpu_milli=free,
         drains=drains,
         sharing_changes=sharing_changes,
+        mig_mode_changes=mig_mode_changes,
     )
 
 
-def reported(problem: PlacementProblem, result: SolveResult, sharing_changes: int = 0) -> SolveResult:
+def reported(
+    problem: PlacementProblem, result: SolveResult, sharing_changes: int = 0, mig_mode_changes: int = 0
+) -> SolveResult:
     """``result`` with the objective, terms and gap of the plan it returns, which changes the sharing
-    mode of ``sharing_changes`` nodes (``problem`` has the modes the plan leaves).
+    mode of ``sharing_changes`` nodes and the MIG mode of ``mig_mode_changes`` GPUs (``problem`` has the
+    modes the plan leaves).
 
     The gap is signed, ``(objective - bound) / max(1, objective)``; a bound above the objective would
     be a bug, so it is dropped (logged) rather than reported. ``OPTIMAL`` needs a zero gap: a proof of
@@ -248,7 +257,7 @@ def reported(problem: PlacementProblem, result: SolveResult, sharing_changes: in
     reported ``FEASIBLE``; so is a plan that drains running work, which the exact model's disruption
     term does not count (its proof is of another measure).
     """
-    ev = evaluate(problem, result.assignments, result.mig_layouts, sharing_changes)
+    ev = evaluate(problem, result.assignments, result.mig_layouts, sharing_changes, mig_mode_changes)
     objective = ev.objective(problem)
     bound, source = result.best_bound, result.bound_source
     diagnostics = {k: v for k, v in result.terms.items() if k not in ev.terms()}

@@ -7,18 +7,19 @@ is the validator (:func:`gpuplan.planner.validation.validate.validate_plan`). Ca
 ``gpuplan.models`` alone, never from solver code, so the harness stays independent of what it checks.
 
 Enumeration: for every replica, waiting or each placement (node, GPU set, fraction of a GPU with MIG off,
-MIG profile at each valid start of a GPU in MIG mode, for each alternative shape: a plan turns MIG mode
-neither on nor off); running replicas stay, move or are preempted; each node with a sharing mode keeps it
-or, when the policy allows changes, takes the other mode (``exclusive`` and ``time-slicing`` with the
-policy's replicas, as the README says). MIG layouts are not enumerated: a GPU whose MIG uses ``U`` are not
-all current instances gets the smallest layout the policy can allow, ``U`` (re-partition allowed) or the
-current instances plus ``U`` (not allowed); every other layout holding ``U`` breaks at least the rules
-this one breaks (layout validity and the MIG policy only get worse with more instances or fewer kept
-ones); each change has its ``destroy-mig`` and ``create-mig`` actions. All actions are in round 1: one
-plan is one round of the disruption budget. Two plans the validator accepts today are left out on purpose,
-as the README's rules do not allow them: a node time-sliced with other replicas than the policy's, and
-moves spread over several rounds beyond the per-round budget. Instances use the default lexicographic
-objective only (the weighted mode's terms are not enumerated).
+MIG profile at each valid start of a GPU in MIG mode, for each alternative shape; with
+``mig.allow_repartition`` a MIG-capable GPU may also be used in the other MIG mode, which the plan then
+switches with a ``set-mig-mode`` action); running replicas stay, move or are preempted; each node with a
+sharing mode keeps it or, when the policy allows changes, takes the other mode (``exclusive`` and
+``time-slicing`` with the policy's replicas, as the README says). MIG layouts are not enumerated: a GPU
+whose MIG uses ``U`` are not all current instances gets the smallest layout the policy can allow, ``U``
+(re-partition allowed) or the current instances plus ``U`` (not allowed); every other layout holding
+``U`` breaks at least the rules this one breaks (layout validity and the MIG policy only get worse with
+more instances or fewer kept ones); each change has its ``destroy-mig`` and ``create-mig`` actions. All
+actions are in round 1: one plan is one round of the disruption budget. Two plans the validator accepts
+today are left out on purpose, as the README's rules do not allow them: a node time-sliced with other
+replicas than the policy's, and moves spread over several rounds beyond the per-round budget. Instances
+use the default lexicographic objective only (the weighted mode's terms are not enumerated).
 
 Branches are cut only by necessary conditions that restate a validator rule exactly and can only get
 worse as more replicas are placed (per-GPU and per-node capacity, sharing modes, MIG layout validity,
@@ -47,6 +48,7 @@ from hypothesis import strategies as st
 from gpuplan.models.catalog import default_catalog
 from gpuplan.models.cluster import (
     EXCLUSIVE,
+    Gpu,
     MigInstance,
     Node,
     Sharing,
@@ -56,15 +58,18 @@ from gpuplan.models.cluster import (
     sharing_replicas,
 )
 from gpuplan.models.hardware import HardwareCatalog
+from gpuplan.models.inputs import PlanningInput
 from gpuplan.models.plan import (
     CREATE,
     DESTROY,
     MIGRATE,
     PREEMPT,
+    SET_MIG_MODE,
     Action,
     Assignment,
     GpuUse,
     MigLayout,
+    MigMode,
     NodeSharing,
     Plan,
     PlanStatus,
@@ -72,7 +77,6 @@ from gpuplan.models.plan import (
     Unplaced,
 )
 from gpuplan.models.policy import IsolationKind
-from gpuplan.models.problem import PlanningInput
 from gpuplan.models.topology import link_graph
 from gpuplan.models.workload import GpuRef, Placement, Shape, TopologyNeed, Workload
 from gpuplan.planner.validation.validate import validate_plan
@@ -156,8 +160,10 @@ def _entries(uses: Sequence[GpuUse | GpuRef]) -> frozenset[tuple[int, int | None
 def placements(inp: PlanningInput, w: Workload, catalog: HardwareCatalog) -> list[Option]:
     """Every placement of one replica of ``w`` that no single-replica rule forbids: allowed GPU models,
     GPU memory of whole GPUs and MIG instances, CPU and memory of the node, topology, MIG starts,
-    team-exclusive nodes, and MIG mode as the cluster has it (a plan turns it neither on nor off: whole
-    GPUs and fractions only where it is off, MIG instances only where it is on)."""
+    team-exclusive nodes, and MIG mode: whole GPUs and fractions where it is off, MIG instances where it
+    is on, and on a MIG-capable GPU either way when the policy allows re-partitioning (the plan then
+    switches the mode: MIG on also needs ``mig.allow_create``)."""
+    mig = inp.policy.mig
     reserved: dict[str, set[str]] = defaultdict(set)
     for rule in inp.policy.isolation:
         if rule.kind is IsolationKind.TEAM_EXCLUSIVE and rule.team is not None:
@@ -179,19 +185,22 @@ def placements(inp: PlanningInput, w: Workload, catalog: HardwareCatalog) -> lis
                 plain = [
                     g.index
                     for g in ok
-                    if g.mig is None and shape.gpu_memory_mib <= catalog.model(g.model).memory_mib
+                    if _plain(g, catalog, mig.allow_repartition)
+                    and shape.gpu_memory_mib <= catalog.model(g.model).memory_mib
                 ]
                 for combo in itertools.combinations(plain, shape.gpus):
                     if _topology_ok(node, shape, combo):
                         out.append(Option(k, node.name, tuple(GpuUse(index=i) for i in combo)))
             elif shape.kind == "fraction":
                 for g in ok:
-                    if g.mig is None:
+                    if _plain(g, catalog, mig.allow_repartition):
                         out.append(Option(k, node.name, (GpuUse(index=g.index, milli=shape.share_milli),)))
             else:
                 for g in ok:
                     spec = catalog.model(g.model)
-                    on = spec.mig_capable and g.mig is not None
+                    on = spec.mig_capable and (
+                        g.mig is not None or (mig.allow_repartition and mig.allow_create)
+                    )
                     prof = spec.profile_map.get(shape.mig_profile or "") if on else None
                     if prof is None or shape.gpu_memory_mib > spec.instance_memory_mib(prof.name):
                         continue
@@ -199,6 +208,11 @@ def placements(inp: PlanningInput, w: Workload, catalog: HardwareCatalog) -> lis
                         use = GpuUse(index=g.index, mig_profile=prof.name, mig_start=s)
                         out.append(Option(k, node.name, (use,)))
     return out
+
+
+def _plain(gpu: Gpu, catalog: HardwareCatalog, switch: bool) -> bool:
+    """Whether ``gpu`` may be given whole or as a fraction: MIG off, or MIG-capable and ``switch``."""
+    return gpu.mig is None or (switch and catalog.model(gpu.model).mig_capable)
 
 
 def _topology_ok(node: Node, shape: Shape, gpus: Sequence[int]) -> bool:
@@ -530,6 +544,7 @@ class _Search:
         unplaced: list[Unplaced] = []
         actions: list[Action] = []
         mig_uses: dict[tuple[str, int], set[tuple[str, int]]] = defaultdict(set)
+        plain_uses: set[tuple[str, int]] = set()
         for slot, opt in zip(self.slots, chosen, strict=True):
             w = slot.workload
             how = self._stop(slot, opt)
@@ -556,6 +571,17 @@ class _Search:
             for u in opt.uses:
                 if u.mig_profile is not None and u.mig_start is not None:
                     mig_uses[(opt.node, u.index)].add((u.mig_profile, u.mig_start))
+                else:
+                    plain_uses.add((opt.node, u.index))
+        modes: list[MigMode] = []
+        for node, index in sorted(plain_uses | set(mig_uses)):
+            was = self.inp.cluster.node_by_name[node].gpu_by_index[index].mig is not None
+            if was != ((node, index) in mig_uses):
+                modes.append(MigMode(node=node, gpu=index, enabled=not was))
+                switch = ("on", "off") if was else ("off", "on")
+                actions.append(
+                    Action(round=1, kind=SET_MIG_MODE, node=node, gpu=index, from_=switch[0], to=switch[1])
+                )
         layouts: list[MigLayout] = []
         for (node, index), used in sorted(mig_uses.items()):
             gpu = self.inp.cluster.node_by_name[node].gpu_by_index[index]
@@ -572,9 +598,9 @@ class _Search:
                     Action(round=1, kind=kind, node=node, gpu=index, detail=f"{prof}@{start}")
                     for prof, start in sorted(pairs, key=lambda x: (x[1], x[0]))
                 )
-        modes = {n.name: n.sharing for n in self.inp.cluster.nodes}
+        sharings = {n.name: n.sharing for n in self.inp.cluster.nodes}
         sharing = tuple(
-            NodeSharing(node=n, sharing=self._mode(n)) for n in sorted(changed) if modes[n] is not None
+            NodeSharing(node=n, sharing=self._mode(n)) for n in sorted(changed) if sharings[n] is not None
         )
         return Plan(
             status=PlanStatus.FEASIBLE,
@@ -582,6 +608,7 @@ class _Search:
             assignments=tuple(assignments),
             unplaced=tuple(unplaced),
             mig_layouts=tuple(layouts),
+            mig_modes=tuple(modes),
             sharing=sharing,
             actions=tuple(actions),
             provenance={"now": NOW.isoformat()},

@@ -26,9 +26,10 @@ def test_load_and_plan_the_example_from_the_package_root() -> None:
 
 def test_load_without_a_policy_uses_the_default_one() -> None:
     inp = gpuplan.load(str(EXAMPLES / "cluster.yaml"), str(EXAMPLES / "workloads.yaml"))
-    assert inp.policy == gpuplan.PlanningInput.model_validate(
-        {"cluster": inp.cluster, "workloads": inp.workloads}
-    ).policy
+    assert (
+        inp.policy
+        == gpuplan.PlanningInput.model_validate({"cluster": inp.cluster, "workloads": inp.workloads}).policy
+    )
 
 
 def test_running_work_that_over_commits_a_gpu_is_one_error_naming_the_file_and_field(tmp_path: Path) -> None:

@@ -17,10 +17,10 @@ from gpuplan.api.deps import Caller, StoreDep
 from gpuplan.api.jobs import JobId, finished_plan
 from gpuplan.api.views import PLANS, visible_workloads
 from gpuplan.models.catalog import default_catalog
+from gpuplan.models.inputs import PlanningInput
 from gpuplan.models.plan import Plan
-from gpuplan.models.problem import PlanningInput
 from gpuplan.planner.capacity.gap import load_node_types
-from gpuplan.planner.io.exporters.workbook import SHEETS, build_tables, csv_text, write_xlsx
+from gpuplan.planner.io.exporters.workbook import SHEETS, About, build_tables, csv_text, write_xlsx
 
 router = APIRouter(prefix=PLANS, tags=["exports"])
 
@@ -47,7 +47,8 @@ def _tables(caller: Principal, plan_json: str, input_json: str) -> dict[str, Any
 def _xlsx(caller: Principal, plan_json: str, input_json: str) -> bytes:
     with tempfile.TemporaryDirectory() as tmp:
         path = Path(tmp) / "plan.xlsx"
-        write_xlsx(_tables(caller, plan_json, input_json), path)
+        asked = "a plan job of the gpuplan REST API, exported as a workbook"
+        write_xlsx(_tables(caller, plan_json, input_json), path, About(asked=asked))
         return path.read_bytes()
 
 
@@ -61,7 +62,7 @@ def _csv(caller: Principal, plan_json: str, input_json: str, sheet: str) -> str:
     responses={200: {"content": {XLSX: {}}, "description": "the plan workbook"}, **_RESPONSES},
 )
 async def export_xlsx(job_id: JobId, caller: Caller, store: StoreDep) -> Response:
-    """The plan as an Excel workbook: summary, placements, nodes, pools, fragmentation, waits, teams."""
+    """The plan workbook: cover, summary, placements, waits, nodes, pools, fragmentation, teams, details."""
     plan, data = await finished_plan(store, caller, job_id, "export")
     content = await asyncio.to_thread(_xlsx, caller, plan, data.input_json)
     disposition = f'attachment; filename="plan-{job_id}.xlsx"'

@@ -4,7 +4,6 @@ from __future__ import annotations
 
 import asyncio
 import hmac
-import logging
 
 from fastapi import APIRouter, HTTPException, Request, Response
 from prometheus_client import CONTENT_TYPE_LATEST, generate_latest
@@ -13,11 +12,11 @@ from sqlalchemy.exc import SQLAlchemyError
 from gpuplan.api.deps import RunnerDep, StoreDep
 from gpuplan.api.metrics import ApiMetrics
 from gpuplan.api.middleware import request_key
+from gpuplan.api.outage import Outage, unreachable
 from gpuplan.api.schemas import Health
 from gpuplan.api.store import JobStatus
 
 router = APIRouter(tags=["health"])
-log = logging.getLogger(__name__)
 _BEARER = {"WWW-Authenticate": "Bearer"}
 
 
@@ -28,15 +27,26 @@ async def healthz() -> Health:
 
 
 @router.get("/readyz", response_model=Health, responses={503: {"model": Health, "description": "not ready"}})
-async def readyz(store: StoreDep, runner: RunnerDep, response: Response) -> Health:
-    """Ready to plan: the database answers and at least one solver process is up (a server without
-    solver processes, ``--no-worker``, needs only the database)."""
+async def readyz(request: Request, store: StoreDep, runner: RunnerDep, response: Response) -> Health:
+    """Ready to plan: the database answers and a solver process is up: one of this server's, or, on a
+    server without them (``--no-worker``), one of a server or worker whose heartbeat is younger than a
+    lease (else the jobs it queues would wait for one)."""
     checks = {"solvers": "ok" if runner.ready else "no solver process is up"} if runner.slots else {}
+    outage: Outage = request.app.state.outage
     try:
         await asyncio.to_thread(store.ping)
+        outage.succeeded()
         checks["database"] = "ok"
+        if not runner.slots:
+            alive = await asyncio.to_thread(runner.queue.alive)
+            lease = runner.queue.lease.total_seconds()
+            checks["workers"] = (
+                "ok" if alive else f"no worker with a solver process up in the last {lease:g} s"
+            )
     except SQLAlchemyError as exc:
-        log.warning("database not reachable: %s", exc)
+        if not unreachable(exc):
+            raise
+        outage.failed(exc)
         checks["database"] = "unreachable"
     ready = all(v == "ok" for v in checks.values())
     response.status_code = 200 if ready else 503
@@ -61,11 +71,15 @@ async def metrics(request: Request, store: StoreDep, runner: RunnerDep) -> Respo
         if not hmac.compare_digest(given.encode(), expected.encode()):
             raise HTTPException(status_code=401, detail="/metrics needs the metrics key", headers=_BEARER)
     m: ApiMetrics = request.app.state.metrics
+    outage: Outage = request.app.state.outage
     try:
         counts = await asyncio.to_thread(store.status_counts)
     except SQLAlchemyError as exc:
-        log.warning("database not reachable: %s", exc)
+        if not unreachable(exc):
+            raise
+        outage.failed(exc)  # the job gauges keep their last values
     else:
+        outage.succeeded()
         m.jobs_by_status.clear()
         for name, n in counts.items():
             m.jobs_by_status.labels(status=name).set(n)

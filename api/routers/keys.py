@@ -18,9 +18,9 @@ from gpuplan.api.auth import Keyring, key_hash, new_key, parse_role
 from gpuplan.api.deps import Admin, StoreDep
 from gpuplan.api.errors import InputRejected
 from gpuplan.api.jobs import actor
+from gpuplan.api.keys import KeyRecord, KeyStore, parse_expiry
 from gpuplan.api.store import now
 from gpuplan.models.base import InputError
-from gpuplan.planner.store.keys import KeyRecord, parse_expiry
 
 router = APIRouter(prefix="/v1/keys", tags=["keys"])
 
@@ -86,7 +86,7 @@ async def create_key(body: KeyCreate, caller: Admin, store: StoreDep) -> NewKey:
         except ValueError as exc:
             raise InputRejected(("body", "expires"), str(exc)) from None
     key = new_key()
-    record = await asyncio.to_thread(store.add_key, key_hash(key), body.role, expires_at)
+    record = await asyncio.to_thread(KeyStore(store.engine).add, key_hash(key), body.role, expires_at)
     detail = {"key_id": record.id, "role": record.role, "expires_at": expires_at}
     await asyncio.to_thread(store.record, actor(caller), "create-key", None, detail)
     return NewKey(key=key, **KeyOut.of(record).model_dump())
@@ -95,7 +95,7 @@ async def create_key(body: KeyCreate, caller: Admin, store: StoreDep) -> NewKey:
 @router.get("", response_model=list[KeyOut], responses=_AUTH)
 async def list_keys(caller: Admin, store: StoreDep) -> list[KeyOut]:
     """Every stored key, oldest first: id, role, when made, when it expires, when it was revoked."""
-    return [KeyOut.of(r) for r in await asyncio.to_thread(store.list_keys)]
+    return [KeyOut.of(r) for r in await asyncio.to_thread(KeyStore(store.engine).all_keys)]
 
 
 @router.delete(
@@ -115,7 +115,7 @@ async def revoke_key(
 ) -> KeyOut:
     """Revoke a stored key: refused from now on (revoking it again changes nothing)."""
     try:
-        record = await asyncio.to_thread(store.revoke_key, key_id)
+        record = await asyncio.to_thread(KeyStore(store.engine).revoke, key_id)
     except InputError as exc:
         raise HTTPException(status_code=409, detail=str(exc)) from None
     if record is None:

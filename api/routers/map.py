@@ -15,8 +15,8 @@ from gpuplan.api.deps import Caller, StoreDep
 from gpuplan.api.jobs import JobId, finished_plan
 from gpuplan.api.views import PLANS, visible_workloads
 from gpuplan.models.catalog import default_catalog
+from gpuplan.models.inputs import PlanningInput
 from gpuplan.models.plan import Plan
-from gpuplan.models.problem import PlanningInput
 from gpuplan.planner.io.exporters.map import Colour, render_html, render_svg
 
 router = APIRouter(prefix=PLANS, tags=["map"])

@@ -13,7 +13,7 @@ from gpuplan.api.errors import InputRejected
 from gpuplan.api.jobs import check_demand, check_size
 from gpuplan.api.schemas import SkippedOut, ValidateRequest, ValidateResponse, ViolationOut
 from gpuplan.models.catalog import default_catalog
-from gpuplan.models.problem import PlanningInput
+from gpuplan.models.inputs import PlanningInput
 from gpuplan.planner.validation.validate import ImpliedWorkloadError, check_plan, implied_workloads
 
 router = APIRouter(prefix="/v1", tags=["validate"])

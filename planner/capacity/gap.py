@@ -49,9 +49,9 @@ from gpuplan.models.capacity import (
 from gpuplan.models.catalog import data_dir, default_catalog
 from gpuplan.models.cluster import Cluster, Node
 from gpuplan.models.hardware import HardwareCatalog
+from gpuplan.models.inputs import PlanningInput
 from gpuplan.models.plan import SET_SHARING, Plan, PlanStatus, Unplaced
 from gpuplan.models.policy import DisruptionBudget, IsolationKind, Policy
-from gpuplan.models.problem import PlanningInput
 from gpuplan.models.workload import GpuRef, Placement, Workload
 from gpuplan.planner.capacity.purchase import (
     NO_SOLUTION,

@@ -26,9 +26,9 @@ from gpuplan.models.capacity import (
     ScenarioResult,
 )
 from gpuplan.models.hardware import HardwareCatalog
+from gpuplan.models.inputs import PlanningInput
 from gpuplan.models.plan import Plan
 from gpuplan.models.policy import Policy
-from gpuplan.models.problem import PlanningInput
 from gpuplan.models.workload import Workload
 from gpuplan.planner.capacity.gap import WARM, GapOptions, capacity_gap, load_node_types
 from gpuplan.planner.pipeline.deadline import Deadline

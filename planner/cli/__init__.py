@@ -21,7 +21,7 @@ from pydantic import ValidationError
 
 from gpuplan.api import cli as api_cli
 from gpuplan.models.base import InputError
-from gpuplan.planner.cli import capacity, cluster_map, explain, history, imports, keys, plan, request, rounds
+from gpuplan.planner.cli import capacity, cluster_map, explain, history, imports, plan, request, rounds
 from gpuplan.planner.cli.common import EXIT_INPUT, EXIT_OK, Subparsers, add_common_options, command_context
 from gpuplan.planner.pipeline.deadline import command_start
 
@@ -86,7 +86,6 @@ GROUPS: tuple[Callable[[Subparsers], None], ...] = (
     history.add_parsers,
     capacity.add_parsers,
     api_cli.add_parsers,
-    keys.add_parsers,
     explain.add_parsers,
     cluster_map.add_parsers,
 )

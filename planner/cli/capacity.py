@@ -18,8 +18,8 @@ from gpuplan.planner.pipeline.progress import phase
 if TYPE_CHECKING:
     from gpuplan.models.capacity import CapacityGap, ScenarioResult, Served
     from gpuplan.models.hardware import HardwareCatalog
+    from gpuplan.models.inputs import PlanningInput
     from gpuplan.models.plan import Plan
-    from gpuplan.models.problem import PlanningInput
 
 #: Of ``--time-limit``, the part kept for writing the report and the workbook after the solves (at most
 #: ``OUTPUT_MAX_S`` seconds).
@@ -127,7 +127,7 @@ def cmd_capacity_gap(args: argparse.Namespace) -> int:
         render_table,
         run_prepared,
     )
-    from gpuplan.planner.io.exporters.workbook import build_tables, write_xlsx
+    from gpuplan.planner.io.exporters.workbook import about_files, build_tables, write_xlsx
 
     deadline = common.command_deadline(args)
     catalog = default_catalog()
@@ -171,7 +171,18 @@ def cmd_capacity_gap(args: argparse.Namespace) -> int:
         write_json(Path(args.out), report)
         print(f"capacity gap written to {args.out}")
     if args.xlsx:
-        write_xlsx(build_tables(plan, catalog, inp, report, types), Path(args.xlsx))
+        asked = (
+            "gpuplan capacity-gap: what to re-partition and buy so that the waiting demand is served "
+            f"within its tier targets, and at what cost (time limit {args.time_limit:g} s"
+            + (", other GPU models allowed" if args.allow_other_models is not None else "")
+            + (f", {len(scenarios)} what-if scenarios" if scenarios else "")
+            + ")"
+        )
+        files = {"cluster": args.cluster, "workloads": args.workloads, "policy": args.policy,
+                 "node-type catalog": args.catalog, "scenarios": args.scenarios}  # fmt: skip
+        write_xlsx(
+            build_tables(plan, catalog, inp, report, types), Path(args.xlsx), about_files(asked, files)
+        )
         print(f"workbook written to {args.xlsx}")
     return 1 if gap.unservable else 0
 
@@ -188,7 +199,7 @@ def load_report(path: Path) -> CapacityReport:
 def export_tables(args: argparse.Namespace, plan: Plan, catalog: HardwareCatalog) -> int:
     """Write the plan (and gap) as a workbook or CSV files."""
     from gpuplan.planner.capacity.gap import load_node_types
-    from gpuplan.planner.io.exporters.workbook import build_tables, write_csv, write_xlsx
+    from gpuplan.planner.io.exporters.workbook import about_files, build_tables, write_csv, write_xlsx
 
     given = [args.cluster, args.workloads]
     if any(given) and not all(given):
@@ -198,21 +209,27 @@ def export_tables(args: argparse.Namespace, plan: Plan, catalog: HardwareCatalog
     types = load_node_types(Path(args.catalog) if args.catalog else None, catalog)
     tables = build_tables(plan, catalog, inp, report, types, period_h=args.period_hours)
     if args.xlsx:
-        write_xlsx(tables, Path(args.xlsx))
-        print(f"workbook written to {args.xlsx} ({len(tables)} sheets)")
+        asked = "gpuplan export: a plan" + (" and its capacity gap" if report is not None else "")
+        files = {"plan": args.plan, "cluster": args.cluster, "workloads": args.workloads,
+                 "policy": args.policy, "capacity gap": args.gap,
+                 "node-type catalog": args.catalog}  # fmt: skip
+        write_xlsx(tables, Path(args.xlsx), about_files(asked, files))
+        print(f"workbook written to {args.xlsx}")
     if args.csv:
         paths = write_csv(tables, Path(args.csv))
         print(f"{len(paths)} CSV files written to {args.csv}")
     return 0
 
 
-def write_plan_workbook(plan: Plan, inp: PlanningInput, path: Path) -> None:
+def write_plan_workbook(plan: Plan, inp: PlanningInput, path: Path, files: dict[str, Path | None]) -> None:
     """The workbook of a plan with its inputs (no capacity gap), priced with the bundled node types."""
     from gpuplan.planner.capacity.gap import load_node_types
-    from gpuplan.planner.io.exporters.workbook import build_tables, write_xlsx
+    from gpuplan.planner.io.exporters.workbook import about_files, build_tables, write_xlsx
 
     catalog = default_catalog()
-    write_xlsx(build_tables(plan, catalog, inp, None, load_node_types(None, catalog)), path)
+    about = about_files("gpuplan demo: the bundled example fleet and demand, planned",
+                        {role: str(f) if f else None for role, f in files.items()})  # fmt: skip
+    write_xlsx(build_tables(plan, catalog, inp, None, load_node_types(None, catalog)), path, about)
 
 
 def export_kubernetes(args: argparse.Namespace, plan: Plan, catalog: HardwareCatalog) -> int:

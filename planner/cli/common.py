@@ -18,7 +18,7 @@ from gpuplan.models.base import InputError
 from gpuplan.models.catalog import CATALOG_ENV, data_dir, default_catalog
 from gpuplan.models.cluster import uncertain_in_use
 from gpuplan.models.hardware import HardwareCatalog
-from gpuplan.models.problem import PlanningInput
+from gpuplan.models.inputs import PlanningInput
 from gpuplan.planner.pipeline import files
 from gpuplan.planner.pipeline.deadline import Deadline
 from gpuplan.planner.pipeline.progress import TerminalProgress, native_stdout_elsewhere, reporting

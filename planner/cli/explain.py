@@ -8,8 +8,8 @@ from pathlib import Path
 
 from gpuplan.models.base import InputError, did_you_mean
 from gpuplan.models.catalog import default_catalog
+from gpuplan.models.inputs import PlanningInput
 from gpuplan.models.plan import Explanation
-from gpuplan.models.problem import PlanningInput
 from gpuplan.planner.cli import common
 from gpuplan.planner.pipeline.files import load_plan
 from gpuplan.planner.pipeline.progress import phase

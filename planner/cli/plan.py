@@ -28,7 +28,7 @@ from gpuplan.planner.pipeline.files import (
 from gpuplan.solvers.base import get_solver
 
 if TYPE_CHECKING:
-    from gpuplan.models.problem import PlanningInput
+    from gpuplan.models.inputs import PlanningInput
     from gpuplan.planner.validation.validate import Report
 
 log = logging.getLogger(__name__)
@@ -94,7 +94,7 @@ def cmd_demo(args: argparse.Namespace) -> int:
     plan = _run_plan(inp, args, dict(files))
     xlsx = args.xlsx or (str(Path(args.out).with_suffix(".xlsx")) if args.out else None)
     if xlsx:
-        write_plan_workbook(plan, inp, Path(xlsx))
+        write_plan_workbook(plan, inp, Path(xlsx), dict(files))
         print(f"workbook written to {xlsx}")
     if args.out:
         print(

@@ -20,7 +20,7 @@ from gpuplan.planner.pipeline.deadline import solve_share
 from gpuplan.planner.pipeline.files import load_policy, planning_input, write_json
 
 if TYPE_CHECKING:
-    from gpuplan.models.problem import PlanningInput
+    from gpuplan.models.inputs import PlanningInput
     from gpuplan.planner.store.history import PlanHistory
 
 log = logging.getLogger(__name__)
@@ -136,7 +136,13 @@ def cmd_replan(args: argparse.Namespace) -> int:
     plan = plan.model_copy(
         update={
             "actions": plan_actions(
-                inp, plan.assignments, plan.mig_layouts, catalog, now, sharing=plan.sharing
+                inp,
+                plan.assignments,
+                plan.mig_layouts,
+                catalog,
+                now,
+                sharing=plan.sharing,
+                mig_modes=plan.mig_modes,
             ),
             "provenance": {
                 **plan.provenance,
@@ -161,7 +167,7 @@ def cmd_replan(args: argparse.Namespace) -> int:
         paths = kubernetes.write_rounds(steps, Path(args.k8s_out))
         print(f"Kubernetes objects written to {args.k8s_out} ({len(paths)} round files)")
     if args.mig_parted_out:
-        Path(args.mig_parted_out).write_text(migparted.render(inp.cluster, plan.mig_layouts))
+        Path(args.mig_parted_out).write_text(migparted.render(inp.cluster, plan.mig_layouts, plan.mig_modes))
         print(f"mig-parted config written to {args.mig_parted_out}")
     return 0
 

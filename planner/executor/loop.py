@@ -24,9 +24,9 @@ from datetime import datetime
 from gpuplan.models.catalog import default_catalog
 from gpuplan.models.cluster import Cluster
 from gpuplan.models.hardware import HardwareCatalog
-from gpuplan.models.plan import Action, Assignment, Plan
+from gpuplan.models.inputs import PlanningInput
+from gpuplan.models.plan import Action, Assignment, MigMode, Plan
 from gpuplan.models.policy import Policy
-from gpuplan.models.problem import PlanningInput
 from gpuplan.models.workload import Workload
 from gpuplan.planner.executor.backend import Backend, Observation, Outcome
 from gpuplan.planner.pipeline.actions import (
@@ -39,6 +39,8 @@ from gpuplan.planner.pipeline.actions import (
     where,
 )
 from gpuplan.planner.pipeline.compile import compile_problem
+from gpuplan.planner.pipeline.layouts import cluster_with_mig_modes
+from gpuplan.planner.pipeline.migmode import may_switch
 from gpuplan.planner.pipeline.occupancy import Holding, Key, holding
 from gpuplan.planner.pipeline.timeline import previous_reservations, quiet_overcommit
 from gpuplan.solvers.greedy import FirstFit, GreedySolver
@@ -139,9 +141,35 @@ def unfit(
     ``obs`` on its own.
 
     Everything running stays where it is; MIG instances may be created where ``policy`` allows it, and
-    idle ones count as gone where it allows re-partitioning (what a plan could free for the replica).
+    idle ones count as gone where it allows re-partitioning (what a plan could free for the replica), as
+    does the MIG mode of idle MIG-capable GPUs (a replica that fits once they switch is not unfit).
     """
     cluster = _without_idle_instances(obs) if policy.mig.allow_repartition else obs.cluster
+    gone = _unfit_on(obs, cluster, demand, policy, catalog)
+    # An idle MIG-capable GPU may switch MIG mode where the policy allows it (planner.pipeline.migmode):
+    # every such GPU off (for whole GPUs and fractions), then every one on (for MIG work).
+    busy = {(h.node, u.index) for h in obs.running.values() for u in h.gpus}
+    for enabled in (False, True):
+        switches = [
+            MigMode(node=n.name, gpu=g.index, enabled=enabled)
+            for n in cluster.nodes
+            for g in n.gpus
+            if (n.name, g.index) not in busy
+            and (g.mig is None) == enabled
+            and catalog.model(g.model).mig_capable
+            and may_switch(policy, enabled)
+        ]
+        if gone and switches:
+            switched = _unfit_on(obs, cluster_with_mig_modes(cluster, switches), demand, policy, catalog)
+            gone = [w for w in gone if w in switched]
+    return gone
+
+
+def _unfit_on(
+    obs: Observation, cluster: Cluster, demand: Sequence[Workload], policy: Policy, catalog: HardwareCatalog
+) -> list[str]:
+    """The waiting workloads of ``demand`` with a replica that fits on no node of ``cluster`` on its own
+    (everything in ``obs`` running stays)."""
     state = state_input(Observation(obs.now, cluster, obs.running, obs.started), demand, policy)
     problem = compile_problem(state.inp, catalog, obs.now)
     placer = FirstFit().placer(problem)
@@ -261,7 +289,7 @@ class Executor:
         }
         sched = schedule_rounds(
             occ,
-            ordered_actions(state.inp, plan.assignments, plan.mig_layouts, plan.sharing),
+            ordered_actions(state.inp, plan.assignments, plan.mig_layouts, plan.sharing, plan.mig_modes),
             targets,
             state.inp.workload_by_id,
             self.policy,

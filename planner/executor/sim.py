@@ -18,9 +18,11 @@ from gpuplan.planner.pipeline.actions import (
     MIGRATE,
     PHASE,
     PREEMPT,
+    SET_MIG_MODE,
     SET_SHARING,
     START,
     instance,
+    target_mig_mode,
     target_sharing,
 )
 from gpuplan.planner.pipeline.occupancy import Key, Occupancy, OverCommitError, holding
@@ -161,7 +163,7 @@ class SimCluster:
         return out
 
     def _step(self, a: Action, stopped: set[Key]) -> Outcome:
-        """One stop, MIG destroy, MIG create or sharing-mode change."""
+        """One stop, MIG destroy, MIG create, MIG mode or sharing-mode change."""
         try:
             if a.kind in (PREEMPT, MIGRATE):
                 key = _key(a)
@@ -180,6 +182,9 @@ class SimCluster:
                 self.occ.create(a.node, a.gpu, instance(a))
                 prof, start = instance(a)
                 self.ready[(a.node, a.gpu, prof, start)] = self.now + timedelta(seconds=self.repartition_s)
+            elif a.kind == SET_MIG_MODE:
+                mode = target_mig_mode(a)
+                self.occ.set_mig_mode(mode.node, mode.gpu, mode.enabled)
             elif a.kind == SET_SHARING:
                 change = target_sharing(a)
                 self.occ.set_sharing(change)

@@ -33,9 +33,9 @@ from typing import Any
 
 from gpuplan.models.catalog import data_dir, default_catalog
 from gpuplan.models.cluster import Cluster
+from gpuplan.models.inputs import PlanningInput
 from gpuplan.models.plan import Plan
 from gpuplan.models.policy import DisruptionBudget, Policy, default_tiers
-from gpuplan.models.problem import PlanningInput
 from gpuplan.models.workload import Workload
 from gpuplan.planner.executor import Executor, SimCluster, state_input
 from gpuplan.planner.io.importers.openb import read_cluster, read_workloads

@@ -21,9 +21,9 @@ from typing import Any
 
 from gpuplan.models.cluster import Cluster, MigInstance, check_mig_layout
 from gpuplan.models.hardware import HardwareCatalog
+from gpuplan.models.inputs import PlanningInput
 from gpuplan.models.plan import Assignment, Change, Counterfactual, Plan, SolverReport
 from gpuplan.models.policy import DisruptionBudget, IsolationKind
-from gpuplan.models.problem import PlanningInput
 from gpuplan.models.workload import Shape, TopologyNeed
 from gpuplan.planner.explain.state import Key, PlanState
 from gpuplan.planner.pipeline.compile import compile_problem

@@ -7,7 +7,9 @@ each waiting replica) and ``gpuplan explain`` / ``GET .../explain/{workload}`` c
 both give the same code, sentence and node.
 
 Codes: ``NO_CAPACITY``, ``NO_NVLINK_CLIQUE`` (no node has, or has free, an all-to-all NVLink group of
-the size asked), ``NUMA``, ``GPU_MODEL``, ``MIG_LAYOUT``, ``QUOTA``, ``ISOLATION``, ``OUTRANKED``,
+the size asked), ``NUMA``, ``GPU_MODEL``, ``MIG_LAYOUT``, ``MIG_MODE`` (no node could host it with its
+GPUs' MIG modes as the plan leaves them, but one could with MIG turned off, or on: never
+``NEVER_FITS``), ``QUOTA``, ``ISOLATION``, ``OUTRANKED``,
 ``GANG``, ``GANG_DOMAIN`` (the gang fits only across several values of its domain label),
 ``DISRUPTION_BUDGET``, ``NEVER_FITS``; for a replica that fits on the state the plan leaves,
 ``RESERVED_FOR_EARLIER`` (the plan reserves room for it later; starting it now would delay a reservation
@@ -31,13 +33,14 @@ from itertools import takewhile
 from gpuplan.models.catalog import default_catalog
 from gpuplan.models.cluster import Node
 from gpuplan.models.hardware import HardwareCatalog
+from gpuplan.models.inputs import PlanningInput
 from gpuplan.models.plan import CREATE, Counterfactual, Explanation, Plan, ReasonDetail
-from gpuplan.models.problem import PlanningInput
 from gpuplan.models.workload import Shape, TopologyNeed
 from gpuplan.planner.explain import counterfactual as cfs
 from gpuplan.planner.explain.counterfactual import Candidate, Target
 from gpuplan.planner.explain.state import Key, PlanState
 from gpuplan.planner.pipeline.deadline import Deadline
+from gpuplan.planner.pipeline.migmode import may_switch
 from gpuplan.planner.pipeline.sharing import mode_notes
 from gpuplan.planner.pipeline.timeline import RESERVED, duration_s
 from gpuplan.solvers.placement.options import describe, whole_groups
@@ -58,6 +61,7 @@ GANG = "GANG"
 GANG_DOMAIN = "GANG_DOMAIN"
 DISRUPTION_BUDGET = "DISRUPTION_BUDGET"
 NEVER_FITS = "NEVER_FITS"
+MIG_MODE = "MIG_MODE"
 SOLVER_LIMIT = "SOLVER_LIMIT"
 TRADE_OFF = "TRADE_OFF"
 PLANNED_LATER = "PLANNED_LATER"
@@ -67,8 +71,8 @@ FITS_NOW = frozenset({SOLVER_LIMIT, RESERVED, PLANNED_LATER})
 #: Codes that say the replica could not be placed on the state the plan leaves.
 BLOCKED = frozenset(
     {
-        NO_CAPACITY, NO_NVLINK_CLIQUE, NUMA, GPU_MODEL, MIG_LAYOUT, QUOTA, ISOLATION, OUTRANKED, GANG,
-        GANG_DOMAIN, DISRUPTION_BUDGET, NEVER_FITS,
+        NO_CAPACITY, NO_NVLINK_CLIQUE, NUMA, GPU_MODEL, MIG_LAYOUT, MIG_MODE, QUOTA, ISOLATION, OUTRANKED,
+        GANG, GANG_DOMAIN, DISRUPTION_BUDGET, NEVER_FITS,
     }
 )  # fmt: skip
 
@@ -200,6 +204,56 @@ def _mig_layout(st: PlanState, target: Target, req: Request, k: int) -> Finding:
     )
 
 
+def _switch_why(st: PlanState, node: str, flips: Sequence[int], enabled: bool) -> str:
+    """Why the plan did not switch the MIG mode of ``flips`` on ``node``: the policy's switch that
+    forbids it, GPUs not drained, or switching not placing more of the queue."""
+    mig = st.inp.policy.mig
+    if not may_switch(st.inp.policy, enabled):
+        switch = "mig.allow_repartition" if not mig.allow_repartition else "mig.allow_create"
+        return f"the policy does not allow it ({switch} is false)"
+    running = {(p.node, g.index) for w in st.inp.workloads for p in w.running_on for g in p.gpus}
+    busy = [f"{node} GPU {i}" for i in flips if (node, i) in running]
+    if busy:
+        return f"{_list(busy)} {'is' if len(busy) == 1 else 'are'} not drained"
+    return "switching them did not place more of the queue"
+
+
+def _mig_mode(st: PlanState, req: Request, shape: ShapeSpec) -> Finding | None:
+    """MIG_MODE when no node could host ``shape`` even empty with its GPUs' MIG modes as the plan leaves
+    them, but some node could with its MIG-capable GPUs turned off (whole GPUs, fractions) or on (a MIG
+    profile): the work fits the fleet as the policy may let it become, so it is never ``NEVER_FITS``."""
+    hosts = st.switched_hosts(shape, req.team)
+    if not hosts:
+        return None
+    node, flips = hosts[0]
+    enabled = shape.kind == "mig"
+    gpus = [f"{node} GPU {i}" for i in flips]
+    return Finding(
+        MIG_MODE,
+        f"no node could host {describe(shape)} with its GPUs' MIG modes as they are; turning MIG "
+        f"{'on' if enabled else 'off'} on {_list(gpus)} would serve it, but "
+        f"{_switch_why(st, node, flips, enabled)}",
+        gpus,
+        [cfs.new_nodes],
+    )
+
+
+def _mig_mode_note(st: PlanState, req: Request) -> str:
+    """``; turning MIG off on ... would give it room now, but ...`` when some alternative of a replica
+    blocked on the state the plan leaves would fit once MIG-capable GPUs that nothing uses there
+    switched MIG mode (empty if none)."""
+    demand = st.demand(req)
+    for shape in req.shapes:
+        hosts = st.switched_now(shape, demand)
+        if hosts:
+            node, flips = hosts[0]
+            enabled = shape.kind == "mig"
+            gpus = _list([f"{node} GPU {i}" for i in flips])
+            why = _switch_why(st, node, flips, enabled)
+            return f"; turning MIG {'on' if enabled else 'off'} on {gpus} would give it room now, but {why}"
+    return ""
+
+
 def _missing_clique(st: PlanState, req: Request, shape: ShapeSpec) -> Finding | None:
     """NO_NVLINK_CLIQUE when no node, even empty, has ``shape.gpus`` GPUs joined all-to-all by NVLink
     but some node would hold the GPUs over PCIe (e.g. 8 GPUs on a DGX-1 cube-mesh, whose largest
@@ -253,6 +307,9 @@ def diagnose(st: PlanState, target: Target, req: Request, k: int) -> Finding:
         clique = _missing_clique(st, req, shape)
         if clique is not None:
             return clique
+        switch = _mig_mode(st, req, shape)
+        if switch is not None:
+            return switch
         present = {m.name for i in st.infos for m in i.models}
         if shape.models and not shape.models & present:
             return Finding(
@@ -587,6 +644,8 @@ class Explainer:
             reason = f"{reason}; the objective preferred alternative {target.alternatives}"
         if target.alternatives is None and code in BLOCKED:
             reason += _reserved_note(st, target.key)
+        if target.alternatives is None and code in BLOCKED - {MIG_MODE, NEVER_FITS, QUOTA, ISOLATION}:
+            reason += _mig_mode_note(st, blocker)
         details = tuple(
             ReasonDetail(alternative=k, code=f.code, reason=f.reason) for k, f in enumerate(findings)
         )

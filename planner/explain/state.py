@@ -18,12 +18,12 @@ from dataclasses import dataclass, replace
 from datetime import datetime
 
 from gpuplan.models.hardware import MILLI_PER_GPU, HardwareCatalog
+from gpuplan.models.inputs import PlanningInput
 from gpuplan.models.plan import Assignment, Plan, Unplaced
-from gpuplan.models.problem import PlanningInput
 from gpuplan.planner.pipeline.compile import compile_problem
 from gpuplan.planner.pipeline.layouts import cluster_after
 from gpuplan.solvers.greedy import Fgd
-from gpuplan.solvers.placement import Placer
+from gpuplan.solvers.placement import FirstFitScorer, Placer
 from gpuplan.solvers.placement.options import Option, options
 from gpuplan.solvers.placement.options import keep as keep_on
 from gpuplan.solvers.placement.rules import Demand
@@ -94,6 +94,13 @@ class PlanState:
         self._first_fits: dict[tuple[object, ...], Fit | None] = {}
         self._memo_version = -1
         self._hosts: dict[tuple[ShapeSpec, str], list[int]] = {}
+        self._switched: dict[bool, Placer] = {}
+        self._switched_nodes: dict[tuple[int, tuple[int, ...], bool], NodeInfo] = {}
+        self._switch_fits: dict[tuple[ShapeSpec, Demand], list[tuple[str, list[int]]]] = {}
+        self._switch_fits_base: dict[tuple[ShapeSpec, Demand], list[tuple[str, list[int]]]] = {}
+        #: MIG-capable GPUs per node not in each MIG mode (static), and how deep in trials the state is.
+        self._capable: dict[bool, list[tuple[int, list[int]]]] = {}
+        self._depth = 0
         for key, a in sorted(self.assigned.items()):
             self.placer.keep(self.held(key, a))
             self.occupants[self.pos[a.node]].append(key)
@@ -185,6 +192,7 @@ class PlanState:
         if version != self._memo_version:
             self._first_fits.clear()
             self._hosts.clear()
+            self._switch_fits.clear()
             self._memo_version = version
 
     def largest(self, models: Collection[str]) -> NodeInfo | None:
@@ -205,6 +213,138 @@ class PlanState:
                 verdict[info.cls] = bool(options(info, initial_state(info), shape))
             if verdict[info.cls]:
                 yield n
+
+    def switched_hosts(self, shape: ShapeSpec, team: str | None) -> list[tuple[str, list[int]]]:
+        """Nodes (name order) that could host ``shape`` if they were empty and their MIG-capable GPUs were
+        in the other MIG mode (off for whole GPUs and fractions, on with no instance for a MIG profile),
+        each with the indices of the GPUs that would switch: what turning MIG off or on would serve."""
+        enabled = shape.kind == "mig"
+        if shape.kind not in ("mig", "whole", "fraction"):
+            return []
+        if enabled not in self._switched:
+            self._switched[enabled] = self._switched_placer(enabled)
+        placer = self._switched[enabled]
+        out = []
+        for info in sorted(placer.infos, key=lambda i: i.name):
+            if team is not None and not self.allowed(info, team):
+                continue
+            spec = info.spec
+            flips = [
+                g.index
+                for g, own in zip(spec.gpus, self.infos[self.pos[info.name]].spec.gpus, strict=True)
+                if (g.mig is not None) != (own.mig is not None)
+            ]
+            if flips and options(info, initial_state(info), shape):
+                out.append((info.name, flips))
+        return out
+
+    def switched_now(self, shape: ShapeSpec, demand: Demand) -> list[tuple[str, list[int]]]:
+        """Nodes (name order) where ``shape`` fits on the state the plan leaves once the MIG-capable GPUs
+        that nothing there uses are switched to the other MIG mode (off for whole GPUs and fractions, on
+        for a MIG profile), each with those GPUs: where turning MIG off or on would give it room now."""
+        enabled = shape.kind == "mig"
+        if shape.kind not in ("mig", "whole", "fraction"):
+            return []
+        # On the plan's own state (outside trials) the answer never changes: kept for the whole run.
+        memo = self._switch_fits_base if self._depth == 0 else self._switch_fits
+        if self._depth:
+            self._check_version()
+        key = (shape, demand)
+        if key not in memo:
+            memo[key] = [
+                (self.infos[n].name, flips)
+                for n, flips in self._switchable(enabled)
+                if self.allowed(self.infos[n], demand.team)
+                and self._fits_switched(n, flips, enabled, shape, demand)
+            ]
+        return memo[key]
+
+    def _switchable(self, enabled: bool) -> list[tuple[int, list[int]]]:
+        """Nodes (name order) with MIG-capable GPUs not in MIG mode ``enabled`` that nothing uses on the
+        current state, with those GPUs."""
+        if enabled not in self._capable:
+            self._capable[enabled] = [
+                (n, flips)
+                for n in self.by_name
+                if (
+                    flips := [
+                        g.index
+                        for g in self.infos[n].spec.gpus
+                        if (g.mig is None) == enabled and self.catalog.model(g.model).mig_capable
+                    ]
+                )
+            ]
+        out = []
+        for n, capable in self._capable[enabled]:
+            used = {
+                g.index
+                for key in self.occupants[n]
+                if key not in self.lifted
+                for g in self.assigned[key].gpus
+            }
+            flips = [i for i in capable if i not in used]
+            if flips:
+                out.append((n, flips))
+        return out
+
+    def _fits_switched(
+        self, n: int, flips: list[int], enabled: bool, shape: ShapeSpec, demand: Demand
+    ) -> bool:
+        """Whether ``shape`` fits node ``n`` as it is now with the GPUs ``flips`` in MIG mode ``enabled``."""
+        switched = self._node_switched(n, tuple(flips), enabled)
+        state = initial_state(switched)
+        for key in self.occupants[n]:
+            if key in self.lifted:
+                continue
+            a, req = self.assigned[key], self.requests[key]
+            state = keep_on(switched, state, req.shapes[a.alternative], a.gpus, self.demand(req).tags)
+        return bool(options(switched, state, shape, demand.tags))
+
+    def _node_switched(self, n: int, flips: tuple[int, ...], enabled: bool) -> NodeInfo:
+        """Node ``n``'s description with the GPUs ``flips`` in MIG mode ``enabled`` (memoised)."""
+        key = (n, flips, enabled)
+        if key not in self._switched_nodes:
+            spec = self.problem.nodes[n]
+            sharing = self.after.cluster.node_by_name[spec.name].sharing
+            gpus = tuple(
+                replace(g, mig=() if enabled else None, sharing=None if enabled else sharing)
+                if g.index in flips
+                else g
+                for g in spec.gpus
+            )
+            placer = Placer(
+                (replace(spec, gpus=gpus),),
+                self.problem.catalog,
+                FirstFitScorer(),
+                allow_create=True,
+                policy=self.problem.policy,
+            )
+            self._switched_nodes[key] = placer.infos[0]
+        return self._switched_nodes[key]
+
+    def _switched_placer(self, enabled: bool) -> Placer:
+        """A placer over the cluster the plan leaves with every idle-or-not MIG-capable GPU switched to
+        MIG mode ``enabled`` (nodes as compiled, in the same positions)."""
+        sharing = {n.name: n.sharing for n in self.after.cluster.nodes}
+        nodes = tuple(
+            replace(
+                n,
+                gpus=tuple(
+                    replace(g, mig=() if enabled else None, sharing=None if enabled else sharing[n.name])
+                    if self.catalog.model(g.model).mig_capable and (g.mig is None) == enabled
+                    else g
+                    for g in n.gpus
+                ),
+            )
+            for n in self.problem.nodes
+        )
+        return Placer(
+            nodes,
+            self.problem.catalog,
+            FirstFitScorer(),
+            allow_create=True,
+            policy=self.problem.policy,
+        )
 
     def without(self, n: int, gone: Iterable[Key]) -> NodeState:
         """Node ``n``'s state if the replicas ``gone`` left it."""
@@ -241,9 +381,11 @@ class PlanState:
         states = list(self.placer.cluster.states)
         used = list(self.placer.rules.used)
         lifted = set(self.lifted)
+        self._depth += 1
         try:
             yield
         finally:
+            self._depth -= 1
             for n, st in enumerate(states):
                 if self.placer.cluster.states[n] is not st:
                     self.placer.cluster.set(n, st)

@@ -1,11 +1,13 @@
 """The steps from the current state to a plan, ordered and grouped into rounds under the disruption budget.
 
 Kinds: ``preempt`` (stop), ``migrate`` (stop here, start there; ``from`` equal to ``to`` is a restart
-that drains a GPU for a MIG re-partition), ``destroy-mig`` (the GPU must be drained), ``create-mig``,
-``set-sharing`` (a node's sharing mode; its non-MIG GPUs must be drained when the round starts) and
-``start`` (the kind constants live beside ``Action`` in ``models.plan`` and are re-exported here,
-where the executor imports them). Inside a round the phases run in that order: stops, MIG destroys and
-sharing changes, MIG creates, starts (including the second half of each migration).
+that drains a MIG instance being re-partitioned), ``destroy-mig`` (no replica may run on the instance;
+the GPU's other instances keep running), ``create-mig``, ``set-sharing`` (a node's sharing mode; its
+non-MIG GPUs must be drained when the round starts), ``set-mig-mode`` (a GPU's MIG mode, ``from`` and
+``to`` ``on`` or ``off``; the GPU must be drained when the round starts) and ``start`` (the kind
+constants live beside ``Action`` in ``models.plan`` and are re-exported here, where the executor imports
+them). Inside a round the phases run in that order: stops, MIG destroys, MIG mode and sharing changes,
+MIG creates, starts (including the second half of each migration).
 :func:`schedule_rounds` replays every round on an :class:`~planner.pipeline.occupancy.Occupancy`, so no
 intermediate state over-commits a GPU, a MIG instance or a node, and each round stays within the moves
 and preemptions the policy allows.
@@ -22,23 +24,27 @@ from math import inf
 
 from gpuplan.models.cluster import Cluster, parse_sharing_text, sharing_text
 from gpuplan.models.hardware import HardwareCatalog
+from gpuplan.models.inputs import PlanningInput
 from gpuplan.models.plan import CREATE as CREATE
 from gpuplan.models.plan import DESTROY as DESTROY
 from gpuplan.models.plan import DRAIN as DRAIN
 from gpuplan.models.plan import MIGRATE as MIGRATE
 from gpuplan.models.plan import PREEMPT as PREEMPT
+from gpuplan.models.plan import SET_MIG_MODE as SET_MIG_MODE
 from gpuplan.models.plan import SET_SHARING as SET_SHARING
 from gpuplan.models.plan import START as START
-from gpuplan.models.plan import Action, Assignment, GpuUse, MigLayout, NodeSharing
+from gpuplan.models.plan import Action, Assignment, GpuUse, MigLayout, MigMode, NodeSharing
 from gpuplan.models.policy import Policy
-from gpuplan.models.problem import PlanningInput
 from gpuplan.models.workload import Placement, Workload
+from gpuplan.planner.pipeline.layouts import cluster_with_mig_modes
 from gpuplan.planner.pipeline.occupancy import Key, Occupancy, OverCommitError, holding
 
 log = logging.getLogger(__name__)
 
 #: Phase of each kind inside a round (a migration also starts in the last phase).
-PHASE = {PREEMPT: 0, MIGRATE: 0, DESTROY: 1, SET_SHARING: 1, CREATE: 2, START: 3}
+PHASE = {PREEMPT: 0, MIGRATE: 0, DESTROY: 1, SET_MIG_MODE: 1, SET_SHARING: 1, CREATE: 2, START: 3}
+#: The ``from``/``to`` of a ``set-mig-mode`` action.
+MIG_ON, MIG_OFF = "on", "off"
 
 
 def where(node: str, gpus: Sequence[GpuUse]) -> str:
@@ -87,6 +93,30 @@ def sharing_actions(cluster: Cluster, modes: Sequence[NodeSharing]) -> list[Acti
     return out
 
 
+def mig_mode_actions(cluster: Cluster, modes: Sequence[MigMode]) -> list[Action]:
+    """One ``set-mig-mode`` per GPU whose MIG mode ``modes`` changes."""
+    out = []
+    for m in modes:
+        was = cluster.node_by_name[m.node].gpu_by_index[m.gpu].mig is not None
+        if was != m.enabled:
+            out.append(
+                Action(
+                    kind=SET_MIG_MODE,
+                    node=m.node,
+                    gpu=m.gpu,
+                    from_=MIG_ON if was else MIG_OFF,
+                    to=MIG_ON if m.enabled else MIG_OFF,
+                )
+            )
+    return out
+
+
+def target_mig_mode(action: Action) -> MigMode:
+    """The GPU and MIG mode a ``set-mig-mode`` action gives it."""
+    assert action.node is not None and action.gpu is not None
+    return MigMode(node=action.node, gpu=action.gpu, enabled=action.to == MIG_ON)
+
+
 def target_sharing(action: Action) -> NodeSharing:
     """The node and mode a ``set-sharing`` action gives it."""
     assert action.node is not None and action.to is not None
@@ -100,12 +130,13 @@ def ordered_actions(
     assignments: tuple[Assignment, ...],
     layouts: tuple[MigLayout, ...],
     sharing: Sequence[NodeSharing] = (),
+    mig_modes: Sequence[MigMode] = (),
 ) -> list[Action]:
-    """Preemptions, migrations and drains, then sharing changes, MIG destroys and creates, then starts
-    (all round 1). A replica the plan keeps where it runs up to GPU indices that are a guess
-    (:meth:`~models.workload.Workload.stays`) does not move."""
+    """Preemptions, migrations and drains, then sharing changes, MIG mode changes, MIG destroys and
+    creates, then starts (all round 1). A replica the plan keeps where it runs up to GPU indices that
+    are a guess (:meth:`~models.workload.Workload.stays`) does not move."""
     target = {(a.workload, a.replica): a for a in assignments}
-    repartitioned = {(a.node, a.gpu) for a in mig_actions(inp.cluster, layouts) if a.kind == DESTROY}
+    destroyed = {(a.node, a.gpu, instance(a)) for a in mig_actions(inp.cluster, layouts) if a.kind == DESTROY}
     stops: list[Action] = []
     starts: list[Action] = []
     for w in inp.workloads:
@@ -119,7 +150,7 @@ def ordered_actions(
                 stops.append(
                     Action(kind=MIGRATE, workload=w.id, replica=r, from_=now, to=where(a.node, a.gpus))
                 )
-            elif any((a.node, g.index) in repartitioned for g in a.gpus):
+            elif any((a.node, g.index, (g.mig_profile, g.mig_start)) in destroyed for g in a.gpus):
                 # In place: a guessed placement is taken to be the plan's (see :func:`settled`).
                 here = where(a.node, a.gpus)
                 drain = Action(kind=MIGRATE, workload=w.id, replica=r, from_=here, to=here, detail=DRAIN)
@@ -130,7 +161,11 @@ def ordered_actions(
             starts.append(
                 Action(kind=START, workload=a.workload, replica=a.replica, to=where(a.node, a.gpus))
             )
-    return stops + sharing_actions(inp.cluster, sharing) + mig_actions(inp.cluster, layouts) + starts
+    modes = mig_mode_actions(inp.cluster, mig_modes)
+    # A GPU's layout after a mode change starts from the mode's (no instance): creates only.
+    from_mode = cluster_with_mig_modes(inp.cluster, mig_modes) if modes else inp.cluster
+    migs = mig_actions(from_mode, layouts)
+    return stops + sharing_actions(inp.cluster, sharing) + modes + migs + starts
 
 
 def settled(inp: PlanningInput, assignments: Sequence[Assignment]) -> PlanningInput:
@@ -252,6 +287,9 @@ def apply_round(occ: Occupancy, actions: Sequence[Action], targets: Mapping[Key,
             occ.create(a.node, a.gpu, instance(a))
         elif a.kind == SET_SHARING:
             occ.set_sharing(target_sharing(a))
+        elif a.kind == SET_MIG_MODE:
+            mode = target_mig_mode(a)
+            occ.set_mig_mode(mode.node, mode.gpu, mode.enabled)
     for a in actions:
         if a.kind in (MIGRATE, START):
             occ.start(_key(a), holding(targets[_key(a)]))
@@ -280,6 +318,12 @@ def _one_round(
                     taken.append(a)
                 continue
             assert a.node is not None and a.gpu is not None
+            if a.kind == SET_MIG_MODE:
+                # Like a sharing change: on a GPU drained when the round starts.
+                if occ.set_mig_mode_problem(a.node, a.gpu) is None:
+                    sim.set_mig_mode(a.node, a.gpu, target_mig_mode(a).enabled)
+                    taken.append(a)
+                continue
             if a.kind == DESTROY and sim.destroy_problem(a.node, a.gpu, instance(a)) is None:
                 sim.destroy(a.node, a.gpu, instance(a))
                 taken.append(a)
@@ -331,7 +375,7 @@ def schedule_rounds(
                 stops.append(a)
             else:
                 deferred.append((a, why))
-    migs = [a for a in actions if a.kind in (DESTROY, CREATE, SET_SHARING)]
+    migs = [a for a in actions if a.kind in (DESTROY, CREATE, SET_SHARING, SET_MIG_MODE)]
     starts = [a for a in actions if a.kind == START]
     out: list[Action] = []
     min_run = policy.disruption.min_runtime_s
@@ -379,10 +423,11 @@ def plan_actions(
     interval_s: float = 0.0,
     *,
     sharing: Sequence[NodeSharing] = (),
+    mig_modes: Sequence[MigMode] = (),
 ) -> tuple[Action, ...]:
     """The plan's actions, ordered and numbered by round (in one round, in order, if the current state
     itself over-commits and cannot be replayed)."""
-    actions = ordered_actions(inp, assignments, layouts, sharing)
+    actions = ordered_actions(inp, assignments, layouts, sharing, mig_modes)
     try:
         occ = current_occupancy(inp, assignments, catalog)
     except OverCommitError as exc:

@@ -8,8 +8,8 @@ from datetime import datetime
 from gpuplan.models.base import InputError
 from gpuplan.models.cluster import Node
 from gpuplan.models.hardware import HardwareCatalog
+from gpuplan.models.inputs import PlanningInput
 from gpuplan.models.plan import GpuUse
-from gpuplan.models.problem import PlanningInput
 from gpuplan.models.topology import link_graph, nvlink_cliques
 from gpuplan.models.workload import Placement, Shape, Workload
 from gpuplan.solvers.problem import (

@@ -15,9 +15,9 @@ from gpuplan.models.base import InputError, closest, did_you_mean
 from gpuplan.models.catalog import default_catalog
 from gpuplan.models.cluster import Cluster
 from gpuplan.models.hardware import HardwareCatalog
+from gpuplan.models.inputs import PlanningInput
 from gpuplan.models.plan import Plan
 from gpuplan.models.policy import Policy
-from gpuplan.models.problem import PlanningInput
 from gpuplan.models.workload import Workload
 from gpuplan.planner.pipeline.occupancy import RunningConflictError, check_running
 

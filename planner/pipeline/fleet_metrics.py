@@ -14,8 +14,8 @@ from datetime import datetime
 
 from gpuplan.models.catalog import default_catalog
 from gpuplan.models.hardware import HardwareCatalog
+from gpuplan.models.inputs import PlanningInput
 from gpuplan.models.plan import Plan
-from gpuplan.models.problem import PlanningInput
 from gpuplan.planner.pipeline.metrics import gpu_equivalents
 from gpuplan.planner.pipeline.timeline import predicted_waits
 

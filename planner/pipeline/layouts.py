@@ -1,4 +1,4 @@
-"""A plan's MIG layouts and sharing modes applied to a cluster: the cluster the plan leaves behind.
+"""A plan's MIG modes, MIG layouts and sharing modes applied to a cluster: the cluster the plan leaves behind.
 
 This is the one place the planner writes that rule on the models; the solvers keep its counterpart on
 their node specs (:func:`gpuplan.solvers.evaluate.with_layouts`).
@@ -11,8 +11,8 @@ from typing import Any, TypeVar
 
 from pydantic import BaseModel
 
-from gpuplan.models.cluster import Cluster, MigConfig
-from gpuplan.models.plan import MigLayout, NodeSharing, Plan
+from gpuplan.models.cluster import Cluster, Gpu, MigConfig
+from gpuplan.models.plan import MigLayout, MigMode, NodeSharing, Plan
 
 M = TypeVar("M", bound=BaseModel)
 
@@ -45,6 +45,28 @@ def cluster_with_layouts(cluster: Cluster, layouts: Iterable[MigLayout]) -> Clus
     return _replaced(cluster, nodes=nodes)
 
 
+def cluster_with_mig_modes(cluster: Cluster, modes: Iterable[MigMode]) -> Cluster:
+    """``cluster`` with the MIG modes ``modes`` gives its GPUs: MIG off (no ``mig``) or on with no
+    instance; a GPU already in the mode asked is left as it is."""
+    target = {(m.node, m.gpu): m.enabled for m in modes}
+    if not target:
+        return cluster
+
+    def switched(node: str, gpu: Gpu) -> Gpu:
+        enabled = target.get((node, gpu.index))
+        if enabled is None or enabled == (gpu.mig is not None):
+            return gpu
+        return _replaced(gpu, mig=MigConfig() if enabled else None)
+
+    nodes = tuple(
+        _replaced(node, gpus=tuple(switched(node.name, g) for g in node.gpus))
+        if any((node.name, g.index) in target for g in node.gpus)
+        else node
+        for node in cluster.nodes
+    )
+    return _replaced(cluster, nodes=nodes)
+
+
 def cluster_with_sharing(cluster: Cluster, modes: Iterable[NodeSharing]) -> Cluster:
     """``cluster`` with the sharing modes ``modes`` gives its nodes."""
     target = {m.node: m.sharing for m in modes}
@@ -57,5 +79,6 @@ def cluster_with_sharing(cluster: Cluster, modes: Iterable[NodeSharing]) -> Clus
 
 
 def cluster_after(cluster: Cluster, plan: Plan) -> Cluster:
-    """``cluster`` as ``plan`` leaves it: its MIG layouts and its nodes' sharing modes."""
-    return cluster_with_sharing(cluster_with_layouts(cluster, plan.mig_layouts), plan.sharing)
+    """``cluster`` as ``plan`` leaves it: its GPUs' MIG modes, MIG layouts and its nodes' sharing modes."""
+    moded = cluster_with_mig_modes(cluster, plan.mig_modes)
+    return cluster_with_sharing(cluster_with_layouts(moded, plan.mig_layouts), plan.sharing)

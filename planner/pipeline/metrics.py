@@ -5,8 +5,8 @@ from __future__ import annotations
 from collections import Counter
 
 from gpuplan.models.hardware import HardwareCatalog
+from gpuplan.models.inputs import PlanningInput
 from gpuplan.models.plan import Assignment, GpuUse, MigLayout
-from gpuplan.models.problem import PlanningInput
 from gpuplan.solvers.evaluate import fragmented_milli
 from gpuplan.solvers.problem import PlacementProblem
 

@@ -1,9 +1,9 @@
 """What each GPU and node holds right now, with the checks that keep a state from over-committing.
 
 Action ordering, the simulated cluster and the start-time timeline all move replicas on and off this
-one model, so the rules (whole GPUs are exclusive, fractions add up to 1000 milli and to at most a
-time-sliced GPU's replicas, a MIG instance serves
-one replica and is destroyed only on a drained GPU, CPU and memory per node) live in one place.
+one model. Each start is checked against the per-GPU rules of :mod:`gpuplan.models.gpu_rules` (the
+validator's own), and here against CPU and memory per node, the drain a sharing change needs and the
+MIG instance a re-partition destroys (no replica may run on it; the GPU's other instances keep running).
 """
 
 from __future__ import annotations
@@ -18,12 +18,25 @@ from gpuplan.models.cluster import (
     Sharing,
     describe_sharing,
     mig_layout_problems,
-    sharing_offers,
-    sharing_replicas,
 )
+from gpuplan.models.gpu_rules import (
+    GPU_OVERCOMMIT,
+    MIG_LAYOUT,
+    MIG_MIXED,
+    MIG_PROFILE,
+    MIG_SHARED,
+    MIG_START,
+    SHARING_MODE,
+    SHARING_REPLICAS,
+    WHOLE_EXCLUSIVE,
+    Breach,
+    GpuUser,
+    gpu_breaches,
+)
+from gpuplan.models.gpu_rules import GpuState as RuleState
 from gpuplan.models.hardware import MILLI_PER_GPU, HardwareCatalog
+from gpuplan.models.inputs import PlanningInput
 from gpuplan.models.plan import Assignment, GpuUse, NodeSharing
-from gpuplan.models.problem import PlanningInput
 from gpuplan.models.workload import Workload
 
 #: A replica: (workload id, replica index).
@@ -69,11 +82,6 @@ class GpuState:
     mig: set[tuple[str, int]] | None
     users: dict[Key, GpuUse] = field(default_factory=dict)
     sharing: Sharing | None = None
-
-    @property
-    def shares(self) -> int | None:
-        """How many fractions the GPU holds at most (time-slicing replicas; ``None``: no count limit)."""
-        return sharing_replicas(self.sharing)
 
 
 @dataclass
@@ -128,7 +136,8 @@ class Occupancy:
         )
 
     def problem(self, key: Key, hold: Holding) -> str | None:
-        """Why ``hold`` cannot start now (``None`` if it can)."""
+        """Why ``hold`` cannot start now (``None`` if it can): node CPU and memory, then each GPU's
+        rules (:func:`~gpuplan.models.gpu_rules.gpu_breaches`) with ``hold`` beside the GPU's users."""
         if hold.node not in self.capacity:
             return f"node '{hold.node}' does not exist"
         cpu, mem = self.capacity[hold.node]
@@ -139,47 +148,24 @@ class Occupancy:
             gpu = self.gpus.get((hold.node, use.index))
             if gpu is None:
                 return f"node '{hold.node}' has no GPU {use.index}"
-            others = [u for k, u in gpu.users.items() if k != key]
-            if use.mig_profile is not None:
-                inst = (use.mig_profile, use.mig_start or 0)
-                if gpu.mig is None or inst not in gpu.mig:
-                    return f"{hold.node}:{use.index} has no MIG instance {inst[0]}@{inst[1]}"
-                if any((u.mig_profile, u.mig_start) == inst for u in others):
-                    return f"MIG instance {inst[0]}@{inst[1]} on {hold.node}:{use.index} is busy"
-            elif gpu.mig is not None:
-                return f"{hold.node}:{use.index} is in MIG mode"
-            elif gpu.sharing is not None and not sharing_offers(gpu.sharing, use.kind):
-                return f"{hold.node}:{use.index} is {describe_sharing(gpu.sharing)}"
-            elif use.milli is None:
-                if others:
-                    return f"{hold.node}:{use.index} is not free"
-            elif any(u.milli is None for u in others) or (
-                sum(u.milli or 0 for u in others) + use.milli > FULL_MILLI
-            ):
-                return f"{hold.node}:{use.index} lacks {use.milli} milli-GPU"
-            elif gpu.shares is not None and sum(u.milli is not None for u in others) >= gpu.shares:
-                return (
-                    f"{hold.node}:{use.index} has no time-sliced share left "
-                    f"(its {gpu.shares} replicas are taken)"
-                )
-            else:
-                short = self._memory_problem(key, hold, gpu, use.index)
-                if short is not None:
-                    return short
+            others = [k for k in gpu.users if k != key]
+            users = [GpuUser(gpu.users[k], self._gpu_memory(k)) for k in others]
+            users.append(GpuUser(use, hold.gpu_memory_mib))
+            state = RuleState(
+                spec=self.catalog.model(gpu.model),
+                mig=None if gpu.mig is None else frozenset(gpu.mig),
+                sharing=gpu.sharing,
+            )
+            new = len(others)
+            for breach in gpu_breaches(users, state):
+                if new in breach.users:
+                    return _why(f"{hold.node}:{use.index}", breach, users, state)
         return None
 
-    def _memory_problem(self, key: Key, hold: Holding, gpu: GpuState, index: int) -> str | None:
-        """Why the GPU memory of a fraction does not fit beside the other fractions of ``gpu``."""
-        if not hold.gpu_memory_mib:
-            return None
-        used = sum(self.holders[k].gpu_memory_mib for k in gpu.users if k != key and k in self.holders)
-        capacity = self.catalog.model(gpu.model).memory_mib
-        if used + hold.gpu_memory_mib <= capacity:
-            return None
-        return (
-            f"{hold.node}:{index} lacks GPU memory: {used} MiB used + "
-            f"{hold.gpu_memory_mib} MiB asked > {capacity} MiB"
-        )
+    def _gpu_memory(self, key: Key) -> int:
+        """The GPU memory (MiB) ``key`` holds on each GPU it uses."""
+        hold = self.holders.get(key)
+        return 0 if hold is None else hold.gpu_memory_mib
 
     def start(self, key: Key, hold: Holding, *, force: bool = False) -> None:
         """Run ``key`` at ``hold``; raises :class:`OverCommitError` if it does not fit. ``force`` records
@@ -233,17 +219,39 @@ class Occupancy:
             if n == change.node:
                 g.sharing = change.sharing
 
-    def destroy_problem(self, node: str, gpu: int, inst: tuple[str, int]) -> str | None:
-        """Why instance ``inst`` cannot be destroyed now: a re-partition needs the whole GPU drained."""
+    def set_mig_mode_problem(self, node: str, gpu: int) -> str | None:
+        """Why the MIG mode of a GPU cannot change now: it must exist, support MIG and be drained."""
         state = self.gpus.get((node, gpu))
-        if state is None or state.mig is None or inst not in state.mig:
-            return f"{node}:{gpu} has no MIG instance {inst[0]}@{inst[1]}"
+        if state is None:
+            return f"node '{node}' has no GPU {gpu}"
+        if not self.catalog.model(state.model).mig_capable:
+            return f"{node}:{gpu} is a {state.model}, which does not support MIG"
         if state.users:
             return f"{node}:{gpu} is not drained ({len(state.users)} replica(s) still run)"
         return None
 
+    def set_mig_mode(self, node: str, gpu: int, enabled: bool) -> None:
+        """Turn MIG mode of a drained GPU on (no instance yet) or off (its instances go)."""
+        why = self.set_mig_mode_problem(node, gpu)
+        if why is not None:
+            raise OverCommitError(why)
+        self.gpus[(node, gpu)].mig = set() if enabled else None
+
+    def destroy_problem(self, node: str, gpu: int, inst: tuple[str, int]) -> str | None:
+        """Why instance ``inst`` cannot be destroyed now: a replica still runs on it. The GPU's other
+        instances keep running (NVIDIA destroys one GPU instance at a time; the validator and the
+        solvers re-partition idle instances beside busy ones)."""
+        state = self.gpus.get((node, gpu))
+        if state is None or state.mig is None or inst not in state.mig:
+            return f"{node}:{gpu} has no MIG instance {inst[0]}@{inst[1]}"
+        on = [k for k, u in state.users.items() if (u.mig_profile, u.mig_start) == inst]
+        if on:
+            where = f"{node}:{gpu} instance {inst[0]}@{inst[1]}"
+            return f"{where} is not drained ({len(on)} replica(s) still run)"
+        return None
+
     def destroy(self, node: str, gpu: int, inst: tuple[str, int]) -> None:
-        """Destroy a MIG instance of a drained GPU."""
+        """Destroy a MIG instance no replica runs on."""
         why = self.destroy_problem(node, gpu, inst)
         if why is not None:
             raise OverCommitError(why)
@@ -288,6 +296,31 @@ class Occupancy:
         }
 
 
+def _why(gpu: str, breach: Breach, users: Sequence[GpuUser], state: RuleState) -> str:
+    """Why the last of ``users`` cannot join the others on ``gpu`` (``node:index``), in a few words."""
+    use = users[-1].use
+    inst = f"{use.mig_profile}@{use.mig_start or 0}"
+    if breach.rule == WHOLE_EXCLUSIVE and use.milli is None and use.mig_profile is None:
+        return f"{gpu} is not free"
+    if breach.rule in (WHOLE_EXCLUSIVE, GPU_OVERCOMMIT):
+        return f"{gpu} lacks {use.milli} milli-GPU"
+    if breach.rule == MIG_MIXED:
+        return f"{gpu} is in MIG mode" if use.mig_profile is None else f"{gpu} is not in MIG mode"
+    if breach.rule in (MIG_PROFILE, MIG_START, MIG_LAYOUT):
+        return f"{gpu} has no MIG instance {inst}"
+    if breach.rule == MIG_SHARED:
+        return f"MIG instance {inst} on {gpu} is busy"
+    if breach.rule == SHARING_MODE:
+        assert state.sharing is not None
+        return f"{gpu} is {describe_sharing(state.sharing)}"
+    if breach.rule == SHARING_REPLICAS:
+        return f"{gpu} has no time-sliced share left (its {breach.limit} replicas are taken)"
+    if len(breach.users) == 1 and not (use.milli is not None and use.mig_profile is None):
+        return f"{gpu} has {breach.limit} MiB of GPU memory, {breach.amount} MiB asked"
+    used = breach.amount - users[-1].memory_mib
+    return f"{gpu} lacks GPU memory: {used} MiB used + {users[-1].memory_mib} MiB asked > {breach.limit} MiB"
+
+
 def holding(a: Assignment) -> Holding:
     """The resources a plan assignment takes."""
     return Holding(a.node, a.gpus, a.cpu_milli, a.memory_mib, a.alternative, a.gpu_memory_mib)
@@ -320,7 +353,7 @@ def running_conflicts(
 
     A state that over-commits a GPU or a node cannot exist, so ``running_on`` that describes one is bad
     input: refused when it is submitted rather than planned into an invalid plan. The workloads must
-    name existing nodes and GPUs (:func:`~gpuplan.models.problem.reference_errors` checks that first).
+    name existing nodes and GPUs (:func:`~gpuplan.models.inputs.reference_errors` checks that first).
     """
     occ = Occupancy.empty(cluster, catalog)
     conflicts: list[tuple[int, int, str]] = []

@@ -26,8 +26,8 @@ from collections.abc import Callable, Iterable, Mapping
 from dataclasses import dataclass, replace
 
 from gpuplan.models.hardware import HardwareCatalog
+from gpuplan.models.inputs import PlanningInput
 from gpuplan.models.plan import Assignment, GpuUse, MigLayout, Plan, PlanStatus, SolverReport
-from gpuplan.models.problem import PlanningInput
 from gpuplan.planner.pipeline.layouts import cluster_with_layouts
 from gpuplan.planner.pipeline.occupancy import Holding, Key, Occupancy, holding
 from gpuplan.planner.pipeline.timeline import OVERDUE_S, duration_s

@@ -26,9 +26,9 @@ from datetime import datetime
 
 from gpuplan.models.cluster import EXCLUSIVE, Node, Sharing, TimeSliced, sharing_offers
 from gpuplan.models.hardware import HardwareCatalog
+from gpuplan.models.inputs import PlanningInput
 from gpuplan.models.plan import Assignment, NodeSharing, PlanStatus, Unplaced
 from gpuplan.models.policy import ObjectiveMode, Policy
-from gpuplan.models.problem import PlanningInput
 from gpuplan.planner.pipeline.compile import compile_problem
 from gpuplan.planner.pipeline.layouts import cluster_with_sharing
 from gpuplan.solvers.base import SolveResult, get_solver

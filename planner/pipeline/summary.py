@@ -4,8 +4,8 @@ from __future__ import annotations
 
 from collections import Counter
 
+from gpuplan.models.inputs import PlanningInput
 from gpuplan.models.plan import MIGRATE, Plan, PlanStatus
-from gpuplan.models.problem import PlanningInput
 from gpuplan.solvers.base import CUT
 from gpuplan.solvers.greedy.engine import GREEDY_CUT
 
@@ -99,6 +99,9 @@ def not_optimal_because(plan: Plan) -> list[str]:
     fixed = int(t.get("sharing_modes_fixed", 0))
     if fixed:
         why.append(f"the pre-pass fixed the sharing modes of {fixed} node(s) whose mode could change")
+    switchable = int(t.get("mig_modes_fixed", 0))
+    if switchable:
+        why.append(f"the pre-pass fixed the MIG modes of {switchable} GPU(s) whose mode could change")
     if s.model_size.get("restricted"):
         why.append("the model was restricted (not every node a candidate for every replica)")
     if "lns_steps" in t:

@@ -28,9 +28,9 @@ from datetime import datetime, timedelta
 from typing import Generic, TypeVar
 
 from gpuplan.models.hardware import HardwareCatalog
+from gpuplan.models.inputs import PlanningInput
 from gpuplan.models.plan import Assignment, GpuUse, MigLayout, Plan, PlanStatus, SolverReport, Unplaced
 from gpuplan.models.policy import Policy
-from gpuplan.models.problem import PlanningInput
 from gpuplan.models.workload import Workload
 from gpuplan.planner.pipeline.deadline import Deadline
 from gpuplan.planner.pipeline.layouts import cluster_with_layouts

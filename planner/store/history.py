@@ -15,8 +15,8 @@ from datetime import datetime
 from sqlalchemy import Engine
 
 from gpuplan.models.base import InputError
+from gpuplan.models.inputs import PlanningInput
 from gpuplan.models.plan import GpuUse, Plan
-from gpuplan.models.problem import PlanningInput
 from gpuplan.planner.pipeline.actions import where
 from gpuplan.planner.pipeline.timeline import predicted_waits
 from gpuplan.planner.store.db import make_engine
@@ -212,10 +212,16 @@ def _wait(seconds: float | None) -> str:
 
 
 def _layouts(plan: Plan) -> dict[tuple[str, int], str]:
-    return {
-        (m.node, m.gpu): " ".join(f"{i.profile}@{i.start}" for i in m.instances) or "no instances"
-        for m in plan.mig_layouts
-    }
+    """Each GPU's MIG target in words: its layout, ``MIG off`` when the plan turns MIG off, and ``MIG on``
+    before the layout of a GPU it turns MIG on."""
+    modes = {(m.node, m.gpu): m.enabled for m in plan.mig_modes}
+    out = {(node, gpu): "MIG off" for (node, gpu), on in modes.items() if not on}
+    for m in plan.mig_layouts:
+        text = " ".join(f"{i.profile}@{i.start}" for i in m.instances) or "no instances"
+        out[(m.node, m.gpu)] = f"MIG on, {text}" if modes.get((m.node, m.gpu)) else text
+    for (node, gpu), on in modes.items():
+        out.setdefault((node, gpu), "MIG on, no instances" if on else "MIG off")
+    return out
 
 
 def _layout_changes(previous: Plan, current: Plan) -> list[str]:

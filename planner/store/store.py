@@ -1,18 +1,16 @@
 """Reads and writes of the one store: jobs (from the API, and plans stored by ``gpuplan replan``), their
-inputs, results and audit trail, and the API's keys. SQLite by default, PostgreSQL by URL."""
+inputs, results and audit trail (the API's keys: ``api.keys``). SQLite by default, PostgreSQL by URL."""
 
 from __future__ import annotations
 
 import json
-from dataclasses import dataclass, replace
+from dataclasses import dataclass
 from datetime import datetime
 from typing import Any
 
 from sqlalchemy import Connection, Engine, RowMapping, Select, func, insert, select, update
 
-from gpuplan.models.base import InputError
 from gpuplan.planner.store.db import ADMISSION_LOCK, locked, make_engine
-from gpuplan.planner.store.keys import KeyRecord
 from gpuplan.planner.store.migrate import upgrade
 from gpuplan.planner.store.records import (
     ACTIVE,
@@ -26,7 +24,6 @@ from gpuplan.planner.store.records import (
 )
 from gpuplan.planner.store.tables import (
     JOB_FIELDS,
-    api_keys,
     audit,
     job_inputs,
     job_results,
@@ -41,18 +38,6 @@ class ActiveLimitReached(Exception):
     def __init__(self, active: int) -> None:
         super().__init__(f"{active} jobs are queued or running")
         self.active = active
-
-
-def _key(row: RowMapping) -> KeyRecord:
-    """A key from its row (times read as UTC)."""
-    expires, revoked = row["expires_at"], row["revoked_at"]
-    return KeyRecord(
-        key_hash=row["key_hash"],
-        role=row["role"],
-        created_at=as_utc(row["created_at"]),
-        expires_at=as_utc(expires) if expires is not None else None,
-        revoked_at=as_utc(revoked) if revoked is not None else None,
-    )
 
 
 def _record(row: RowMapping) -> JobRecord:
@@ -102,52 +87,6 @@ class Store:
         """Raise if the database cannot be reached."""
         with self.engine.connect() as conn:
             conn.execute(select(1))
-
-    # --- keys -------------------------------------------------------------------------------------------
-
-    def add_key(self, digest: str, role: str, expires_at: datetime | None = None) -> KeyRecord:
-        """Store a key's hash with its role and expiry (``None``: never)."""
-        record = KeyRecord(digest, role, now(), expires_at)
-        with self.engine.begin() as conn:
-            conn.execute(
-                insert(api_keys).values(
-                    key_hash=digest, role=role, created_at=record.created_at, expires_at=expires_at
-                )
-            )
-        return record
-
-    def key(self, digest: str) -> KeyRecord | None:
-        """The stored key with hash ``digest`` (revoked and expired ones too)."""
-        with self.engine.connect() as conn:
-            row = conn.execute(select(api_keys).where(api_keys.c.key_hash == digest)).one_or_none()
-        return _key(row._mapping) if row is not None else None
-
-    def list_keys(self) -> list[KeyRecord]:
-        """Every stored key, oldest first."""
-        with self.engine.connect() as conn:
-            rows = conn.execute(select(api_keys).order_by(api_keys.c.created_at, api_keys.c.key_hash)).all()
-        return [_key(r._mapping) for r in rows]
-
-    def revoke_key(self, key_id: str) -> KeyRecord | None:
-        """Revoke the key whose hash starts with ``key_id`` (hex digits; a key revoked already keeps its
-        time) and return it; ``None`` when no key has that id, InputError when several have."""
-        if not key_id or any(c not in "0123456789abcdef" for c in key_id):
-            raise InputError(f"key id '{key_id}' is not hex digits")
-        with self.engine.begin() as conn:
-            rows = conn.execute(select(api_keys).where(api_keys.c.key_hash.startswith(key_id))).all()
-            if len(rows) > 1:
-                raise InputError(f"key id '{key_id}' names {len(rows)} keys; give more of its digits")
-            if not rows:
-                return None
-            record = _key(rows[0]._mapping)
-            if record.revoked_at is None:
-                record = replace(record, revoked_at=now())
-                conn.execute(
-                    update(api_keys)
-                    .where(api_keys.c.key_hash == record.key_hash)
-                    .values(revoked_at=record.revoked_at)
-                )
-        return record
 
     # --- jobs -------------------------------------------------------------------------------------------
 

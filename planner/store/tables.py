@@ -131,3 +131,14 @@ api_keys = Table(
     Column("expires_at", DateTime(timezone=True), nullable=True),
     Column("revoked_at", DateTime(timezone=True), nullable=True),
 )
+
+#: The processes that run jobs (servers with solver processes and ``gpuplan worker``s), each with its
+#: last heartbeat: ``/readyz`` of a server without solver processes says whether any of them is alive.
+workers = Table(
+    "gpuplan_workers",
+    metadata,
+    Column("owner", String(100), primary_key=True),
+    Column("processes", Integer, nullable=False),
+    Column("ready", Integer, nullable=False),
+    Column("seen_at", DateTime(timezone=True), nullable=False),
+)

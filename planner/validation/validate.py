@@ -29,13 +29,37 @@ from gpuplan.models.cluster import (
     TimeSliced,
     describe_sharing,
     mig_layout_problems,
-    sharing_offers,
-    sharing_replicas,
+)
+from gpuplan.models.gpu_rules import (
+    GPU_MEMORY,
+    GPU_OVERCOMMIT,
+    MIG_LAYOUT,
+    MIG_MIXED,
+    MIG_PROFILE,
+    MIG_SHARED,
+    MIG_START,
+    SHARING_MODE,
+    SHARING_REPLICAS,
+    WHOLE_EXCLUSIVE,
+    Breach,
+    GpuState,
+    GpuUser,
+    gpu_breaches,
 )
 from gpuplan.models.hardware import MILLI_PER_GPU, GpuModelSpec, HardwareCatalog
-from gpuplan.models.plan import CREATE, DESTROY, DRAIN, MIGRATE, PREEMPT, Assignment, GpuUse, Plan
+from gpuplan.models.inputs import PlanningInput
+from gpuplan.models.plan import (
+    CREATE,
+    DESTROY,
+    DRAIN,
+    MIGRATE,
+    PREEMPT,
+    SET_MIG_MODE,
+    Assignment,
+    GpuUse,
+    Plan,
+)
 from gpuplan.models.policy import IsolationKind, IsolationRule, Policy, Quota
-from gpuplan.models.problem import PlanningInput
 from gpuplan.models.topology import link_graph
 from gpuplan.models.workload import STANDARD, GpuRef, Placement, Shape, TopologyNeed, Workload
 
@@ -65,6 +89,9 @@ ACTIONS_FAMILY = "actions"
 WITHOUT_ACTIONS = "before the plan's actions are derived"
 
 GpuKey = tuple[str, int]
+
+#: The per-GPU breaches reported after the use rules: sharing mode, then GPU memory.
+_BREACH_FAMILY = {SHARING_MODE: "sharing", SHARING_REPLICAS: "sharing", GPU_MEMORY: "memory"}
 
 #: Rules that a current state may already break (fleets drift: quotas change, isolation rules and
 #: node topologies are added after work started). A plan keeps such a violation, without breaking the
@@ -260,6 +287,8 @@ class _Checker:
     placed: list[_Placed] = field(default_factory=list)
     loads: dict[GpuKey, list[tuple[_Placed, GpuUse]]] = field(default_factory=dict)
     layouts: dict[GpuKey, tuple[MigInstance, ...]] = field(default_factory=dict)
+    #: MIG modes the plan changes (``True``: on), read once from its ``mig_modes``.
+    modes: dict[GpuKey, bool] = field(default_factory=dict)
     graphs: dict[tuple[object, ...], nx.Graph] = field(default_factory=dict)
     node_graphs: dict[str, nx.Graph] = field(default_factory=dict)
     canon: dict[str, str] = field(default_factory=dict)
@@ -273,17 +302,16 @@ class _Checker:
         self._replicas()
         if self._checks("shapes"):
             self._shapes()
+        self._mig_mode_changes()
         self._layouts()
         self._mig_mode()
         self._mig_policy()
         actions = self._checks(ACTIONS_FAMILY)
         if actions:
             self._mig_actions()
+            self._mig_mode_actions()
         self._gpus()
-        self._sharing()
         self._sharing_changes()
-        if self._checks("gpu-memory"):
-            self._gpu_memory()
         if self._checks("gpu-models"):
             self._gpu_models()
         self._node_capacity()
@@ -339,11 +367,18 @@ class _Checker:
     def _spec(self, gpu: Gpu) -> GpuModelSpec:
         return self.catalog.model(gpu.model)
 
+    def _mig_on(self, key: GpuKey, gpu: Gpu) -> bool:
+        """Whether the GPU is in MIG mode after the plan (its mode change, else the cluster's mode)."""
+        return self.modes.get(key, gpu.mig is not None)
+
     def _effective_layout(self, key: GpuKey, gpu: Gpu) -> tuple[MigInstance, ...] | None:
-        """The plan's layout for the GPU, else the cluster's current one (``None``: MIG disabled)."""
+        """The plan's layout for the GPU, else the one its mode leaves: none (``None``: MIG disabled),
+        no instance after MIG is turned on, else the cluster's current one."""
         if key in self.layouts:
             return self.layouts[key]
-        return None if gpu.mig is None else gpu.mig.instances
+        if not self._mig_on(key, gpu):
+            return None
+        return () if gpu.mig is None else gpu.mig.instances
 
     def _references(self) -> None:
         """Rule 1: assignments and waits name existing workloads, replicas, nodes, GPUs, shapes."""
@@ -529,17 +564,93 @@ class _Checker:
             self._add(rule, subject, f"The MIG layout is invalid: {message}")
 
     def _mig_mode(self) -> None:
-        """Rule 5b: a plan never turns MIG mode on: a MIG layout only for a GPU whose cluster entry has MIG
-        on (``mig``, even with no instance). Switching the mode is a GPU Operator action on a drained GPU
-        (``nvidia.com/mig.config``) that no solver plans, so a plan that needs it is not one they offer."""
+        """Rule 5b: no MIG layout on a GPU whose MIG mode is off after the plan (off in the cluster and
+        not turned on by the plan's ``mig_modes``, or turned off by them)."""
         nodes = self.inp.cluster.node_by_name
         for node, index in self.layouts:
-            if nodes[node].gpu_by_index[index].mig is None:
+            gpu = nodes[node].gpu_by_index[index]
+            if self._mig_on((node, index), gpu):
+                continue
+            why = (
+                "which the plan turns MIG mode off on"
+                if (node, index) in self.modes
+                else "whose MIG mode is off in the cluster and which the plan does not turn on"
+            )
+            self._add(
+                "mig-mode",
+                gpu_subject(node, index),
+                f"The plan sets a MIG layout on GPU {index} of node '{node}', {why}.",
+            )
+
+    def _mig_mode_changes(self) -> None:
+        """Rule 5c: a plan changes the MIG mode of existing MIG-capable GPUs only, once each, only when the
+        policy allows re-partitioning (``mig.allow_repartition``), and only of a GPU the plan drains: every
+        replica running on it is moved or preempted (those count in the disruption budget as moves and
+        preemptions). Turning MIG on needs ``mig.allow_create`` for the instances it then creates (rule
+        12)."""
+        nodes = self.inp.cluster.node_by_name
+        changed: dict[GpuKey, bool] = {}
+        for m in self.plan.mig_modes:
+            key = (m.node, m.gpu)
+            subject = gpu_subject(*key)
+            node = nodes.get(m.node)
+            gpu = None if node is None else node.gpu_by_index.get(m.gpu)
+            if gpu is None or gpu.model in self.unknown_models:
                 self._add(
-                    "mig-mode",
+                    "unknown-ref",
+                    subject,
+                    f"The plan changes the MIG mode of GPU {m.gpu} of node '{m.node}', which does not exist.",
+                )
+                continue
+            if key in self.modes:
+                self._add(
+                    "mig-mode-change", subject, "The plan changes the MIG mode of this GPU more than once."
+                )
+                continue
+            self.modes[key] = m.enabled
+            if m.enabled == (gpu.mig is not None):
+                continue
+            what = f"The plan turns MIG mode {'on' if m.enabled else 'off'} on GPU {m.gpu} of node '{m.node}'"
+            if not self._spec(gpu).mig_capable:
+                self._add("gpu-model", subject, f"{what}, a {gpu.model}, which does not support MIG.")
+                continue
+            changed[key] = m.enabled
+            if not self.inp.policy.mig.allow_repartition:
+                self._add(
+                    "mig-mode-change",
+                    subject,
+                    f"{what}, but the policy does not allow re-partitioning "
+                    "(mig.allow_repartition is false).",
+                )
+        if not changed:
+            return
+        target = {(a.workload, a.replica): a for a in self.plan.assignments}
+        for w in self.inp.workloads:
+            for r, place in enumerate(w.running_on):
+                held = [g for g in place.gpus if (place.node, g.index) in changed]
+                a = target.get((w.id, r))
+                if held and a is not None and w.stays(r, a.node, a.gpus):
+                    self._add(
+                        "mig-mode-change",
+                        gpu_subject(place.node, held[0].index),
+                        f"The plan changes the MIG mode of GPU {held[0].index} of node '{place.node}', but "
+                        f"{replica_subject(w.id, r)} keeps running on {_describe_uses(held)} there: the GPU "
+                        "must be drained first.",
+                    )
+
+    def _mig_mode_actions(self) -> None:
+        """Rule 12c: every MIG mode change has its ``set-mig-mode`` action."""
+        nodes = self.inp.cluster.node_by_name
+        done = {(a.node, a.gpu, a.to) for a in self.plan.actions if a.kind == SET_MIG_MODE}
+        for (node, index), enabled in self.modes.items():
+            if enabled == (nodes[node].gpu_by_index[index].mig is not None):
+                continue
+            if (node, index, "on" if enabled else "off") not in done:
+                self._add(
+                    "mig-unscheduled",
                     gpu_subject(node, index),
-                    f"The plan sets a MIG layout on GPU {index} of node '{node}', whose MIG mode is off in "
-                    "the cluster; a plan does not turn MIG mode on.",
+                    f"The plan turns MIG mode {'on' if enabled else 'off'} on GPU {index} of node '{node}' "
+                    "but has no set-mig-mode action for it.",
                 )
 
     def _mig_policy(self) -> None:
@@ -595,83 +706,109 @@ class _Checker:
                 )
 
     def _gpus(self) -> None:
-        """Rules 4 and 5: per-GPU exclusivity, milli capacity, MIG/non-MIG mixing, MIG instance use."""
+        """Rules 4, 5, 14 and 15 (:mod:`gpuplan.models.gpu_rules`): per-GPU exclusivity, milli capacity,
+        MIG/non-MIG mixing, MIG instance use, the sharing mode the plan leaves the node in and its
+        time-sliced replicas, GPU memory. Reported family by family: use, then sharing, then memory."""
         for p in self.placed:
             for use, _ in p.uses:
                 self.loads.setdefault((p.node.name, use.index), []).append((p, use))
-        for key, entries in self.loads.items():
-            gpu = entries[0][0].node.gpu_by_index[key[1]]
-            layout = self._effective_layout(key, gpu)
-            migs: list[tuple[_Placed, GpuUse]] = []
-            whole: list[_Placed] = []
-            milli = 0
-            for p, u in entries:
-                if u.mig_profile is not None:
-                    migs.append((p, u))
-                elif u.milli is not None:
-                    milli += u.milli
-                else:
-                    whole.append(p)
-            non_mig = len(entries) > len(migs)
-            if len(entries) == 1 and not migs and layout is None:
-                continue  # the common case: one whole or fractional use of a non-MIG GPU
-            subject = gpu_subject(*key)
-            if whole and len(entries) > 1:
-                users = ", ".join(sorted({p.subject for p, _ in entries}))
-                self._add(
-                    "whole-exclusive",
-                    subject,
-                    f"The GPU is given whole to {whole[0].subject} but has {len(entries)} uses ({users}).",
-                )
-            elif milli > FULL_MILLI:
-                self._add(
-                    "gpu-overcommit",
-                    subject,
-                    f"Fractional uses add up to {milli} milli-GPU, more than {FULL_MILLI}.",
-                )
-            if migs and non_mig:
-                self._add(
-                    "mig-mixed-fraction", subject, "The GPU mixes MIG instances with whole or fractional use."
-                )
-            elif non_mig and layout is not None:
-                self._add(
-                    "mig-mixed-fraction",
-                    subject,
-                    "The GPU is in MIG mode but is given whole or as a fraction.",
-                )
-            if migs:
-                self._mig_uses(subject, self._spec(gpu), layout, migs)
-
-    def _sharing(self) -> None:
-        """Rule 14: a node's non-MIG GPUs are used as its sharing mode offers them (the device plugin
-        serves one mode per node): whole on an exclusive node, as fractions on a time-sliced one, and
-        there at most ``replicas`` fractions per GPU (one share each); in the mode the plan leaves the
-        node in."""
+        memory = self._checks("gpu-memory")
         changed = {m.node: m.sharing for m in self.plan.sharing}
-        for (node, index), entries in self.loads.items():
-            p = entries[0][0]
-            gpu = p.node.gpu_by_index[index]
-            mode = changed.get(node, p.node.sharing)
-            if mode is None or self._effective_layout((node, index), gpu) is not None:
+        found: dict[str, list[tuple[GpuKey, Breach]]] = {"use": [], "sharing": [], "memory": []}
+        for key, entries in self.loads.items():
+            node = entries[0][0].node
+            gpu = node.gpu_by_index[key[1]]
+            layout = self._effective_layout(key, gpu)
+            state = GpuState(
+                spec=self._spec(gpu),
+                mig=None if layout is None else frozenset((i.profile, i.start) for i in layout),
+                sharing=changed.get(node.name, node.sharing),
+            )
+            users = [GpuUser(u, self._gpu_memory_ask(p)) for p, u in entries]
+            for b in gpu_breaches(users, state):
+                found[_BREACH_FAMILY.get(b.rule, "use")].append((key, b))
+        for group in ("use", "sharing", "memory"):
+            if group == "memory" and not memory:
                 continue
-            for placed, use in entries:
-                if sharing_offers(mode, use.kind):
-                    continue
-                self._add(
-                    "sharing-mode",
-                    gpu_subject(node, index),
-                    f"{placed.subject} uses {describe_use(use)} of node '{node}', whose sharing mode is "
-                    f"{describe_sharing(mode)}.",
-                )
-            limit = sharing_replicas(mode)
-            fractions = sum(use.milli is not None for _, use in entries)
-            if limit is not None and fractions > limit:
-                self._add(
-                    "sharing-replicas",
-                    gpu_subject(node, index),
-                    f"GPU {index} of node '{node}' holds {fractions} fractions; time-slicing offers it as "
-                    f"{limit} replicas.",
-                )
+            for key, b in found[group]:
+                self._report_breach(key, b, self.loads[key])
+
+    @staticmethod
+    def _gpu_memory_ask(p: _Placed) -> int:
+        """The GPU memory (MiB) the replica asks on each GPU it uses: its shape's, else the plan's."""
+        return p.shape.gpu_memory_mib if p.shape is not None else p.assignment.gpu_memory_mib
+
+    def _report_breach(self, key: GpuKey, b: Breach, entries: list[tuple[_Placed, GpuUse]]) -> None:
+        """One per-GPU breach as a violation, in the validator's words."""
+        node, index = key
+        subject = gpu_subject(node, index)
+        spec = self._spec(entries[0][0].node.gpu_by_index[index])
+        who = [entries[i] for i in b.users]
+        p, u = who[0]
+        label = f"{u.mig_profile}@{u.mig_start}"
+        if b.rule == WHOLE_EXCLUSIVE:
+            first = next(q for q, v in who if v.mig_profile is None and v.milli is None)
+            users = ", ".join(sorted({q.subject for q, _ in entries}))
+            text = f"The GPU is given whole to {first.subject} but has {len(entries)} uses ({users})."
+        elif b.rule == GPU_OVERCOMMIT:
+            text = f"Fractional uses add up to {b.amount} milli-GPU, more than {b.limit}."
+        elif b.rule == MIG_MIXED:
+            text = (
+                "The GPU mixes MIG instances with whole or fractional use."
+                if any(v.mig_profile is not None for _, v in entries)
+                else "The GPU is in MIG mode but is given whole or as a fraction."
+            )
+        elif b.rule == MIG_PROFILE:
+            subject, text = (
+                p.subject,
+                (
+                    f"The replica uses MIG profile '{u.mig_profile}' on {gpu_subject(node, index)}, a "
+                    f"{spec.name}, which does not offer it."
+                ),
+            )
+        elif b.rule == MIG_START:
+            starts = sorted(spec.profile_map[u.mig_profile or ""].starts)
+            subject, text = (
+                p.subject,
+                (
+                    f"The replica uses MIG {label} on {gpu_subject(node, index)}, but '{u.mig_profile}' "
+                    f"cannot start at memory slice {u.mig_start} on {spec.name} (valid starts: {starts})."
+                ),
+            )
+        elif b.rule == MIG_LAYOUT:
+            where = (
+                "which has MIG disabled in both the plan and the cluster."
+                if self._effective_layout(key, entries[0][0].node.gpu_by_index[index]) is None
+                else "which is not an instance of that GPU's layout."
+            )
+            subject, text = p.subject, f"The replica uses MIG {label} on {gpu_subject(node, index)}, {where}"
+        elif b.rule == MIG_SHARED:
+            users = ", ".join(sorted(q.subject for q, _ in who))
+            text = f"MIG instance {u.mig_profile}@{u.mig_start or 0} serves {len(who)} replicas ({users})."
+        elif b.rule == SHARING_MODE:
+            mode = {m.node: m.sharing for m in self.plan.sharing}.get(node, p.node.sharing)
+            assert mode is not None
+            text = (
+                f"{p.subject} uses {describe_use(u)} of node '{node}', whose sharing mode is "
+                f"{describe_sharing(mode)}."
+            )
+        elif b.rule == SHARING_REPLICAS:
+            text = (
+                f"GPU {index} of node '{node}' holds {b.amount} fractions; time-slicing offers it as "
+                f"{b.limit} replicas."
+            )
+        elif u.milli is not None and u.mig_profile is None:
+            users = ", ".join(f"{q.subject} {self._gpu_memory_ask(q)} MiB" for q, _ in who)
+            text = (
+                f"Fractions on node '{node}' GPU {index} ({spec.name}) hold {b.amount} MiB of GPU memory, "
+                f"more than its {b.limit} MiB ({users})."
+            )
+        else:
+            text = (
+                f"Workload '{p.workload.id}' replica {p.assignment.replica} asks for {b.amount} MiB of "
+                f"GPU memory but {describe_use(u)} of node '{node}' ({spec.name}) has {b.limit} MiB."
+            )
+        self._add(b.rule, subject, text)
 
     def _sharing_changes(self) -> None:
         """Rule 14b: a plan changes the sharing mode of existing nodes only, only when the policy allows
@@ -727,93 +864,6 @@ class _Checker:
                             f"{what}, but {replica_subject(w.id, r)} keeps running on "
                             f"{_describe_uses(held)} there: the node must be drained first.",
                         )
-
-    def _gpu_memory(self) -> None:
-        """Rule 15: GPU memory. The fractions sharing a non-MIG GPU hold at most the model's memory
-        together; a whole GPU or MIG instance has at least the memory its replica asks for."""
-        for (node, index), entries in self.loads.items():
-            spec = self._spec(entries[0][0].node.gpu_by_index[index])
-            shared: list[tuple[_Placed, int]] = []
-            for p, u in entries:
-                ask = p.shape.gpu_memory_mib if p.shape is not None else p.assignment.gpu_memory_mib
-                if not ask:
-                    continue
-                if u.milli is not None and u.mig_profile is None:
-                    shared.append((p, ask))
-                    continue
-                if u.mig_profile is not None and u.mig_profile not in spec.profile_map:
-                    continue  # reported as gpu-model
-                has = spec.memory_mib if u.mig_profile is None else spec.instance_memory_mib(u.mig_profile)
-                if ask > has:
-                    self._add(
-                        "gpu-memory",
-                        gpu_subject(node, index),
-                        f"Workload '{p.workload.id}' replica {p.assignment.replica} asks for {ask} MiB of "
-                        f"GPU memory but {describe_use(u)} of node '{node}' ({spec.name}) has {has} MiB.",
-                    )
-            used = sum(ask for _, ask in shared)
-            if used > spec.memory_mib:
-                users = ", ".join(f"{p.subject} {ask} MiB" for p, ask in shared)
-                self._add(
-                    "gpu-memory",
-                    gpu_subject(node, index),
-                    f"Fractions on node '{node}' GPU {index} ({spec.name}) hold {used} MiB of GPU memory, "
-                    f"more than its {spec.memory_mib} MiB ({users}).",
-                )
-
-    def _mig_uses(
-        self,
-        subject: str,
-        spec: GpuModelSpec,
-        layout: tuple[MigInstance, ...] | None,
-        migs: list[tuple[_Placed, GpuUse]],
-    ) -> None:
-        """Each MIG use names a valid placement and an instance of the layout, used at most once."""
-        instances = set() if layout is None else {(i.profile, i.start) for i in layout}
-        served: defaultdict[tuple[str, int], list[str]] = defaultdict(list)
-        for p, u in migs:
-            if u.mig_profile is None or u.mig_start is None:
-                continue  # malformed entry, reported as shape-mismatch
-            prof = spec.profile_map.get(u.mig_profile)
-            label = f"{u.mig_profile}@{u.mig_start}"
-            if prof is None:
-                self._add(
-                    "gpu-model",
-                    p.subject,
-                    f"The replica uses MIG profile '{u.mig_profile}' on {subject}, a {spec.name}, which does "
-                    "not offer it.",
-                )
-            elif u.mig_start not in prof.starts:
-                self._add(
-                    "mig-start",
-                    p.subject,
-                    f"The replica uses MIG {label} on {subject}, but '{u.mig_profile}' cannot start "
-                    f"at memory slice {u.mig_start} on {spec.name} (valid starts: {sorted(prof.starts)}).",
-                )
-            elif layout is None:
-                self._add(
-                    "mig-layout-mismatch",
-                    p.subject,
-                    f"The replica uses MIG {label} on {subject}, "
-                    "which has MIG disabled in both the plan and the cluster.",
-                )
-            elif (u.mig_profile, u.mig_start) not in instances:
-                self._add(
-                    "mig-layout-mismatch",
-                    p.subject,
-                    f"The replica uses MIG {label} on {subject}, "
-                    "which is not an instance of that GPU's layout.",
-                )
-            else:
-                served[(u.mig_profile, u.mig_start)].append(p.subject)
-        for (profile, start), users in served.items():
-            if len(users) > 1:
-                self._add(
-                    "mig-instance-shared",
-                    subject,
-                    f"MIG instance {profile}@{start} serves {len(users)} replicas "
-                    f"({', '.join(sorted(users))}).",
-                )
 
     def _gpu_models(self) -> None:
         """Rule 7: every GPU used is of a model the chosen shape allows."""

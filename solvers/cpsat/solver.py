@@ -182,13 +182,27 @@ class CpSat:
     ``movable_running`` (request positions) restricts which running replicas may move; the others are
     held where they run. A restricted solve (the steps of the large-neighbourhood search) is at most
     ``FEASIBLE``. ``decompose`` false solves one model whatever the size (a neighbourhood step).
+    ``part`` solves one part of a split fleet: its plan gets no fleet bound, and no evaluation for the
+    report unless it claims ``OPTIMAL`` (which the evaluation may withdraw); the merged plan of the
+    whole fleet gets both (on 100,000 replicas each costs seconds that no share of the limit holds).
     """
 
     name = "cpsat"
 
-    def __init__(self, movable_running: set[int] | None = None, *, decompose: bool = True) -> None:
+    def __init__(
+        self, movable_running: set[int] | None = None, *, decompose: bool = True, part: bool = False
+    ) -> None:
         self.movable_running = movable_running
         self.decompose = decompose
+        self.part = part
+
+    def _finished(
+        self, problem: PlacementProblem, out: SolveResult, never: frozenset[tuple[str, int]]
+    ) -> SolveResult:
+        """``out`` with the fleet bound and evaluated for the report (a part's plan: see the class)."""
+        if not self.part:
+            return reported(problem, _with_fleet_bound(problem, out, never))
+        return reported(problem, out) if out.status is PlanStatus.OPTIMAL else out
 
     def solve(self, problem: PlacementProblem) -> SolveResult:
         """Solve; a problem CP-SAT cannot solve in time gets the FGD plan labelled ``FALLBACK``.
@@ -263,8 +277,9 @@ class CpSat:
         if stages.cut_by_wall or (room_cut and problem.deterministic):
             out = replace(out, terms={**out.terms, CUT: 1.0})
         out = _never_worse(problem, out, greedy, lambda: fits_model(problem, candidates, movable, greedy))
-        out = _with_fleet_bound(problem, _recoded(out, never), never)
-        return reported(problem, replace(out, wall_s=time.perf_counter() - start))
+        return self._finished(
+            problem, replace(_recoded(out, never), wall_s=time.perf_counter() - start), never
+        )
 
     def _repack(
         self,
@@ -300,7 +315,7 @@ class CpSat:
             model_size={"requests": len(problem.requests), "nodes": len(problem.nodes), "lns": 1},
             wall_s=time.perf_counter() - start,
         )
-        return reported(problem, _with_fleet_bound(problem, out, never))
+        return self._finished(problem, out, never)
 
     def _fleet(
         self, problem: PlacementProblem, never: frozenset[tuple[str, int]], start: float
@@ -337,7 +352,7 @@ class CpSat:
                 best_bound=float(_queue_bound(problem, fleet.value_bound)),
                 bound_source="configuration LP",
             )
-        return reported(problem, _with_fleet_bound(problem, out, never))
+        return self._finished(problem, out, never)
 
     def _pools(self, problem: PlacementProblem, parts: int, movable: set[int], start: float) -> SolveResult:
         """Split the fleet into parts (POP), solve them in parallel (processes or Ray tasks) and merge the
@@ -467,7 +482,7 @@ def _better_of(
 def solve_part(part: Part) -> SolveResult:
     """Solve one part of a split fleet (runs in a worker process)."""
     movable = {r for r, q in enumerate(part.problem.requests) if q.key in part.movable}
-    return CpSat(movable_running=movable).solve(part.problem)
+    return CpSat(movable_running=movable, part=True).solve(part.problem)
 
 
 def hint_from(m: cp_model.CpModel, v: Variables, problem: PlacementProblem, greedy: SolveResult) -> bool:

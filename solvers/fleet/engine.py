@@ -171,8 +171,8 @@ def _repartitions(problem: PlacementProblem) -> bool:
 def _freed(problem: PlacementProblem) -> tuple[PlacementProblem, frozenset[tuple[str, int]]]:
     """``problem`` with the MIG GPUs that run nothing emptied of their (idle) instances when the policy
     lets a plan re-partition them, so that the placement kernel creates the instances the plan needs,
-    and those GPUs (node, index). GPUs with running work keep their layouts: re-partitioning them would
-    drain that work."""
+    and those GPUs (node, index). GPUs with running work keep their layouts (this engine re-partitions
+    idle GPUs only; the exact models also re-partition idle instances beside running ones)."""
     if not _repartitions(problem):
         return problem, frozenset()
     busy = {

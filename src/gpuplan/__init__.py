@@ -23,8 +23,8 @@ from importlib import metadata
 from typing import TYPE_CHECKING, Any
 
 from gpuplan.models.base import InputError
+from gpuplan.models.inputs import PlanningInput
 from gpuplan.models.plan import Plan, PlanStatus, SolverReport
-from gpuplan.models.problem import PlanningInput
 
 if TYPE_CHECKING:
     from gpuplan.planner.pipeline.files import load_input as load

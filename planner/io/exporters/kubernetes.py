@@ -17,9 +17,10 @@ for what ``apply`` cannot do: :data:`SCRIPTS`), ...:
 1. ``evict`` (script): a ``policy/v1`` Eviction of each preempted, moved or drained replica's pod,
    posted to the pod's eviction subresource (``kubectl create --raw ... -f -``);
 2. ``mig``: the MIG manager's config as the ConfigMap :data:`MIG_CONFIGMAP` in :data:`MIG_NAMESPACE`
-   (every node's config as it stands after the step) and, per node re-partitioned in the round (every
-   MIG node in the first such step), a minimal Node (name and the ``nvidia.com/mig.config`` label, a
-   strategic-merge patch);
+   (every node's config as it stands after the step; a GPU whose MIG mode the round turns off
+   (``set-mig-mode``) is ``mig-enabled: false``, one it turns on ``mig-enabled: true``) and, per node
+   re-partitioned or switched in the round (every MIG node in the first such step), a minimal Node
+   (name and the ``nvidia.com/mig.config`` label, a strategic-merge patch);
 3. ``start``: a ``scheduling.x-k8s.io/v1alpha1`` PodGroup per gang (coscheduling, ``minMember`` the
    gang's placed replicas) the first time it appears, and a Pod per replica gpuplan creates
    (:func:`creates_pod`);
@@ -66,23 +67,32 @@ import yaml
 
 from gpuplan.models.base import InputError
 from gpuplan.models.cluster import MigInstance, Sharing, TimeSliced
+from gpuplan.models.inputs import PlanningInput
 from gpuplan.models.plan import (
     CREATE,
     DESTROY,
     MIGRATE,
     PREEMPT,
+    SET_MIG_MODE,
     SET_SHARING,
     START,
     Action,
     Assignment,
     MigLayout,
+    MigMode,
     Plan,
 )
-from gpuplan.models.problem import PlanningInput
 from gpuplan.models.workload import Workload
 from gpuplan.planner.io.exporters.migparted import config_document, config_name, node_configs
 from gpuplan.planner.io.importers.kubernetes import mig_resource
-from gpuplan.planner.pipeline.actions import PHASE, instance, ordered_actions, target_sharing, where
+from gpuplan.planner.pipeline.actions import (
+    PHASE,
+    instance,
+    ordered_actions,
+    target_mig_mode,
+    target_sharing,
+    where,
+)
 
 GPU = "nvidia.com/gpu"
 SHARED_GPU = "nvidia.com/gpu.shared"
@@ -336,14 +346,22 @@ def mig_objects(
     layouts: Mapping[tuple[str, int], frozenset[tuple[str, int]]],
     nodes: Sequence[str] | None = None,
 ) -> list[dict[str, Any]]:
-    """The MIG manager's ConfigMap for ``layouts`` (the instances of each MIG GPU) and a label patch per
-    node of ``nodes`` (default: every node in the ConfigMap)."""
+    """The MIG manager's ConfigMap for ``layouts`` (the instances of each GPU in MIG mode; a GPU the
+    cluster has in MIG mode and ``layouts`` lacks has MIG turned off) and a label patch per node of
+    ``nodes`` (default: every node in the ConfigMap)."""
+    off = [
+        MigMode(node=n.name, gpu=g.index, enabled=False)
+        for n in inp.cluster.nodes
+        for g in n.gpus
+        if g.mig is not None and (n.name, g.index) not in layouts
+    ]
     configs = node_configs(
         inp.cluster,
         tuple(
             MigLayout(node=n, gpu=g, instances=tuple(MigInstance(profile=p, start=s) for p, s in sorted(i)))
             for (n, g), i in layouts.items()
         ),
+        off,
     )
     config_map = {
         "apiVersion": "v1",
@@ -466,7 +484,9 @@ def plan_digest(plan: Plan) -> str:
 def steps(plan: Plan, inp: PlanningInput, images: Images, namespace: str = "default") -> list[Step]:
     """The plan as steps (see the module docstring); raises :class:`InputError` when a pod to create has
     no image or an object would break the API's rules (a node name Kubernetes does not allow)."""
-    actions = list(plan.actions) or ordered_actions(inp, plan.assignments, plan.mig_layouts, plan.sharing)
+    actions = list(plan.actions) or ordered_actions(
+        inp, plan.assignments, plan.mig_layouts, plan.sharing, plan.mig_modes
+    )
     target = {(a.workload, a.replica): a for a in plan.assignments}
     started = [a for a in actions if a.kind in (MIGRATE, START)]
     created = list({w.id: w for w in (inp.workload_by_id[a.workload or ""] for a in started)}.values())
@@ -495,6 +515,14 @@ def steps(plan: Plan, inp: PlanningInput, images: Images, namespace: str = "defa
                 target_mode = target_sharing(a)
                 modes[target_mode.node] = target_mode.sharing
                 switched.append(target_mode.node)
+            if a.kind == SET_MIG_MODE:
+                mode = target_mig_mode(a)
+                if mode.enabled:
+                    mig_state[(mode.node, mode.gpu)] = frozenset()
+                else:
+                    mig_state.pop((mode.node, mode.gpu), None)
+                if mode.node not in repartitioned:
+                    repartitioned.append(mode.node)
             if a.kind in (DESTROY, CREATE):
                 assert a.node is not None and a.gpu is not None
                 now = mig_state.get((a.node, a.gpu), frozenset())

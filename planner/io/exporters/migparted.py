@@ -11,6 +11,8 @@ The file follows mig-parted's ``v1`` spec (``api/spec/v1/spec.go`` in ``NVIDIA/m
         - devices: [2, 3]
           mig-enabled: false
 
+A GPU whose MIG mode the plan turns off (``set-mig-mode``) gets ``mig-enabled: false``; a node whose
+last MIG GPU is turned off keeps its config (all its GPUs ``mig-enabled: false``), so its label changes.
 mig-parted takes instance counts per profile and chooses the memory-slice positions itself; gpuplan's
 layouts are valid placements for the same counts, so the counts are what carries over. A config's name
 ends in a digest of its entries, so a node's label changes exactly when its layout does: the MIG manager
@@ -24,13 +26,14 @@ import hashlib
 import json
 import re
 from collections import Counter
-from collections.abc import Mapping
+from collections.abc import Mapping, Sequence
 from typing import Any
 
 import yaml
 
 from gpuplan.models.cluster import Cluster
-from gpuplan.models.plan import MigLayout
+from gpuplan.models.plan import MigLayout, MigMode
+from gpuplan.planner.pipeline.layouts import cluster_with_mig_modes
 
 VERSION = "v1"
 #: Name prefix of the per-node configs (the value of the node label ``nvidia.com/mig.config``).
@@ -47,12 +50,17 @@ def config_name(node: str, entries: list[dict[str, Any]]) -> str:
     return f"{node_part}-{digest}"
 
 
-def node_configs(cluster: Cluster, layouts: tuple[MigLayout, ...]) -> dict[str, list[dict[str, Any]]]:
-    """The mig-parted entries of each node (by node name) with a MIG GPU in the plan or now; GPUs with
-    equal settings share an entry."""
+def node_configs(
+    cluster: Cluster, layouts: tuple[MigLayout, ...], modes: Sequence[MigMode] = ()
+) -> dict[str, list[dict[str, Any]]]:
+    """The mig-parted entries of each node (by node name) with a MIG GPU in the plan or now, with the
+    plan's MIG ``modes`` applied (a GPU turned off is ``mig-enabled: false``, one turned on and given no
+    instance ``mig-enabled: true`` with no device); GPUs with equal settings share an entry."""
     target = {(lay.node, lay.gpu): lay.instances for lay in layouts}
+    switched = cluster_with_mig_modes(cluster, modes)
+    was_mig = {(n.name, g.index) for n in cluster.nodes for g in n.gpus if g.mig is not None}
     configs: dict[str, list[dict[str, Any]]] = {}
-    for node in cluster.nodes:
+    for node in switched.nodes:
         groups: dict[tuple[bool, tuple[tuple[str, int], ...]], list[int]] = {}
         any_mig = False
         for g in sorted(node.gpus, key=lambda g: g.index):
@@ -63,7 +71,7 @@ def node_configs(cluster: Cluster, layouts: tuple[MigLayout, ...]) -> dict[str, 
             any_mig = any_mig or enabled
             counts = tuple(sorted(Counter(i.profile for i in instances or ()).items()))
             groups.setdefault((enabled, counts), []).append(g.index)
-        if not any_mig:
+        if not any_mig and not any((node.name, g.index) in was_mig for g in node.gpus):
             continue
         entries: list[dict[str, Any]] = []
         for (enabled, counts), devices in groups.items():
@@ -84,9 +92,9 @@ def config_document(configs: Mapping[str, list[dict[str, Any]]]) -> dict[str, An
     return doc
 
 
-def render(cluster: Cluster, layouts: tuple[MigLayout, ...]) -> str:
-    """The mig-parted config file for the target layouts."""
-    return yaml.safe_dump(config_document(node_configs(cluster, layouts)), sort_keys=False)
+def render(cluster: Cluster, layouts: tuple[MigLayout, ...], modes: Sequence[MigMode] = ()) -> str:
+    """The mig-parted config file for the target layouts and MIG modes."""
+    return yaml.safe_dump(config_document(node_configs(cluster, layouts, modes)), sort_keys=False)
 
 
 def check_config(doc: Any) -> list[str]:
