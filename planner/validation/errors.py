@@ -9,7 +9,7 @@ from __future__ import annotations
 
 from collections.abc import Sequence
 
-from gpuplan.planner.validation.validate import Violation
+from gpuplan.planner.validation.report import Violation
 
 
 class InvalidPlanError(RuntimeError):

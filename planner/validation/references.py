@@ -1,0 +1,192 @@
+"""Rules 1 to 3: the plan names existing workloads, replicas, nodes and GPUs, lists every replica once,
+and gives each assignment exactly its chosen shape.
+"""
+
+from __future__ import annotations
+
+import itertools
+from collections import Counter, defaultdict
+from collections.abc import Sequence
+
+from gpuplan.models.cluster import Gpu
+from gpuplan.models.plan import GpuUse
+from gpuplan.models.workload import Shape
+from gpuplan.planner.validation.context import CheckContext, Placed
+from gpuplan.planner.validation.report import MISSING_NAMED, describe_uses, replica_subject
+
+
+def check_references(ctx: CheckContext) -> None:
+    """Rule 1: assignments and waits name existing workloads, replicas, nodes, GPUs, shapes."""
+    workloads = ctx.inp.workload_by_id
+    nodes = ctx.inp.cluster.node_by_name
+    models = {g.model for n in ctx.inp.cluster.nodes for g in n.gpus}
+    ctx.unknown_models = {m for m in models if not ctx.catalog.has_model(m)}
+    for a in ctx.plan.assignments:
+        subject = replica_subject(a.workload, a.replica)
+        w = workloads.get(a.workload)
+        if w is None:
+            ctx.add(
+                "unknown-ref",
+                subject,
+                f"The plan places workload '{a.workload}', which is not in the input.",
+            )
+            continue
+        if a.replica >= w.replicas:
+            ctx.add(
+                "unknown-ref",
+                subject,
+                f"Workload '{w.id}' has {w.replicas} replica(s), so replica {a.replica} does not exist.",
+            )
+            continue
+        node = nodes.get(a.node)
+        if node is None:
+            ctx.add(
+                "unknown-ref",
+                subject,
+                f"The replica is placed on node '{a.node}', which is not in the cluster.",
+            )
+            continue
+        shape: Shape | None = None
+        if a.alternative < len(w.shapes):
+            shape = w.shapes[a.alternative]
+        elif "shapes" not in ctx.skip:  # only the demand knows how many alternatives there are
+            ctx.add(
+                "unknown-ref",
+                subject,
+                f"The replica uses alternative {a.alternative} but workload '{w.id}' has only "
+                f"{len(w.shapes)} shape(s).",
+            )
+        uses: list[tuple[GpuUse, Gpu]] = []
+        for u in a.gpus:
+            gpu = node.gpu_by_index.get(u.index)
+            if gpu is None:
+                ctx.add(
+                    "unknown-ref",
+                    subject,
+                    f"The replica uses GPU {u.index} of node '{node.name}', which has no such GPU.",
+                )
+            elif gpu.model in ctx.unknown_models:
+                ctx.add(
+                    "unknown-ref",
+                    subject,
+                    f"GPU {u.index} of node '{node.name}' is a '{gpu.model}', "
+                    "which the hardware catalog does not know.",
+                )
+            else:
+                uses.append((u, gpu))
+        ctx.placed.append(Placed(a, w, node, shape, tuple(uses)))
+    for wait in ctx.plan.unplaced:
+        subject = replica_subject(wait.workload, wait.replica)
+        w = workloads.get(wait.workload)
+        if w is None:
+            ctx.add(
+                "unknown-ref",
+                subject,
+                f"The plan leaves workload '{wait.workload}' waiting, but it is not in the input.",
+            )
+        elif wait.replica >= w.replicas:
+            ctx.add(
+                "unknown-ref",
+                subject,
+                f"Workload '{w.id}' has {w.replicas} replica(s), "
+                f"so waiting replica {wait.replica} does not exist.",
+            )
+
+
+def check_replicas(ctx: CheckContext) -> None:
+    """Rule 2: every replica is placed or waits, exactly once (in steps proportional to the
+    replicas the plan lists, however many the workload claims)."""
+    placed = Counter((a.workload, a.replica) for a in ctx.plan.assignments)
+    waiting = Counter((u.workload, u.replica) for u in ctx.plan.unplaced)
+    listed: defaultdict[str, set[int]] = defaultdict(set)
+    for wid, r in itertools.chain(placed, waiting):
+        listed[wid].add(r)
+    for w in ctx.inp.workloads:
+        seen = {r for r in listed[w.id] if r < w.replicas}
+        for r in sorted(seen):
+            n_placed, n_waiting = placed[(w.id, r)], waiting[(w.id, r)]
+            if n_placed + n_waiting > 1:
+                ctx.add(
+                    "replica-duplicate",
+                    replica_subject(w.id, r),
+                    f"Replica {r} of workload '{w.id}' appears {n_placed} time(s) in assignments and "
+                    f"{n_waiting} time(s) in unplaced; it must appear exactly once.",
+                )
+        missing = w.replicas - len(seen)
+        named = 0
+        r = 0
+        while named < min(missing, MISSING_NAMED):
+            if r not in seen:
+                ctx.add(
+                    "replica-missing",
+                    replica_subject(w.id, r),
+                    f"Replica {r} of workload '{w.id}' is neither placed nor listed as unplaced.",
+                )
+                named += 1
+            r += 1
+        if missing > named:
+            ctx.add(
+                "replica-missing",
+                f"workload {w.id}",
+                f"{missing - named} more of the {w.replicas} replicas of workload '{w.id}' are "
+                "neither placed nor listed as unplaced.",
+            )
+
+
+def check_shapes(ctx: CheckContext) -> None:
+    """Rule 3: GPU entries, CPU and memory of an assignment match its chosen shape."""
+    for p in ctx.placed:
+        if p.shape is None:
+            continue
+        a = p.assignment
+        if not _shape_fits(p.shape, a.gpus):
+            ctx.add(
+                "shape-mismatch",
+                p.subject,
+                f"Alternative {a.alternative} asks for {_describe_shape(p.shape)} but the plan gives "
+                f"{describe_uses(a.gpus)}.",
+            )
+        if a.gpu_memory_mib != p.shape.gpu_memory_mib:
+            ctx.add(
+                "shape-mismatch",
+                p.subject,
+                f"The assignment holds {a.gpu_memory_mib} MiB of GPU memory per GPU but alternative "
+                f"{a.alternative} asks for {p.shape.gpu_memory_mib} MiB.",
+            )
+        if a.cpu_milli != p.shape.cpu_milli or a.memory_mib != p.shape.memory_mib:
+            ctx.add(
+                "shape-mismatch",
+                p.subject,
+                f"The assignment reserves {a.cpu_milli} milli-CPU and {a.memory_mib} MiB but alternative "
+                f"{a.alternative} asks for {p.shape.cpu_milli} milli-CPU and {p.shape.memory_mib} MiB.",
+            )
+
+
+def _describe_shape(shape: Shape) -> str:
+    if shape.kind == "whole":
+        return f"{shape.gpus} whole GPU(s)"
+    if shape.kind == "fraction":
+        return f"{shape.share_milli} milli of one GPU"
+    if shape.kind == "mig":
+        return f"one MIG {shape.mig_profile} instance"
+    return "no GPU"
+
+
+def _shape_fits(shape: Shape, uses: Sequence[GpuUse]) -> bool:
+    """Whether the GPU entries of an assignment are exactly what ``shape`` asks for."""
+    if shape.kind == "whole":
+        return (
+            len(uses) == shape.gpus
+            and all(u.kind == "whole" for u in uses)
+            and len({u.index for u in uses}) == len(uses)
+        )
+    if shape.kind == "fraction":
+        return len(uses) == 1 and uses[0].kind == "fraction" and uses[0].milli == shape.share_milli
+    if shape.kind == "mig":
+        return (
+            len(uses) == 1
+            and uses[0].mig_profile == shape.mig_profile
+            and uses[0].milli is None
+            and uses[0].mig_start is not None
+        )
+    return not uses
