@@ -416,13 +416,15 @@ def _roll(
         for t in times:
             ivs = roll.overlapping(t, d)
             found = None
-            if t == 0 and fresh and not suggested and not honoured:
-                # Now, only idle room the solver leaves is taken, never room of the solver's own starts.
+            if t == 0 and not suggested and not honoured:
+                # Now, only idle room the solver leaves is taken, never room of the solver's own starts
+                # (a replica the solver stops, preempted or moved away, never takes back the room it
+                # was stopped for); a fresh replica that finds such room starts now.
                 pending = [iv for k, iv in solver_starts.items() if k not in processed]
                 found = roll.probe(t, members, ivs + pending, [])
-                promoted = found is not None
-                if not promoted:
+                if found is None:
                     continue
+                promoted = fresh
             elif not need or roll.free_milli(ivs) >= need:
                 tries = [[previous[m.key].hold for m in members]] if honoured else []
                 if t == 0 and suggested:

@@ -222,3 +222,35 @@ def test_the_exact_engines_reach_the_brute_force_optimum_under_either_rule(
     p = make_plan(inp, solver=solver, now=NOW, time_limit_s=10)
     assert p.status is PlanStatus.OPTIMAL
     assert p.solver.objective == brute_force(inp, runners, waiting)
+
+
+@pytest.mark.parametrize("solver", EXACT)
+def test_a_preempted_replica_does_not_take_back_the_room_it_was_stopped_for(solver: str) -> None:
+    """Found by the property above: r2 (standard, weight 3) is preempted so that w0 (background, weight 1,
+    2 GPUs, 5 h queued) starts on GPUs 2 and 3. The start-time pass reserved GPU 2 for r2 at once (it is
+    ahead of w0 in the queue) and so held w0 back: queue 3 x 100 x 8 + 1 x 200 x 13 = 5,000 with nothing
+    gained. The plan is the optimum, 2,400 (r2's 3 x 100 x 8), with w0 started."""
+    runners = [
+        Workload.model_validate(
+            {
+                "id": f"r{i}",
+                "tier": tier,
+                "gpus": 1,
+                "preemptible": True,
+                "running_on": f"n:{i}",
+                "started_at": NOW - timedelta(days=1),
+            }
+        )
+        for i, tier in enumerate(["latency-sensitive", "latency-sensitive", "standard"])
+    ]
+    w0 = Workload.model_validate(
+        {"id": "w0", "tier": "background", "gpus": 2, "queued_since": NOW - timedelta(hours=5)}
+    )
+    budget = DisruptionBudget(max_preemptions_per_round=1, preempt_only_for_higher_tier=False)
+    inp = planning_input(
+        [node("n", gpus=gpus("A100-SXM4-80GB", [0, 0, 0, 0]))], [*runners, w0], Policy(disruption=budget)
+    )
+    p = make_plan(inp, solver=solver, now=NOW, time_limit_s=10)
+    assert p.status is PlanStatus.OPTIMAL and p.solver.objective == 2400
+    assert {a.workload for a in p.assignments} == {"r0", "r1", "w0"}
+    assert [(a.kind, a.workload) for a in p.actions if a.kind == PREEMPT] == [(PREEMPT, "r2")]
