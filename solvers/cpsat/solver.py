@@ -60,8 +60,8 @@ ROOM_STEPS_PER_S = 1000
 #: slower machines to finish on deterministic time (and so give the same plan) within the time limit.
 DETERMINISTIC_PER_WALL_S = 0.25
 #: Queue orders the FGD hint of a large model without moves is the best of (``greedy.orders``), and
-#: the share of the time limit their trials may take: on the openb rounds (B2) 4 orders gave +0.4 to
-#: +0.6 point of allocation at 130% arrived over the arrival order alone.
+#: the share of the time limit their trials may take: in greedy-only openb rounds (B2 ablation) 4
+#: orders gave +0.4 to +0.6 point of allocation at 130% arrived over the arrival order alone.
 HINT_ORDERS = 8
 ORDERS_SHARE = 0.25
 #: Deterministic seconds for checking that the FGD plan is a solution of CP-SAT's model (every

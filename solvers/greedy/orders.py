@@ -6,8 +6,9 @@ up to ``tries - 1`` seeded shuffles of it, each within the policy's order (repli
 priority and wait change places, never others), every trial on the same placer and undone after. The
 order kept is the one that leaves the least queue penalty waiting and, among those, adds the least
 fragmentation (FGD's measure, summed over the nodes the trial changed: every other node is the same in
-all trials). Sorting the queue instead (largest or smallest first) lost a point of allocation against
-arrival order on the openb rounds (benchmarks/README.md, B2 ablation), so shuffles, not sorts, are tried.
+all trials). Sorting the queue instead (largest or smallest first) lost up to 0.9 point of allocation
+against arrival order in greedy-only openb rounds (benchmarks/README.md, B2 ablation), so shuffles, not
+sorts, are tried.
 """
 
 from __future__ import annotations
