@@ -10,13 +10,14 @@ import logging
 import time
 from abc import ABC, abstractmethod
 from collections.abc import Callable, Sequence
-from dataclasses import replace
+from dataclasses import dataclass, field, replace
 
 from gpuplan.models.plan import Assignment, PlanStatus, Unplaced
 from gpuplan.solvers.base import CUT, SolveResult
 from gpuplan.solvers.bounds import never_fitting, objective_bound, queue_lower_bound
 from gpuplan.solvers.evaluate import reported
-from gpuplan.solvers.placement import GANG, Placer, Scorer
+from gpuplan.solvers.greedy.orders import best_order
+from gpuplan.solvers.placement import GANG, Fragmentation, Placer, Scorer, target_mix
 from gpuplan.solvers.placement.options import describe
 from gpuplan.solvers.problem import PlacementProblem, Request
 
@@ -66,12 +67,16 @@ class GreedySolver(ABC):
         *,
         deadline: float | None = None,
         clock: Clock | None = None,
+        orders: int = 1,
+        orders_until: float | None = None,
     ) -> SolveResult:
         """Keep running replicas, then place the queue in order; gangs all together or not at all.
 
         ``on_kept`` sees the placer once running work is kept and before the queue is placed (an exact
-        solver reads its candidate rankings there). The loop stops at ``deadline`` (on ``clock``,
-        ``time.perf_counter`` by default): the replicas it has not reached wait, labelled
+        solver reads its candidate rankings there). With ``orders`` above 1 the queue is placed in the
+        best of that many orders (:func:`~gpuplan.solvers.greedy.orders.best_order`; the trials stop at
+        ``orders_until``). The loop stops at ``deadline`` (on
+        ``clock``, ``time.perf_counter`` by default): the replicas it has not reached wait, labelled
         :data:`NOT_REACHED`, and their count is the :data:`GREEDY_CUT` term (with :data:`CUT` in a
         deterministic problem, whose plan then depends on the clock). The result is the bare plan,
         without its report.
@@ -83,56 +88,88 @@ class GreedySolver(ABC):
         if on_kept is not None:
             on_kept(placer)
         queue = [r for r in problem.queue_order() if r.running is None]
-        gangs: dict[str, list[Request]] = {}
-        for r in queue:
-            if r.gang is not None:
-                gangs.setdefault(r.gang, []).append(r)
-        placed: list[Assignment] = []
-        unplaced: list[Unplaced] = []
-        not_reached: list[Request] = []
-        for r in queue:
-            if not_reached or (deadline is not None and now() >= deadline):
-                if r.gang is None or r.gang in gangs:  # a gang already handled is not cut
-                    not_reached.append(r)
-                continue
-            if r.gang is None:
-                a = placer.place(r)
-                if a is None:
-                    unplaced.append(placer.unplaced(r))
-                else:
-                    placed.append(a)
-                continue
-            members = gangs.pop(r.gang, None)
-            if members is None:
-                continue
-            done, blocker = placer.place_gang(members)
-            placed.extend(done)
-            if blocker is not None:
-                unplaced.extend(gang_failure(r.gang, members, blocker, placer))
-        unplaced.extend(_not_reached(not_reached))
+
+        def loop(order: Sequence[Request]) -> _Outcome:
+            return _place_queue(placer, order, deadline, now)
+
+        if orders > 1 and len(queue) > 1:
+            measure = Fragmentation(target_mix(problem.requests))
+
+            def waiting(order: Sequence[Request]) -> list[Request]:
+                out = loop(order)
+                return out.waiting + out.not_reached
+
+            queue = best_order(
+                problem, placer, queue, waiting, measure, tries=orders, until=orders_until, now=now
+            )
+        done = loop(queue)
+        unplaced = done.unplaced + _not_reached(done.not_reached)
         wall = time.perf_counter() - start
         log.info(
             "%s placed %d, kept %d, left %d unplaced (%d not reached by the deadline) in %.3f s",
             self.name,
-            len(placed),
+            len(done.placed),
             len(kept),
             len(unplaced),
-            len(not_reached),
+            len(done.not_reached),
             wall,
         )
-        cut = {GREEDY_CUT: float(len(not_reached))} if not_reached else {}
-        if not_reached and problem.deterministic:
+        cut = {GREEDY_CUT: float(len(done.not_reached))} if done.not_reached else {}
+        if done.not_reached and problem.deterministic:
             cut[CUT] = 1.0
         return SolveResult(
             status=PlanStatus.FEASIBLE,
             solver=self.name,
-            assignments=tuple(kept + placed),
+            assignments=tuple(kept + done.placed),
             unplaced=tuple(unplaced),
             mig_layouts=placer.mig_layouts(),
             wall_s=wall,
-            terms={"placed": len(placed), "kept": len(kept), **cut},
+            terms={"placed": len(done.placed), "kept": len(kept), **cut},
             model_size={"nodes": len(problem.nodes), "requests": len(problem.requests)},
         )
+
+
+@dataclass
+class _Outcome:
+    """One pass of the greedy loop: placements, replicas left waiting (with why, and the requests), and
+    the replicas the deadline stopped it from reaching."""
+
+    placed: list[Assignment] = field(default_factory=list)
+    unplaced: list[Unplaced] = field(default_factory=list)
+    waiting: list[Request] = field(default_factory=list)
+    not_reached: list[Request] = field(default_factory=list)
+
+
+def _place_queue(placer: Placer, queue: Sequence[Request], deadline: float | None, now: Clock) -> _Outcome:
+    """Place ``queue`` in order on ``placer``: single replicas one at a time, a gang's members all
+    together (at its first member) or not at all; stop at ``deadline``."""
+    gangs: dict[str, list[Request]] = {}
+    for r in queue:
+        if r.gang is not None:
+            gangs.setdefault(r.gang, []).append(r)
+    out = _Outcome()
+    for r in queue:
+        if out.not_reached or (deadline is not None and now() >= deadline):
+            if r.gang is None or r.gang in gangs:  # a gang already handled is not cut
+                out.not_reached.append(r)
+            continue
+        if r.gang is None:
+            a = placer.place(r)
+            if a is None:
+                out.unplaced.append(placer.unplaced(r))
+                out.waiting.append(r)
+            else:
+                out.placed.append(a)
+            continue
+        members = gangs.pop(r.gang, None)
+        if members is None:
+            continue
+        done, blocker = placer.place_gang(members)
+        out.placed.extend(done)
+        if blocker is not None:
+            out.unplaced.extend(gang_failure(r.gang, members, blocker, placer))
+            out.waiting.extend(members)
+    return out
 
 
 def _not_reached(requests: Sequence[Request]) -> list[Unplaced]:
