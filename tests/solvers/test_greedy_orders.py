@@ -12,7 +12,7 @@ from gpuplan.models.policy import Tier
 from gpuplan.solvers.evaluate import queue_term
 from gpuplan.solvers.greedy import Fgd
 from gpuplan.solvers.greedy.orders import shuffled
-from tests.test_greedy import check_result, gpus, instances, node, problem
+from tests.solvers.test_greedy import check_result, gpus, instances, node, problem
 
 TIERS = Policy(tiers=(Tier(name="high", weight=2), Tier(name="low", weight=1)))
 
