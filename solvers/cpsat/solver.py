@@ -28,14 +28,14 @@ from gpuplan.solvers.cpsat.lns import LnsReport, improve
 from gpuplan.solvers.cpsat.pools import MIN_PART_S, Part, part_count, solve_parts, split
 from gpuplan.solvers.evaluate import queue_term, reported
 from gpuplan.solvers.fleet.engine import plan_fleet
-from gpuplan.solvers.fleet.transition import transition
+from gpuplan.solvers.fleet.transition import TransitionReport, transition
 from gpuplan.solvers.formulation.builder import Expr, Var
 from gpuplan.solvers.formulation.constraints import add_all
 from gpuplan.solvers.formulation.linear_frag import linear_fragmentation
 from gpuplan.solvers.formulation.objective import build_terms, queue_penalty
 from gpuplan.solvers.formulation.staged import StageResult, Values, fallback, result, run_stages
 from gpuplan.solvers.formulation.variables import Variables, build_variables
-from gpuplan.solvers.greedy import Fgd, make_room
+from gpuplan.solvers.greedy import Fgd, make_room, moved_running
 from gpuplan.solvers.placement import NEVER_FITS, NO_CAPACITY, Placer
 from gpuplan.solvers.problem import PlacementProblem, Running, disturbable
 
@@ -52,6 +52,10 @@ FAST_PRESOLVE_VARIABLES = 4000
 #: Share of the time limit the make-room search may take to improve the FGD hint of a whole-cluster
 #: model (on the bundled example it places the 8-GPU training jobs FGD leaves waiting within a second).
 ROOM_SHARE = 0.15
+#: Share of the time left after the FGD plan that the make-room search gets on a large cluster whose
+#: running work may move (before the transition towards the target configuration, which gets what it
+#: leaves until :data:`TRANSITION_SHARE` of the limit).
+ROOM_MOVES_SHARE = 0.8
 #: Trials of the make-room search per second of its share, in a deterministic solve (about a second's
 #: worth on a busy 2-core machine); the wall clock still stops it at twice its share, flagged.
 ROOM_STEPS_PER_S = 1000
@@ -268,18 +272,22 @@ class CpSat:
         never: frozenset[tuple[str, int]],
         start: float,
     ) -> SolveResult:
-        """A large cluster whose running work may move: the FGD plan (held by ``placer``), moved
-        towards the target configuration (the configuration LP) within the budget, then CP-SAT on
-        neighbourhoods around waiting replicas and fragmented nodes with the moves left."""
+        """A large cluster whose running work may move: the FGD plan (held by ``placer``) with room made
+        for the waiting replicas by chains of moves (the make-room search), moved towards the target
+        configuration (the configuration LP) with the moves left, then CP-SAT on neighbourhoods around
+        waiting replicas and fragmented nodes with what is still left of the budget."""
 
         def step(sub: PlacementProblem, movable: set[int]) -> SolveResult:
             return CpSat(movable_running=movable, decompose=False).solve(sub)
 
         budget = problem.policy.disruption.max_moves_per_round
+        roomed, room_cut = _room_with_moves(problem, placer, greedy, start)
         until = start + TRANSITION_SHARE * problem.time_limit_s
-        moved, change = transition(problem, placer, greedy, until, moves=budget)
+        moved, change = roomed, TransitionReport()
+        if time.perf_counter() < until:
+            moved, change = transition(problem, placer, roomed, until, moves=budget)
         improved, report = improve(
-            problem, moved, start + problem.time_limit_s, step, moves=budget - change.moved
+            problem, moved, start + problem.time_limit_s, step, moves=budget - moved_running(problem, moved)
         )
         out = replace(
             _recoded(improved, never),
@@ -287,6 +295,9 @@ class CpSat:
             solver=self.name,
             terms={
                 **_search_terms(report),
+                **({CUT: 1.0} if room_cut and problem.deterministic else {}),
+                "room_moved": float(moved_running(problem, roomed)),
+                "room_placed": float(len(greedy.unplaced) - len(roomed.unplaced)),
                 "transition_nodes": float(change.nodes),
                 "transition_moved": float(change.moved),
                 "transition_placed": float(change.placed),
@@ -380,6 +391,21 @@ def _with_room(problem: PlacementProblem, greedy: SolveResult, start: float) -> 
         return make_room(problem, held[0], again, start + share)
     steps = max(1, round(ROOM_STEPS_PER_S * share))
     return make_room(problem, held[0], again, start + 2 * share, steps)
+
+
+def _room_with_moves(
+    problem: PlacementProblem, placer: Placer, greedy: SolveResult, start: float
+) -> tuple[SolveResult, bool]:
+    """The FGD plan (held by ``placer``) with room made for the waiting replicas by moving running work
+    within the budget, and whether the wall clock cut that search short. It gets its share of the time
+    the FGD plan left; a deterministic solve bounds the search by trials, not time."""
+    if not problem.deterministic:
+        now = time.perf_counter()
+        left = start + problem.time_limit_s - now
+        return make_room(problem, placer, greedy, now + ROOM_MOVES_SHARE * left)
+    share = ROOM_MOVES_SHARE * problem.time_limit_s
+    steps = max(1, round(ROOM_STEPS_PER_S * share))
+    return make_room(problem, placer, greedy, start + 2 * share, steps)
 
 
 def _search_terms(report: LnsReport) -> dict[str, float]:
