@@ -28,7 +28,7 @@ from gpuplan.solvers.cpsat.lns import LnsReport, improve
 from gpuplan.solvers.cpsat.pools import MIN_PART_S, Part, part_count, solve_parts, split
 from gpuplan.solvers.evaluate import queue_term, reported
 from gpuplan.solvers.fleet.engine import plan_fleet
-from gpuplan.solvers.fleet.transition import TransitionReport, transition
+from gpuplan.solvers.fleet.transition import transition
 from gpuplan.solvers.formulation.builder import Expr, Var
 from gpuplan.solvers.formulation.constraints import add_all
 from gpuplan.solvers.formulation.linear_frag import linear_fragmentation
@@ -52,9 +52,8 @@ FAST_PRESOLVE_VARIABLES = 4000
 #: Share of the time limit the make-room search may take to improve the FGD hint of a whole-cluster
 #: model (on the bundled example it places the 8-GPU training jobs FGD leaves waiting within a second).
 ROOM_SHARE = 0.15
-#: Share of the time left after the FGD plan that the make-room search gets on a large cluster whose
-#: running work may move (before the transition towards the target configuration, which gets what it
-#: leaves until :data:`TRANSITION_SHARE` of the limit).
+#: Share of the time the transition towards the target configuration leaves that the make-room search
+#: gets on a large cluster whose running work may move (the neighbourhood search gets the rest).
 ROOM_MOVES_SHARE = 0.8
 #: Trials of the make-room search per second of its share, in a deterministic solve (about a second's
 #: worth on a busy 2-core machine); the wall clock still stops it at twice its share, flagged.
@@ -272,22 +271,20 @@ class CpSat:
         never: frozenset[tuple[str, int]],
         start: float,
     ) -> SolveResult:
-        """A large cluster whose running work may move: the FGD plan (held by ``placer``) with room made
-        for the waiting replicas by chains of moves (the make-room search), moved towards the target
-        configuration (the configuration LP) with the moves left, then CP-SAT on neighbourhoods around
-        waiting replicas and fragmented nodes with what is still left of the budget."""
+        """A large cluster whose running work may move: the FGD plan (held by ``placer``), moved towards
+        the target configuration (the configuration LP) within the budget, then room made for the
+        replicas still waiting by chains of moves (the make-room search), then CP-SAT on neighbourhoods
+        around waiting replicas and fragmented nodes with the moves left."""
 
         def step(sub: PlacementProblem, movable: set[int]) -> SolveResult:
             return CpSat(movable_running=movable, decompose=False).solve(sub)
 
         budget = problem.policy.disruption.max_moves_per_round
-        roomed, room_cut = _room_with_moves(problem, placer, greedy, start)
         until = start + TRANSITION_SHARE * problem.time_limit_s
-        moved, change = roomed, TransitionReport()
-        if time.perf_counter() < until:
-            moved, change = transition(problem, placer, roomed, until, moves=budget)
+        moved, change = transition(problem, placer, greedy, until, moves=budget)
+        roomed, room_cut = _room_with_moves(problem, placer, moved, start)
         improved, report = improve(
-            problem, moved, start + problem.time_limit_s, step, moves=budget - moved_running(problem, moved)
+            problem, roomed, start + problem.time_limit_s, step, moves=budget - moved_running(problem, roomed)
         )
         out = replace(
             _recoded(improved, never),
@@ -296,8 +293,8 @@ class CpSat:
             terms={
                 **_search_terms(report),
                 **({CUT: 1.0} if room_cut and problem.deterministic else {}),
-                "room_moved": float(moved_running(problem, roomed)),
-                "room_placed": float(len(greedy.unplaced) - len(roomed.unplaced)),
+                "room_moved": float(moved_running(problem, roomed) - moved_running(problem, moved)),
+                "room_placed": float(len(moved.unplaced) - len(roomed.unplaced)),
                 "transition_nodes": float(change.nodes),
                 "transition_moved": float(change.moved),
                 "transition_placed": float(change.placed),
@@ -394,18 +391,18 @@ def _with_room(problem: PlacementProblem, greedy: SolveResult, start: float) -> 
 
 
 def _room_with_moves(
-    problem: PlacementProblem, placer: Placer, greedy: SolveResult, start: float
+    problem: PlacementProblem, placer: Placer, plan: SolveResult, start: float
 ) -> tuple[SolveResult, bool]:
-    """The FGD plan (held by ``placer``) with room made for the waiting replicas by moving running work
+    """``plan`` (held by ``placer``) with room made for the waiting replicas by moving running work
     within the budget, and whether the wall clock cut that search short. It gets its share of the time
-    the FGD plan left; a deterministic solve bounds the search by trials, not time."""
+    left; a deterministic solve bounds the search by trials, not time."""
     if not problem.deterministic:
         now = time.perf_counter()
         left = start + problem.time_limit_s - now
-        return make_room(problem, placer, greedy, now + ROOM_MOVES_SHARE * left)
-    share = ROOM_MOVES_SHARE * problem.time_limit_s
+        return make_room(problem, placer, plan, now + ROOM_MOVES_SHARE * left)
+    share = ROOM_MOVES_SHARE * (1 - TRANSITION_SHARE) * problem.time_limit_s
     steps = max(1, round(ROOM_STEPS_PER_S * share))
-    return make_room(problem, placer, greedy, start + 2 * share, steps)
+    return make_room(problem, placer, plan, start + problem.time_limit_s, steps)
 
 
 def _search_terms(report: LnsReport) -> dict[str, float]:
