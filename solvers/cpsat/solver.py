@@ -35,7 +35,7 @@ from gpuplan.solvers.formulation.linear_frag import linear_fragmentation
 from gpuplan.solvers.formulation.objective import build_terms, queue_penalty
 from gpuplan.solvers.formulation.staged import StageResult, Values, fallback, result, run_stages
 from gpuplan.solvers.formulation.variables import Variables, build_variables
-from gpuplan.solvers.greedy import Fgd, make_room
+from gpuplan.solvers.greedy import Fgd, make_room, moved_running
 from gpuplan.solvers.placement import NEVER_FITS, NO_CAPACITY, Placer
 from gpuplan.solvers.problem import PlacementProblem, Running, disturbable
 
@@ -52,6 +52,9 @@ FAST_PRESOLVE_VARIABLES = 4000
 #: Share of the time limit the make-room search may take to improve the FGD hint of a whole-cluster
 #: model (on the bundled example it places the 8-GPU training jobs FGD leaves waiting within a second).
 ROOM_SHARE = 0.15
+#: Share of the time the transition towards the target configuration leaves that the make-room search
+#: gets on a large cluster whose running work may move (the neighbourhood search gets the rest).
+ROOM_MOVES_SHARE = 0.8
 #: Trials of the make-room search per second of its share, in a deterministic solve (about a second's
 #: worth on a busy 2-core machine); the wall clock still stops it at twice its share, flagged.
 ROOM_STEPS_PER_S = 1000
@@ -298,9 +301,10 @@ class CpSat:
         never: frozenset[tuple[str, int]],
         start: float,
     ) -> SolveResult:
-        """A large cluster whose running work may move: the FGD plan (held by ``placer``), moved
-        towards the target configuration (the configuration LP) within the budget, then CP-SAT on
-        neighbourhoods around waiting replicas and fragmented nodes with the moves left."""
+        """A large cluster whose running work may move: the FGD plan (held by ``placer``), moved towards
+        the target configuration (the configuration LP) within the budget, then room made for the
+        replicas still waiting by chains of moves (the make-room search), then CP-SAT on neighbourhoods
+        around waiting replicas and fragmented nodes with the moves left."""
 
         def step(sub: PlacementProblem, movable: set[int]) -> SolveResult:
             return CpSat(movable_running=movable, decompose=False).solve(sub)
@@ -308,8 +312,9 @@ class CpSat:
         budget = problem.policy.disruption.max_moves_per_round
         until = start + TRANSITION_SHARE * problem.time_limit_s
         moved, change = transition(problem, placer, greedy, until, moves=budget)
+        roomed, room_cut = _room_with_moves(problem, placer, moved, start)
         improved, report = improve(
-            problem, moved, start + problem.time_limit_s, step, moves=budget - change.moved
+            problem, roomed, start + problem.time_limit_s, step, moves=budget - moved_running(problem, roomed)
         )
         out = replace(
             _recoded(improved, never),
@@ -317,6 +322,9 @@ class CpSat:
             solver=self.name,
             terms={
                 **_search_terms(report),
+                **({CUT: 1.0} if room_cut and problem.deterministic else {}),
+                "room_moved": float(moved_running(problem, roomed) - moved_running(problem, moved)),
+                "room_placed": float(len(moved.unplaced) - len(roomed.unplaced)),
                 "transition_nodes": float(change.nodes),
                 "transition_moved": float(change.moved),
                 "transition_placed": float(change.placed),
@@ -423,6 +431,21 @@ def _with_room(problem: PlacementProblem, greedy: SolveResult, start: float) -> 
         return make_room(problem, held[0], again, start + share)
     steps = max(1, round(ROOM_STEPS_PER_S * share))
     return make_room(problem, held[0], again, start + 2 * share, steps)
+
+
+def _room_with_moves(
+    problem: PlacementProblem, placer: Placer, plan: SolveResult, start: float
+) -> tuple[SolveResult, bool]:
+    """``plan`` (held by ``placer``) with room made for the waiting replicas by moving running work
+    within the budget, and whether the wall clock cut that search short. It gets its share of the time
+    left; a deterministic solve bounds the search by trials, not time."""
+    if not problem.deterministic:
+        now = time.perf_counter()
+        left = start + problem.time_limit_s - now
+        return make_room(problem, placer, plan, now + ROOM_MOVES_SHARE * left)
+    share = ROOM_MOVES_SHARE * (1 - TRANSITION_SHARE) * problem.time_limit_s
+    steps = max(1, round(ROOM_STEPS_PER_S * share))
+    return make_room(problem, placer, plan, start + problem.time_limit_s, steps)
 
 
 def _search_terms(report: LnsReport) -> dict[str, float]:

@@ -5,7 +5,7 @@ from gpuplan.solvers.greedy.best_fit import BestFit, BestFitScorer
 from gpuplan.solvers.greedy.engine import GreedySolver
 from gpuplan.solvers.greedy.fgd import Fgd, FgdScorer, fgd_score
 from gpuplan.solvers.greedy.first_fit import FirstFit
-from gpuplan.solvers.greedy.room import make_room
+from gpuplan.solvers.greedy.room import make_room, moved_running
 from gpuplan.solvers.placement import FirstFitScorer
 
 __all__ = [
@@ -18,4 +18,5 @@ __all__ = [
     "GreedySolver",
     "fgd_score",
     "make_room",
+    "moved_running",
 ]

@@ -191,6 +191,14 @@ class Placer:
         found = self._node_choice(n, request.shapes[alternative], demand)
         return None if found is None else self._take(request, alternative, n, found[1], demand)
 
+    def fits_on(self, request: Request, n: int, alternative: int) -> bool:
+        """Whether :meth:`place_on` would place the replica there now (nothing is taken)."""
+        demand = self.rules.demand(request)
+        reserved = self.infos[n].reserved
+        if reserved is not None and demand.team not in reserved:
+            return False
+        return self._node_choice(n, request.shapes[alternative], demand) is not None
+
     def _take(self, request: Request, k: int, n: int, option: Option, demand: Demand) -> Assignment:
         """Apply ``option`` for alternative ``k`` of ``request`` on node ``n``; its plan entry."""
         shape = request.shapes[k]
