@@ -10,7 +10,11 @@ workload that fits nowhere is dropped.
 With an ``admission`` back-end the executor also acts between rounds, as a real scheduler does: each
 arriving workload is placed at once (:meth:`Executor.admit`) into free capacity the last plan has not
 reserved, by the placement kernel under the policy's rules (quotas, isolation), and the next round
-re-optimises everything as usual.
+re-optimises everything as usual. With ``evict`` as well, work of a tier the policy never preempts
+(latency-sensitive) that finds no room, on arrival or left waiting by a round's plan, preempts the
+fewest lower-tier replicas on one node for it at once (:mod:`gpuplan.planner.executor.evict`), within
+the round's preemption budget between two rounds: it does not wait for a round (whose solver may fall
+back to a heuristic plan that preempts nothing).
 """
 
 from __future__ import annotations

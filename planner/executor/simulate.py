@@ -9,8 +9,10 @@ executor's rounds loop (:meth:`Executor.run`) with ``make_plan``:
 * ``best-fit`` — best-fit placing the queue in FIFO order (every tier weight equal).
 
 With ``admission`` every policy also places each job at its arrival, as a real scheduler does
-(:meth:`Executor.admit`: free capacity the policy's last plan has not reserved, no preemption), with its
-own node score (FGD for gpuplan and fgd, best-fit for best-fit); finished jobs leave at their end.
+(:meth:`Executor.admit`: free capacity the policy's last plan has not reserved), with its own node score
+(FGD for gpuplan and fgd, best-fit for best-fit); finished jobs leave at their end. gpuplan's executor
+also preempts background work for a latency-sensitive job that finds no room, on arrival or when a
+round leaves it waiting (``Executor.evict``); the baselines never preempt.
 
 Shapes and QoS come from the trace's pod list (GPU pods only; QoS ``LS``/``Guaranteed`` →
 latency-sensitive, ``Burstable`` → standard, ``BE`` → background). Run times are lognormal with a median
