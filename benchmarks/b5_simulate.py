@@ -79,7 +79,7 @@ def targets(rows: Sequence[dict[str, object]], rho: float) -> list[str]:
 
 def violations(cell: pd.DataFrame) -> list[str]:
     """What gpuplan did worse than FGD in one (load, seed) cell: latency-sensitive p95 or mean wait
-    longer, tier-weighted mean wait not lower (empty: none)."""
+    longer, tier-weighted mean wait not lower (both zero passes) (empty: none)."""
     by = {str(r["policy"]): r for r in cell.to_dict("records")}
     ours, fgd = by["gpuplan"], by["fgd"]
     out = [
@@ -87,8 +87,9 @@ def violations(cell: pd.DataFrame) -> list[str]:
         for col, label in ((LS, "LS p95"), (LS_MEAN, "LS mean"))
         if float(ours[col]) > float(fgd[col])
     ]
-    if float(ours[TWW]) >= float(fgd[TWW]) and float(fgd[TWW]) > 0:
-        out.append(f"tier-weighted {ours[TWW]:g} >= FGD {fgd[TWW]:g}")
+    mine, theirs = float(ours[TWW]), float(fgd[TWW])
+    if mine > theirs or (mine == theirs and theirs > 0):
+        out.append(f"tier-weighted {mine:g} {'>' if mine > theirs else '='} FGD {theirs:g}")
     return out
 
 
