@@ -7,9 +7,11 @@ from __future__ import annotations
 import ast
 from pathlib import Path
 
+import pandas as pd
 import pytest
 
 from benchmarks.b3_offline import cut
+from benchmarks.b5_simulate import grid_table, violations
 from benchmarks.common import arrivals, openb_pods, openb_trace, parse_seeds, rounds, total_milli, unique
 
 ROOT = Path(__file__).resolve().parents[1]
@@ -49,3 +51,35 @@ def test_arrivals_follow_the_fgd_protocol_and_repeat_per_seed() -> None:
     assert len({w.id for w in workloads}) == len(order)
     first = cut(workloads, capacity)
     assert sum(total_milli(w) for w in first[:-1]) < capacity <= sum(total_milli(w) for w in first)
+
+
+def _b5_cell(
+    rho: float, seed: int, ours: tuple[float, float, float], fgd: tuple[float, float, float]
+) -> list[dict[str, object]]:
+    """One B5 cell: gpuplan's and FGD's (tier-weighted, LS mean, LS p95) waits, best-fit's all 100."""
+    rows = []
+    for policy, (tww, mean, p95) in (("gpuplan", ours), ("fgd", fgd), ("best-fit", (100.0, 100.0, 100.0))):
+        rows.append(
+            {"rho": rho, "seed": seed, "policy": policy, "tier_weighted_mean_wait_s": tww,
+             "mean_wait_s[latency-sensitive]": mean, "p95_wait_s[latency-sensitive]": p95, "alloc_pct": 80.0}
+        )  # fmt: skip
+    return rows
+
+
+def test_b5_grid_names_each_seed_where_gpuplan_waits_longer_than_fgd() -> None:
+    """Seed 1 is better everywhere; seed 2's latency-sensitive p95 is longer; seed 3 ties FGD at zero
+    (passes); seed 4's tier-weighted wait is above FGD's zero. Medians and worst cases per load."""
+    frame = pd.DataFrame(
+        _b5_cell(0.95, 1, (1.0, 0.0, 0.0), (5.0, 2.0, 10.0))
+        + _b5_cell(0.95, 2, (3.0, 1.0, 20.0), (5.0, 2.0, 10.0))
+        + _b5_cell(0.95, 3, (0.0, 0.0, 0.0), (0.0, 0.0, 0.0))
+        + _b5_cell(0.95, 4, (0.1, 0.0, 0.0), (0.0, 0.0, 0.0))
+    )
+    assert violations(frame[frame["seed"] == 1]) == []
+    assert violations(frame[frame["seed"] == 2]) == ["LS p95 20 > FGD 10"]
+    assert violations(frame[frame["seed"] == 3]) == []
+    assert violations(frame[frame["seed"] == 4]) == ["tier-weighted 0.1 > FGD 0"]
+    table = grid_table(frame)
+    # gpuplan's tier-weighted waits 1, 3, 0, 0.1: median 0.55, worst 3; LS p95 0, 20, 0, 0: median 0.
+    assert "| 0.95 | 4 | gpuplan | 0.6 (3.0) | 0.0 (1.0) | 0.0 (20.0) |" in table
+    assert "seed 2: LS p95 20 > FGD 10; seed 4: tier-weighted 0.1 > FGD 0" in table

@@ -10,7 +10,11 @@ workload that fits nowhere is dropped.
 With an ``admission`` back-end the executor also acts between rounds, as a real scheduler does: each
 arriving workload is placed at once (:meth:`Executor.admit`) into free capacity the last plan has not
 reserved, by the placement kernel under the policy's rules (quotas, isolation), and the next round
-re-optimises everything as usual.
+re-optimises everything as usual. With ``evict`` as well, work of a tier the policy never preempts
+(latency-sensitive) that finds no room, on arrival or left waiting by a round's plan, preempts the
+fewest lower-tier replicas on one node for it at once (:mod:`gpuplan.planner.executor.evict`), within
+the round's preemption budget between two rounds: it does not wait for a round (whose solver may fall
+back to a heuristic plan that preempts nothing).
 """
 
 from __future__ import annotations
@@ -29,6 +33,7 @@ from gpuplan.models.plan import Action, Assignment, MigMode, Plan
 from gpuplan.models.policy import Policy
 from gpuplan.models.workload import Workload
 from gpuplan.planner.executor.backend import Backend, Observation, Outcome
+from gpuplan.planner.executor.evict import evict_for
 from gpuplan.planner.pipeline.actions import (
     MIGRATE,
     PREEMPT,
@@ -113,6 +118,9 @@ class RoundReport:
     dropped: tuple[str, ...] = ()
     #: Replicas admitted on arrival since the previous round (back-end numbering).
     admitted: tuple[Key, ...] = ()
+    #: Replicas preempted outside the plan since the previous round, to start work of a tier the policy
+    #: never preempts (``Executor.evict``), each with when (back-end numbering).
+    evicted: tuple[tuple[Key, datetime], ...] = ()
 
     @property
     def failed(self) -> list[Outcome]:
@@ -219,6 +227,7 @@ class Executor:
         catalog: HardwareCatalog | None = None,
         *,
         admission: GreedySolver | None = None,
+        evict: bool = False,
     ) -> None:
         self.backend = backend
         self.planner = planner
@@ -227,6 +236,12 @@ class Executor:
         #: The greedy back-end whose node score places arriving work between rounds (``None``: arrivals
         #: wait for the next round).
         self.admission = admission
+        #: Whether work of a tier the policy never preempts, when it finds no room on arrival or is left
+        #: waiting by a round's plan, preempts lower-tier work for it at once (within the round's
+        #: preemption budget between two rounds) instead of waiting for the next round.
+        self.evict = evict
+        self._evicted = 0
+        self._stopped: list[tuple[Key, datetime]] = []
         self.rounds = 0
         self.demand: dict[str, Workload] = {}
         # The last round's plan and the replica numbering it was made with (what its reservations are).
@@ -261,11 +276,25 @@ class Executor:
                 for w in batch:
                     if arriving is not None:
                         arriving(w)
-                    admitted.extend(_key(o.action) for o in self.admit([w]) if o.ok)
+                    outcomes = self.admit([w])
+                    admitted.extend(_key(o.action) for o in outcomes if o.ok and o.action.kind == START)
             if before is not None:
                 before(k)
             self.demand.update((w.id, w) for w in batch)
-            report = replace(self.round(list(self.demand.values())), admitted=tuple(admitted))
+            report = self.round(list(self.demand.values()))
+            if self.admission is not None and self.evict:
+                # What the plan leaves waiting of a tier never preempted: started now where preempting
+                # makes room (a round whose solver fell back to a heuristic plan preempts nothing).
+                urgent = {
+                    u.workload
+                    for u in report.plan.unplaced
+                    if u.workload in self.demand
+                    and not self.policy.tier(self.demand[u.workload].tier).may_be_preempted
+                }
+                if urgent:
+                    self._start_now(urgent, "started after the round")
+            report = replace(report, admitted=tuple(admitted), evicted=tuple(self._stopped))
+            self._stopped = []
             if drop_unfit:
                 gone = unfit(self.backend.observe(), list(self.demand.values()), self.policy, self.catalog)
                 self.withdraw(gone)
@@ -276,6 +305,7 @@ class Executor:
         """Observe, plan, apply the first round of the plan's actions; return what happened."""
         obs = self.backend.observe()
         state = state_input(obs, demand, self.policy)
+        self._evicted = 0
         t0 = time.perf_counter()
         plan = self.planner(state.inp, obs.now)
         wall = time.perf_counter() - t0
@@ -321,8 +351,9 @@ class Executor:
 
     def admit(self, arrivals: Sequence[Workload]) -> list[Outcome]:
         """Put ``arrivals`` into the demand and start at once what fits in free capacity the last plan
-        has not reserved (no preemption, no move, no MIG re-partition: only what a scheduler can do
-        between rounds); the rest waits for the next round. Returns the starts' outcomes.
+        has not reserved (no move, no MIG re-partition: only what a scheduler can do between rounds);
+        the rest waits for the next round. Returns the outcomes of the starts (and of the preemptions
+        made for them).
 
         Running work and the targets of moves not made yet are taken first. The arrivals are then
         placed in queue order by the admission back-end's score under the policy's rules, each after the
@@ -332,11 +363,18 @@ class Executor:
         for a lower one (the next round plans the lower one again, as the timeline orders the queue). A
         gang is admitted whole or not at all, and only when all its members arrive together. Work that
         runs outside the demand (stopped at the next round) is not seen here: the back-end refuses a
-        start on its GPUs, and that arrival waits for the round.
+        start on its GPUs, and that arrival waits for the round. With ``evict``, an arrival of a tier the
+        policy never preempts that finds no room preempts lower-tier work for it (:func:`evict_for`).
         """
         self.demand.update((w.id, w) for w in arrivals)
         if self.admission is None or not arrivals:
             return []
+        return self._start_now({w.id for w in arrivals}, "admitted")
+
+    def _start_now(self, ids: set[str], detail: str) -> list[Outcome]:
+        """Start the waiting workloads ``ids`` of the demand where they fit now (see :meth:`admit`),
+        preempting for them where ``evict`` allows it; the outcomes of the actions applied."""
+        assert self.admission is not None
         obs = self.backend.observe()
         state = state_input(obs, list(self.demand.values()), self.policy)
         problem = compile_problem(state.inp, self.catalog, obs.now)
@@ -347,14 +385,16 @@ class Executor:
             allow_create=False,
             policy=self.policy,
         )
+        held: dict[str, list[tuple[Request, Assignment]]] = {}
         for r in problem.requests:
             if r.running is not None:
-                placer.keep(r)
-        reserved = self._reserved(problem, obs, state)
-        new = {w.id for w in arrivals}
-        queue = [r for r in problem.queue_order() if r.workload in new and r.running is None]
-        waiting = {r.gang for r in problem.requests if r.gang is not None and r.workload not in new}
+                held.setdefault(r.running.node, []).append((r, placer.keep(r)))
+        # A workload's own reservation is not held against it.
+        reserved = [x for x in self._reserved(problem, obs, state) if x[1].workload not in ids]
+        queue = [r for r in problem.queue_order() if r.workload in ids and r.running is None]
+        waiting = {r.gang for r in problem.requests if r.gang is not None and r.workload not in ids}
         placed: list[Assignment] = []
+        victims: list[Request] = []
         gangs: set[str] = set()
         for r in queue:
             # Reservations are in queue order, so those ahead of each arrival are a growing prefix.
@@ -364,21 +404,43 @@ class Executor:
                 # (the timeline silences the same warning).
                 with quiet_overcommit():
                     placer.hold(owner, spot)
+                held.setdefault(spot.node, []).append((owner, owner.assignment(spot)))
             if r.gang is None:
                 a = placer.place(r)
+                left = self.policy.disruption.max_preemptions_per_round - self._evicted
+                if a is None and self.evict and left > 0 and not self.policy.tier(r.tier).may_be_preempted:
+                    found = evict_for(placer, self.policy, r, held, left)
+                    if found is not None:
+                        a, stopped = found
+                        self._evicted += len(stopped)
+                        victims.extend(stopped)
+                        gone = {q.key for q in stopped}
+                        held[a.node] = [qa for qa in held[a.node] if qa[0].key not in gone]
                 if a is not None:
                     placed.append(a)
+                    held.setdefault(a.node, []).append((r, a))
             elif r.gang not in gangs and r.gang not in waiting:
                 gangs.add(r.gang)
                 placed.extend(placer.place_gang([m for m in queue if m.gang == r.gang])[0])
         targets = {state.to_backend[(a.workload, a.replica)]: a for a in placed}
+        stops = [
+            Action(kind=PREEMPT, workload=k[0], replica=k[1], detail=f"{detail}: room for a higher tier")
+            for k in (state.to_backend[q.key] for q in victims)
+        ]
         starts = [
-            Action(kind=START, workload=k[0], replica=k[1], to=where(a.node, a.gpus), detail="admitted")
+            Action(kind=START, workload=k[0], replica=k[1], to=where(a.node, a.gpus), detail=detail)
             for k, a in targets.items()
         ]
         backend_targets = {k: a.model_copy(update={"replica": k[1]}) for k, a in targets.items()}
-        outcomes = self.backend.apply(starts, backend_targets) if starts else []
-        log.info("admitted %d of %d arriving replica(s)", sum(o.ok for o in outcomes), len(queue))
+        outcomes = self.backend.apply(stops + starts, backend_targets) if starts else []
+        self._stopped.extend((_key(o.action), obs.now) for o in outcomes if o.ok and o.action.kind == PREEMPT)
+        log.info(
+            "%s %d of %d waiting replica(s), %d preempted for them",
+            detail,
+            sum(o.ok and o.action.kind == START for o in outcomes),
+            len(queue),
+            len(stops),
+        )
         return outcomes
 
     def _reserved(

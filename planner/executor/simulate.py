@@ -9,8 +9,10 @@ executor's rounds loop (:meth:`Executor.run`) with ``make_plan``:
 * ``best-fit`` — best-fit placing the queue in FIFO order (every tier weight equal).
 
 With ``admission`` every policy also places each job at its arrival, as a real scheduler does
-(:meth:`Executor.admit`: free capacity the policy's last plan has not reserved, no preemption), with its
-own node score (FGD for gpuplan and fgd, best-fit for best-fit); finished jobs leave at their end.
+(:meth:`Executor.admit`: free capacity the policy's last plan has not reserved), with its own node score
+(FGD for gpuplan and fgd, best-fit for best-fit); finished jobs leave at their end. gpuplan's executor
+also preempts background work for a latency-sensitive job that finds no room, on arrival or when a
+round leaves it waiting (``Executor.evict``); the baselines never preempt.
 
 Shapes and QoS come from the trace's pod list (GPU pods only; QoS ``LS``/``Guaranteed`` →
 latency-sensitive, ``Burstable`` → standard, ``BE`` → background). Run times are lognormal with a median
@@ -25,7 +27,7 @@ import logging
 import math
 import random
 import statistics
-from collections.abc import Callable
+from collections.abc import Callable, Sequence
 from dataclasses import dataclass, field
 from datetime import UTC, datetime, timedelta
 from pathlib import Path
@@ -176,12 +178,23 @@ class Track:
     frag: list[float] = field(default_factory=list)
 
 
-def _account(track: Track, demand: list[Workload], t: float, admitted: dict[str, float]) -> None:
+def _account(
+    track: Track,
+    demand: list[Workload],
+    t: float,
+    admitted: dict[str, float],
+    evicted: Sequence[tuple[str, float]] = (),
+) -> None:
     """Time each job of ``demand`` (arrived, not finished) spends waiting, including time back in the
     queue after a preemption, and its first start; a job ``admitted`` started at its arrival (the time
-    given), without waiting, and may have finished since."""
+    given), without waiting, and may have finished since; a job ``evicted`` went back to the queue at
+    the time given (between rounds)."""
     for wid, at in admitted.items():
         track.started.setdefault(wid, at)
+    for wid, at in evicted:
+        if wid in track.started and wid not in track.queued_at:
+            track.preemptions += 1
+            track.queued_at[wid] = at
     running = {key[0] for key in track.sim.occ.holders}
     for w in demand:
         if w.id in running:
@@ -215,6 +228,9 @@ def _sample(track: Track, inp: PlanningInput, now: datetime) -> None:
 SOLVERS = {"gpuplan": ("cpsat", "tiers"), "fgd": ("greedy-fgd", "tiers"), "best-fit": ("best-fit", "fifo")}
 #: The node score each policy admits arriving jobs with (``SimConfig.admission``).
 ADMISSION: dict[str, Callable[[], GreedySolver]] = {"gpuplan": Fgd, "fgd": Fgd, "best-fit": BestFit}
+#: Policies whose executor preempts background work for latency-sensitive jobs between rounds (with
+#: admission): gpuplan's; the baselines never preempt.
+EVICTS = frozenset({"gpuplan"})
 
 
 def simulate(cfg: SimConfig, progress: Callable[[str], None] | None = None) -> dict[str, dict[str, float]]:
@@ -238,7 +254,7 @@ def simulate(cfg: SimConfig, progress: Callable[[str], None] | None = None) -> d
     for name, (solver, policy) in SOLVERS.items():
         track = Track(name, SimCluster(cluster, catalog, EPOCH, duration_of=durations.get))
         admission = ADMISSION[name]() if cfg.admission else None
-        _run(cfg, track, solver, policies[policy], batches, progress, admission)
+        _run(cfg, track, solver, policies[policy], batches, progress, admission, name in EVICTS)
         tracks[name] = track
     end = count * cfg.round_s
     return {name: _metrics(cfg, jobs, tr, policies["tiers"], end) for name, tr in tracks.items()}
@@ -266,9 +282,10 @@ def _run(
     batches: list[list[Workload]],
     progress: Callable[[str], None] | None,
     admission: GreedySolver | None = None,
+    evict: bool = False,
 ) -> None:
-    """One policy's rounds through the executor (admitting arrivals with ``admission``), recorded in
-    ``track``."""
+    """One policy's rounds through the executor (admitting arrivals with ``admission``, preempting for
+    latency-sensitive work between rounds with ``evict``), recorded in ``track``."""
     last: list[Plan] = []
 
     def plan_round(inp: PlanningInput, now: datetime) -> Plan:
@@ -280,7 +297,7 @@ def _run(
         return plan
 
     sim = track.sim
-    executor = Executor(sim, plan_round, policy, default_catalog(), admission=admission)
+    executor = Executor(sim, plan_round, policy, default_catalog(), admission=admission, evict=evict)
 
     def until(t: datetime) -> None:
         finished = sim.advance((t - sim.now).total_seconds())
@@ -304,7 +321,8 @@ def _run(
                 track.predicted[u.workload] = (start - EPOCH).total_seconds()
         arrived = {w.id: w.queued_since for w in batches[k - 1] if w.queued_since is not None}
         admitted = {wid: (arrived[wid] - EPOCH).total_seconds() for wid, _ in report.admitted}
-        _account(track, demand, k * cfg.round_s, admitted)
+        evicted = [(key[0], (at - EPOCH).total_seconds()) for key, at in report.evicted]
+        _account(track, demand, k * cfg.round_s, admitted, evicted)
         _sample(track, state_input(sim.observe(), demand, policy).inp, sim.now)
         if progress is not None and k % 12 == 0:
             waiting = sum(1 for w in demand if w.id not in track.started)
@@ -319,9 +337,9 @@ def _p95(values: list[float]) -> float:
 
 
 def _metrics(cfg: SimConfig, jobs: list[Job], track: Track, policy: Policy, end: float) -> dict[str, float]:
-    """Tier-weighted mean wait, p95 wait per tier, allocation, fragmentation, moves, planner time, and
-    the median absolute error of predicted starts (jobs arriving after the warm-up; a job still waiting at
-    the end counts with the wait so far)."""
+    """Tier-weighted mean wait, p95 and mean wait per tier, allocation, fragmentation, moves, planner
+    time, and the median absolute error of predicted starts (jobs arriving after the warm-up; a job
+    still waiting at the end counts with the wait so far)."""
     measured = [j for j in jobs if cfg.warmup_hours * 3600 <= j.arrival_s < end]
     weight = {t.name: t.weight for t in policy.tiers}
     waits: dict[str, list[float]] = {t.name: [] for t in policy.tiers}
@@ -353,6 +371,8 @@ def _metrics(cfg: SimConfig, jobs: list[Job], track: Track, policy: Policy, end:
     }
     for tier, values in waits.items():
         out[f"p95_wait_s[{tier}]"] = round(_p95(values), 1)
+    for tier, values in waits.items():
+        out[f"mean_wait_s[{tier}]"] = round(statistics.fmean(values), 1) if values else 0.0
     if track.name == "gpuplan":
         out["predicted"] = len(errors)
         out["prediction_mae_median_s"] = round(statistics.median(errors), 1) if errors else math.nan

@@ -252,6 +252,97 @@ def test_a_higher_tier_arrival_may_take_what_the_plan_reserved_for_a_lower_tier(
     assert _running(sim) == {("a", 0), ("b", 0), ("x", 0), ("z", 0)}
 
 
+def _busy_n0(sim: SimCluster) -> list[Workload]:
+    """n0's four GPUs busy: old background work on GPUs 0-1 (bg-old, run 2 h) and 2 (bg-mid, run 1 h),
+    young background work on GPU 3 (bg-young, just started); a standard job on n1's only GPU."""
+    bg = {"tier": "background", "preemptible": True}
+    sim.place(_whole("bg-old", "n0", [0, 1]))
+    sim.advance(3600)
+    sim.place(_whole("bg-mid", "n0", [2]))
+    sim.place(_whole("std", "n1", [0]))
+    sim.advance(3600)
+    sim.place(_whole("bg-young", "n0", [3]))
+    return [
+        _work("bg-old", gpus=2, **bg),
+        _work("bg-mid", gpus=1, **bg),
+        _work("bg-young", gpus=1, **bg),
+        _work("std", gpus=1, preemptible=False),
+    ]
+
+
+#: Up to 4 preemptions a round, of work that ran at least 10 minutes.
+EVICTING = Policy(disruption=DisruptionBudget(max_preemptions_per_round=4, min_runtime_s=600))
+
+
+def test_a_latency_sensitive_arrival_preempts_the_fewest_background_replicas_that_make_room() -> None:
+    """With ``evict``, a 1-GPU latency-sensitive arrival that finds no free GPU stops one background
+    replica (bg-mid, the one that ran least among those old enough; bg-young ran under the minimum) and
+    starts on its GPU; a 2-GPU one then stops bg-old alone (bg-mid's GPU is taken, bg-young's is not
+    enough). A standard arrival never preempts, nor does any arrival without ``evict``."""
+    sim = SimCluster(_two_nodes(), default_catalog(), NOW)
+    ex = Executor(sim, _greedy, EVICTING, admission=FirstFit(), evict=True)
+    assert [r.evicted for r in ex.run([_busy_n0(sim)])] == [()]
+    assert ex.admit([_work("std-new", gpus=1, preemptible=False)]) == []
+    first = ex.admit([_work("ls-1", gpus=1, tier="latency-sensitive", preemptible=False)])
+    assert [(o.action.kind, o.action.workload, o.ok) for o in first] == [
+        ("preempt", "bg-mid", True),
+        ("start", "ls-1", True),
+    ]
+    assert first[1].action.to == "n0:2"
+    second = ex.admit([_work("ls-2", gpus=2, tier="latency-sensitive", preemptible=False)])
+    assert [(o.action.kind, o.action.workload) for o in second if o.ok] == [
+        ("preempt", "bg-old"),
+        ("start", "ls-2"),
+    ]
+    assert _running(sim) == {("ls-1", 0), ("ls-2", 0), ("bg-young", 0), ("std", 0)}
+
+    baseline = SimCluster(_two_nodes(), default_catalog(), NOW)
+    fgd = Executor(baseline, _greedy, EVICTING, admission=FirstFit())
+    list(fgd.run([_busy_n0(baseline)]))
+    assert fgd.admit([_work("ls-1", gpus=1, tier="latency-sensitive", preemptible=False)]) == []
+
+
+def test_preemptions_between_rounds_stay_within_the_round_budget() -> None:
+    """A budget of one preemption a round: the first latency-sensitive arrival stops a background
+    replica, the second waits for the round."""
+    sim = SimCluster(_two_nodes(), default_catalog(), NOW)
+    policy = Policy(disruption=DisruptionBudget(max_preemptions_per_round=1, min_runtime_s=600))
+    ex = Executor(sim, _greedy, policy, admission=FirstFit(), evict=True)
+    list(ex.run([_busy_n0(sim)]))
+    ls = {"gpus": 1, "tier": "latency-sensitive", "preemptible": False}
+    assert [o.ok for o in ex.admit([_work("ls-1", **ls)])] == [True, True]
+    assert ex.admit([_work("ls-2", **ls)]) == []
+
+
+def test_latency_sensitive_work_a_round_leaves_waiting_preempts_once_the_minimum_runtime_allows() -> None:
+    """A latency-sensitive job arrives while only young background work could make room: it waits, and
+    the round's greedy plan (which never preempts) leaves it waiting. Once the background job has run
+    its minimum, the next round's plan still leaves it waiting, and the executor stops the background
+    job and starts it right after that round; the report names the preemption and its time."""
+    sim = SimCluster(_two_nodes(), default_catalog(), NOW)
+    sim.place(_whole("std", "n0", [0, 1, 2]))
+    sim.place(_whole("std-1", "n1", [0]))
+    sim.place(_whole("bg", "n0", [3]))
+    demand = [
+        _work("std", gpus=3, preemptible=False),
+        _work("std-1", gpus=1, preemptible=False),
+        _work("bg", gpus=1, tier="background"),
+    ]
+    ls = _work("ls", gpus=1, tier="latency-sensitive", preemptible=False)
+    ex = Executor(sim, _greedy, EVICTING, admission=FirstFit(), evict=True)
+
+    def before(k: int) -> None:
+        sim.advance(0 if k == 1 else 700)
+
+    reports = ex.run([[*demand, ls], []], before=before)
+    first = next(reports)
+    assert [u.workload for u in first.plan.unplaced] == ["ls"] and first.evicted == ()
+    second = next(reports)
+    assert [u.workload for u in second.plan.unplaced] == ["ls"]
+    assert second.evicted == ((("bg", 0), sim.now),)
+    assert _running(sim) == {("std", 0), ("std-1", 0), ("ls", 0)}
+
+
 def test_without_admission_arrivals_wait_for_the_round() -> None:
     """The same arrivals without an admission back-end: nothing starts between rounds."""
     sim = SimCluster(_two_nodes(), default_catalog(), NOW)

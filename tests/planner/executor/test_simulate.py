@@ -8,16 +8,24 @@ import itertools
 import math
 import statistics
 import tomllib
+from datetime import timedelta
 from importlib import resources
 from pathlib import Path
 
 import pytest
 
+from gpuplan.models.catalog import default_catalog
+from gpuplan.models.plan import Assignment
+from gpuplan.models.workload import Workload
 from gpuplan.planner.cli import main
+from gpuplan.planner.executor import SimCluster
 from gpuplan.planner.executor.simulate import (
+    EPOCH,
     POLICIES,
     TRACE_DIR,
     SimConfig,
+    Track,
+    _account,
     arrivals,
     gpu_demand,
     sample_cluster,
@@ -106,3 +114,24 @@ def test_with_admission_a_job_that_fits_on_arrival_does_not_wait_for_the_round(t
         assert int(admitted["started"]) == int(admitted["jobs"]) > 0
         assert float(admitted["tier_weighted_mean_wait_s"]) == 0.0
         assert float(rounds["tier_weighted_mean_wait_s"]) > 0.0
+
+
+def test_a_job_preempted_between_rounds_waits_from_its_preemption() -> None:
+    """A job admitted at its arrival (100 s) and preempted between rounds (at 150 s) is back in the
+    queue from 150 s: still waiting at the round at 180 s, it has waited 30 s then, and 90 s once it runs
+    again at the round at 240 s. One preemption is counted."""
+    cfg = SimConfig(nodes=2, seed=0)
+    cluster = sample_cluster(cfg)
+    track = Track("gpuplan", SimCluster(cluster, default_catalog(), EPOCH))
+    job = Workload.model_validate({"id": "j", "gpus": 1, "queued_since": EPOCH + timedelta(seconds=100)})
+    _account(track, [job], 180.0, {"j": 100.0}, [("j", 150.0)])
+    assert track.started == {"j": 100.0} and track.preemptions == 1
+    assert track.queued_at == {"j": 150.0} and track.waited.get("j", 0.0) == 0.0
+    node = cluster.nodes[0]
+    track.sim.place(
+        Assignment.model_validate(
+            {"workload": "j", "replica": 0, "node": node.name, "gpus": [{"index": node.gpus[0].index}]}
+        )
+    )
+    _account(track, [job], 240.0, {})
+    assert track.waited == {"j": 90.0} and track.queued_at == {} and track.preemptions == 1
