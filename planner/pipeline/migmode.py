@@ -21,7 +21,6 @@ from __future__ import annotations
 
 import logging
 import math
-import time
 from collections.abc import Hashable, Iterable, Sequence
 from dataclasses import replace
 from datetime import datetime
@@ -32,6 +31,7 @@ from gpuplan.models.inputs import PlanningInput
 from gpuplan.models.plan import Assignment, MigLayout, MigMode, PlanStatus, Unplaced
 from gpuplan.models.policy import ObjectiveMode, Policy
 from gpuplan.models.workload import Shape
+from gpuplan.planner.pipeline.batches import search_batches
 from gpuplan.planner.pipeline.compile import compile_problem
 from gpuplan.planner.pipeline.layouts import cluster_with_mig_modes
 from gpuplan.planner.pipeline.sharing import changeable as sharing_changeable
@@ -165,17 +165,15 @@ def choose_mig_modes(
 ) -> tuple[MigMode, ...]:
     """The MIG mode changes of idle GPUs that let the greedy place more of the waiting demand.
 
-    Nodes of one kind have their candidate GPUs switched all at once when that pays, then halved from
-    the end while that does not raise the waiting penalty; else in growing batches (1, 2, 4, ... nodes in
-    name order) while a batch pays, and in halving batches after one that does not, a batch that pays
-    trimmed from its end while that does not raise the waiting penalty. Trials stop when nothing waits,
-    after :data:`MAX_TRIALS` (and, with ``trial_replicas``, once the trials have placed that many
-    replicas in all: a bound the same every run, for deterministic plans; at least two trials) and, if
-    given, after ``budget_s`` seconds."""
+    Nodes of one kind have their candidate GPUs switched as :func:`~planner.pipeline.batches.search_batches`
+    tries them: all at once first, then halved from the end while that does not raise the waiting
+    penalty; else in growing batches (nodes in name order), each trimmed from its end. Trials stop when
+    nothing waits, after :data:`MAX_TRIALS` (and, with ``trial_replicas``, once the trials have placed
+    that many replicas in all: a bound the same every run, for deterministic plans; at least two
+    trials) and, if given, after ``budget_s`` seconds."""
     found = candidates(inp, catalog)
     if not found:
         return ()
-    stop = None if budget_s is None else time.perf_counter() + budget_s
     replicas = sum(w.replicas for w in inp.workloads)
     cap = MAX_TRIALS if trial_replicas is None else trial_replicas // max(1, replicas)
     max_trials = max(2, min(MAX_TRIALS, cap))
@@ -186,59 +184,18 @@ def choose_mig_modes(
     by_kind: dict[Hashable, list[tuple[str, bool]]] = {}
     for unit, modes in per_node.items():
         by_kind.setdefault(_kind_of_node(inp.cluster.node_by_name[unit[0]], modes), []).append(unit)
-    chosen: list[tuple[str, bool]] = []
-    best = _waiting_penalty(inp, (), catalog, now)
-    trials = 0
-
-    def more() -> bool:
-        return best > 0 and trials < max_trials and (stop is None or time.perf_counter() <= stop)
 
     def switched(units: Iterable[tuple[str, bool]]) -> list[MigMode]:
         return [m for u in units for m in per_node[u]]
 
-    def in_time() -> bool:
-        return trials < max_trials and (stop is None or time.perf_counter() <= stop)
-
-    for nodes in by_kind.values():
-        # Every node of the kind at once first: one trial (the plan keeps only the switches it uses).
-        if len(nodes) > 1 and more():
-            penalty = _waiting_penalty(inp, switched([*chosen, *nodes]), catalog, now)
-            trials += 1
-            if _worth(inp.policy, best - penalty, len(switched(nodes))):
-                chosen, best = [*chosen, *nodes], penalty
-                # Halve from the end while the penalty does not rise (the others may serve MIG work).
-                keep = len(nodes)
-                while keep > 1 and in_time():
-                    fewer = [u for u in chosen if u not in nodes[keep // 2 : keep]]
-                    penalty = _waiting_penalty(inp, switched(fewer), catalog, now)
-                    trials += 1
-                    if penalty > best:
-                        break
-                    chosen, best, keep = fewer, penalty, keep // 2
-                continue
-        at, step = 0, 1
-        while at < len(nodes) and more():
-            batch = nodes[at : at + step]
-            trial = [*chosen, *batch]
-            penalty = _waiting_penalty(inp, switched(trial), catalog, now)
-            trials += 1
-            if _worth(inp.policy, best - penalty, len(switched(batch))):
-                chosen, best = trial, penalty
-                for cut in range(len(batch) - 1, 0, -1):
-                    if not in_time():
-                        break
-                    fewer = [n for n in chosen if n not in batch[cut:]]
-                    penalty = _waiting_penalty(inp, switched(fewer), catalog, now)
-                    trials += 1
-                    if penalty > best:
-                        break
-                    chosen, best = fewer, penalty
-                at += len(batch)
-                step *= 2
-            elif step == 1:
-                break
-            else:
-                step //= 2
+    chosen, trials = search_batches(
+        by_kind.values(),
+        lambda units: _waiting_penalty(inp, switched(units), catalog, now),
+        lambda gain, batch: _worth(inp.policy, gain, len(switched(batch))),
+        max_trials=max_trials,
+        budget_s=budget_s,
+        all_first=True,
+    )
     if chosen:
         names = ", ".join(f"{n} MIG {'on' if on else 'off'}" for n, on in sorted(chosen))
         log.info("MIG mode changes for waiting demand (%d trials): %s", trials, names)

@@ -19,7 +19,6 @@ from __future__ import annotations
 
 import logging
 import math
-import time
 from collections.abc import Hashable, Iterable, Sequence
 from dataclasses import replace
 from datetime import datetime
@@ -29,6 +28,7 @@ from gpuplan.models.hardware import HardwareCatalog
 from gpuplan.models.inputs import PlanningInput
 from gpuplan.models.plan import Assignment, NodeSharing, PlanStatus, Unplaced
 from gpuplan.models.policy import ObjectiveMode, Policy
+from gpuplan.planner.pipeline.batches import search_batches
 from gpuplan.planner.pipeline.compile import compile_problem
 from gpuplan.planner.pipeline.layouts import cluster_with_sharing
 from gpuplan.solvers.base import SolveResult, get_solver
@@ -104,6 +104,12 @@ def _waiting_penalty(
     return sum(queue_penalty(r, problem) for r in problem.requests if r.key in waiting)
 
 
+def _flips(inp: PlanningInput, names: Iterable[str]) -> dict[str, Sharing]:
+    """The nodes ``names`` each in its other mode."""
+    nodes = inp.cluster.node_by_name
+    return {n: flipped(s, inp.policy) for n in names if (s := nodes[n].sharing) is not None}
+
+
 def _entries(modes: dict[str, Sharing]) -> tuple[NodeSharing, ...]:
     return tuple(NodeSharing(node=n, sharing=s) for n, s in sorted(modes.items()))
 
@@ -157,55 +163,25 @@ def choose_sharing(
 ) -> tuple[NodeSharing, ...]:
     """The mode changes of drained nodes that let the greedy place more of the waiting demand.
 
-    Nodes of one kind are flipped in growing batches (1, 2, 4, ... in name order) while a batch pays,
-    and in halving batches after one that does not, so a kind is flipped as far as it helps in a number
-    of trials logarithmic in its nodes; a batch that pays is then trimmed from its end while that does
-    not raise the waiting penalty (its last flips may have cost other shapes their place). Trials stop
+    Nodes of one kind are flipped as :func:`~planner.pipeline.batches.search_batches` tries them: in
+    growing batches (in name order) while a batch pays and in halving batches after one that does not,
+    so a kind is flipped as far as it helps in a number of trials logarithmic in its nodes; a batch
+    that pays is then trimmed from its end while that does not raise the waiting penalty. Trials stop
     when nothing waits, after :data:`MAX_TRIALS` and, if given, after ``budget_s`` seconds."""
     found = sorted(candidates(inp), key=lambda n: n.name)
     if not found:
         return ()
-    stop = None if budget_s is None else time.perf_counter() + budget_s
-    by_kind: dict[Hashable, list[Node]] = {}
+    by_kind: dict[Hashable, list[str]] = {}
     for node in found:
-        by_kind.setdefault(_kind_of_node(node), []).append(node)
-    modes: dict[str, Sharing] = {}
-    best = _waiting_penalty(inp, modes, catalog, now)
-    trials = 0
-
-    def more() -> bool:
-        return best > 0 and trials < MAX_TRIALS and (stop is None or time.perf_counter() <= stop)
-
-    for nodes in by_kind.values():
-        at, step = 0, 1
-        while at < len(nodes) and more():
-            batch = nodes[at : at + step]
-            trial = {
-                **modes,
-                **{n.name: flipped(n.sharing, inp.policy) for n in batch if n.sharing is not None},
-            }
-            penalty = _waiting_penalty(inp, trial, catalog, now)
-            trials += 1
-            if _worth(inp.policy, best - penalty, len(batch)):
-                modes, best = trial, penalty
-                # A batch can overshoot (its last flips may cost other shapes their place): drop flips
-                # from its end while the penalty does not rise.
-                for cut in range(len(batch) - 1, 0, -1):
-                    if not (trials < MAX_TRIALS and (stop is None or time.perf_counter() <= stop)):
-                        break
-                    dropped = {n.name for n in batch[cut:]}
-                    fewer = {name: mode for name, mode in modes.items() if name not in dropped}
-                    penalty = _waiting_penalty(inp, fewer, catalog, now)
-                    trials += 1
-                    if penalty > best:
-                        break
-                    modes, best = fewer, penalty
-                at += len(batch)
-                step *= 2
-            elif step == 1:
-                break
-            else:
-                step //= 2
+        by_kind.setdefault(_kind_of_node(node), []).append(node.name)
+    chosen, trials = search_batches(
+        by_kind.values(),
+        lambda names: _waiting_penalty(inp, _flips(inp, names), catalog, now),
+        lambda gain, batch: _worth(inp.policy, gain, len(batch)),
+        max_trials=MAX_TRIALS,
+        budget_s=budget_s,
+    )
+    modes = _flips(inp, chosen)
     if modes:
         log.info("sharing mode changes for waiting demand (%d trials): %s", trials, ", ".join(sorted(modes)))
     return _entries(modes)
