@@ -3,11 +3,11 @@
 from __future__ import annotations
 
 import re
-from collections.abc import Iterable
+from collections.abc import Iterable, Sequence
 from datetime import UTC, datetime
 from enum import StrEnum
 from functools import cached_property
-from typing import Any
+from typing import Any, Literal
 
 from pydantic import Field, field_validator, model_validator
 
@@ -126,6 +126,48 @@ class Placement(Strict):
         if not node:
             raise ValueError(f"running_on '{text}' names no node")
         return cls(node=node, gpus=tuple(gpus))
+
+
+#: How :func:`where` writes a place: ``running_on`` (the syntax :meth:`Placement.parse` reads, for files
+#: and annotations), ``sentence`` (every GPU entry in words, for the validator's messages) or ``short``
+#: (node and GPU indices, MIG instances as ``profile@start``, for table cells people read).
+WhereStyle = Literal["running_on", "sentence", "short"]
+
+
+def describe_use(use: GpuUse) -> str:
+    """A GPU entry in words: ``whole GPU 0``, ``470 milli of GPU 1`` or ``MIG 3g.40gb@0 on GPU 2``."""
+    if use.mig_profile is not None:
+        return f"MIG {use.mig_profile}@{use.mig_start} on GPU {use.index}"
+    if use.milli is not None:
+        return f"{use.milli} milli of GPU {use.index}"
+    return f"whole GPU {use.index}"
+
+
+def describe_uses(uses: Sequence[GpuUse]) -> str:
+    """``whole GPU 0, whole GPU 1``, or ``no GPU``."""
+    return ", ".join(describe_use(u) for u in uses) if uses else "no GPU"
+
+
+def where(node: str, gpus: Sequence[GpuUse], style: WhereStyle = "running_on") -> str:
+    """Where a replica runs or is placed, the one writer of a place (:data:`WhereStyle`):
+    ``running_on``: ``node:0,1`` / ``node:2=470`` / ``node:0/3g.40gb@4`` (``node`` alone without GPUs);
+    ``sentence``: ``node 'dgx-01' (whole GPU 0, 470 milli of GPU 1)``;
+    ``short``: ``dgx-01 GPU 0,1`` / ``dgx-01 GPU 0 (3g.40gb@0)`` (``dgx-01`` alone without GPUs)."""
+    if style == "sentence":
+        return f"node '{node}' ({describe_uses(gpus)})"
+    run = style == "running_on"
+    parts = []
+    for g in gpus:
+        if g.mig_profile is not None:
+            mig = f"{g.mig_profile}@{g.mig_start}"
+            parts.append(f"{g.index}/{mig}" if run else f"{g.index} ({mig})")
+        elif g.milli is not None and run:
+            parts.append(f"{g.index}={g.milli}")
+        else:
+            parts.append(str(g.index))
+    if not parts:
+        return node
+    return f"{node}:{','.join(parts)}" if run else f"{node} GPU {','.join(parts)}"
 
 
 def _entries(gpus: Iterable[Any]) -> frozenset[tuple[int, int | None, str | None, int | None]]:

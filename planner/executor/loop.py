@@ -31,7 +31,7 @@ from gpuplan.models.hardware import HardwareCatalog
 from gpuplan.models.inputs import PlanningInput
 from gpuplan.models.plan import Action, Assignment, MigMode, Plan
 from gpuplan.models.policy import Policy
-from gpuplan.models.workload import Workload
+from gpuplan.models.workload import Workload, where
 from gpuplan.planner.executor.backend import Backend, Observation, Outcome
 from gpuplan.planner.executor.evict import evict_for
 from gpuplan.planner.pipeline.actions import (
@@ -41,7 +41,6 @@ from gpuplan.planner.pipeline.actions import (
     current_occupancy,
     ordered_actions,
     schedule_rounds,
-    where,
 )
 from gpuplan.planner.pipeline.compile import compile_problem
 from gpuplan.planner.pipeline.layouts import cluster_with_mig_modes

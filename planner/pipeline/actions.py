@@ -35,7 +35,7 @@ from gpuplan.models.plan import SET_SHARING as SET_SHARING
 from gpuplan.models.plan import START as START
 from gpuplan.models.plan import Action, Assignment, GpuUse, MigLayout, MigMode, NodeSharing
 from gpuplan.models.policy import Policy
-from gpuplan.models.workload import Placement, Workload
+from gpuplan.models.workload import Placement, Workload, where
 from gpuplan.planner.pipeline.layouts import cluster_with_mig_modes
 from gpuplan.planner.pipeline.occupancy import Key, Occupancy, OverCommitError, holding
 
@@ -45,19 +45,6 @@ log = logging.getLogger(__name__)
 PHASE = {PREEMPT: 0, MIGRATE: 0, DESTROY: 1, SET_MIG_MODE: 1, SET_SHARING: 1, CREATE: 2, START: 3}
 #: The ``from``/``to`` of a ``set-mig-mode`` action.
 MIG_ON, MIG_OFF = "on", "off"
-
-
-def where(node: str, gpus: Sequence[GpuUse]) -> str:
-    """``node:0,1`` / ``node:2=470`` / ``node:0/3g.40gb@4`` (the ``running_on`` syntax)."""
-    parts = []
-    for g in gpus:
-        if g.mig_profile is not None:
-            parts.append(f"{g.index}/{g.mig_profile}@{g.mig_start}")
-        elif g.milli is not None:
-            parts.append(f"{g.index}={g.milli}")
-        else:
-            parts.append(str(g.index))
-    return f"{node}:{','.join(parts)}" if parts else node
 
 
 def instance(action: Action) -> tuple[str, int]:
@@ -205,7 +192,7 @@ def current_occupancy(
 
 def _text(place: Placement) -> str:
     """A running placement in the ``running_on`` syntax."""
-    return where(place.node, tuple(GpuUse(**g.model_dump()) for g in place.gpus))
+    return where(place.node, place.gpus)
 
 
 @dataclass(frozen=True)

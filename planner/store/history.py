@@ -17,7 +17,7 @@ from sqlalchemy import Engine
 from gpuplan.models.base import InputError
 from gpuplan.models.inputs import PlanningInput
 from gpuplan.models.plan import GpuUse, Plan
-from gpuplan.planner.pipeline.actions import where
+from gpuplan.models.workload import where
 from gpuplan.planner.pipeline.timeline import predicted_waits
 from gpuplan.planner.store.db import make_engine
 from gpuplan.planner.store.records import CLI, PLAN_KIND, JobInput, JobRecord, JobSource, JobStatus, now

@@ -10,9 +10,9 @@ from dataclasses import dataclass
 from datetime import UTC, datetime
 
 from gpuplan.models.plan import DRAIN, MIGRATE, PREEMPT, Assignment, Plan
-from gpuplan.models.workload import Placement, Workload
+from gpuplan.models.workload import Placement, Workload, where
 from gpuplan.planner.validation.context import CheckContext
-from gpuplan.planner.validation.report import MISSING_NAMED, Skipped, describe_where, replica_subject
+from gpuplan.planner.validation.report import MISSING_NAMED, Skipped, replica_subject
 
 #: Provenance key of the rounds a plan was made for (``gpuplan replan --rounds``): the plan as a whole
 #: may move and preempt that many rounds' worth of the budget.
@@ -96,7 +96,7 @@ def check_disruption(ctx: CheckContext, stopped: Sequence[Stopped], actions: boo
     newcomers = _newcomer_ranks(ctx) if policy.disruption.preempt_only_for_higher_tier else {}
     for s in stopped:
         w = s.workload
-        running = describe_where(s.place.node, s.place.gpus)
+        running = where(s.place.node, s.place.gpus, "sentence")
         if s.how == PREEMPT:
             if not w.preemptible:
                 ctx.add(
@@ -126,10 +126,8 @@ def check_disruption(ctx: CheckContext, stopped: Sequence[Stopped], actions: boo
         if s.target is None:
             message = f"The plan stops {s.what}, which runs on {running}, but has no preempt action for it."
         else:
-            message = (
-                f"The plan moves {s.what} from {running} to {describe_where(s.target.node, s.target.gpus)} "
-                "but has no migrate action for it."
-            )
+            target = where(s.target.node, s.target.gpus, "sentence")
+            message = f"The plan moves {s.what} from {running} to {target} but has no migrate action for it."
         ctx.add("disruption-unscheduled", s.subject, message)
 
 

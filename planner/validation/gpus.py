@@ -25,8 +25,9 @@ from gpuplan.models.gpu_rules import (
     gpu_breaches,
 )
 from gpuplan.models.plan import GpuUse
+from gpuplan.models.workload import describe_use
 from gpuplan.planner.validation.context import CheckContext, GpuKey, Placed
-from gpuplan.planner.validation.report import describe_use, gpu_subject
+from gpuplan.planner.validation.report import gpu_subject
 
 #: The per-GPU breaches reported after the use rules: sharing mode, then GPU memory.
 _BREACH_FAMILY = {SHARING_MODE: "sharing", SHARING_REPLICAS: "sharing", GPU_MEMORY: "memory"}

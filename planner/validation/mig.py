@@ -9,8 +9,9 @@ from collections.abc import Iterable
 from gpuplan.models.cluster import MigInstance, mig_layout_problems
 from gpuplan.models.hardware import GpuModelSpec
 from gpuplan.models.plan import CREATE, DESTROY, SET_MIG_MODE
+from gpuplan.models.workload import describe_uses
 from gpuplan.planner.validation.context import CheckContext, GpuKey
-from gpuplan.planner.validation.report import describe_uses, gpu_subject, replica_subject
+from gpuplan.planner.validation.report import gpu_subject, replica_subject
 
 
 def check_mig_mode_changes(ctx: CheckContext) -> None:

@@ -10,9 +10,9 @@ from collections.abc import Sequence
 
 from gpuplan.models.cluster import Gpu
 from gpuplan.models.plan import GpuUse
-from gpuplan.models.workload import Shape
+from gpuplan.models.workload import Shape, describe_uses
 from gpuplan.planner.validation.context import CheckContext, Placed
-from gpuplan.planner.validation.report import MISSING_NAMED, describe_uses, replica_subject
+from gpuplan.planner.validation.report import MISSING_NAMED, replica_subject
 
 
 def check_references(ctx: CheckContext) -> None:

@@ -1,13 +1,10 @@
 """The validator's verdict and its wording: violations, skipped rule families, the report, and the helpers
-that name replicas, GPUs and GPU entries in every rule family's messages."""
+that name replicas and GPUs in every rule family's messages (GPU entries and places in words:
+:func:`gpuplan.models.workload.where`)."""
 
 from __future__ import annotations
 
-from collections.abc import Sequence
 from dataclasses import dataclass
-
-from gpuplan.models.plan import GpuUse
-from gpuplan.models.workload import GpuRef
 
 #: Missing replicas of one workload named one by one; more are counted in one violation, so that a
 #: demand or plan claiming millions of replicas costs no more than the replicas it lists. Also the most
@@ -80,22 +77,3 @@ def replica_subject(workload: str, replica: int) -> str:
 def gpu_subject(node: str, gpu: int) -> str:
     """Subject naming one GPU."""
     return f"node {node} gpu {gpu}"
-
-
-def describe_use(use: GpuUse | GpuRef) -> str:
-    """A GPU entry in words: ``whole GPU 0``, ``470 milli of GPU 1`` or ``MIG 3g.40gb@0 on GPU 2``."""
-    if use.mig_profile is not None:
-        return f"MIG {use.mig_profile}@{use.mig_start} on GPU {use.index}"
-    if use.milli is not None:
-        return f"{use.milli} milli of GPU {use.index}"
-    return f"whole GPU {use.index}"
-
-
-def describe_uses(uses: Sequence[GpuUse | GpuRef]) -> str:
-    """``whole GPU 0, whole GPU 1``, or ``no GPU``."""
-    return ", ".join(describe_use(u) for u in uses) if uses else "no GPU"
-
-
-def describe_where(node: str, uses: Sequence[GpuUse | GpuRef]) -> str:
-    """``node 'dgx-01' (whole GPU 0, whole GPU 1)``."""
-    return f"node '{node}' ({describe_uses(uses)})"

@@ -5,8 +5,9 @@ their node first.
 from __future__ import annotations
 
 from gpuplan.models.cluster import TimeSliced, describe_sharing
+from gpuplan.models.workload import describe_uses
 from gpuplan.planner.validation.context import CheckContext
-from gpuplan.planner.validation.report import describe_uses, replica_subject
+from gpuplan.planner.validation.report import replica_subject
 
 
 def check_sharing_changes(ctx: CheckContext) -> None:

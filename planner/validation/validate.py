@@ -20,7 +20,7 @@ from gpuplan.models.hardware import HardwareCatalog
 from gpuplan.models.inputs import PlanningInput
 from gpuplan.models.plan import Plan
 from gpuplan.models.policy import Policy
-from gpuplan.models.workload import STANDARD, Workload
+from gpuplan.models.workload import STANDARD, Workload, describe_use
 from gpuplan.planner.validation.context import CheckContext, GpuKey
 from gpuplan.planner.validation.disruption import (
     ROUNDS_KEY,
@@ -47,7 +47,6 @@ from gpuplan.planner.validation.report import (
     Report,
     Skipped,
     Violation,
-    describe_use,
     gpu_subject,
     replica_subject,
 )

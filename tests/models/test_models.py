@@ -18,6 +18,8 @@ from gpuplan.models import (
     default_catalog,
 )
 from gpuplan.models.cluster import MigInstance, uncertain_in_use
+from gpuplan.models.plan import GpuUse
+from gpuplan.models.workload import Placement, where
 
 
 def node(**extra: Any) -> dict[str, Any]:
@@ -159,3 +161,20 @@ def test_policy_defaults_and_checks() -> None:
 def test_out_of_range_epoch_is_a_validation_error() -> None:
     with pytest.raises(ValidationError, match="not a valid Unix time"):
         Workload.model_validate({"id": "w", "gpus": 1, "queued_since": 1e300})
+
+
+def test_where_writes_a_place_in_each_style_and_running_on_reads_back() -> None:
+    uses = (GpuUse(index=0), GpuUse(index=2, milli=470), GpuUse(index=3, mig_profile="3g.40gb", mig_start=4))
+    assert where("dgx-01", uses) == "dgx-01:0,2=470,3/3g.40gb@4"
+    assert where("dgx-01", uses, "short") == "dgx-01 GPU 0,2,3 (3g.40gb@4)"
+    assert where("dgx-01", uses, "sentence") == (
+        "node 'dgx-01' (whole GPU 0, 470 milli of GPU 2, MIG 3g.40gb@4 on GPU 3)"
+    )
+    assert where("cpu-01", ()) == "cpu-01"
+    assert where("cpu-01", (), "short") == "cpu-01"
+    assert where("cpu-01", (), "sentence") == "node 'cpu-01' (no GPU)"
+    back = Placement.parse(where("dgx-01", uses))
+    assert back.node == "dgx-01"
+    assert [(g.index, g.milli, g.mig_profile, g.mig_start) for g in back.gpus] == [
+        (0, None, None, None), (2, 470, None, None), (3, None, "3g.40gb", 4),
+    ]  # fmt: skip

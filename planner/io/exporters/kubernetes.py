@@ -82,7 +82,7 @@ from gpuplan.models.plan import (
     MigMode,
     Plan,
 )
-from gpuplan.models.workload import Workload
+from gpuplan.models.workload import Workload, where
 from gpuplan.planner.io.exporters.migparted import config_document, config_name, node_configs
 from gpuplan.planner.io.importers.kubernetes import mig_resource
 from gpuplan.planner.pipeline.actions import (
@@ -91,7 +91,6 @@ from gpuplan.planner.pipeline.actions import (
     ordered_actions,
     target_mig_mode,
     target_sharing,
-    where,
 )
 
 GPU = "nvidia.com/gpu"

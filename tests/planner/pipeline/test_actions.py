@@ -30,7 +30,7 @@ from gpuplan.models import (
 from gpuplan.models import default_catalog as catalog_of
 from gpuplan.models.plan import GpuUse
 from gpuplan.models.policy import Tier
-from gpuplan.models.workload import Placement
+from gpuplan.models.workload import Placement, where
 from gpuplan.planner.pipeline.actions import (
     CREATE,
     DESTROY,
@@ -41,7 +41,6 @@ from gpuplan.planner.pipeline.actions import (
     ordered_actions,
     plan_actions,
     schedule_rounds,
-    where,
 )
 from gpuplan.planner.pipeline.compile import compile_node, compile_problem
 from gpuplan.planner.pipeline.occupancy import Occupancy, OverCommitError

@@ -25,7 +25,8 @@ from gpuplan.models.capacity import CapacityReport, NodeTypeCatalog, Served
 from gpuplan.models.cluster import Cluster, Node
 from gpuplan.models.hardware import HardwareCatalog
 from gpuplan.models.inputs import PlanningInput
-from gpuplan.models.plan import Counterfactual, GpuUse, Plan, Unplaced
+from gpuplan.models.plan import Counterfactual, Plan, Unplaced
+from gpuplan.models.workload import where
 from gpuplan.planner.capacity.scenarios import scenario_row
 from gpuplan.planner.explain.team_view import team_plan
 from gpuplan.planner.pipeline.metrics import gpu_equivalents, gpu_memory_held
@@ -108,14 +109,6 @@ def is_percent(name: str) -> bool:
 
 def is_money(name: str) -> bool:
     return name.startswith(_MONEY)
-
-
-def _where(node: str, gpus: tuple[GpuUse, ...]) -> str:
-    """``node GPU 0,1`` (MIG instances as ``profile@start``) in words."""
-    if not gpus:
-        return node
-    parts = [f"{g.index} ({g.mig_profile}@{g.mig_start})" if g.mig_profile else str(g.index) for g in gpus]
-    return f"{node} GPU {','.join(parts)}"
 
 
 class _Context:
@@ -332,7 +325,7 @@ def _fragmentation(ctx: _Context, gpus: list[dict[str, Any]]) -> list[dict[str, 
 
 def _counterfactual_text(c: Counterfactual) -> str:
     """A counterfactual in words: the change, where the replica would then run, how it was checked."""
-    then = f"; it then runs on {_where(c.placement.node, c.placement.gpus)}" if c.placement else ""
+    then = f"; it then runs on {where(c.placement.node, c.placement.gpus, 'short')}" if c.placement else ""
     check = f"verified by a {c.verified_by} re-solve" if c.verified and c.verified_by else "not verified"
     return f"{c.summary}{then} ({check}; disruption {c.disruption}, cost {c.cost:g})"
 
@@ -362,7 +355,7 @@ def _waiting(ctx: _Context) -> list[dict[str, Any]]:
                 "reason": u.reason,
                 "predicted_start": u.predicted_start or "",
                 "wait_h": _wait_h(ctx.plan, u),
-                "reserved": _where(u.reserved_node, u.reserved_gpus) if u.reserved_node else "",
+                "reserved": where(u.reserved_node, u.reserved_gpus, "short") if u.reserved_node else "",
                 "resources": ", ".join(u.resources),
                 "alternatives": "; ".join(
                     f"alternative {d.alternative}: {d.code}, {d.reason}" for d in u.details
