@@ -13,7 +13,6 @@ until every job is done.
 from __future__ import annotations
 
 import argparse
-import csv
 import json
 import os
 import subprocess
@@ -26,7 +25,7 @@ from pathlib import Path
 import httpx
 from sqlalchemy import create_engine, select, text
 
-from benchmarks.b8_api_load import body, launch
+from benchmarks.b8_api_load import append_row, body, launch
 from gpuplan.planner.store.db import database_url
 from gpuplan.planner.store.tables import jobs
 
@@ -151,13 +150,7 @@ def main() -> None:
         row = run(args, database, Path(logs))
     sys.stdout.write(json.dumps(row) + "\n")
     if args.out:
-        path = Path(args.out)
-        new = not path.exists()
-        with path.open("a", newline="") as fh:
-            writer = csv.DictWriter(fh, fieldnames=list(row))
-            if new:
-                writer.writeheader()
-            writer.writerow(row)
+        append_row(Path(args.out), row)
 
 
 if __name__ == "__main__":

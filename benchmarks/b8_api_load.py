@@ -297,13 +297,17 @@ def main() -> None:
     }
     print(" ".join(f"{k}={v}" for k, v in row.items()))
     if args.out:
-        out = Path(args.out)
-        new = not out.exists()
-        with out.open("a", newline="") as fh:
-            writer = csv.DictWriter(fh, fieldnames=list(row))
-            if new:
-                writer.writeheader()
-            writer.writerow(row)
+        append_row(Path(args.out), row)
+
+
+def append_row(path: Path, row: dict[str, Any]) -> None:
+    """Append ``row`` to the CSV ``path``, with a header line first when the file is new."""
+    new = not path.exists()
+    with path.open("a", newline="") as fh:
+        writer = csv.DictWriter(fh, fieldnames=list(row))
+        if new:
+            writer.writeheader()
+        writer.writerow(row)
 
 
 if __name__ == "__main__":

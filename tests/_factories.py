@@ -31,6 +31,20 @@ def node(name: str, **fields: Any) -> Node:
     return Node.model_validate(data)
 
 
+def two_pools() -> dict[str, Any]:
+    """A cluster as plain data: pool ``l40s`` (nodes ``l1`` and ``l2``, two L40S each) and pool ``h100``
+    (node ``h1``, one H100 in MIG mode with no instance yet)."""
+    l40s = [{"index": i, "model": "L40S-48GB"} for i in range(2)]
+    node = {"cpu_milli": 64000, "memory_mib": 262144}
+    return {
+        "nodes": [
+            {"name": "l1", "pool": "l40s", **node, "gpus": l40s},
+            {"name": "l2", "pool": "l40s", **node, "gpus": l40s},
+            {"name": "h1", "pool": "h100", **node, "gpus": [{"index": 0, "model": "H100-80GB", "mig": {}}]},
+        ]
+    }
+
+
 def gpus(model: str, numas: list[int]) -> list[dict[str, Any]]:
     """Explicit GPU entries of one model, GPU ``i`` on NUMA node ``numas[i]``."""
     return [{"index": i, "model": model, "numa": n} for i, n in enumerate(numas)]

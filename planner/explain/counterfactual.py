@@ -22,14 +22,14 @@ from typing import Any
 from gpuplan.models.cluster import Cluster, MigInstance, check_mig_layout
 from gpuplan.models.hardware import HardwareCatalog
 from gpuplan.models.inputs import PlanningInput
-from gpuplan.models.plan import Assignment, Change, Counterfactual, Plan, SolverReport
+from gpuplan.models.plan import Assignment, Change, Counterfactual, Plan
 from gpuplan.models.policy import DisruptionBudget, IsolationKind
 from gpuplan.models.workload import Shape, TopologyNeed
-from gpuplan.planner.explain.state import Key, PlanState
+from gpuplan.planner.explain.state import Checks, Key, PlanState
 from gpuplan.planner.pipeline.compile import compile_problem
 from gpuplan.planner.pipeline.layouts import cluster_after
+from gpuplan.planner.pipeline.verdict import result_violations
 from gpuplan.planner.validation.errors import InvalidPlanError
-from gpuplan.planner.validation.validate import validate_plan
 from gpuplan.solvers.base import get_solver
 from gpuplan.solvers.placement.options import options
 from gpuplan.solvers.problem import Request, ShapeSpec, any_model
@@ -244,7 +244,7 @@ def quota_raises(st: PlanState, target: Target, req: Request, k: int) -> list[Ca
     shape = req.shapes[k]
     demand = st.demand(req)
     rules = st.placer.rules
-    fit = st.first_fit(shape, demand, quota=False)
+    fit = st.first_fit(shape, demand, Checks(quota=False))
     if fit is None:
         return []
     info = st.infos[fit.node]
@@ -357,7 +357,7 @@ def team_admissions(st: PlanState, target: Target, req: Request, k: int) -> list
     """Let the team use a node a team-exclusive rule reserves for another team."""
     shape = req.shapes[k]
     demand = st.demand(req)
-    for fit in st.fits_now(shape, demand, reserved=False):
+    for fit in st.fits_now(shape, demand, Checks(reserved=False)):
         info = st.infos[fit.node]
         rule = _reserving_rule(st, info.name)
         if rule is None or st.allowed(info, req.team):
@@ -609,14 +609,7 @@ def verify(
     sub = apply_counterfactual(inp, plan, target, candidate.counterfactual, catalog, candidate.nodes)
     problem = compile_problem(sub, catalog, now, time_limit_s=time_limit_s, num_workers=1)
     result = get_solver(solver).solve(problem)
-    checked = Plan(
-        status=result.status,
-        solver=SolverReport(name=result.solver),
-        assignments=result.assignments,
-        unplaced=result.unplaced,
-        mig_layouts=result.mig_layouts,
-    )
-    violations = validate_plan(checked, sub, catalog, actions_derived=False)
+    violations = result_violations(result, sub, catalog)
     if violations:
         raise InvalidPlanError(result.solver, violations)
     wanted = {w: sum(1 for k in target.members if k[0] == w) for w in {k[0] for k in target.members}}

@@ -38,7 +38,7 @@ from gpuplan.models.plan import CREATE, Counterfactual, Explanation, Plan, Reaso
 from gpuplan.models.workload import Shape, TopologyNeed
 from gpuplan.planner.explain import counterfactual as cfs
 from gpuplan.planner.explain.counterfactual import Candidate, Target
-from gpuplan.planner.explain.state import Key, PlanState
+from gpuplan.planner.explain.state import Checks, Key, PlanState
 from gpuplan.planner.pipeline.deadline import Deadline
 from gpuplan.planner.pipeline.migmode import may_switch
 from gpuplan.planner.pipeline.sharing import mode_notes
@@ -166,7 +166,7 @@ def _quota_sentence(st: PlanState, req: Request, k: int) -> tuple[str, list[str]
     shape = req.shapes[k]
     demand = st.demand(req)
     rules = st.placer.rules
-    fit = next(st.fits_now(shape, demand, quota=False))
+    fit = next(st.fits_now(shape, demand, Checks(quota=False)))
     info = st.infos[fit.node]
     parts, names = [], []
     for i, c in zip(demand.quotas, rules.charges(info, shape, fit.option.gpus, demand), strict=True):
@@ -331,10 +331,10 @@ def diagnose(st: PlanState, target: Target, req: Request, k: int) -> Finding:
             [] if big is None else [big.name],
             [cfs.new_nodes],
         )
-    if st.first_fit(shape, demand, quota=False) is not None:
+    if st.first_fit(shape, demand, Checks(quota=False)) is not None:
         sentence, names = _quota_sentence(st, req, k)
         return Finding(QUOTA, sentence, names, [cfs.quota_raises])
-    fit = st.first_fit(shape, demand, tags=False)
+    fit = st.first_fit(shape, demand, Checks(tags=False))
     if fit is not None:
         info = st.infos[fit.node]
         gpus = [f"{info.name} GPU {info.index(p)}" for p in fit.option.gpus]
@@ -345,7 +345,7 @@ def diagnose(st: PlanState, target: Target, req: Request, k: int) -> Finding:
             gpus,
             [cfs.migrations],
         )
-    fit = st.first_fit(shape, demand, reserved=False)
+    fit = st.first_fit(shape, demand, Checks(reserved=False))
     if fit is not None:
         node = st.infos[fit.node].name
         return Finding(

@@ -46,6 +46,20 @@ class Fit:
     option: Option
 
 
+@dataclass(frozen=True)
+class Checks:
+    """The rules a fit question applies: quotas, sharing isolation (the demand's tags) and team-exclusive
+    nodes. A reason or a counterfactual leaves one out to learn whether it alone keeps a replica off."""
+
+    quota: bool = True
+    tags: bool = True
+    reserved: bool = True
+
+
+#: Every rule checked.
+ALL_CHECKS = Checks()
+
+
 class PlanState:
     """Every assignment of ``plan`` held on one placer over the cluster the plan leaves behind.
 
@@ -131,47 +145,29 @@ class PlanState:
         """Whether team-exclusive rules let ``team`` use the node."""
         return info.reserved is None or team in info.reserved
 
-    def fits_now(
-        self,
-        shape: ShapeSpec,
-        demand: Demand,
-        *,
-        quota: bool = True,
-        tags: bool = True,
-        reserved: bool = True,
-    ) -> Iterator[Fit]:
+    def fits_now(self, shape: ShapeSpec, demand: Demand, checks: Checks = ALL_CHECKS) -> Iterator[Fit]:
         """Nodes where ``shape`` fits on the current state (one per group of interchangeable nodes, the
         first by name), in name order, with quotas, sharing isolation and team-exclusive nodes each
-        optionally ignored."""
+        checked as ``checks`` says."""
         # The placer ranks nodes by name, so a group's first member is its first by name.
         rank = self.placer.cluster.rank
         for n in sorted((g.first() for g in self.placer.cluster.groups.values()), key=rank.__getitem__):
             info = self.infos[n]
-            if reserved and not self.allowed(info, demand.team):
+            if checks.reserved and not self.allowed(info, demand.team):
                 continue
-            opts = options(info, self.state(n), shape, demand.tags if tags else ())
-            if quota and demand.quotas:
+            opts = options(info, self.state(n), shape, demand.tags if checks.tags else ())
+            if checks.quota and demand.quotas:
                 opts = [o for o in opts if self.placer.rules.fits(info, shape, o, demand)]
             if opts:
                 yield Fit(n, opts[0])
 
-    def first_fit(
-        self,
-        shape: ShapeSpec,
-        demand: Demand,
-        *,
-        quota: bool = True,
-        tags: bool = True,
-        reserved: bool = True,
-    ) -> Fit | None:
+    def first_fit(self, shape: ShapeSpec, demand: Demand, checks: Checks = ALL_CHECKS) -> Fit | None:
         """The first of :meth:`fits_now`, memoised while the state does not change: replicas waiting
         with the same shape and demand ask the same question of the same state."""
         self._check_version()
-        key = (shape, demand, quota, tags, reserved)
+        key = (shape, demand, checks)
         if key not in self._first_fits:
-            self._first_fits[key] = next(
-                self.fits_now(shape, demand, quota=quota, tags=tags, reserved=reserved), None
-            )
+            self._first_fits[key] = next(self.fits_now(shape, demand, checks), None)
         return self._first_fits[key]
 
     def roomiest_hosts(self, shape: ShapeSpec, team: str) -> list[int]:

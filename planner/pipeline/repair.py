@@ -27,11 +27,11 @@ from dataclasses import dataclass, replace
 
 from gpuplan.models.hardware import HardwareCatalog
 from gpuplan.models.inputs import PlanningInput
-from gpuplan.models.plan import Assignment, GpuUse, MigLayout, Plan, PlanStatus, SolverReport
+from gpuplan.models.plan import Assignment, GpuUse, MigLayout, PlanStatus
 from gpuplan.planner.pipeline.layouts import cluster_with_layouts
 from gpuplan.planner.pipeline.occupancy import Holding, Key, Occupancy, holding
 from gpuplan.planner.pipeline.timeline import OVERDUE_S, duration_s
-from gpuplan.planner.validation.validate import validate_plan
+from gpuplan.planner.pipeline.verdict import result_violations
 from gpuplan.solvers.base import SolveResult
 from gpuplan.solvers.evaluate import NodeFragmentation
 from gpuplan.solvers.placement.rules import Rules, reserved_teams
@@ -406,16 +406,9 @@ class _Repair:
     def broken(self, result: SolveResult) -> set[tuple[str, str]]:
         """The rules (with their subjects) ``result``'s plan breaks, the disruption budget aside (the
         repair only lowers the disruption)."""
-        plan = Plan(
-            status=result.status,
-            solver=SolverReport(name=result.solver),
-            assignments=result.assignments,
-            unplaced=result.unplaced,
-            mig_layouts=result.mig_layouts,
-        )
         return {
             (v.rule, v.subject)
-            for v in validate_plan(plan, self.inp, self.catalog, actions_derived=False)
+            for v in result_violations(result, self.inp, self.catalog)
             if not v.rule.startswith("disruption")
         }
 

@@ -29,13 +29,13 @@ from typing import Generic, TypeVar
 
 from gpuplan.models.hardware import HardwareCatalog
 from gpuplan.models.inputs import PlanningInput
-from gpuplan.models.plan import Assignment, GpuUse, MigLayout, Plan, PlanStatus, SolverReport, Unplaced
+from gpuplan.models.plan import Assignment, GpuUse, MigLayout, Plan, PlanStatus, Unplaced
 from gpuplan.models.policy import Policy
 from gpuplan.models.workload import Workload
 from gpuplan.planner.pipeline.deadline import Deadline
 from gpuplan.planner.pipeline.layouts import cluster_with_layouts
 from gpuplan.planner.pipeline.occupancy import Holding, Key, Occupancy, holding
-from gpuplan.planner.validation.validate import validate_plan
+from gpuplan.planner.pipeline.verdict import result_violations
 from gpuplan.solvers.base import SolveResult
 from gpuplan.solvers.evaluate import with_layouts
 from gpuplan.solvers.greedy import BestFitScorer
@@ -342,6 +342,8 @@ class Timeline:
     cut: bool = False
 
 
+# Every keep of the roll may over-commit on purpose (see ``quiet_overcommit``).
+@quiet_overcommit()
 def roll_forward(
     inp: PlanningInput,
     problem: PlacementProblem,
@@ -353,20 +355,6 @@ def roll_forward(
 ) -> Timeline:
     """Reserve a start time and GPUs for every replica that does not keep running (see the module);
     stop, ``cut``, when ``deadline`` passes."""
-    # Every keep of the roll may over-commit on purpose (see ``quiet_overcommit``).
-    with quiet_overcommit():
-        return _roll(inp, problem, result, catalog, now, previous, deadline)
-
-
-def _roll(
-    inp: PlanningInput,
-    problem: PlacementProblem,
-    result: SolveResult,
-    catalog: HardwareCatalog,
-    now: datetime,
-    previous: Mapping[Key, Reservation],
-    deadline: Deadline | None,
-) -> Timeline:
     roll = _Roll(inp, problem, result.mig_layouts, catalog)
     chosen = {(a.workload, a.replica): a for a in result.assignments}
     workloads = inp.workload_by_id
@@ -538,14 +526,8 @@ def with_reservations(
     changed = len(tl.demoted) + sum(1 for a in started if before.get((a.workload, a.replica)) != a)
     layouts = _layouts(inp, result, assignments)
     if changed:
-        trial = Plan(
-            status=result.status,
-            solver=SolverReport(name=result.solver),
-            assignments=assignments,
-            unplaced=tuple(unplaced),
-            mig_layouts=layouts,
-        )
-        violations = validate_plan(trial, inp, catalog, actions_derived=False)
+        trial = replace(result, assignments=assignments, unplaced=tuple(unplaced), mig_layouts=layouts)
+        violations = result_violations(trial, inp, catalog)
         if violations:
             # Reservations skip some rules (later quotas, isolation over time): keep the solver's starts.
             log.info("timeline starts rejected (%s); keeping the solver's", violations[0].message)

@@ -20,9 +20,9 @@ from dataclasses import dataclass, replace
 from fractions import Fraction
 
 from gpuplan.models.workload import TopologyNeed
-from gpuplan.solvers.placement.options import gpu_ok, mig_starts, whole_groups
-from gpuplan.solvers.placement.state import MILLI, NodeInfo, NodeState, frag_key, has_share, slice_milli
-from gpuplan.solvers.problem import Request, ShapeSpec, memory_room
+from gpuplan.solvers.placement.options import fraction_fits, gpu_ok, mig_starts, whole_groups
+from gpuplan.solvers.placement.state import MILLI, NodeInfo, NodeState, frag_key, slice_milli
+from gpuplan.solvers.problem import Request, ShapeSpec
 
 #: Share of the demand the target mix covers (the simulator's ``podPopularityThreshold`` of 95%).
 COVERAGE = 0.95
@@ -211,15 +211,7 @@ def usable(info: NodeInfo, state: NodeState, shape: ShapeSpec) -> int:
         return 0
     # The GPUs and instances ``options`` would offer (without sharing tags), without building them.
     if shape.kind == "fraction":
-        return sum(
-            f
-            for p, f in enumerate(state.free)
-            if f >= shape.milli
-            and state.mig[p] is None
-            and memory_room(shape, state.gmem[p]) > 0
-            and has_share(state, p)
-            and gpu_ok(info, p, shape)
-        )
+        return sum(f for p, f in enumerate(state.free) if fraction_fits(info, state, p, shape))
     assert shape.mig_profile is not None
     total = 0
     for p, slots in enumerate(state.mig):

@@ -138,16 +138,23 @@ def _pair_cost(info: NodeInfo, p: int, q: int) -> int:
     return info.spec.pair_cost[(a, b)]
 
 
+def fraction_fits(info: NodeInfo, state: NodeState, pos: int, shape: ShapeSpec) -> bool:
+    """Whether GPU ``pos`` can take the fraction ``shape`` now, sharing tags aside: compute and GPU
+    memory left, MIG off, the node's sharing mode and the GPU's model allow it."""
+    return (
+        state.free[pos] >= shape.milli
+        and state.mig[pos] is None
+        and memory_room(shape, state.gmem[pos]) > 0
+        and has_share(state, pos)
+        and gpu_ok(info, pos, shape)
+    )
+
+
 def _fractions(info: NodeInfo, state: NodeState, shape: ShapeSpec, tags: tuple[str, ...]) -> list[Option]:
     return [
         Option("fraction", gpus=(p,), milli=shape.milli)
-        for p, f in enumerate(state.free)
-        if f >= shape.milli
-        and state.mig[p] is None
-        and memory_room(shape, state.gmem[p]) > 0
-        and has_share(state, p)
-        and gpu_ok(info, p, shape)
-        and not conflicts(state, p, tags)
+        for p in range(len(state.free))
+        if fraction_fits(info, state, p, shape) and not conflicts(state, p, tags)
     ]
 
 

@@ -18,6 +18,7 @@ import pytest
 from prometheus_client.parser import text_string_to_metric_families
 
 from tests._api import NOW, PLANNER, ROOT, Server, wait_status
+from tests._factories import two_pools
 
 #: Share of an H100 a MIG profile's compute slices make (of 7).
 MIG_SHARE = {"3g.40gb": 3 / 7, "1g.10gb": 1 / 7}
@@ -29,15 +30,7 @@ Gauges = dict[str, dict[tuple[tuple[str, str], ...], float]]
 def _body(extra: list[dict[str, Any]] | None = None) -> dict[str, Any]:
     """Two pools (four L40S; one H100 in MIG mode), two teams with a quota on one of them, and more work
     than fits, so that replicas of several tiers and teams wait."""
-    l40s = [{"index": i, "model": "L40S-48GB"} for i in range(2)]
-    node = {"cpu_milli": 64000, "memory_mib": 262144}
-    cluster = {
-        "nodes": [
-            {"name": "l1", "pool": "l40s", **node, "gpus": l40s},
-            {"name": "l2", "pool": "l40s", **node, "gpus": l40s},
-            {"name": "h1", "pool": "h100", **node, "gpus": [{"index": 0, "model": "H100-80GB", "mig": {}}]},
-        ]
-    }
+    cluster = two_pools()
     workloads = [
         {"id": "train", "team": "ml", "gpus": 2, "duration_s": 3600},
         {"id": "train-big", "team": "ml", "gpus": 4, "tier": "background", "duration_s": 7200},

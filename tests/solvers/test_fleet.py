@@ -83,9 +83,9 @@ def _best_pattern_by_brute_force(
     return best
 
 
-@settings(max_examples=25, deadline=None, suppress_health_check=[HealthCheck.too_slow])
-@given(st.data())
-def test_pricing_finds_the_best_pattern_of_a_node(data: st.DataObject) -> None:
+def _one_node_items(data: st.DataObject) -> tuple[int, int, list[tuple[str, int, int]], list[int]]:
+    """One node's GPUs and CPU, and 1-3 kinds of item (``whole`` GPUs or a ``fraction`` in milli-GPU, its
+    CPU) with how many replicas of each: the cases :func:`_best_pattern_by_brute_force` solves."""
     gpus = data.draw(st.integers(1, 3))
     cpu = data.draw(st.sampled_from([4000, 8000, 16000]))
     kinds = data.draw(
@@ -104,6 +104,13 @@ def test_pricing_finds_the_best_pattern_of_a_node(data: st.DataObject) -> None:
         )
     )
     caps = [data.draw(st.integers(1, 3)) for _ in kinds]
+    return gpus, cpu, kinds, caps
+
+
+@settings(max_examples=25, deadline=None, suppress_health_check=[HealthCheck.too_slow])
+@given(st.data())
+def test_pricing_finds_the_best_pattern_of_a_node(data: st.DataObject) -> None:
+    gpus, cpu, kinds, caps = _one_node_items(data)
     values = [float(data.draw(st.integers(1, 50))) for _ in kinds]
     # The node's sharing mode: none, or one that offers only whole GPUs or only fractions.
     offered = data.draw(st.sampled_from([None, "whole", "fraction"]))

@@ -19,7 +19,14 @@ from gpuplan.solvers.cpsat import pools, solver
 from gpuplan.solvers.fleet.classes import NodeClass, RequestClass, node_classes, request_classes
 from gpuplan.solvers.fleet.engine import _placer
 from gpuplan.solvers.fleet.relaxation import aggregated_bound
-from tests.solvers.test_fleet import NOW, _best_pattern_by_brute_force, _inp, _node, _openb_like
+from tests.solvers.test_fleet import (
+    NOW,
+    _best_pattern_by_brute_force,
+    _inp,
+    _node,
+    _one_node_items,
+    _openb_like,
+)
 
 
 def _classes(
@@ -73,24 +80,7 @@ def test_cpu_left_on_one_node_does_not_serve_another() -> None:
 def test_the_bound_is_never_below_the_best_pattern_of_one_node(data: st.DataObject) -> None:
     """On one node, every multiset of replicas the node can hold (brute force: fractions packed GPU by
     GPU, whole GPUs exclusive, CPU within the node's) is worth at most the bound."""
-    gpus = data.draw(st.integers(1, 3))
-    cpu = data.draw(st.sampled_from([4000, 8000, 16000]))
-    kinds = data.draw(
-        st.lists(
-            st.one_of(
-                st.tuples(
-                    st.just("fraction"),
-                    st.sampled_from([200, 300, 450, 600, 700]),
-                    st.sampled_from([0, 1000, 2000]),
-                ),
-                st.tuples(st.just("whole"), st.integers(1, 2), st.sampled_from([0, 2000])),
-            ),
-            min_size=1,
-            max_size=3,
-            unique=True,
-        )
-    )
-    caps = [data.draw(st.integers(1, 3)) for _ in kinds]
+    gpus, cpu, kinds, caps = _one_node_items(data)
     work = []
     for i, (kind, size, c) in enumerate(kinds):
         shape = {"gpu_milli": size} if kind == "fraction" else {"gpus": size}

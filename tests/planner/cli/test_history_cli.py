@@ -17,6 +17,7 @@ from gpuplan.planner.pipeline.files import planning_input
 from gpuplan.planner.planning import make_plan
 from gpuplan.planner.store.history import PlanHistory
 from gpuplan.planner.store.records import PLAN_KIND, Actor, JobRecord, JobSource, JobStatus, now
+from tests._factories import two_pools
 
 NOW = "2026-11-29T12:00:00+00:00"
 LATER = "2026-11-29T13:00:00+00:00"
@@ -26,15 +27,7 @@ API = Actor("0123456789ab", "planner")
 def _files(tmp_path: Path, later: bool = False) -> list[str]:
     """Two pools (four L40S; one H100 in MIG mode) and work that does not all fit; ``later``: the running
     job has ended, and a second MIG slice and a job larger than any node are asked for."""
-    l40s = [{"index": i, "model": "L40S-48GB"} for i in range(2)]
-    node = {"cpu_milli": 64000, "memory_mib": 262144}
-    cluster = {
-        "nodes": [
-            {"name": "l1", "pool": "l40s", **node, "gpus": l40s},
-            {"name": "l2", "pool": "l40s", **node, "gpus": l40s},
-            {"name": "h1", "pool": "h100", **node, "gpus": [{"index": 0, "model": "H100-80GB", "mig": {}}]},
-        ]
-    }
+    cluster = two_pools()
     work: list[dict[str, Any]] = [
         {"id": "serve", "tier": "latency-sensitive", "gpus": 1, "duration_s": 600},
         {"id": "train", "gpus": 2, "duration_s": 3600},

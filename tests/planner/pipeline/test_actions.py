@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import random
 from collections import Counter
+from dataclasses import dataclass
 from datetime import UTC, datetime
 from typing import Any
 
@@ -130,8 +131,30 @@ def _scenario(
     return PlanningInput(cluster=cluster, workloads=tuple(state), policy=policy), target, target_layouts
 
 
-@settings(max_examples=60, deadline=None, suppress_health_check=[HealthCheck.too_slow])
-@given(
+@dataclass(frozen=True)
+class Drawn:
+    """A drawn scenario: the :data:`SHAPES` of the work, which of the running half the target keeps, the
+    seeds of the running and the target node orders, and the disruption budget's limits."""
+
+    shapes: list[int]
+    keep: list[bool]
+    seeds: tuple[int, int]
+    moves: int
+    preempts: int
+    per_team: int | None
+
+    def budget(self, **more: Any) -> DisruptionBudget:
+        """The disruption budget of the drawn limits (and ``more`` fields)."""
+        return DisruptionBudget(
+            max_moves_per_round=self.moves,
+            max_preemptions_per_round=self.preempts,
+            max_moves_per_team=self.per_team,
+            **more,
+        )
+
+
+DRAWN = st.builds(
+    Drawn,
     shapes=st.lists(st.integers(0, len(SHAPES) - 1), min_size=2, max_size=14),
     keep=st.lists(st.booleans(), min_size=14, max_size=14),
     seeds=st.tuples(st.integers(0, 99), st.integers(0, 99)),
@@ -139,18 +162,12 @@ def _scenario(
     preempts=st.integers(1, 3),
     per_team=st.one_of(st.none(), st.integers(1, 3)),
 )
-def test_rounds_never_over_commit_and_keep_the_budget(
-    shapes: list[int],
-    keep: list[bool],
-    seeds: tuple[int, int],
-    moves: int,
-    preempts: int,
-    per_team: int | None,
-) -> None:
-    budget = DisruptionBudget(
-        max_moves_per_round=moves, max_preemptions_per_round=preempts, max_moves_per_team=per_team
-    )
-    inp, target, layouts = _scenario(shapes, keep, seeds, budget)
+
+
+@settings(max_examples=60, deadline=None, suppress_health_check=[HealthCheck.too_slow])
+@given(d=DRAWN)
+def test_rounds_never_over_commit_and_keep_the_budget(d: Drawn) -> None:
+    inp, target, layouts = _scenario(d.shapes, d.keep, d.seeds, d.budget())
     catalog = catalog_of()
     targets = {(a.workload, a.replica): a for a in target}
     actions = ordered_actions(inp, tuple(target), tuple(layouts))
@@ -163,11 +180,11 @@ def test_rounds_never_over_commit_and_keep_the_budget(
     for rnd in range(1, sched.rounds + 1):
         step = [a for a in sched.actions if a.round == rnd]
         kinds = Counter(a.kind for a in step)
-        assert kinds[MIGRATE] <= moves and kinds[PREEMPT] <= preempts
-        if per_team is not None:
+        assert kinds[MIGRATE] <= d.moves and kinds[PREEMPT] <= d.preempts
+        if d.per_team is not None:
             assert max(
                 Counter(teams[a.workload or ""] for a in step if a.kind == MIGRATE).values(), default=0
-            ) <= (per_team)
+            ) <= (d.per_team)
         apply_round(occ, step, targets)  # raises OverCommitError on any over-committing step
     if not sched.deferred:
         assert occ.assignments() == targets
@@ -176,34 +193,14 @@ def test_rounds_never_over_commit_and_keep_the_budget(
 
 
 @settings(max_examples=60, deadline=None, suppress_health_check=[HealthCheck.too_slow])
-@given(
-    shapes=st.lists(st.integers(0, len(SHAPES) - 1), min_size=2, max_size=14),
-    keep=st.lists(st.booleans(), min_size=14, max_size=14),
-    seeds=st.tuples(st.integers(0, 99), st.integers(0, 99)),
-    moves=st.integers(1, 8),
-    preempts=st.integers(1, 3),
-    per_team=st.one_of(st.none(), st.integers(1, 3)),
-)
-def test_the_validator_accepts_every_complete_schedule(
-    shapes: list[int],
-    keep: list[bool],
-    seeds: tuple[int, int],
-    moves: int,
-    preempts: int,
-    per_team: int | None,
-) -> None:
+@given(d=DRAWN)
+def test_the_validator_accepts_every_complete_schedule(d: Drawn) -> None:
     # The independent validator re-derives the budget rules: every schedule must pass it, drains counted
     # as moves. A schedule that takes all the actions reaches the target; one that defers some reaches
     # the state its rounds leave, with only the actions it took, and that state is checked instead. The
     # target preempts whatever it drops (not only for a higher tier) and is made for as many rounds as
     # the schedule takes.
-    budget = DisruptionBudget(
-        max_moves_per_round=moves,
-        max_preemptions_per_round=preempts,
-        max_moves_per_team=per_team,
-        preempt_only_for_higher_tier=False,
-    )
-    inp, target, layouts = _scenario(shapes, keep, seeds, budget)
+    inp, target, layouts = _scenario(d.shapes, d.keep, d.seeds, d.budget(preempt_only_for_higher_tier=False))
     policy = inp.policy.model_copy(update={"mig": MigPolicy(allow_repartition=True)})
     inp = inp.model_copy(update={"policy": policy})
     catalog = catalog_of()

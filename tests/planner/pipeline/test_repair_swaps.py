@@ -19,7 +19,7 @@ from gpuplan.models.plan import Assignment, GpuUse, MigLayout, SolverReport, Unp
 from gpuplan.planner.pipeline.compile import compile_problem
 from gpuplan.planner.pipeline.repair import without_idle_moves
 from gpuplan.planner.pipeline.summary import render
-from gpuplan.planner.validation.validate import validate_plan
+from gpuplan.planner.pipeline.verdict import result_violations
 from gpuplan.solvers.base import SolveResult
 from gpuplan.solvers.evaluate import evaluate
 
@@ -81,14 +81,7 @@ def _moves(inp: PlanningInput, result: SolveResult) -> int:
 def _valid(inp: PlanningInput, result: SolveResult, *, moves: bool = False) -> list[str]:
     """The validator's complaints about a plan without its actions (they are derived later, so the
     actions it would ask for are not counted); ``moves``: a plan that still moves running work."""
-    plan = Plan(
-        status=result.status,
-        solver=SolverReport(name=result.solver),
-        assignments=result.assignments,
-        unplaced=result.unplaced,
-        mig_layouts=result.mig_layouts,
-    )
-    broken = validate_plan(plan, inp, CATALOG, actions_derived=False)
+    broken = result_violations(result, inp, CATALOG)
     return [v.message for v in broken if not (moves and v.rule.startswith("disruption"))]
 
 
