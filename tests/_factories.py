@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import itertools
+from collections.abc import Mapping, Sequence
 from typing import Any
 
 from hypothesis import strategies as st
@@ -29,6 +30,62 @@ def node(name: str, **fields: Any) -> Node:
     """A node with generous CPU and memory unless given (``topology=…`` expands a reference server)."""
     data: dict[str, Any] = {"name": name, "cpu_milli": 256_000, "memory_mib": 2_097_152, **fields}
     return Node.model_validate(data)
+
+
+def node_data(
+    name: str,
+    model: str | None = None,
+    count: int = 0,
+    *,
+    mig: Mapping[int, Sequence[tuple[str, int]]] | None = None,
+    cpu_milli: int = 64_000,
+    memory_mib: int = 262_144,
+    **fields: Any,
+) -> dict[str, Any]:
+    """A node as plain data, as a cluster file lists it: ``count`` GPUs of ``model`` (none without a
+    model), GPU ``i`` in MIG mode with the ``(profile, start)`` instances ``mig[i]`` when ``i`` is a key
+    of ``mig``; 64 cores and 256 GiB unless given; ``fields`` (``gpus``, ``pool``, ``sharing``,
+    ``labels``, ``topology``, ...) as they are."""
+    data: dict[str, Any] = {"name": name, "cpu_milli": cpu_milli, "memory_mib": memory_mib}
+    if model is not None:
+        data["gpus"] = [
+            {"index": i, "model": model}
+            | (
+                {"mig": {"instances": [{"profile": p, "start": s} for p, s in mig[i]]}}
+                if mig and i in mig
+                else {}
+            )
+            for i in range(count)
+        ]
+    return data | fields
+
+
+def kube_node(
+    name: str,
+    product: str,
+    gpus: int,
+    allocatable: Mapping[str, str],
+    *,
+    labels: Mapping[str, str] | None = None,
+    annotations: Mapping[str, str] | None = None,
+    cpu: str = "64",
+    memory: str = "512Gi",
+) -> dict[str, Any]:
+    """A Kubernetes Node item as ``kubectl get nodes -o json`` lists it: the GPU Operator's labels of
+    ``gpus`` GPUs of ``product`` with no sharing strategy (``labels`` add or override), ``annotations``
+    when given, and ``cpu``, ``memory`` and the extended resources ``allocatable``."""
+    meta: dict[str, Any] = {
+        "name": name,
+        "labels": {
+            "nvidia.com/gpu.product": product,
+            "nvidia.com/gpu.count": str(gpus),
+            "nvidia.com/gpu.sharing-strategy": "none",
+            **(labels or {}),
+        },
+    }
+    if annotations is not None:
+        meta["annotations"] = dict(annotations)
+    return {"metadata": meta, "status": {"allocatable": {"cpu": cpu, "memory": memory, **allocatable}}}
 
 
 def two_pools() -> dict[str, Any]:

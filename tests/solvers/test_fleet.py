@@ -20,6 +20,7 @@ from gpuplan.solvers.cpsat import solver
 from gpuplan.solvers.fleet.classes import node_classes, request_classes
 from gpuplan.solvers.fleet.engine import _placer
 from gpuplan.solvers.fleet.pricing import fills, price
+from tests._factories import node_data
 
 NOW = datetime(2026, 11, 29, 12, tzinfo=UTC)
 
@@ -39,17 +40,6 @@ def test_fills_are_exactly_the_maximal_multisets(sizes: list[int], capacity: int
         if any(counts) and used <= capacity and capacity - used < ordered[0]:
             expected.add(counts)
     assert found == expected
-
-
-def _node(
-    name: str, gpus: int, cpu: int, memory: int = 1_000_000, model: str = "L40S-48GB"
-) -> dict[str, Any]:
-    return {
-        "name": name,
-        "cpu_milli": cpu,
-        "memory_mib": memory,
-        "gpus": [{"index": g, "model": model} for g in range(gpus)],
-    }
 
 
 def _inp(
@@ -118,7 +108,7 @@ def test_pricing_finds_the_best_pattern_of_a_node(data: st.DataObject) -> None:
     for i, (kind, size, c) in enumerate(kinds):
         shape = {"gpu_milli": size} if kind == "fraction" else {"gpus": size}
         work.append({"id": f"w{i}", "replicas": caps[i], "cpu_milli": c, **shape})
-    n = _node("n", gpus, cpu)
+    n = node_data("n", "L40S-48GB", gpus, cpu_milli=cpu, memory_mib=1_000_000)
     if offered is not None:
         n["sharing"] = "exclusive" if offered == "whole" else {"time-slicing": {"replicas": 4}}
         caps = [cap if kinds[i][0] == offered else 0 for i, cap in enumerate(caps)]
@@ -136,7 +126,13 @@ def test_pricing_finds_the_best_pattern_of_a_node(data: st.DataObject) -> None:
 
 def _openb_like(rng: random.Random, pods: int) -> tuple[list[dict[str, Any]], list[dict[str, Any]]]:
     nodes = [
-        _node(f"n{i}", rng.choice([1, 2, 4]), rng.choice([8000, 16000, 32000]))
+        node_data(
+            f"n{i}",
+            "L40S-48GB",
+            rng.choice([1, 2, 4]),
+            cpu_milli=rng.choice([8000, 16000, 32000]),
+            memory_mib=1_000_000,
+        )
         for i in range(rng.randint(2, 4))
     ]
     sizes = [{"gpus": 1}, {"gpus": 2}, {"gpu_milli": 500}, {"gpu_milli": 300}, {"gpu_milli": 700}, {}]
@@ -229,7 +225,14 @@ def test_the_fleet_path_finds_and_bounds_a_hand_computed_optimum(monkeypatch: py
     weight 3 x 100 hundredths of a GPU x (8 + 2) steps = 3000, so the objective and the bound are 3000."""
     monkeypatch.setattr(solver, "MONOLITHIC_REPLICAS", 0)
     work = [{"id": "w", "gpus": 1, "replicas": 3, "cpu_milli": 1000, "queued_since": "2026-11-29T10:00:00Z"}]
-    plan = make_plan(_inp([_node(f"n{i}", 1, 16000) for i in range(2)], work), now=NOW, time_limit_s=5)
+    plan = make_plan(
+        _inp(
+            [node_data(f"n{i}", "L40S-48GB", 1, cpu_milli=16000, memory_mib=1_000_000) for i in range(2)],
+            work,
+        ),
+        now=NOW,
+        time_limit_s=5,
+    )
     assert "lns_steps" in plan.solver.terms  # planned by target configurations, then the search
     assert len(plan.assignments) == 2
     assert plan.solver.objective == 3000
@@ -246,8 +249,14 @@ def test_purchase_by_configuration_is_exact_per_node() -> None:
 
     work = [{"id": "f", "gpu_milli": 600, "replicas": 3, "cpu_milli": 1000}]
     problem = compile_problem(_inp([], work), default_catalog(), NOW)
-    one = compile_node(Node.model_validate(_node("one", 1, 64000)), default_catalog())
-    two = compile_node(Node.model_validate(_node("two", 2, 64000)), default_catalog())
+    one = compile_node(
+        Node.model_validate(node_data("one", "L40S-48GB", 1, cpu_milli=64000, memory_mib=1_000_000)),
+        default_catalog(),
+    )
+    two = compile_node(
+        Node.model_validate(node_data("two", "L40S-48GB", 2, cpu_milli=64000, memory_mib=1_000_000)),
+        default_catalog(),
+    )
     offers = [Offer("one", 10.0, one), Offer("two", 15.0, two)]
     found = configure_purchase(problem, offers, time.perf_counter() + 20)
     assert found is not None
@@ -269,7 +278,13 @@ def test_transition_moves_running_work_towards_the_target_within_the_budget(budg
     wanted = {"id": "whole", "gpus": 1, "cpu_milli": 1000}
     policy = {"disruption": {"max_moves_per_round": budget}}
     problem = compile_problem(
-        _inp([_node(f"n{i}", 1, 16000) for i in range(2)], [*running, wanted], policy), default_catalog(), NOW
+        _inp(
+            [node_data(f"n{i}", "L40S-48GB", 1, cpu_milli=16000, memory_mib=1_000_000) for i in range(2)],
+            [*running, wanted],
+            policy,
+        ),
+        default_catalog(),
+        NOW,
     )
     placers: list[Placer] = []
     start = Fgd().place(problem, on_kept=placers.append)

@@ -19,11 +19,11 @@ from gpuplan.solvers.cpsat import pools, solver
 from gpuplan.solvers.fleet.classes import NodeClass, RequestClass, node_classes, request_classes
 from gpuplan.solvers.fleet.engine import _placer
 from gpuplan.solvers.fleet.relaxation import aggregated_bound
+from tests._factories import node_data
 from tests.solvers.test_fleet import (
     NOW,
     _best_pattern_by_brute_force,
     _inp,
-    _node,
     _one_node_items,
     _openb_like,
 )
@@ -47,7 +47,8 @@ def _bound(nodes: list[dict[str, Any]], work: list[dict[str, Any]]) -> float:
 def test_whole_gpus_bound_exactly_what_the_nodes_hold() -> None:
     """Two one-GPU nodes and three one-GPU replicas of equal value: two can be placed, no more."""
     nodes, classes, _ = _classes(
-        [_node(f"n{i}", 1, 16000) for i in range(2)], [{"id": "w", "gpus": 1, "replicas": 3}]
+        [node_data(f"n{i}", "L40S-48GB", 1, cpu_milli=16000, memory_mib=1_000_000) for i in range(2)],
+        [{"id": "w", "gpus": 1, "replicas": 3}],
     )
     (cls,) = classes
     found = aggregated_bound(nodes, classes, time.perf_counter() + 30)
@@ -58,7 +59,10 @@ def test_whole_gpus_bound_exactly_what_the_nodes_hold() -> None:
 def test_fractions_that_do_not_share_a_gpu_count_once_per_gpu() -> None:
     """Two 0.6-GPU replicas on one GPU: only one fits (the GPU's fills hold one 600); a bound on GPU
     capacity alone would allow 1.67 of them."""
-    nodes, classes, _ = _classes([_node("n", 1, 16000)], [{"id": "w", "gpu_milli": 600, "replicas": 2}])
+    nodes, classes, _ = _classes(
+        [node_data("n", "L40S-48GB", 1, cpu_milli=16000, memory_mib=1_000_000)],
+        [{"id": "w", "gpu_milli": 600, "replicas": 2}],
+    )
     found = aggregated_bound(nodes, classes, time.perf_counter() + 30)
     assert found is not None
     assert found.bound == pytest.approx(classes[0].value)
@@ -68,7 +72,10 @@ def test_cpu_left_on_one_node_does_not_serve_another() -> None:
     """The bound counts CPU per node class: nodes of different classes do not pool their CPU. A node
     with 2 GPUs and 4 cores and a node with 1 GPU and 16 cores; one-GPU replicas asking 4 cores: the
     first node hosts one, the second one, so two in all (GPU count alone would allow three)."""
-    nodes = [_node("a", 2, 4000), _node("b", 1, 16000)]
+    nodes = [
+        node_data("a", "L40S-48GB", 2, cpu_milli=4000, memory_mib=1_000_000),
+        node_data("b", "L40S-48GB", 1, cpu_milli=16000, memory_mib=1_000_000),
+    ]
     ns, classes, _ = _classes(nodes, [{"id": "w", "gpus": 1, "cpu_milli": 4000, "replicas": 3}])
     found = aggregated_bound(ns, classes, time.perf_counter() + 30)
     assert found is not None
@@ -85,7 +92,9 @@ def test_the_bound_is_never_below_the_best_pattern_of_one_node(data: st.DataObje
     for i, (kind, size, c) in enumerate(kinds):
         shape = {"gpu_milli": size} if kind == "fraction" else {"gpus": size}
         work.append({"id": f"w{i}", "replicas": caps[i], "cpu_milli": c, **shape})
-    nodes, classes, by_workload = _classes([_node("n", gpus, cpu)], work)
+    nodes, classes, by_workload = _classes(
+        [node_data("n", "L40S-48GB", gpus, cpu_milli=cpu, memory_mib=1_000_000)], work
+    )
     values = [float(classes[by_workload[f"w{i}"]].value) for i in range(len(kinds))]
     found = aggregated_bound(nodes, classes, time.perf_counter() + 30)
     assert found is not None

@@ -19,14 +19,10 @@ from hypothesis import strategies as st
 from gpuplan.models import Plan, PlanningInput
 from gpuplan.planner.explain.reasons import explain_all
 from gpuplan.planner.planning import make_plan
+from tests._factories import node_data
 
 NOW = datetime(2026, 11, 29, 12, tzinfo=UTC)
 QUEUED = (NOW - timedelta(hours=1)).isoformat()
-
-
-def _node(name: str, model: str, count: int, cpu_milli: int = 64000, **extra: Any) -> dict[str, Any]:
-    gpus = [{"index": i, "model": model} for i in range(count)]
-    return {"name": name, "cpu_milli": cpu_milli, "memory_mib": 262144, "gpus": gpus, **extra}
 
 
 def _work(wid: str, **fields: Any) -> dict[str, Any]:
@@ -34,13 +30,13 @@ def _work(wid: str, **fields: Any) -> dict[str, Any]:
 
 
 NODES = [
-    *(_node(f"l{i}", "L40S-48GB", 2) for i in range(4)),
-    *(_node(f"a{i}", "A100-SXM4-80GB", 4) for i in range(3)),
-    _node("own", "L4-24GB", 2, cpu_milli=8000),
-    _node("l4", "L4-24GB", 3, cpu_milli=8000),
+    *(node_data(f"l{i}", "L40S-48GB", 2) for i in range(4)),
+    *(node_data(f"a{i}", "A100-SXM4-80GB", 4) for i in range(3)),
+    node_data("own", "L4-24GB", 2, cpu_milli=8000),
+    node_data("l4", "L4-24GB", 3, cpu_milli=8000),
     # Time-sliced nodes keep whole-GPU pods off: their reasons name them (by name, in any row order).
     *(
-        _node(f"ts{i}", "L4-24GB", 1, cpu_milli=8000, sharing={"time-slicing": {"replicas": 4}})
+        node_data(f"ts{i}", "L4-24GB", 1, cpu_milli=8000, sharing={"time-slicing": {"replicas": 4}})
         for i in range(3)
     ),
 ]

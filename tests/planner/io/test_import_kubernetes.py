@@ -7,6 +7,7 @@ from __future__ import annotations
 import copy
 import json
 from collections import Counter, defaultdict
+from collections.abc import Callable
 from decimal import Decimal
 from pathlib import Path
 from typing import Any
@@ -22,6 +23,7 @@ from gpuplan.planner.cli import main
 from gpuplan.planner.io.importers.kubernetes import KubernetesState, quantity, read_state
 from gpuplan.planner.pipeline.files import load_cluster, load_plan, load_workloads
 from gpuplan.planner.store.history import PlanHistory
+from tests._factories import kube_node
 from tests._paths import TESTS_DATA
 
 DATA = TESTS_DATA / "kubernetes"
@@ -378,28 +380,31 @@ def test_bad_quantity_names_the_field() -> None:
 # Completing running placements: never a GPU booked twice
 
 
-def _gpu_node(kind: str, gpus: int) -> dict[str, Any]:
-    """A node item of one of four kinds: exclusive H100s, time-sliced L40S (4 replicas), A100s in MIG
-    (mixed strategy, all-balanced) and A100s in MIG (single strategy, all-1g.10gb)."""
-    labels = {"nvidia.com/gpu.count": str(gpus), "nvidia.com/gpu.sharing-strategy": "none"}
-    alloc: dict[str, str] = {"cpu": "128", "memory": "1Ti"}
-    if kind == "whole":
-        labels["nvidia.com/gpu.product"] = "NVIDIA-H100-80GB-HBM3"
-        alloc["nvidia.com/gpu"] = str(gpus)
-    elif kind == "shared":
-        labels.update({"nvidia.com/gpu.product": "NVIDIA-L40S-SHARED", "nvidia.com/gpu.replicas": "4",
-                       "nvidia.com/gpu.sharing-strategy": "time-slicing"})  # fmt: skip
-        alloc["nvidia.com/gpu.shared"] = str(4 * gpus)
-    elif kind == "single":
-        labels["nvidia.com/gpu.product"] = "NVIDIA-A100-SXM4-80GB-MIG-1g.10gb"
-        labels.update({"nvidia.com/mig.config": "all-1g.10gb", "nvidia.com/mig.strategy": "single"})
-        alloc["nvidia.com/gpu"] = str(7 * gpus)
-    else:
-        labels["nvidia.com/gpu.product"] = "NVIDIA-A100-SXM4-80GB"
-        labels.update({"nvidia.com/mig.config": "all-balanced", "nvidia.com/mig.strategy": "mixed"})
-        alloc.update({"nvidia.com/mig-1g.10gb": str(2 * gpus), "nvidia.com/mig-2g.20gb": str(gpus),
-                      "nvidia.com/mig-3g.40gb": str(gpus)})  # fmt: skip
-    return {"metadata": {"name": f"{kind}-node", "labels": labels}, "status": {"allocatable": alloc}}
+#: The four kinds of node item the placement test draws: exclusive H100s, time-sliced L40S (4 replicas),
+#: A100s in MIG (single strategy, all-1g.10gb) and A100s in MIG (mixed strategy, all-balanced): the GPU
+#: product, the labels beyond it, and the extended resources a node of ``gpus`` GPUs offers.
+KINDS: dict[str, tuple[str, dict[str, str], Callable[[int], dict[str, str]]]] = {
+    "whole": ("NVIDIA-H100-80GB-HBM3", {}, lambda gpus: {"nvidia.com/gpu": str(gpus)}),
+    "shared": (
+        "NVIDIA-L40S-SHARED",
+        {"nvidia.com/gpu.replicas": "4", "nvidia.com/gpu.sharing-strategy": "time-slicing"},
+        lambda gpus: {"nvidia.com/gpu.shared": str(4 * gpus)},
+    ),
+    "single": (
+        "NVIDIA-A100-SXM4-80GB-MIG-1g.10gb",
+        {"nvidia.com/mig.config": "all-1g.10gb", "nvidia.com/mig.strategy": "single"},
+        lambda gpus: {"nvidia.com/gpu": str(7 * gpus)},
+    ),
+    "mig": (
+        "NVIDIA-A100-SXM4-80GB",
+        {"nvidia.com/mig.config": "all-balanced", "nvidia.com/mig.strategy": "mixed"},
+        lambda gpus: {
+            "nvidia.com/mig-1g.10gb": str(2 * gpus),
+            "nvidia.com/mig-2g.20gb": str(gpus),
+            "nvidia.com/mig-3g.40gb": str(gpus),
+        },
+    ),
+}
 
 
 def _pod(name: str, node: str, resource: str, count: int, created: int) -> dict[str, Any]:
@@ -441,7 +446,8 @@ def test_running_placements_never_double_book(
     case: tuple[str, int, list[tuple[str, int]]], created: Any, tmp_path_factory: pytest.TempPathFactory
 ) -> None:
     kind, gpus, wanted = case
-    node = _gpu_node(kind, gpus)
+    product, labels, offered = KINDS[kind]
+    node = kube_node(f"{kind}-node", product, gpus, offered(gpus), labels=labels, cpu="128", memory="1Ti")
     name = node["metadata"]["name"]
     pods = [_pod(f"p{i}", name, r, c, created.randrange(60)) for i, (r, c) in enumerate(wanted)]
     folder = tmp_path_factory.mktemp("k8s")

@@ -14,6 +14,7 @@ import pytest
 from gpuplan.planner.cli import main
 from gpuplan.planner.io.importers.kubernetes import read_state
 from gpuplan.planner.pipeline.files import load_plan
+from tests._factories import kube_node
 
 NOW = "2026-11-30T03:00:00+00:00"
 #: What HAMi's device plugin writes on a node (one entry per GPU, 10 virtual GPUs each).
@@ -24,20 +25,6 @@ HAMI_REGISTER = json.dumps(
         for i in range(2)
     ]
 )  # fmt: skip
-
-
-def _node(name: str, product: str, gpus: int, alloc_gpus: int, annotations: dict[str, str]) -> dict[str, Any]:
-    labels = {
-        "nvidia.com/gpu.product": product,
-        "nvidia.com/gpu.count": str(gpus),
-        "nvidia.com/gpu.sharing-strategy": "none",
-        "nvidia.com/mig.config": "all-disabled",
-    }
-    alloc = {"cpu": "64", "memory": "512Gi", "nvidia.com/gpu": str(alloc_gpus)}
-    return {
-        "metadata": {"name": name, "labels": labels, "annotations": annotations},
-        "status": {"allocatable": alloc},
-    }
 
 
 def _pod(
@@ -67,6 +54,8 @@ def _pod(
     }
 
 
+#: The GPU Operator's label on a node whose GPUs have MIG off.
+MIG_OFF = {"nvidia.com/mig.config": "all-disabled"}
 #: A HAMi share of one GPU with 30000 MiB of its memory.
 HAMI_SHARE = {"nvidia.com/gpu": "1", "nvidia.com/gpumem": "30000"}
 
@@ -75,8 +64,17 @@ def _fleet() -> tuple[dict[str, Any], dict[str, Any]]:
     """An H100 node (device plugin exclusive) where KAI Scheduler shares GPUs by memory, and an L40S node
     under HAMi (``nvidia.com/gpu`` counts 10 virtual GPUs per GPU)."""
     nodes = [
-        _node("h100-kai", "NVIDIA-H100-80GB-HBM3", 2, 2, {}),
-        _node("l40s-hami", "NVIDIA-L40S", 2, 20, {"hami.io/node-nvidia-register": HAMI_REGISTER}),
+        kube_node(
+            "h100-kai", "NVIDIA-H100-80GB-HBM3", 2, {"nvidia.com/gpu": "2"}, labels=MIG_OFF, annotations={}
+        ),
+        kube_node(
+            "l40s-hami",
+            "NVIDIA-L40S",
+            2,
+            {"nvidia.com/gpu": "20"},
+            labels=MIG_OFF,
+            annotations={"hami.io/node-nvidia-register": HAMI_REGISTER},
+        ),
     ]
     pods = [
         _pod("kv-a", "h100-kai", annotations={"gpu-memory": "40960"}, minute=1),

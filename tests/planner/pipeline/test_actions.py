@@ -48,6 +48,7 @@ from gpuplan.planner.pipeline.occupancy import Occupancy, OverCommitError
 from gpuplan.planner.validation.validate import validate_plan
 from gpuplan.solvers.greedy import FirstFitScorer
 from gpuplan.solvers.placement import Placer
+from tests._factories import node_data
 
 NOW = datetime(2026, 11, 29, 12, tzinfo=UTC)
 SHAPES: list[dict[str, Any]] = [
@@ -59,18 +60,6 @@ SHAPES: list[dict[str, Any]] = [
     {"mig_profile": "3g.40gb"},
     {"mig_profile": "2g.20gb"},
 ]
-
-
-def _node(name: str, layouts: dict[int, list[tuple[str, int]]] | None = None) -> dict[str, Any]:
-    """Four H100s; GPUs 0 and 1 in MIG mode (with the given instances), 2 and 3 whole."""
-    layouts = layouts or {}
-    gpus: list[dict[str, Any]] = []
-    for i in range(4):
-        g: dict[str, Any] = {"index": i, "model": "H100-80GB"}
-        if i < 2:
-            g["mig"] = {"instances": [{"profile": p, "start": s} for p, s in layouts.get(i, [])]}
-        gpus.append(g)
-    return {"name": name, "cpu_milli": 64000, "memory_mib": 262144, "gpus": gpus}
 
 
 def _place(
@@ -104,7 +93,10 @@ def _scenario(
     shapes: list[int], keep: list[bool], seeds: tuple[int, int], budget: DisruptionBudget
 ) -> tuple[PlanningInput, list[Assignment], list[MigLayout]]:
     """A running state and a target reached by placing a subset plus new work in another node order."""
-    empty = Cluster.model_validate({"nodes": [_node("n0"), _node("n1")]})
+    # Four H100s a node; GPUs 0 and 1 in MIG mode (with the instances the running work uses), 2 and 3 whole.
+    empty = Cluster.model_validate(
+        {"nodes": [node_data(n, "H100-80GB", 4, mig={0: [], 1: []}) for n in ("n0", "n1")]}
+    )
     work = [
         Workload.model_validate(
             {"id": f"w{i}", "team": f"t{i % 2}", "preemptible": True, "cpu_milli": 1000, **SHAPES[k]}
@@ -113,10 +105,12 @@ def _scenario(
     ]
     half = len(work) // 2
     running, layouts = _place(empty, work[:half], seeds[0])
-    per_node: dict[str, dict[int, list[tuple[str, int]]]] = {"n0": {}, "n1": {}}
+    per_node: dict[str, dict[int, list[tuple[str, int]]]] = {n: {0: [], 1: []} for n in ("n0", "n1")}
     for lay in layouts:
         per_node[lay.node][lay.gpu] = [(i.profile, i.start) for i in lay.instances]
-    cluster = Cluster.model_validate({"nodes": [_node(n, per_node[n]) for n in ("n0", "n1")]})
+    cluster = Cluster.model_validate(
+        {"nodes": [node_data(n, "H100-80GB", 4, mig=per_node[n]) for n in ("n0", "n1")]}
+    )
     at = {a.workload: where(a.node, a.gpus) for a in running}
     state = [w.model_copy(update={"running_on": ()}) for w in work]
     state = [
@@ -263,7 +257,7 @@ def _one_node_state(layout: list[tuple[str, int]], running: dict[str, str], **po
             k: (v.split("|")[0], v.split("|")[1], v.split("|")[2]) for k, v in running.items()
         }.items()
     ]
-    cluster = Cluster(nodes=(Node.model_validate(_node("n0", {0: layout})),))
+    cluster = Cluster(nodes=(Node.model_validate(node_data("n0", "H100-80GB", 4, mig={0: layout, 1: []})),))
     return PlanningInput(cluster=cluster, workloads=tuple(work), policy=Policy(**policy))
 
 

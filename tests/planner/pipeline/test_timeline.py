@@ -12,6 +12,7 @@ from gpuplan.models.policy import Tier
 from gpuplan.planner.executor import Executor, SimCluster
 from gpuplan.planner.planning import make_plan
 from gpuplan.planner.validation.validate import validate_plan
+from tests._factories import node_data
 
 NOW = datetime(2026, 11, 29, 12, tzinfo=UTC)
 TIERS = (
@@ -19,18 +20,6 @@ TIERS = (
     Tier(name="standard", weight=3, default_duration_s=100),
     Tier(name="background", weight=1),
 )
-
-
-def _node(name: str, gpus: int, mig_gpus: int = 0) -> dict[str, Any]:
-    return {
-        "name": name,
-        "cpu_milli": 64000,
-        "memory_mib": 262144,
-        "gpus": [
-            {"index": i, "model": "H100-80GB", **({"mig": {"instances": []}} if i < mig_gpus else {})}
-            for i in range(gpus)
-        ],
-    }
 
 
 def _w(wid: str, tier: str, queued: int, **fields: Any) -> Workload:
@@ -48,7 +37,7 @@ def _w(wid: str, tier: str, queued: int, **fields: Any) -> Workload:
 def test_lower_tiers_backfill_only_where_no_reservation_is_delayed() -> None:
     """Two GPUs; A holds one for 100 s more (its tier's default duration). H (two GPUs) is reserved at
     +100 s; L (500 s) would delay it and waits until H is done; S (50 s) fits before A ends and starts."""
-    cluster = Cluster.model_validate({"nodes": [_node("n", 2)]})
+    cluster = Cluster.model_validate({"nodes": [node_data("n", "H100-80GB", 2)]})
     work = [
         _w("A", "standard", 500, gpus=1, running_on="n:0", started_at=NOW),
         _w("H", "latency-sensitive", 10, gpus=2, duration_s=100),
@@ -70,7 +59,7 @@ def test_lower_tiers_backfill_only_where_no_reservation_is_delayed() -> None:
 
 
 def test_work_that_never_ends_leaves_the_start_unknown() -> None:
-    cluster = Cluster.model_validate({"nodes": [_node("n", 1)]})
+    cluster = Cluster.model_validate({"nodes": [node_data("n", "H100-80GB", 1)]})
     work = [
         _w("forever", "background", 100, gpus=1, running_on="n:0"),
         _w("next", "background", 10, gpus=1, duration_s=60),
@@ -100,7 +89,9 @@ def _demand() -> list[Workload]:
 
 @pytest.mark.parametrize("solver", ["greedy-fgd", "cpsat"])
 def test_predicted_starts_match_the_simulator_when_durations_are_exact(solver: str) -> None:
-    cluster = Cluster.model_validate({"nodes": [_node("a", 4, mig_gpus=1), _node("b", 4)]})
+    cluster = Cluster.model_validate(
+        {"nodes": [node_data("a", "H100-80GB", 4, mig={0: []}), node_data("b", "H100-80GB", 4)]}
+    )
     demand = _demand()
     durations = {(w.id, 0): w.duration_s for w in demand}
     sim = SimCluster(cluster, default_catalog(), NOW, duration_of=durations.get)
@@ -146,7 +137,7 @@ def test_a_timeline_cut_by_the_deadline_keeps_the_solver_plan() -> None:
     from gpuplan.planner.pipeline.timeline import with_reservations
     from gpuplan.solvers.greedy import Fgd
 
-    cluster = Cluster.model_validate({"nodes": [_node("n", 2)]})
+    cluster = Cluster.model_validate({"nodes": [node_data("n", "H100-80GB", 2)]})
     work = [
         _w("A", "standard", 500, gpus=1, running_on="n:0", started_at=NOW),
         _w("H", "latency-sensitive", 10, gpus=2, duration_s=100),

@@ -23,6 +23,7 @@ from gpuplan.solvers.fleet.classes import node_classes, request_classes
 from gpuplan.solvers.fleet.engine import _placer
 from gpuplan.solvers.fleet.pricing import price
 from tests._api import PLANNER, Server, live
+from tests._factories import node_data
 
 __all__ = ["live"]
 
@@ -30,11 +31,6 @@ NOW = datetime(2026, 11, 29, 12, tzinfo=UTC)
 #: Every back-end; ``fleet`` is CP-SAT forced onto the target-configuration (pricing) path.
 SOLVERS = ["first-fit", "best-fit", "greedy-fgd", "cpsat", "milp-highs", "fleet"]
 L40S_MIB = 49152
-
-
-def _node(name: str, model: str, count: int, **extra: Any) -> dict[str, Any]:
-    gpus = [{"index": i, "model": model} for i in range(count)]
-    return {"name": name, "cpu_milli": 64000, "memory_mib": 262144, "gpus": gpus, **extra}
 
 
 def _plan(
@@ -53,7 +49,7 @@ def _plan(
 def test_gpu_memory_bounds_the_fractions_of_a_gpu(solver: str, monkeypatch: pytest.MonkeyPatch) -> None:
     # One L40S (48 GiB): compute would take ten 100-milli replicas, memory only two of 20 GiB and then
     # one memory-only ask of 8 GiB; a fraction without a memory ask still fits beside them.
-    nodes = [_node("l40s", "L40S-48GB", 1, sharing={"time-slicing": {"replicas": 4}})]
+    nodes = [node_data("l40s", "L40S-48GB", 1, sharing={"time-slicing": {"replicas": 4}})]
     work = [
         {"id": "kv", "gpu_milli": 100, "gpu_memory_mib": 20480, "replicas": 4, "tier": "latency-sensitive"},
         {"id": "small", "gpu_memory_mib": 8192, "replicas": 2},
@@ -79,9 +75,9 @@ def test_whole_and_mig_asks_go_where_the_memory_is(solver: str, monkeypatch: pyt
     half = {"mig": {"instances": [{"profile": "3g.40gb", "start": 4}]}}
     h100 = [{"index": 0, "model": "H100-80GB"}, {"index": 1, "model": "H100-80GB", **full}]
     nodes = [
-        _node("l40s", "L40S-48GB", 2, sharing="exclusive"),
-        _node("h100", "H100-80GB", 2) | {"gpus": h100},
-        _node("a100", "A100-SXM4-80GB", 1) | {"gpus": [{"index": 0, "model": "A100-SXM4-80GB", **half}]},
+        node_data("l40s", "L40S-48GB", 2, sharing="exclusive"),
+        node_data("h100", "H100-80GB", 2) | {"gpus": h100},
+        node_data("a100", "A100-SXM4-80GB", 1) | {"gpus": [{"index": 0, "model": "A100-SXM4-80GB", **half}]},
     ]
     work = [
         {"id": "big", "gpus": 1, "gpu_memory_mib": 60000, "replicas": 2},
@@ -96,7 +92,7 @@ def test_whole_and_mig_asks_go_where_the_memory_is(solver: str, monkeypatch: pyt
 
 def _files(tmp_path: Path, work: list[dict[str, Any]]) -> list[str]:
     cluster = tmp_path / "cluster.yaml"
-    cluster.write_text(yaml.safe_dump({"nodes": [_node("l40s", "L40S-48GB", 1)]}))
+    cluster.write_text(yaml.safe_dump({"nodes": [node_data("l40s", "L40S-48GB", 1)]}))
     workloads = tmp_path / "w.yaml"
     workloads.write_text(yaml.safe_dump({"workloads": work}))
     return ["plan", "--cluster", str(cluster), "--workloads", str(workloads)]
@@ -132,7 +128,7 @@ def test_an_ask_no_gpu_model_holds_is_bad_input(tmp_path: Path, capsys: pytest.C
 
 def test_api_refuses_running_work_over_gpu_memory(live: Server) -> None:
     body = {
-        "cluster": {"nodes": [_node("l40s", "L40S-48GB", 1)]},
+        "cluster": {"nodes": [node_data("l40s", "L40S-48GB", 1)]},
         "workloads": OVERCOMMITTED,
         "options": {"solver": "first-fit", "time_limit_s": 1.0, "now": NOW.isoformat()},
     }
@@ -159,7 +155,7 @@ def test_csv_column(tmp_path: Path) -> None:
 
 def test_plans_report_gpu_memory_per_gpu(monkeypatch: pytest.MonkeyPatch) -> None:
     # An L40S shared by two 20 GiB asks, and an H100 given whole (its 80 GiB count as held).
-    nodes = [_node("l40s", "L40S-48GB", 1), _node("h100", "H100-80GB", 1, sharing="exclusive")]
+    nodes = [node_data("l40s", "L40S-48GB", 1), node_data("h100", "H100-80GB", 1, sharing="exclusive")]
     work = [
         {"id": "kv", "gpu_milli": 100, "gpu_memory_mib": 20480, "replicas": 2},
         {"id": "train", "gpus": 1, "gpu_models": "H100-80GB"},
@@ -182,7 +178,7 @@ def test_pricing_counts_gpu_memory() -> None:
     would take two 20 GiB and six 8 GiB shares."""
     inp = PlanningInput.model_validate(
         {
-            "cluster": {"nodes": [_node("n", "L40S-48GB", 2)]},
+            "cluster": {"nodes": [node_data("n", "L40S-48GB", 2)]},
             "workloads": [
                 {"id": "kv", "gpu_milli": 100, "gpu_memory_mib": 20480, "replicas": 10},
                 {"id": "kv2", "gpu_milli": 100, "gpu_memory_mib": 8192, "replicas": 10},
@@ -200,7 +196,7 @@ def test_pricing_counts_gpu_memory() -> None:
 def test_explanations_relax_models_only_to_those_with_the_memory(monkeypatch: pytest.MonkeyPatch) -> None:
     # The H100 goes to higher-tier work; the free L40S has too little memory for the 60000 MiB ask, so
     # "allow L40S" is no way out (it used to be proposed, and its verification raised a bad input).
-    nodes = [_node("h100", "H100-80GB", 1), _node("l40s", "L40S-48GB", 1)]
+    nodes = [node_data("h100", "H100-80GB", 1), node_data("l40s", "L40S-48GB", 1)]
     work = [
         {"id": "a", "gpus": 1, "gpu_models": "H100-80GB", "tier": "latency-sensitive"},
         {"id": "big", "gpus": 1, "gpu_memory_mib": 60000},
