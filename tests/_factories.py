@@ -170,14 +170,16 @@ def plan(
     assignments: list[Assignment] | tuple[Assignment, ...],
     unplaced: list[Unplaced] | tuple[Unplaced, ...] = (),
     layouts: list[MigLayout] | tuple[MigLayout, ...] = (),
+    **fields: Any,
 ) -> Plan:
-    """A feasible plan from its parts."""
+    """A feasible plan from its parts (``fields``: more of the plan's, e.g. ``actions``)."""
     return Plan(
         status=PlanStatus.FEASIBLE,
         solver=SolverReport(name="test"),
         assignments=tuple(assignments),
         unplaced=tuple(unplaced),
         mig_layouts=tuple(layouts),
+        **fields,
     )
 
 

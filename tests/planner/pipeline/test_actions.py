@@ -16,15 +16,11 @@ from gpuplan.models import (
     Assignment,
     Cluster,
     DisruptionBudget,
-    MigInstance,
     MigLayout,
     MigPolicy,
     Node,
-    Plan,
     PlanningInput,
-    PlanStatus,
     Policy,
-    SolverReport,
     Unplaced,
     Workload,
 )
@@ -48,7 +44,7 @@ from gpuplan.planner.pipeline.occupancy import Occupancy, OverCommitError
 from gpuplan.planner.validation.validate import validate_plan
 from gpuplan.solvers.greedy import FirstFitScorer
 from gpuplan.solvers.placement import Placer
-from tests._factories import node_data
+from tests._factories import layout, node_data, plan
 
 NOW = datetime(2026, 11, 29, 12, tzinfo=UTC)
 SHAPES: list[dict[str, Any]] = [
@@ -213,31 +209,23 @@ def test_the_validator_accepts_every_complete_schedule(d: Drawn) -> None:
             apply_round(occ, [a for a in sched.actions if a.round == rnd], targets)
         target = list(occ.assignments().values())
         layouts = [
-            MigLayout(
-                node=node,
-                gpu=gpu,
-                instances=tuple(
-                    MigInstance(profile=p, start=st) for p, st in sorted(state.mig, key=lambda i: i[1])
-                ),
-            )
+            layout(node, gpu, *sorted(state.mig, key=lambda i: i[1]))
             for (node, gpu), state in sorted(occ.gpus.items())
             if state.mig is not None
         ]
     placed = {a.workload for a in target}
-    plan = Plan(
-        status=PlanStatus.FEASIBLE,
-        solver=SolverReport(name="first-fit"),
-        assignments=tuple(target),
-        unplaced=tuple(
+    kept = plan(
+        target,
+        [
             Unplaced(workload=w.id, replica=0, code="PREEMPTED", reason="Not kept.")
             for w in inp.workloads
             if w.id not in placed
-        ),
-        mig_layouts=tuple(layouts),
+        ],
+        layouts,
         actions=sched.actions,
         provenance={"replan_rounds": max(1, sched.rounds)},
     )
-    assert validate_plan(plan, inp, catalog) == []
+    assert validate_plan(kept, inp, catalog) == []
 
 
 def test_unlimited_budget_reaches_any_target_in_one_round() -> None:
