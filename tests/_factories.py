@@ -27,9 +27,9 @@ from gpuplan.planner.store.records import JobRecord, JobStatus, now
 
 
 def node(name: str, **fields: Any) -> Node:
-    """A node with generous CPU and memory unless given (``topology=…`` expands a reference server)."""
-    data: dict[str, Any] = {"name": name, "cpu_milli": 256_000, "memory_mib": 2_097_152, **fields}
-    return Node.model_validate(data)
+    """A validated node of :func:`node_data`'s ``fields`` with generous CPU and memory unless given
+    (``topology=…`` expands a reference server)."""
+    return Node.model_validate(node_data(name, **{"cpu_milli": 256_000, "memory_mib": 2_097_152, **fields}))
 
 
 def node_data(

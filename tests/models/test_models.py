@@ -20,10 +20,7 @@ from gpuplan.models import (
 from gpuplan.models.cluster import MigInstance, uncertain_in_use
 from gpuplan.models.plan import GpuUse
 from gpuplan.models.workload import Placement, where
-
-
-def node(**extra: Any) -> dict[str, Any]:
-    return {"name": "n1", "cpu_milli": 64000, "memory_mib": 262144, **extra}
+from tests._factories import node_data
 
 
 def test_catalog_has_every_reference_topology_and_alias() -> None:
@@ -39,7 +36,7 @@ def test_catalog_has_every_reference_topology_and_alias() -> None:
 
 
 def test_topology_fills_gpus_links_and_numa() -> None:
-    n = Node.model_validate(node(topology="dgx-a100"))
+    n = Node.model_validate(node_data("n1", topology="dgx-a100"))
     assert len(n.gpus) == 8
     assert {g.model for g in n.gpus} == {"A100-SXM4-80GB"}
     assert n.gpu_by_index[0].numa == 3 and n.gpu_by_index[6].numa == 5
@@ -48,14 +45,16 @@ def test_topology_fills_gpus_links_and_numa() -> None:
 
 def test_topology_override_by_index_keeps_other_gpus() -> None:
     mig = {"instances": [{"profile": "4g.40gb", "start": 0}, {"profile": "3g.40gb", "start": 4}]}
-    n = Node.model_validate(node(topology="dgx-h100", gpus=[{"index": 3, "model": "H100-80GB", "mig": mig}]))
+    n = Node.model_validate(
+        node_data("n1", topology="dgx-h100", gpus=[{"index": 3, "model": "H100-80GB", "mig": mig}])
+    )
     assert n.gpu_by_index[3].mig is not None and n.gpu_by_index[3].numa == 0
     assert n.gpu_by_index[2].mig is None
 
 
 def test_uncertain_entries_in_use_are_named_once() -> None:
     cluster = Cluster.model_validate(
-        {"nodes": [node(name="a", topology="hgx-h200"), node(name="b", topology="hgx-h200")]}
+        {"nodes": [node_data("a", topology="hgx-h200"), node_data("b", topology="hgx-h200")]}
     )
     assert uncertain_in_use(cluster, default_catalog()) == ["reference topology hgx-h200"]
 
@@ -86,22 +85,23 @@ def test_valid_mig_layouts_pass() -> None:
 def test_mig_on_non_mig_model_is_rejected() -> None:
     with pytest.raises(ValidationError, match="L40S-48GB does not support MIG"):
         Node.model_validate(
-            node(
+            node_data(
+                "n1",
                 gpus=[
                     {"index": 0, "model": "L40S", "mig": {"instances": [{"profile": "1g.10gb", "start": 0}]}}
-                ]
+                ],
             )
         )
 
 
 def test_node_errors_name_the_field() -> None:
     with pytest.raises(ValidationError) as exc:
-        Cluster.model_validate({"nodes": [node(cpu_milli=-1)]})
+        Cluster.model_validate({"nodes": [node_data("n1", cpu_milli=-1)]})
     assert exc.value.errors()[0]["loc"] == ("nodes", 0, "cpu_milli")
     with pytest.raises(ValidationError, match="unknown GPU model 'H100-90GB'"):
-        Cluster.model_validate({"nodes": [node(gpus=[{"index": 0, "model": "H100-90GB"}])]})
+        Cluster.model_validate({"nodes": [node_data("n1", gpus=[{"index": 0, "model": "H100-90GB"}])]})
     with pytest.raises(ValidationError, match="appears more than once"):
-        Cluster.model_validate({"nodes": [node(), node()]})
+        Cluster.model_validate({"nodes": [node_data("n1"), node_data("n1")]})
 
 
 def test_workload_shapes_and_running_on() -> None:
@@ -128,7 +128,7 @@ def test_workload_shapes_and_running_on() -> None:
 
 
 def _input(workloads: list[dict[str, Any]], policy: dict[str, Any] | None = None) -> PlanningInput:
-    cluster = {"nodes": [node(topology="dgx-h100")]}
+    cluster = {"nodes": [node_data("n1", topology="dgx-h100")]}
     return PlanningInput.model_validate({"cluster": cluster, "workloads": workloads, "policy": policy or {}})
 
 

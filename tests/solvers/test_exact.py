@@ -14,13 +14,10 @@ import pytest
 
 from gpuplan.models import Plan, PlanningInput, PlanStatus
 from gpuplan.planner.planning import make_plan
+from tests._factories import node_data
 
 NOW = datetime(2026, 11, 29, 12, tzinfo=UTC)
 EXACT = ["cpsat", "milp-highs", "milp-cbc"]
-
-
-def node(name: str, gpus: list[dict[str, Any]] | None = None, **extra: Any) -> dict[str, Any]:
-    return {"name": name, "cpu_milli": 64000, "memory_mib": 524288, "gpus": gpus or [], **extra}
 
 
 def l40s(n: int) -> list[dict[str, Any]]:
@@ -58,7 +55,7 @@ def waiting(plan: Plan) -> dict[str, str]:
 @pytest.mark.parametrize("solver", EXACT)
 def test_capacity_whole_fraction_cpu(solver: str) -> None:
     plan = solve(
-        [node("a", l40s(2), cpu_milli=10000)],
+        [node_data("a", gpus=l40s(2), memory_mib=524_288, cpu_milli=10000)],
         [
             {"id": "big", "gpus": 2, "cpu_milli": 4000},
             {"id": "f1", "gpu_milli": 600, "cpu_milli": 1000, "tier": "background"},
@@ -69,7 +66,7 @@ def test_capacity_whole_fraction_cpu(solver: str) -> None:
     assert plan.status is PlanStatus.OPTIMAL
     assert placed(plan) == {"big#0"}  # the fraction has no GPU left and the CPU job no CPU
     plan = solve(
-        [node("a", l40s(2))],
+        [node_data("a", gpus=l40s(2), memory_mib=524_288)],
         [{"id": "f", "gpu_milli": 600, "replicas": 3}, {"id": "w", "gpus": 1, "tier": "background"}],
         solver=solver,
     )
@@ -80,18 +77,20 @@ def test_capacity_whole_fraction_cpu(solver: str) -> None:
 def test_mig_valid_starts_and_creation(solver: str) -> None:
     empty_mig = h100_mig([])
     plan = solve(
-        [node("a", empty_mig)],
+        [node_data("a", gpus=empty_mig, memory_mib=524_288)],
         [{"id": "a4", "mig_profile": "4g.40gb"}, {"id": "a3", "mig_profile": "3g.40gb"}],
         solver=solver,
     )
     layout = {(i.profile, i.start) for i in plan.mig_layouts[0].instances}
     assert layout == {("4g.40gb", 0), ("3g.40gb", 4)}
     plan = solve(
-        [node("a", empty_mig)], [{"id": "a4", "mig_profile": "4g.40gb", "replicas": 2}], solver=solver
+        [node_data("a", gpus=empty_mig, memory_mib=524_288)],
+        [{"id": "a4", "mig_profile": "4g.40gb", "replicas": 2}],
+        solver=solver,
     )
     assert len(placed(plan)) == 1  # 4g.40gb only starts at 0
     plan = solve(
-        [node("a", empty_mig)],
+        [node_data("a", gpus=empty_mig, memory_mib=524_288)],
         [{"id": "n", "mig_profile": "1g.10gb"}],
         {"mig": {"allow_create": False}},
         solver=solver,
@@ -103,9 +102,12 @@ def test_mig_valid_starts_and_creation(solver: str) -> None:
 def test_repartition_only_when_allowed_and_costed(solver: str) -> None:
     sevens = h100_mig([("1g.10gb", s) for s in range(7)])
     work = [{"id": "big", "mig_profile": "7g.80gb"}]
-    assert placed(solve([node("a", sevens)], work, solver=solver)) == set()
+    assert placed(solve([node_data("a", gpus=sevens, memory_mib=524_288)], work, solver=solver)) == set()
     plan = solve(
-        [node("a", sevens)], work, {"mig": {"allow_repartition": True, "repartition_cost": 5}}, solver=solver
+        [node_data("a", gpus=sevens, memory_mib=524_288)],
+        work,
+        {"mig": {"allow_repartition": True, "repartition_cost": 5}},
+        solver=solver,
     )
     assert placed(plan) == {"big#0"}
     assert [(i.profile, i.start) for i in plan.mig_layouts[0].instances] == [("7g.80gb", 0)]
@@ -117,7 +119,7 @@ def test_repartition_only_when_allowed_and_costed(solver: str) -> None:
 def test_running_mig_instance_is_never_destroyed(solver: str) -> None:
     sevens = h100_mig([("1g.10gb", s) for s in range(7)])
     plan = solve(
-        [node("a", sevens)],
+        [node_data("a", gpus=sevens, memory_mib=524_288)],
         [
             {"id": "nb", "mig_profile": "1g.10gb", "running_on": "a:0/1g.10gb@3"},
             {"id": "big", "mig_profile": "7g.80gb"},
@@ -130,7 +132,10 @@ def test_running_mig_instance_is_never_destroyed(solver: str) -> None:
 
 @pytest.mark.parametrize("solver", EXACT)
 def test_alternatives_and_allowed_models(solver: str) -> None:
-    nodes = [node("a", l40s(1)), node("b", h100_mig([("3g.40gb", 0), ("3g.40gb", 4)]))]
+    nodes = [
+        node_data("a", gpus=l40s(1), memory_mib=524_288),
+        node_data("b", gpus=h100_mig([("3g.40gb", 0), ("3g.40gb", 4)]), memory_mib=524_288),
+    ]
     plan = solve(
         nodes,
         [
@@ -148,19 +153,25 @@ def test_alternatives_and_allowed_models(solver: str) -> None:
 
 @pytest.mark.parametrize("solver", EXACT)
 def test_gangs_all_or_nothing_and_domains(solver: str) -> None:
-    two = [node("a", l40s(8), labels={"rack": "r1"}), node("b", l40s(8), labels={"rack": "r2"})]
+    two = [
+        node_data("a", gpus=l40s(8), memory_mib=524_288, labels={"rack": "r1"}),
+        node_data("b", gpus=l40s(8), memory_mib=524_288, labels={"rack": "r2"}),
+    ]
     gang = {"id": "t", "gpus": 8, "replicas": 2, "gang": "true"}
     assert placed(solve(two, [gang], solver=solver)) == {"t#0", "t#1"}
     plan = solve(two, [{**gang, "gang_domain": "rack"}], solver=solver)
     assert set(waiting(plan).values()) == {"GANG_DOMAIN"}  # 16 GPUs asked inside one rack of 8
-    same = [node("a", l40s(8), labels={"rack": "r1"}), node("b", l40s(8), labels={"rack": "r1"})]
+    same = [
+        node_data("a", gpus=l40s(8), memory_mib=524_288, labels={"rack": "r1"}),
+        node_data("b", gpus=l40s(8), memory_mib=524_288, labels={"rack": "r1"}),
+    ]
     assert len(placed(solve(same, [{**gang, "gang_domain": "rack"}], solver=solver))) == 2
     assert placed(solve([two[0]], [gang], solver=solver)) == set()
 
 
 @pytest.mark.parametrize("solver", EXACT)
 def test_nvlink_and_numa(solver: str) -> None:
-    nvl = [node("a", topology="pcie-4x-h100-nvl-bridged")]
+    nvl = [node_data("a", gpus=[], memory_mib=524_288, topology="pcie-4x-h100-nvl-bridged")]
     plan = solve(nvl, [{"id": "p", "gpus": 2, "topology": "nvlink"}], solver=solver)
     assert {g.index for g in plan.assignments[0].gpus} in ({0, 1}, {2, 3})
     assert placed(solve(nvl, [{"id": "p", "gpus": 3, "topology": "nvlink"}], solver=solver)) == set()
@@ -171,14 +182,20 @@ def test_nvlink_and_numa(solver: str) -> None:
 
 @pytest.mark.parametrize("solver", EXACT)
 def test_isolation_rules(solver: str) -> None:
-    nodes = [node("a", l40s(1), pool="vision-only"), node("b", l40s(1))]
+    nodes = [
+        node_data("a", gpus=l40s(1), memory_mib=524_288, pool="vision-only"),
+        node_data("b", gpus=l40s(1), memory_mib=524_288),
+    ]
     work = [{"id": "x", "team": "nlp", "gpus": 1, "replicas": 2}]
     policy = {"isolation": [{"kind": "team-exclusive", "team": "vision", "pool": "vision-only"}]}
     plan = solve(nodes, work, policy, solver=solver)
     assert {a.node for a in plan.assignments} == {"b"}
     shared = [{"id": "u", "team": "a", "gpu_milli": 400}, {"id": "v", "team": "b", "gpu_milli": 400}]
     plan = solve(
-        [node("a", l40s(1))], shared, {"isolation": [{"kind": "no-shared-gpu-across-teams"}]}, solver=solver
+        [node_data("a", gpus=l40s(1), memory_mib=524_288)],
+        shared,
+        {"isolation": [{"kind": "no-shared-gpu-across-teams"}]},
+        solver=solver,
     )
     assert len(placed(plan)) == 1
     tiers = [
@@ -186,14 +203,16 @@ def test_isolation_rules(solver: str) -> None:
         {"id": "v", "tier": "background", "gpu_milli": 400},
     ]
     rule = {"isolation": [{"kind": "tiers-no-share", "tiers": ["latency-sensitive", "background"]}]}
-    assert placed(solve([node("a", l40s(1))], tiers, rule, solver=solver)) == {"u#0"}
-    assert len(placed(solve([node("a", l40s(1))], tiers, solver=solver))) == 2
+    assert placed(solve([node_data("a", gpus=l40s(1), memory_mib=524_288)], tiers, rule, solver=solver)) == {
+        "u#0"
+    }
+    assert len(placed(solve([node_data("a", gpus=l40s(1), memory_mib=524_288)], tiers, solver=solver))) == 2
 
 
 @pytest.mark.parametrize("solver", EXACT)
 def test_quotas_and_borrowing(solver: str) -> None:
     work = [{"id": "a", "team": "t", "gpus": 1}, {"id": "b", "team": "t", "gpus": 1, "preemptible": True}]
-    nodes = [node("n", l40s(2))]
+    nodes = [node_data("n", gpus=l40s(2), memory_mib=524_288)]
     assert len(placed(solve(nodes, work, {"quotas": [{"team": "t", "gpus": 1}]}, solver=solver))) == 1
     assert (
         len(placed(solve(nodes, work, {"quotas": [{"team": "t", "gpus": 1, "borrow": True}]}, solver=solver)))
@@ -201,13 +220,13 @@ def test_quotas_and_borrowing(solver: str) -> None:
     )
     mig_quota = {"quotas": [{"team": "t", "gpus": 0.5, "gpu_model": "H100-80GB"}]}
     slices = [{"id": "s", "team": "t", "mig_profile": "2g.20gb", "replicas": 3}]
-    plan = solve([node("m", h100_mig([]))], slices, mig_quota, solver=solver)
+    plan = solve([node_data("m", gpus=h100_mig([]), memory_mib=524_288)], slices, mig_quota, solver=solver)
     assert len(placed(plan)) == 1  # each 2g slice is 2/7 of a GPU
 
 
 @pytest.mark.parametrize("solver", EXACT)
 def test_running_work_moves_and_preemptions_within_budget(solver: str) -> None:
-    nodes = [node("a", l40s(2))]
+    nodes = [node_data("a", gpus=l40s(2), memory_mib=524_288)]
     work = [
         {"id": "f0", "gpu_milli": 500, "running_on": "a:0=500"},
         {"id": "f1", "gpu_milli": 500, "running_on": "a:1=500"},
@@ -234,7 +253,7 @@ def test_tier_weighted_queue_time_orders_work() -> None:
         {"id": "old", "gpus": 1, "tier": "standard", "queued_since": "2026-11-20T00:00:00Z"},
         {"id": "new", "gpus": 1, "tier": "standard", "queued_since": "2026-11-29T11:59:00Z"},
     ]
-    plan = solve([node("a", l40s(2))], work)
+    plan = solve([node_data("a", gpus=l40s(2), memory_mib=524_288)], work)
     assert placed(plan) == {"ls#0", "old#0"}
     assert plan.solver.terms["queue"] == plan.solver.objective
 
@@ -242,11 +261,19 @@ def test_tier_weighted_queue_time_orders_work() -> None:
 def random_instance(seed: int) -> tuple[list[dict[str, Any]], list[dict[str, Any]], dict[str, Any]]:
     """A small mixed instance: MIG, fractions, whole GPUs with topology, gangs and a quota."""
     rng = random.Random(seed)
-    nodes = [node("nvl", topology="pcie-4x-h100-nvl-bridged", cpu_milli=rng.choice([16000, 64000]))]
+    nodes = [
+        node_data(
+            "nvl",
+            gpus=[],
+            memory_mib=524_288,
+            topology="pcie-4x-h100-nvl-bridged",
+            cpu_milli=rng.choice([16000, 64000]),
+        )
+    ]
     if rng.random() < 0.7:
         layout = rng.choice([[], [("3g.40gb", 4)], [("1g.10gb", 0), ("1g.10gb", 1)], [("4g.40gb", 0)]])
-        nodes.append(node("mig", h100_mig(layout, [])))
-    nodes.append(node("l40", l40s(rng.choice([1, 2])), labels={"rack": "r1"}))
+        nodes.append(node_data("mig", gpus=h100_mig(layout, []), memory_mib=524_288))
+    nodes.append(node_data("l40", gpus=l40s(rng.choice([1, 2])), memory_mib=524_288, labels={"rack": "r1"}))
     work: list[dict[str, Any]] = []
     teams = ["a", "b"]
     for i in range(rng.randint(3, 7)):
@@ -293,7 +320,7 @@ def test_cpsat_and_milp_agree_on_random_instances(seed: int) -> None:
 
 
 def test_timeout_returns_valid_fallback() -> None:
-    nodes = [node(f"n{i}", l40s(8)) for i in range(12)]
+    nodes = [node_data(f"n{i}", gpus=l40s(8), memory_mib=524_288) for i in range(12)]
     work = [{"id": f"w{i}", "gpu_milli": 100 + 37 * (i % 20), "replicas": 2} for i in range(150)]
     plan = solve(nodes, work, time_limit_s=0.001)
     assert plan.status is PlanStatus.FALLBACK

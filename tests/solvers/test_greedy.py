@@ -29,17 +29,10 @@ from gpuplan.solvers.base import SolveResult, get_solver
 from gpuplan.solvers.greedy import BestFit, Fgd, FirstFit, FirstFitScorer, fgd_score
 from gpuplan.solvers.placement import GANG, NEVER_FITS, NO_CAPACITY, Placer, target_mix
 from gpuplan.solvers.problem import NodeSpec, PlacementProblem, ShapeSpec
+from tests._factories import node_data
 
 NOW = datetime(2026, 1, 1, tzinfo=UTC)
 SOLVERS = ["first-fit", "best-fit", "greedy-fgd"]
-
-
-def node(name: str, gpus: list[dict[str, Any]] | None = None, **fields: Any) -> dict[str, Any]:
-    """A node dict with generous CPU and memory unless given."""
-    out: dict[str, Any] = {"name": name, "cpu_milli": 64_000, "memory_mib": 262_144, **fields}
-    if gpus is not None:
-        out["gpus"] = gpus
-    return out
 
 
 def gpus(model: str, count: int, numa: list[int] | None = None) -> list[dict[str, Any]]:
@@ -155,7 +148,7 @@ def test_registry_names_the_greedy_solvers() -> None:
 @pytest.mark.parametrize("name", SOLVERS)
 def test_everything_that_trivially_fits_is_placed(name: str) -> None:
     prob = problem(
-        [node("a", gpus("A10", 4)), node("b", gpus("T4", 2))],
+        [node_data("a", gpus=gpus("A10", 4)), node_data("b", gpus=gpus("T4", 2))],
         [
             {"id": "two", "gpus": 2, "cpu_milli": 4000, "memory_mib": 8192},
             {"id": "share", "gpu_milli": 300, "replicas": 3, "cpu_milli": 1000},
@@ -177,7 +170,7 @@ def test_everything_that_trivially_fits_is_placed(name: str) -> None:
 @pytest.mark.parametrize("name", SOLVERS)
 def test_whole_gpus_are_exclusive_and_fractions_share(name: str) -> None:
     prob = problem(
-        [node("a", gpus("A10", 2))],
+        [node_data("a", gpus=gpus("A10", 2))],
         [
             {"id": "w", "gpus": 1, "priority": 9},
             {"id": "f6", "gpu_milli": 600, "priority": 8},
@@ -196,7 +189,7 @@ def test_whole_gpus_are_exclusive_and_fractions_share(name: str) -> None:
 def test_mig_instances_are_created_at_valid_starts(name: str) -> None:
     catalog = default_catalog()
     prob = problem(
-        [node("a", [{"index": 0, "model": "A100-SXM4-40GB", "mig": {"instances": []}}])],
+        [node_data("a", gpus=[{"index": 0, "model": "A100-SXM4-40GB", "mig": {"instances": []}}])],
         [{"id": "m", "mig_profile": "3g.20gb", "replicas": 3}],
     )
     result = solve(name, prob)
@@ -220,7 +213,7 @@ def test_mig_not_created_when_the_policy_forbids_it(name: str) -> None:
         "mig": {"instances": [{"profile": "1g.5gb", "start": 2}]},
     }
     prob = problem(
-        [node("a", [existing])],
+        [node_data("a", gpus=[existing])],
         [{"id": "small", "mig_profile": "1g.5gb", "replicas": 2}, {"id": "big", "mig_profile": "3g.20gb"}],
         no_create,
     )
@@ -238,7 +231,7 @@ def test_a_free_existing_mig_instance_is_used_before_creating_one(name: str) -> 
         "model": "A100-SXM4-40GB",
         "mig": {"instances": [{"profile": "3g.20gb", "start": 4}]},
     }
-    prob = problem([node("a", [existing])], [{"id": "m", "mig_profile": "3g.20gb"}])
+    prob = problem([node_data("a", gpus=[existing])], [{"id": "m", "mig_profile": "3g.20gb"}])
     result = solve(name, prob)
     assert placed(result) == {("m", 0): ("a", ((0, None, "3g.20gb", 4),))}
     assert result.mig_layouts[0].instances == (MigInstance(profile="3g.20gb", start=4),)
@@ -248,9 +241,9 @@ def test_a_free_existing_mig_instance_is_used_before_creating_one(name: str) -> 
 def test_mig_and_plain_gpus_are_never_mixed(name: str) -> None:
     prob = problem(
         [
-            node(
+            node_data(
                 "a",
-                [
+                gpus=[
                     {"index": 0, "model": "A100-SXM4-40GB", "mig": {"instances": []}},
                     {"index": 1, "model": "A100-SXM4-40GB"},
                 ],
@@ -271,7 +264,7 @@ def test_mig_and_plain_gpus_are_never_mixed(name: str) -> None:
 
 @pytest.mark.parametrize("name", SOLVERS)
 def test_nvlink_requests_take_a_bridged_pair(name: str) -> None:
-    bridged = node("h", topology="pcie-4x-h100-nvl-bridged")
+    bridged = node_data("h", topology="pcie-4x-h100-nvl-bridged")
     prob = problem(
         [bridged],
         [
@@ -289,7 +282,7 @@ def test_nvlink_requests_take_a_bridged_pair(name: str) -> None:
 @pytest.mark.parametrize("name", SOLVERS)
 def test_nvlink_pair_needs_both_bridged_gpus_free(name: str) -> None:
     prob = problem(
-        [node("h", topology="pcie-4x-h100-nvl-bridged")],
+        [node_data("h", topology="pcie-4x-h100-nvl-bridged")],
         [
             {"id": "r0", "gpus": 1, "running_on": "h:0"},
             {"id": "r2", "gpus": 1, "running_on": "h:3"},
@@ -305,7 +298,7 @@ def test_nvlink_pair_needs_both_bridged_gpus_free(name: str) -> None:
 @pytest.mark.parametrize("name", SOLVERS)
 def test_numa_requests_stay_on_one_numa_node(name: str) -> None:
     prob = problem(
-        [node("a", gpus("A10", 4, numa=[0, 1, 0, 1]))],
+        [node_data("a", gpus=gpus("A10", 4, numa=[0, 1, 0, 1]))],
         [{"id": "n", "gpus": 2, "topology": "numa", "replicas": 2}],
     )
     result = solve(name, prob)
@@ -316,7 +309,7 @@ def test_numa_requests_stay_on_one_numa_node(name: str) -> None:
 @pytest.mark.parametrize("name", SOLVERS)
 def test_gang_is_all_or_nothing(name: str) -> None:
     prob = problem(
-        [node("a", gpus("A10", 2)), node("b", gpus("A10", 2))],
+        [node_data("a", gpus=gpus("A10", 2)), node_data("b", gpus=gpus("A10", 2))],
         [
             {"id": "big", "gpus": 2, "replicas": 3, "gang": "true", "priority": 5},
             {"id": "fits", "gpus": 1, "replicas": 2, "gang": "g2", "priority": 4},
@@ -336,7 +329,7 @@ def test_gang_is_all_or_nothing(name: str) -> None:
 @pytest.mark.parametrize("name", SOLVERS)
 def test_running_work_is_kept_where_it_runs(name: str) -> None:
     prob = problem(
-        [node("a", gpus("A10", 2))],
+        [node_data("a", gpus=gpus("A10", 2))],
         [
             {"id": "run", "gpus": 1, "running_on": "a:1", "cpu_milli": 1000},
             {"id": "shared", "gpu_milli": 500, "running_on": "a:0=500"},
@@ -358,7 +351,10 @@ def test_running_work_is_kept_where_it_runs(name: str) -> None:
 def test_team_exclusive_nodes_host_only_their_team(name: str) -> None:
     policy = Policy.model_validate({"isolation": [{"kind": "team-exclusive", "team": "a", "pool": "p1"}]})
     prob = problem(
-        [node("mine", gpus("A10", 2), pool="p1"), node("open", gpus("A10", 1), pool="p2")],
+        [
+            node_data("mine", gpus=gpus("A10", 2), pool="p1"),
+            node_data("open", gpus=gpus("A10", 1), pool="p2"),
+        ],
         [
             {"id": "b1", "team": "b", "gpus": 1, "priority": 5},
             {"id": "b2", "team": "b", "gpus": 1, "priority": 4},
@@ -383,7 +379,7 @@ def test_no_gpu_is_shared_across_teams_or_isolated_tiers(name: str) -> None:
         }
     )
     prob = problem(
-        [node("a", gpus("A10", 2))],
+        [node_data("a", gpus=gpus("A10", 2))],
         [
             {"id": "a-ls", "team": "a", "tier": "latency-sensitive", "gpu_milli": 300, "priority": 9},
             {"id": "b", "team": "b", "gpu_milli": 300, "priority": 8},
@@ -405,7 +401,7 @@ def test_quotas_hold_and_only_preemptible_work_borrows(name: str) -> None:
         {"quotas": [{"team": "a", "gpus": 1.5, "borrow": True}, {"team": "b", "gpus": 1}]}
     )
     prob = problem(
-        [node("a", gpus("A10", 8))],
+        [node_data("a", gpus=gpus("A10", 8))],
         [
             {"id": "a-firm", "team": "a", "gpus": 1, "priority": 9},
             {"id": "a-half", "team": "a", "gpu_milli": 500, "priority": 8},
@@ -425,9 +421,9 @@ def test_quotas_hold_and_only_preemptible_work_borrows(name: str) -> None:
 def test_gang_stays_inside_one_domain_value(name: str) -> None:
     prob = problem(
         [
-            node("r1a", gpus("A10", 1), labels={"rack": "r1"}),
-            node("r2a", gpus("A10", 1), labels={"rack": "r2"}),
-            node("r2b", gpus("A10", 1), labels={"rack": "r2"}),
+            node_data("r1a", gpus=gpus("A10", 1), labels={"rack": "r1"}),
+            node_data("r2a", gpus=gpus("A10", 1), labels={"rack": "r2"}),
+            node_data("r2b", gpus=gpus("A10", 1), labels={"rack": "r2"}),
         ],
         [{"id": "g", "gpus": 1, "replicas": 2, "gang": "true", "gang_domain": "rack"}],
     )
@@ -437,7 +433,7 @@ def test_gang_stays_inside_one_domain_value(name: str) -> None:
 
 def test_best_fit_packs_where_first_fit_takes_the_first_node() -> None:
     prob = problem(
-        [node("big", gpus("A10", 8)), node("small", gpus("A10", 1))],
+        [node_data("big", gpus=gpus("A10", 8)), node_data("small", gpus=gpus("A10", 1))],
         [{"id": "one", "gpus": 1, "cpu_milli": 1000}],
     )
     assert placed(solve("first-fit", prob))[("one", 0)][0] == "big"
@@ -446,7 +442,7 @@ def test_best_fit_packs_where_first_fit_takes_the_first_node() -> None:
 
 def test_best_fit_takes_the_tightest_shared_gpu() -> None:
     prob = problem(
-        [node("a", gpus("A10", 3))],
+        [node_data("a", gpus=gpus("A10", 3))],
         [
             {"id": "r0", "gpu_milli": 200, "running_on": "a:0=200"},
             {"id": "r1", "gpu_milli": 600, "running_on": "a:1=600"},
@@ -460,7 +456,7 @@ def test_best_fit_takes_the_tightest_shared_gpu() -> None:
 def test_fgd_leaves_less_fragmentation_than_first_fit() -> None:
     # The demand is dominated by 2-GPU requests: a shared slice belongs on the 1-GPU node.
     prob = problem(
-        [node("pair", gpus("T4", 2)), node("single", gpus("T4", 1))],
+        [node_data("pair", gpus=gpus("T4", 2)), node_data("single", gpus=gpus("T4", 1))],
         [
             {"id": "slice", "gpu_milli": 500, "priority": 9},
             {"id": "duo", "gpus": 2, "replicas": 3},
@@ -476,7 +472,7 @@ def test_fgd_leaves_less_fragmentation_than_first_fit() -> None:
 
 def test_fgd_prefers_filling_a_fragment_over_opening_a_whole_gpu() -> None:
     prob = problem(
-        [node("a", gpus("T4", 2)), node("b", gpus("T4", 2))],
+        [node_data("a", gpus=gpus("T4", 2)), node_data("b", gpus=gpus("T4", 2))],
         [
             {"id": "old", "gpu_milli": 500, "running_on": "b:1=500"},
             {"id": "half", "gpu_milli": 500},
@@ -490,7 +486,7 @@ def test_fgd_prefers_filling_a_fragment_over_opening_a_whole_gpu() -> None:
 
 def test_target_mix_covers_95_percent_of_the_demand() -> None:
     prob = problem(
-        [node("a", gpus("A10", 1))],
+        [node_data("a", gpus=gpus("A10", 1))],
         [
             {"id": "a", "gpu_milli": 500, "replicas": 90},
             {"id": "b", "gpus": 1, "replicas": 6},
@@ -508,7 +504,7 @@ def test_fgd_score_is_the_quantised_sigmoid() -> None:
 
 
 def test_placer_places_one_request_at_a_time() -> None:
-    prob = problem([node("a", gpus("A10", 2))], [{"id": "x", "gpus": 1, "replicas": 3}])
+    prob = problem([node_data("a", gpus=gpus("A10", 2))], [{"id": "x", "gpus": 1, "replicas": 3}])
     placer = Placer(prob.nodes, prob.catalog, FirstFitScorer())
     first, second, third = prob.requests
     assert placer.place(first) is not None
@@ -519,7 +515,9 @@ def test_placer_places_one_request_at_a_time() -> None:
 
 
 def test_placer_rank_breaks_ties() -> None:
-    prob = problem([node("a", gpus("A10", 1)), node("b", gpus("A10", 1))], [{"id": "x", "gpus": 1}])
+    prob = problem(
+        [node_data("a", gpus=gpus("A10", 1)), node_data("b", gpus=gpus("A10", 1))], [{"id": "x", "gpus": 1}]
+    )
     placer = Placer(prob.nodes, prob.catalog, FirstFitScorer(), rank=[1, 0])
     assignment = placer.place(prob.requests[0])
     assert assignment is not None and assignment.node == "b"
@@ -536,7 +534,7 @@ def instances(draw: st.DrawFn) -> tuple[list[dict[str, Any]], list[dict[str, Any
     for n in range(draw(st.integers(1, 3))):
         reference = draw(st.sampled_from([None, None, "pcie-4x-h100-nvl-bridged", "dgx-h100"]))
         if reference is not None:
-            nodes.append(node(f"n{n}", topology=reference))
+            nodes.append(node_data(f"n{n}", topology=reference))
             continue
         gpu_list = []
         for i in range(draw(st.integers(1, 4))):
@@ -547,8 +545,10 @@ def instances(draw: st.DrawFn) -> tuple[list[dict[str, Any]], list[dict[str, Any
                 entry["mig"] = {"instances": [{"profile": p, "start": s} for p, s in layout]}
             gpu_list.append(entry)
         sharing = draw(st.sampled_from([None, "exclusive", {"time-slicing": {"replicas": 2}}]))
-        extra = {} if sharing is None else {"sharing": sharing}
-        nodes.append(node(f"n{n}", gpu_list, cpu_milli=draw(st.sampled_from([8000, 32000])), **extra))
+        extra: dict[str, Any] = {} if sharing is None else {"sharing": sharing}
+        nodes.append(
+            node_data(f"n{n}", gpus=gpu_list, cpu_milli=draw(st.sampled_from([8000, 32000])), **extra)
+        )
     has_mig = any(g["model"] == "A100-SXM4-40GB" for n in nodes for g in n.get("gpus", []))
     kinds = ["whole", "fraction", "cpu"] + (["mig"] if has_mig else [])
     workloads = []

@@ -12,7 +12,8 @@ from gpuplan.models.policy import Tier
 from gpuplan.solvers.evaluate import queue_term
 from gpuplan.solvers.greedy import Fgd
 from gpuplan.solvers.greedy.orders import shuffled
-from tests.solvers.test_greedy import check_result, gpus, instances, node, problem
+from tests._factories import node_data
+from tests.solvers.test_greedy import check_result, gpus, instances, problem
 
 TIERS = Policy(tiers=(Tier(name="high", weight=2), Tier(name="low", weight=1)))
 
@@ -21,7 +22,7 @@ def test_a_later_order_places_the_larger_replica() -> None:
     # One node with two GPUs: in the given order the 1-GPU replica takes a GPU and the 2-GPU one
     # waits; the other order places the 2-GPU replica and leaves less demand waiting.
     prob = problem(
-        [node("n0", gpus("A100-SXM4-40GB", 2))],
+        [node_data("n0", gpus=gpus("A100-SXM4-40GB", 2))],
         [{"id": "small", "gpus": 1}, {"id": "large", "gpus": 2}],
     )
     one = Fgd().place(prob)
@@ -35,7 +36,7 @@ def test_a_later_order_places_the_larger_replica() -> None:
 def test_orders_never_put_a_lower_tier_first() -> None:
     # The same pair, the small replica in the better tier: no order may let the large one go first.
     prob = problem(
-        [node("n0", gpus("A100-SXM4-40GB", 2))],
+        [node_data("n0", gpus=gpus("A100-SXM4-40GB", 2))],
         [{"id": "small", "gpus": 1, "tier": "high"}, {"id": "large", "gpus": 2, "tier": "low"}],
         TIERS,
     )
@@ -45,7 +46,7 @@ def test_orders_never_put_a_lower_tier_first() -> None:
 
 def test_shuffle_keeps_the_policy_order_between_groups() -> None:
     prob = problem(
-        [node("n0", gpus("A100-SXM4-40GB", 1))],
+        [node_data("n0", gpus=gpus("A100-SXM4-40GB", 1))],
         [{"id": f"w{i}", "gpu_milli": 100, "tier": "high" if i < 5 else "low"} for i in range(10)],
         TIERS,
     )

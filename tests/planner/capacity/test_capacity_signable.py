@@ -34,6 +34,7 @@ from gpuplan.planner.pipeline.deadline import Deadline
 from gpuplan.planner.planning import make_plan
 from gpuplan.planner.validation.errors import InvalidPlanError
 from gpuplan.planner.validation.validate import Violation
+from tests._factories import node_data
 from tests._paths import ROOT_DIR
 
 NOW = datetime(2026, 11, 29, 12, 0, tzinfo=UTC)
@@ -59,11 +60,6 @@ def catalog(**over: Any) -> NodeTypeCatalog:
     return NodeTypeCatalog.model_validate({**TYPES, **over})
 
 
-def node(name: str, model: str, gpus: int = 1) -> dict[str, Any]:
-    return {"name": name, "cpu_milli": 64000, "memory_mib": 262144,
-            "gpus": [{"index": i, "model": model} for i in range(gpus)]}  # fmt: skip
-
-
 def planning(workloads: list[dict[str, Any]], nodes: list[dict[str, Any]], **policy: Any) -> PlanningInput:
     return PlanningInput.model_validate(
         {"cluster": {"nodes": nodes}, "workloads": workloads, "policy": policy}
@@ -75,7 +71,7 @@ def bought(gap: CapacityGap) -> dict[str, int]:
 
 
 #: One busy A100 and a 1-GPU job with no GPU-model constraint: L4 is cheapest (20), the A100 class 150.
-BUSY_A100 = [node("n1", "A100-SXM4-80GB")]
+BUSY_A100 = [node_data("n1", "A100-SXM4-80GB", 1)]
 WORK = [
     {"id": "busy", "team": "infra", "gpus": 1, "running_on": "n1:0", "cpu_milli": 1000, "memory_mib": 1024},
     {"id": "ft", "team": "nlp", "tier": "standard", "gpus": 1, "cpu_milli": 8000, "memory_mib": 65536},
@@ -100,7 +96,7 @@ def test_other_models_are_a_what_if_that_names_the_workloads_moving_class() -> N
 
 def test_a_workload_keeps_the_model_its_replicas_run_on() -> None:
     """svc#0 runs on an L40S, the H100 is busy: svc#1 is bought an L40S node (40), not L4 (20) or A100."""
-    nodes = [node("n1", "L40S-48GB"), node("n2", "H100-80GB")]
+    nodes = [node_data("n1", "L40S-48GB", 1), node_data("n2", "H100-80GB", 1)]
     work = [
         {"id": "svc", "team": "search", "replicas": 2, "gpus": 1, "running_on": "n1:0", "cpu_milli": 1000,
          "memory_mib": 1024},
@@ -121,7 +117,7 @@ def test_no_node_type_of_the_class_is_unservable_with_the_way_out() -> None:
 def test_a_purchase_shows_its_idle_gpus_whom_it_serves_and_the_gpu_hours() -> None:
     """Half an L4 (2 h) and a quarter of one (no duration: one day) on one 4-GPU node: 3.25 GPUs idle;
     0.5 x 2 h + 0.25 x 24 h = 7 GPU-hours."""
-    nodes = [node("n1", "L4-24GB")]
+    nodes = [node_data("n1", "L4-24GB", 1)]
     work = [
         {"id": "busy", "gpus": 1, "running_on": "n1:0", "cpu_milli": 1000, "memory_mib": 1024},
         {"id": "nb", "team": "ads", "tier": "background", "gpu_milli": 500, "duration_s": 7200,
@@ -144,7 +140,7 @@ def test_a_purchase_shows_its_idle_gpus_whom_it_serves_and_the_gpu_hours() -> No
 def test_a_re_partition_names_what_it_frees_and_for_whom() -> None:
     """An A100 cut into seven 1g slices re-partitioned for a 3g.40gb replica: 3/7 of a GPU for a day."""
     sevens = [{"profile": "1g.10gb", "start": s} for s in range(7)]
-    nodes = [{**node("n1", "A100-SXM4-80GB"), "gpus": [
+    nodes = [{**node_data("n1", "A100-SXM4-80GB", 1), "gpus": [
         {"index": 0, "model": "A100-SXM4-80GB", "mig": {"instances": sevens}}]}]  # fmt: skip
     work = [{"id": "infer", "team": "nlp", "mig_profile": "3g.40gb", "cpu_milli": 4000, "memory_mib": 16384}]
     gap = capacity_gap(planning(work, nodes, mig={"allow_repartition": False}), catalog(), OPTS)
@@ -195,7 +191,7 @@ def test_cli_scenarios_carry_description_purchase_and_reason(
 ) -> None:
     """Two L40S jobs of 2 GPUs: one l40s-4 (40); doubled: two (80); at 10 each: 10."""
     files = {name: tmp_path / f"{name}.yaml" for name in ("c", "w", "t", "s")}
-    files["c"].write_text(yaml.safe_dump({"nodes": [node("n1", "L4-24GB")]}))
+    files["c"].write_text(yaml.safe_dump({"nodes": [node_data("n1", "L4-24GB", 1)]}))
     emb = {"id": "emb", "team": "search", "replicas": 2, "gpus": 2, "gpu_models": ["L40S-48GB"]}
     files["w"].write_text(yaml.safe_dump({"workloads": [emb]}))
     files["t"].write_text(yaml.safe_dump(TYPES))
@@ -278,7 +274,7 @@ def test_a_cut_short_purchase_gives_way_to_the_cheaper_baseline_purchase(
     def emb(replicas: int) -> PlanningInput:
         work = [{"id": "emb", "team": "search", "replicas": replicas, "gpus": 2, "gpu_models": "L40S-48GB",
                  "cpu_milli": 8000, "memory_mib": 65536}]  # fmt: skip
-        return planning(work, [node("n1", "L4-24GB")])
+        return planning(work, [node_data("n1", "L4-24GB", 1)])
 
     gap = capacity_gap(emb(2), catalog(), OPTS, warm=base)
     assert bought(gap) == {"l40s-4": 1} and gap.cost == 40 and gap.verified
@@ -299,7 +295,7 @@ def test_a_cut_short_purchase_gives_way_to_the_cheaper_baseline_purchase(
 def test_a_sharing_change_on_an_idle_node_is_proposed_before_a_purchase() -> None:
     """Half an L4 waits because its only node offers whole GPUs and the policy forbids mode changes:
     turning that idle node time-sliced serves it, so nothing (not a 4-GPU node, 20) is bought."""
-    nodes = [{**node("n1", "L4-24GB"), "sharing": "exclusive"}]
+    nodes = [{**node_data("n1", "L4-24GB", 1), "sharing": "exclusive"}]
     work = [{"id": "nb", "team": "ads", "gpu_milli": 500, "cpu_milli": 1000, "memory_mib": 4096}]
     gap = capacity_gap(planning(work, nodes, sharing={"allow_change": False}), catalog(), OPTS)
     assert (gap.demand_replicas, gap.served_by_repartition, gap.purchases, gap.cost) == (1, 1, (), 0)
@@ -339,7 +335,7 @@ def test_a_re_partition_re_plan_the_validator_rejects_is_skipped_not_a_traceback
     """The re-plan that would serve the 3g.40gb replica by re-partitioning fails validation (a planner
     bug): it is skipped with a note and the replica is bought for, one A100 node (150)."""
     sevens = [{"profile": "1g.10gb", "start": s} for s in range(7)]
-    nodes = [{**node("n1", "A100-SXM4-80GB"), "gpus": [
+    nodes = [{**node_data("n1", "A100-SXM4-80GB", 1), "gpus": [
         {"index": 0, "model": "A100-SXM4-80GB", "mig": {"instances": sevens}}]}]  # fmt: skip
     work = [{"id": "infer", "team": "nlp", "mig_profile": "3g.40gb", "cpu_milli": 4000, "memory_mib": 16384}]
     real = gap_module._placement
@@ -362,7 +358,7 @@ def test_a_re_partition_beside_a_running_instance_serves_without_a_purchase() ->
     running (its instance is not touched, so it needs no drain and no move): nothing is bought, and the
     re-plan is valid (it used to fail mig-unscheduled and be skipped, buying an A100 node)."""
     sevens = [{"profile": "1g.10gb", "start": s} for s in range(7)]
-    nodes = [{**node("n1", "A100-SXM4-80GB"), "gpus": [
+    nodes = [{**node_data("n1", "A100-SXM4-80GB", 1), "gpus": [
         {"index": 0, "model": "A100-SXM4-80GB", "mig": {"instances": sevens}}]}]  # fmt: skip
     work = [
         {"id": "run", "team": "nlp", "mig_profile": "1g.10gb", "running_on": "n1:0/1g.10gb@0",

@@ -30,6 +30,7 @@ from gpuplan.models.catalog import data_dir
 from gpuplan.planner.cli import main
 from gpuplan.planner.io.exporters.map import TEAM_PALETTE, TIER_PALETTE
 from tests._api import PLANNER, VIEWER_ML, Server, live
+from tests._factories import node_data
 
 __all__ = ["live"]
 
@@ -504,19 +505,22 @@ def test_every_sharing_mode_is_named_under_its_node(tmp_path: Path) -> None:
     """Exclusive, time-sliced, MPS (time-sliced with the GPU Operator's ``mps`` label the Kubernetes
     import keeps), no mode, and MIG on every GPU: each node's label says its mode and replicas."""
 
-    def node(name: str, sharing: Any = None, **more: Any) -> dict[str, Any]:
-        gpus = more.pop("gpus", [{"index": 0, "model": "L40S-48GB"}])
-        out = {"name": name, "cpu_milli": 64000, "memory_mib": 524288, "gpus": gpus, **more}
-        return out if sharing is None else {**out, "sharing": sharing}
-
     sevens = {"instances": [{"profile": "1g.10gb", "start": s} for s in range(7)]}
+    big = 524_288  # MiB of host memory each node has
     cluster = {
         "nodes": [
-            node("ex", "exclusive"),
-            node("ts", {"time-slicing": {"replicas": 2}}),
-            node("mps", {"time-slicing": {"replicas": 3}}, labels={"nvidia.com/gpu.sharing-strategy": "mps"}),
-            node("none"),
-            node("mig", gpus=[{"index": 0, "model": A100, "mig": sevens}]),
+            node_data("ex", "L40S-48GB", 1, memory_mib=big, sharing="exclusive"),
+            node_data("ts", "L40S-48GB", 1, memory_mib=big, sharing={"time-slicing": {"replicas": 2}}),
+            node_data(
+                "mps",
+                "L40S-48GB",
+                1,
+                memory_mib=big,
+                sharing={"time-slicing": {"replicas": 3}},
+                labels={"nvidia.com/gpu.sharing-strategy": "mps"},
+            ),
+            node_data("none", "L40S-48GB", 1, memory_mib=big),
+            node_data("mig", memory_mib=big, gpus=[{"index": 0, "model": A100, "mig": sevens}]),
         ]
     }
     (tmp_path / "cluster.yaml").write_text(yaml.safe_dump(cluster))
