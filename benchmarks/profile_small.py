@@ -85,8 +85,8 @@ def instrument(clock: Clock) -> None:
         found = get_solver(name)
 
         class Timed:
-            def solve(self, problem: Any) -> Any:
-                return clock.wrap("place", found.solve)(problem)
+            def solve(self, problem: Any, options: Any) -> Any:
+                return clock.wrap("place", found.solve)(problem, options)
 
         return Timed()
 

@@ -36,6 +36,7 @@ from gpuplan.planner.validation.validate import check_plan
 from gpuplan.solvers.base import CUT, SolveResult, get_solver
 from gpuplan.solvers.evaluate import evaluate, reported
 from gpuplan.solvers.problem import PlacementProblem
+from gpuplan.solvers.run_options import RunOptions
 
 log = logging.getLogger(__name__)
 
@@ -224,8 +225,12 @@ def make_plan(
     reasons not re-derived stay the solver's (``reasons_not_rederived`` counts them). A deterministic
     plan is cut by the wall clock only at the time limit itself, and then says so (:data:`CUT`).
     ``ray`` runs the solver's independent pieces on that Ray cluster (``local``: a Ray instance here)
-    instead of local processes; the plan is the same.
+    instead of local processes; the plan is the same. The seed, workers, determinism and Ray address
+    reach the solver as its :class:`RunOptions`, with the solve's share of the time limit.
     """
+    options = RunOptions(
+        time_limit_s=time_limit_s, seed=seed, num_workers=num_workers, deterministic=deterministic, ray=ray
+    )
     deadline = Deadline.after(time_limit_s)
     watch = Stopwatch()
     explain_s = min(explain_budget_s, EXPLAIN_SHARE * time_limit_s) if explain else 0.0
@@ -249,10 +254,6 @@ def make_plan(
             planned.model_copy(update={"cluster": cluster_with_mig_modes(planned.cluster, chosen)}),
             catalog,
             now,
-            seed=seed,
-            num_workers=num_workers,
-            deterministic=deterministic,
-            ray=ray,
         )
         for chosen in (
             (switches, ()) if switches and len(requests(inp)) <= DUAL_SOLVE_REPLICAS else (switches,)
@@ -265,11 +266,11 @@ def make_plan(
     share = (solve_s if deterministic else left) / len(compiled)
     solved = {}
     for chosen, problem in compiled.items():
-        problem = replace(problem, time_limit_s=max(MIN_SOLVE_S, share))
         log.info(
             "planning %d replicas on %d nodes with %s", len(problem.requests), len(problem.nodes), solver
         )
-        solved[chosen] = (problem, get_solver(solver).solve(problem))
+        result = get_solver(solver).solve(problem, replace(options, time_limit_s=max(MIN_SOLVE_S, share)))
+        solved[chosen] = (problem, result)
     # The pre-pass's greedy trials neither move nor preempt work; a solver that does may do better with
     # the GPUs as they are, so with switches chosen on a small input both are solved (each on half the
     # share) and the better plan is kept (ties: no switch).

@@ -9,6 +9,7 @@ from typing import Protocol
 
 from gpuplan.models.plan import Assignment, MigLayout, PlanStatus, Unplaced
 from gpuplan.solvers.problem import PlacementProblem
+from gpuplan.solvers.run_options import RunOptions
 
 #: Term set when the wall clock stopped a deterministic solve (its plan may then differ between runs).
 CUT = "deterministic_cut_by_wall"
@@ -43,8 +44,8 @@ class Solver(Protocol):
 
     name: str
 
-    def solve(self, problem: PlacementProblem) -> SolveResult:
-        """Place what can be placed; never raise on an infeasible instance."""
+    def solve(self, problem: PlacementProblem, options: RunOptions) -> SolveResult:
+        """Place what can be placed, run as ``options`` say; never raise on an infeasible instance."""
         ...
 
 

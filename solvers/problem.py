@@ -157,19 +157,13 @@ class Request:
 
 @dataclass(frozen=True)
 class PlacementProblem:
-    """All a back-end needs to produce a placement."""
+    """All a back-end needs to produce a placement (how the solve runs is given next to it, as
+    :class:`~gpuplan.solvers.run_options.RunOptions`)."""
 
     nodes: tuple[NodeSpec, ...]
     requests: tuple[Request, ...]
     catalog: HardwareCatalog
     policy: Policy
-    time_limit_s: float = 30.0
-    seed: int = 0
-    num_workers: int = 2
-    deterministic: bool = False
-    #: Ray address the independent pieces (pricing problems, parts of a split fleet) run on (``local``:
-    #: a Ray instance started here); ``None``: the local process pool (:mod:`gpuplan.solvers.parallel`).
-    ray: str | None = None
 
     def queue_order(self) -> list[Request]:
         """Requests by tier (best first), priority (high first), wait (long first), then in the order

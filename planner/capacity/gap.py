@@ -69,6 +69,7 @@ from gpuplan.planner.planning import inputs_digest, make_plan
 from gpuplan.planner.validation.errors import InvalidPlanError
 from gpuplan.solvers.fleet.purchase import Offer, configure_purchase
 from gpuplan.solvers.problem import PlacementProblem, Request, ShapeSpec
+from gpuplan.solvers.run_options import RunOptions
 
 log = logging.getLogger(__name__)
 
@@ -624,10 +625,11 @@ class _Run:
             requests=tuple(buyable),
             catalog=self.catalog,
             policy=self.inp.policy,
-            seed=self.opts.seed,
-            ray=self.opts.ray,
         )
-        found = configure_purchase(problem, offers, t0 + seconds, workers=self.opts.num_workers)
+        options = RunOptions(
+            time_limit_s=seconds, seed=self.opts.seed, num_workers=self.opts.num_workers, ray=self.opts.ray
+        )
+        found = configure_purchase(problem, options, offers, t0 + seconds)
         if found is None:
             return PurchaseSolution({}, {}, 0.0, 0.0, NO_SOLUTION, CONFIGURED, time.perf_counter() - t0)
         counts: dict[str, int] = defaultdict(int)

@@ -33,6 +33,7 @@ from gpuplan.planner.validation.errors import InvalidPlanError
 from gpuplan.solvers.base import get_solver
 from gpuplan.solvers.placement.options import options
 from gpuplan.solvers.problem import Request, ShapeSpec, any_model
+from gpuplan.solvers.run_options import RunOptions
 
 #: Nodes tried per alternative when searching which replicas to move.
 NODES_TRIED = 4
@@ -607,8 +608,8 @@ def verify(
     """Re-solve the candidate's neighbourhood with the change applied; the counterfactual (with the
     target's placement from the re-solve) if every target replica is placed, else ``None``."""
     sub = apply_counterfactual(inp, plan, target, candidate.counterfactual, catalog, candidate.nodes)
-    problem = compile_problem(sub, catalog, now, time_limit_s=time_limit_s, num_workers=1)
-    result = get_solver(solver).solve(problem)
+    problem = compile_problem(sub, catalog, now)
+    result = get_solver(solver).solve(problem, RunOptions(time_limit_s=time_limit_s, num_workers=1))
     violations = result_violations(result, sub, catalog)
     if violations:
         raise InvalidPlanError(result.solver, violations)

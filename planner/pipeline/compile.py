@@ -109,19 +109,8 @@ def _running(place: Placement, w: Workload) -> Running:
     return Running(node=place.node, gpus=gpus, alternative=alt)
 
 
-def compile_problem(
-    inp: PlanningInput,
-    catalog: HardwareCatalog,
-    now: datetime,
-    *,
-    time_limit_s: float = 30.0,
-    seed: int = 0,
-    num_workers: int = 2,
-    deterministic: bool = False,
-    ray: str | None = None,
-) -> PlacementProblem:
-    """Expand workloads into replicas and nodes into solver specs (``ray``: where the solver's independent
-    pieces run, see :attr:`PlacementProblem.ray`)."""
+def compile_problem(inp: PlanningInput, catalog: HardwareCatalog, now: datetime) -> PlacementProblem:
+    """Expand workloads into replicas and nodes into solver specs."""
     policy = inp.policy
     requests: list[Request] = []
     for w in inp.workloads:
@@ -152,9 +141,4 @@ def compile_problem(
         requests=tuple(requests),
         catalog=catalog,
         policy=policy,
-        time_limit_s=time_limit_s,
-        seed=seed,
-        num_workers=num_workers,
-        deterministic=deterministic,
-        ray=ray,
     )

@@ -35,6 +35,7 @@ from gpuplan.solvers.base import SolveResult, get_solver
 from gpuplan.solvers.bounds import knapsack_bound, with_modes_free
 from gpuplan.solvers.formulation.objective import queue_penalty
 from gpuplan.solvers.problem import PlacementProblem
+from gpuplan.solvers.run_options import RunOptions
 
 log = logging.getLogger(__name__)
 
@@ -98,8 +99,8 @@ def _waiting_penalty(
 ) -> int:
     """Tier-weighted queue penalty the greedy leaves waiting with the nodes of ``modes`` in those modes."""
     trial = inp.model_copy(update={"cluster": cluster_with_sharing(inp.cluster, _entries(modes))})
-    problem = compile_problem(trial, catalog, now, time_limit_s=TRIAL_LIMIT_S)
-    result = get_solver("greedy-fgd").solve(problem)
+    problem = compile_problem(trial, catalog, now)
+    result = get_solver("greedy-fgd").solve(problem, RunOptions(time_limit_s=TRIAL_LIMIT_S))
     waiting = {(u.workload, u.replica) for u in result.unplaced}
     return sum(queue_penalty(r, problem) for r in problem.requests if r.key in waiting)
 

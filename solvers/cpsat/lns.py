@@ -27,6 +27,7 @@ from gpuplan.solvers.formulation.constraints import QUOTA_UNIT, charged_units, q
 from gpuplan.solvers.formulation.objective import queue_penalty
 from gpuplan.solvers.placement import FirstFitScorer, Placer
 from gpuplan.solvers.problem import PlacementProblem, Request, Running, disturbable
+from gpuplan.solvers.run_options import RunOptions
 
 log = logging.getLogger(__name__)
 
@@ -38,8 +39,8 @@ STEP_S = 1.0
 #: A step weighs the queue term far above moves, and ignores fragmentation and topology.
 STEP_WEIGHTS = ObjectiveWeights(queue=1000, fragmentation=0, disruption=1, topology=0)
 
-#: Solves one neighbourhood: (sub-problem, replicas allowed to move) -> result.
-StepSolver = Callable[[PlacementProblem, set[int]], SolveResult]
+#: Solves one neighbourhood: (sub-problem, its run options, replicas allowed to move) -> result.
+StepSolver = Callable[[PlacementProblem, RunOptions, set[int]], SolveResult]
 
 
 @dataclass
@@ -175,6 +176,7 @@ def _hosts(problem: PlacementProblem) -> Callable[[Request], list[int]]:
 
 def improve(
     problem: PlacementProblem,
+    options: RunOptions,
     start: SolveResult,
     deadline: float,
     step: StepSolver,
@@ -184,11 +186,11 @@ def improve(
     """Improve ``start`` by CP-SAT steps on small neighbourhoods until ``deadline`` (perf_counter),
     moving at most ``moves`` replicas that were running before the plan (those the policy lets move).
 
-    A deterministic problem takes a fixed number of steps (its time limit over :data:`STEP_S`), each
+    A deterministic run takes a fixed number of steps (its time limit over :data:`STEP_S`), each
     stopped on deterministic time, so that the same input and seed give the same plan; the deadline
     still ends the search (the report then says the search was cut).
     """
-    rng = random.Random(problem.seed)
+    rng = random.Random(options.seed)
     report = LnsReport()
     by_key = {q.key: q for q in problem.requests}
     state = _State(problem, start)
@@ -197,7 +199,7 @@ def improve(
     }
     hosts = _hosts(problem)
     moved: set[tuple[str, int]] = set()
-    steps = max(1, int(problem.time_limit_s / STEP_S)) if problem.deterministic else None
+    steps = max(1, int(options.time_limit_s / STEP_S)) if options.deterministic else None
     while steps is None or report.steps < steps:
         if time.perf_counter() + 0.2 >= deadline:
             report.cut = steps is not None
@@ -234,9 +236,11 @@ def improve(
             nodes=tuple(problem.nodes[n] for n in hood),
             requests=tuple(requests),
             policy=policy,
-            time_limit_s=STEP_S if steps is not None else min(STEP_S, deadline - time.perf_counter()),
         )
-        result = step(sub, {i for i, key in enumerate(moving) if key in may_move})
+        limit = STEP_S if steps is not None else min(STEP_S, deadline - time.perf_counter())
+        result = step(
+            sub, replace(options, time_limit_s=limit), {i for i, key in enumerate(moving) if key in may_move}
+        )
         report.steps += 1
         report.cut |= steps is not None and CUT in result.terms  # a step the wall clock stopped
         if result.status.value == "FALLBACK":

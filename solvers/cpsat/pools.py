@@ -23,6 +23,7 @@ from gpuplan.solvers.base import SolveResult
 from gpuplan.solvers.formulation.constraints import QUOTA_UNIT, charged_units, quota_limit_units
 from gpuplan.solvers.parallel import run_tasks
 from gpuplan.solvers.problem import NodeSpec, PlacementProblem, Request, ShapeSpec
+from gpuplan.solvers.run_options import RunOptions
 
 log = logging.getLogger(__name__)
 
@@ -34,9 +35,10 @@ MIN_PART_S = 1.0
 
 @dataclass(frozen=True)
 class Part:
-    """One part: its sub-problem and the running replicas (by key) it may move."""
+    """One part: its sub-problem, how it is solved and the running replicas (by key) it may move."""
 
     problem: PlacementProblem
+    options: RunOptions
     movable: frozenset[tuple[str, int]]
 
 
@@ -137,9 +139,10 @@ def _split_budget(problem: PlacementProblem, movable: Sequence[int]) -> list[Dis
     ]
 
 
-def split(problem: PlacementProblem, parts: int, movable: set[int]) -> list[Part]:
-    """The parts of ``problem`` (``movable``: indices of running replicas that may move)."""
-    rng = random.Random(problem.seed)
+def split(problem: PlacementProblem, options: RunOptions, parts: int, movable: set[int]) -> list[Part]:
+    """The parts of ``problem`` (``movable``: indices of running replicas that may move), each solved
+    with a seed of its own on one worker."""
+    rng = random.Random(options.seed)
     node_of = _node_parts(problem, parts, rng)
     node_pos = {n.name: i for i, n in enumerate(problem.nodes)}
     members = [[n for n in range(len(problem.nodes)) if node_of[n] == p] for p in range(parts)]
@@ -186,9 +189,8 @@ def split(problem: PlacementProblem, parts: int, movable: set[int]) -> list[Part
                     nodes=tuple(problem.nodes[n] for n in members[p]),
                     requests=tuple(reqs[p]),
                     policy=policy,
-                    seed=problem.seed + p,
-                    num_workers=1,
                 ),
+                replace(options, seed=options.seed + p, num_workers=1),
                 frozenset(problem.requests[r].key for r in movable if part_of[problem.requests[r].key] == p),
             )
         )

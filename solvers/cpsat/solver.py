@@ -38,6 +38,7 @@ from gpuplan.solvers.formulation.variables import Variables, build_variables
 from gpuplan.solvers.greedy import Fgd, make_room, moved_running
 from gpuplan.solvers.placement import NEVER_FITS, NO_CAPACITY, Placer
 from gpuplan.solvers.problem import PlacementProblem, Running, disturbable
+from gpuplan.solvers.run_options import RunOptions
 
 log = logging.getLogger(__name__)
 
@@ -78,14 +79,14 @@ class _Stages:
     def __init__(
         self,
         model: cp_model.CpModel,
-        problem: PlacementProblem,
+        options: RunOptions,
         deadline: float,
         *,
         large: bool,
         interleave: bool = False,
     ):
         self.model = model
-        self.problem = problem
+        self.options = options
         self.deadline = deadline
         self.large = large
         #: Run every subsolver of the portfolio in turn (as deterministic solves do) rather than one per
@@ -98,8 +99,8 @@ class _Stages:
         self.model.minimize(expr)
         solver = cp_model.CpSolver()
         solver.parameters.max_time_in_seconds = time_limit_s
-        solver.parameters.num_workers = self.problem.num_workers
-        solver.parameters.random_seed = self.problem.seed
+        solver.parameters.num_workers = self.options.num_workers
+        solver.parameters.random_seed = self.options.seed
         # Start from the (complete, feasible) greedy hint rather than drop it after 10 conflicts, the
         # default: on the bundled example that alone took the 10 s plan from 224k to 140k queue units.
         # (repair_hint would go further but aborts the process in some worker configurations.)
@@ -111,7 +112,7 @@ class _Stages:
             solver.parameters.cp_model_probing_level = 0
         if self.interleave:
             solver.parameters.interleave_search = True
-        if self.problem.deterministic:
+        if self.options.deterministic:
             # Same seed and input give the same plan: subsolvers interleave in fixed batches and stop on
             # deterministic time. The wall clock still bounds the command: a stage cut by it is flagged.
             solver.parameters.interleave_search = True
@@ -123,7 +124,7 @@ class _Stages:
         t0 = time.perf_counter()
         code = solver.solve(self.model)
         wall = time.perf_counter() - t0
-        if self.problem.deterministic and code not in (cp_model.OPTIMAL, cp_model.INFEASIBLE):
+        if self.options.deterministic and code not in (cp_model.OPTIMAL, cp_model.INFEASIBLE):
             self.cut_by_wall |= solver.deterministic_time < 0.99 * DETERMINISTIC_PER_WALL_S * time_limit_s
         name = str(code.name)
         if code not in (cp_model.OPTIMAL, cp_model.FEASIBLE):
@@ -212,7 +213,7 @@ class CpSat:
             return reported(problem, _with_fleet_bound(problem, out, never))
         return reported(problem, out) if out.status is PlanStatus.OPTIMAL else out
 
-    def solve(self, problem: PlacementProblem) -> SolveResult:
+    def solve(self, problem: PlacementProblem, options: RunOptions) -> SolveResult:
         """Solve; a problem CP-SAT cannot solve in time gets the FGD plan labelled ``FALLBACK``.
 
         Demand too large for one model (more than :data:`MONOLITHIC_REPLICAS` waiting replicas) is
@@ -220,7 +221,7 @@ class CpSat:
         work may move, from the FGD plan by neighbourhood search within the disruption budget.
         """
         start = time.perf_counter()
-        deadline = start + problem.time_limit_s
+        deadline = start + options.time_limit_s
         disturbed = {
             r
             for r, q in enumerate(problem.requests)
@@ -229,24 +230,24 @@ class CpSat:
         movable = disturbed if self.movable_running is None else disturbed & self.movable_running
         parts = part_count(problem.nodes) if self.decompose else 1
         if parts > 1:
-            return self._pools(problem, parts, movable, start)
+            return self._pools(problem, options, parts, movable, start)
         if self.decompose and sum(q.running is None for q in problem.requests) > MONOLITHIC_REPLICAS:
-            return self._fleet(problem, never_fitting(problem), start)
+            return self._fleet(problem, options, never_fitting(problem), start)
         large = is_large(problem, movable)
         repack = large and bool(movable) and self.decompose
         seen = Rankings(problem, movable, rank=large and not repack)
         # A large model's hint is the best of several queue orders (a round's arrivals seen at once);
         # a deterministic solve keeps one order, so that its plan never depends on the clock.
-        orders = HINT_ORDERS if large and not movable and not problem.deterministic else 1
-        until = start + ORDERS_SHARE * problem.time_limit_s
-        greedy = Fgd().place(problem, on_kept=seen, orders=orders, orders_until=until)
+        orders = HINT_ORDERS if large and not movable and not options.deterministic else 1
+        until = start + ORDERS_SHARE * options.time_limit_s
+        greedy = Fgd().place(problem, options, on_kept=seen, orders=orders, orders_until=until)
         assert seen.placer is not None
         never = never_fitting(problem, seen.placer)
         if repack:
-            return self._repack(problem, seen.placer, greedy, never, start)
+            return self._repack(problem, options, seen.placer, greedy, never, start)
         room_cut = False
         if not large:
-            greedy, room_cut = _with_room(problem, greedy, start)
+            greedy, room_cut = _with_room(problem, options, greedy, start)
         candidates = seen.candidates(greedy) if seen.rank else None
         full = candidates is None and movable == disturbed
         builder = CpSatBuilder()
@@ -266,12 +267,12 @@ class CpSat:
         hint_from(builder.model, v, problem, greedy)
         stages = _Stages(
             builder.model,
-            problem,
+            options,
             deadline,
             large=size["variables"] > FAST_PRESOLVE_VARIABLES,
             interleave=full and not large,
         )
-        reports, solution, n_stages = run_stages(problem, v, terms, stages, start)
+        reports, solution, n_stages = run_stages(problem, options, v, terms, stages, start)
         wall = time.perf_counter() - start
         if solution is None:
             log.warning("CP-SAT found no solution in %.1f s; returning the FGD plan", wall)
@@ -286,7 +287,7 @@ class CpSat:
                 out = _better_of(
                     problem, seen, out, greedy, lambda: fits_model(problem, candidates, movable, greedy)
                 )
-        if stages.cut_by_wall or (room_cut and problem.deterministic):
+        if stages.cut_by_wall or (room_cut and options.deterministic):
             out = replace(out, terms={**out.terms, CUT: 1.0})
         out = _never_worse(problem, out, greedy, lambda: fits_model(problem, candidates, movable, greedy))
         return self._finished(
@@ -296,6 +297,7 @@ class CpSat:
     def _repack(
         self,
         problem: PlacementProblem,
+        options: RunOptions,
         placer: Placer,
         greedy: SolveResult,
         never: frozenset[tuple[str, int]],
@@ -306,15 +308,20 @@ class CpSat:
         replicas still waiting by chains of moves (the make-room search), then CP-SAT on neighbourhoods
         around waiting replicas and fragmented nodes with the moves left."""
 
-        def step(sub: PlacementProblem, movable: set[int]) -> SolveResult:
-            return CpSat(movable_running=movable, decompose=False).solve(sub)
+        def step(sub: PlacementProblem, sub_options: RunOptions, movable: set[int]) -> SolveResult:
+            return CpSat(movable_running=movable, decompose=False).solve(sub, sub_options)
 
         budget = problem.policy.disruption.max_moves_per_round
-        until = start + TRANSITION_SHARE * problem.time_limit_s
-        moved, change = transition(problem, placer, greedy, until, moves=budget)
-        roomed, room_cut = _room_with_moves(problem, placer, moved, start)
+        until = start + TRANSITION_SHARE * options.time_limit_s
+        moved, change = transition(problem, options, placer, greedy, until, moves=budget)
+        roomed, room_cut = _room_with_moves(problem, options, placer, moved, start)
         improved, report = improve(
-            problem, roomed, start + problem.time_limit_s, step, moves=budget - moved_running(problem, roomed)
+            problem,
+            options,
+            roomed,
+            start + options.time_limit_s,
+            step,
+            moves=budget - moved_running(problem, roomed),
         )
         out = replace(
             _recoded(improved, never),
@@ -322,7 +329,7 @@ class CpSat:
             solver=self.name,
             terms={
                 **_search_terms(report),
-                **({CUT: 1.0} if room_cut and problem.deterministic else {}),
+                **({CUT: 1.0} if room_cut and options.deterministic else {}),
                 "room_moved": float(moved_running(problem, roomed) - moved_running(problem, moved)),
                 "room_placed": float(len(moved.unplaced) - len(roomed.unplaced)),
                 "transition_nodes": float(change.nodes),
@@ -335,22 +342,25 @@ class CpSat:
         return self._finished(problem, out, never)
 
     def _fleet(
-        self, problem: PlacementProblem, never: frozenset[tuple[str, int]], start: float
+        self,
+        problem: PlacementProblem,
+        options: RunOptions,
+        never: frozenset[tuple[str, int]],
+        start: float,
     ) -> SolveResult:
         """Plan by target configurations (the configuration LP), then improve the plan by CP-SAT on
         neighbourhoods until the time limit."""
-        deadline = start + problem.time_limit_s
-        fleet = plan_fleet(problem, start + FLEET_SHARE * problem.time_limit_s)
+        deadline = start + options.time_limit_s
+        fleet = plan_fleet(problem, options, start + FLEET_SHARE * options.time_limit_s)
 
-        def step(sub: PlacementProblem, movable: set[int]) -> SolveResult:
-            return CpSat(movable_running=movable, decompose=False).solve(sub)
+        def step(sub: PlacementProblem, sub_options: RunOptions, movable: set[int]) -> SolveResult:
+            return CpSat(movable_running=movable, decompose=False).solve(sub, sub_options)
 
         budget = problem.policy.disruption.max_moves_per_round
         # A deterministic search takes the steps of the share it is left, not of the whole limit.
-        searched = replace(problem, time_limit_s=(1 - FLEET_SHARE) * problem.time_limit_s)
-        improved, report = improve(
-            searched if problem.deterministic else problem, fleet.result, deadline, step, moves=budget
-        )
+        searched = replace(options, time_limit_s=(1 - FLEET_SHARE) * options.time_limit_s)
+        search_options = searched if options.deterministic else options
+        improved, report = improve(problem, search_options, fleet.result, deadline, step, moves=budget)
         out = replace(
             _recoded(improved, never),
             status=PlanStatus.FEASIBLE,
@@ -371,18 +381,20 @@ class CpSat:
             )
         return self._finished(problem, out, never)
 
-    def _pools(self, problem: PlacementProblem, parts: int, movable: set[int], start: float) -> SolveResult:
+    def _pools(
+        self, problem: PlacementProblem, options: RunOptions, parts: int, movable: set[int], start: float
+    ) -> SolveResult:
         """Split the fleet into parts (POP), solve them in parallel (processes or Ray tasks) and merge the
         plans."""
-        pieces = split(problem, parts, movable)
-        processes = min(problem.num_workers, parts)
+        pieces = split(problem, options, parts, movable)
+        processes = min(options.num_workers, parts)
         # Deterministic runs give every part the same share whatever the clock says.
-        budget = problem.time_limit_s
-        if not problem.deterministic:
+        budget = options.time_limit_s
+        if not options.deterministic:
             budget -= time.perf_counter() - start
         each = max(MIN_PART_S, 0.9 * budget / math.ceil(parts / processes))
-        pieces = [replace(p, problem=replace(p.problem, time_limit_s=each)) for p in pieces]
-        results = solve_parts(pieces, processes, solve_part, problem.ray)
+        pieces = [replace(p, options=replace(p.options, time_limit_s=each)) for p in pieces]
+        results = solve_parts(pieces, processes, solve_part, options.ray)
         statuses = [r.status for r in results]
         size: dict[str, int] = {"parts": parts, "processes": processes}
         for r in results:
@@ -409,7 +421,7 @@ class CpSat:
         # The whole fleet's bound, in the time the parts leave (after them: HiGHS' threads must not be
         # running when the parts' processes are forked).
         value_bound = (
-            aggregated_value_bound(problem, start + problem.time_limit_s)
+            aggregated_value_bound(problem, start + options.time_limit_s)
             if self.decompose and sum(q.running is None for q in problem.requests) > MONOLITHIC_REPLICAS
             else None
         )
@@ -420,32 +432,34 @@ class CpSat:
         return reported(problem, _with_fleet_bound(problem, _recoded(merged, never), never))
 
 
-def _with_room(problem: PlacementProblem, greedy: SolveResult, start: float) -> tuple[SolveResult, bool]:
+def _with_room(
+    problem: PlacementProblem, options: RunOptions, greedy: SolveResult, start: float
+) -> tuple[SolveResult, bool]:
     """The FGD plan improved by making room for waiting replicas (on a placer of its own, so that the
     candidate rankings keep the FGD state), and whether the wall clock cut that search short. A
     deterministic solve bounds the search by trials, not time."""
-    share = ROOM_SHARE * problem.time_limit_s
+    share = ROOM_SHARE * options.time_limit_s
     held: list[Placer] = []
-    again = Fgd().place(problem, on_kept=held.append)
-    if not problem.deterministic:
+    again = Fgd().place(problem, options, on_kept=held.append)
+    if not options.deterministic:
         return make_room(problem, held[0], again, start + share)
     steps = max(1, round(ROOM_STEPS_PER_S * share))
     return make_room(problem, held[0], again, start + 2 * share, steps)
 
 
 def _room_with_moves(
-    problem: PlacementProblem, placer: Placer, plan: SolveResult, start: float
+    problem: PlacementProblem, options: RunOptions, placer: Placer, plan: SolveResult, start: float
 ) -> tuple[SolveResult, bool]:
     """``plan`` (held by ``placer``) with room made for the waiting replicas by moving running work
     within the budget, and whether the wall clock cut that search short. It gets its share of the time
     left; a deterministic solve bounds the search by trials, not time."""
-    if not problem.deterministic:
+    if not options.deterministic:
         now = time.perf_counter()
-        left = start + problem.time_limit_s - now
+        left = start + options.time_limit_s - now
         return make_room(problem, placer, plan, now + ROOM_MOVES_SHARE * left)
-    share = ROOM_MOVES_SHARE * (1 - TRANSITION_SHARE) * problem.time_limit_s
+    share = ROOM_MOVES_SHARE * (1 - TRANSITION_SHARE) * options.time_limit_s
     steps = max(1, round(ROOM_STEPS_PER_S * share))
-    return make_room(problem, placer, plan, start + problem.time_limit_s, steps)
+    return make_room(problem, placer, plan, start + options.time_limit_s, steps)
 
 
 def _search_terms(report: LnsReport) -> dict[str, float]:
@@ -514,7 +528,7 @@ def _better_of(
 def solve_part(part: Part) -> SolveResult:
     """Solve one part of a split fleet (runs in a worker process)."""
     movable = {r for r, q in enumerate(part.problem.requests) if q.key in part.movable}
-    return CpSat(movable_running=movable, part=True).solve(part.problem)
+    return CpSat(movable_running=movable, part=True).solve(part.problem, part.options)
 
 
 def hint_from(m: cp_model.CpModel, v: Variables, problem: PlacementProblem, greedy: SolveResult) -> bool:

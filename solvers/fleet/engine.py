@@ -27,7 +27,7 @@ import logging
 import random
 import time
 from collections import Counter
-from collections.abc import Sequence
+from collections.abc import Callable, Sequence
 from dataclasses import dataclass, replace
 
 from gpuplan.models.cluster import MigInstance, mig_layout_problems
@@ -44,6 +44,7 @@ from gpuplan.solvers.greedy import Fgd
 from gpuplan.solvers.greedy.engine import GREEDY_CUT, gang_failure
 from gpuplan.solvers.placement import Placer
 from gpuplan.solvers.problem import PlacementProblem, Request, disturbable
+from gpuplan.solvers.run_options import RunOptions
 
 log = logging.getLogger(__name__)
 
@@ -117,11 +118,11 @@ def _queue_order(problem: PlacementProblem, positions: list[int]) -> list[int]:
     return sorted(positions, key=key)
 
 
-def _shuffled_order(problem: PlacementProblem, positions: list[int]) -> list[int]:
-    """Replicas by tier, priority and wait, then in a random order drawn from the problem's seed over
-    the replicas sorted by id (never the input order)."""
+def _shuffled_order(problem: PlacementProblem, positions: list[int], seed: int) -> list[int]:
+    """Replicas by tier, priority and wait, then in a random order drawn from ``seed`` over the replicas
+    sorted by id (never the input order)."""
     by_id = sorted(positions, key=lambda r: (problem.requests[r].workload, problem.requests[r].replica))
-    random.Random(problem.seed).shuffle(by_id)
+    random.Random(seed).shuffle(by_id)
     draw = {r: i for i, r in enumerate(by_id)}
 
     def key(r: int) -> tuple[int, int, int, int]:
@@ -131,7 +132,7 @@ def _shuffled_order(problem: PlacementProblem, positions: list[int]) -> list[int
     return sorted(positions, key=key)
 
 
-def _first_plans(problem: PlacementProblem, deadline: float) -> list[SolveResult]:
+def _first_plans(problem: PlacementProblem, options: RunOptions, deadline: float) -> list[SolveResult]:
     """FGD's plans in the canonical orders, the seeded one first (:func:`_shuffled_order`,
     :func:`_queue_order`), each stopped at ``deadline`` (what it has not reached waits, labelled); the
     second only if the first was not stopped and took at most :data:`SECOND_PLAN_SHARE` of the time
@@ -139,28 +140,30 @@ def _first_plans(problem: PlacementProblem, deadline: float) -> list[SolveResult
     its time limit (:data:`DETERMINISTIC_SECOND_PLAN_REPLICAS_PER_S`)."""
     everyone = list(range(len(problem.requests)))
     plans = []
-    second = len(everyone) <= DETERMINISTIC_SECOND_PLAN_REPLICAS_PER_S * problem.time_limit_s
-    orders = (_shuffled_order, _queue_order) if second or not problem.deterministic else (_shuffled_order,)
+    second = len(everyone) <= DETERMINISTIC_SECOND_PLAN_REPLICAS_PER_S * options.time_limit_s
+    orders: list[Callable[[], list[int]]] = [lambda: _shuffled_order(problem, everyone, options.seed)]
+    if second or not options.deterministic:
+        orders.append(lambda: _queue_order(problem, everyone))
     for order in orders:
         began = time.perf_counter()
-        ordered = tuple(problem.requests[r] for r in order(problem, everyone))
-        plans.append(Fgd().place(replace(problem, requests=ordered), deadline=deadline))
+        ordered = tuple(problem.requests[r] for r in order())
+        plans.append(Fgd().place(replace(problem, requests=ordered), options, deadline=deadline))
         took = time.perf_counter() - began
         if GREEDY_CUT in plans[-1].terms:
             log.info("fleet: the first plan was stopped by the deadline after %.1f s", took)
             break
-        if not problem.deterministic and took > SECOND_PLAN_SHARE * (deadline - time.perf_counter()):
+        if not options.deterministic and took > SECOND_PLAN_SHARE * (deadline - time.perf_counter()):
             log.info("fleet: one first plan (FGD took %.1f s)", took)
             break
     return plans
 
 
-def _deterministic_rounds(problem: PlacementProblem) -> int | None:
+def _deterministic_rounds(options: RunOptions) -> int | None:
     """The column generation rounds of a deterministic run (the time limit alone decides), else
     ``None`` (the deadline decides)."""
-    if not problem.deterministic:
+    if not options.deterministic:
         return None
-    return max(1, int(DETERMINISTIC_ROUNDS_PER_S * problem.time_limit_s))
+    return max(1, int(DETERMINISTIC_ROUNDS_PER_S * options.time_limit_s))
 
 
 def _repartitions(problem: PlacementProblem) -> bool:
@@ -240,8 +243,9 @@ def aggregated_value_bound(problem: PlacementProblem, deadline: float) -> float 
     return None if relaxed is None else relaxed.bound + _gang_value(problem)
 
 
-def plan_fleet(problem: PlacementProblem, deadline: float) -> FleetPlan:
-    """Plan ``problem`` by its configuration LP within ``deadline`` (perf_counter).
+def plan_fleet(problem: PlacementProblem, options: RunOptions, deadline: float) -> FleetPlan:
+    """Plan ``problem`` by its configuration LP within ``deadline`` (perf_counter), run as ``options``
+    say.
 
     The first FGD plan stops at the deadline; when it was stopped, or (unless the run is deterministic)
     left less than :data:`SECOND_PLAN_SHARE` of its own time, it is the plan, without a bound. When the
@@ -256,10 +260,10 @@ def plan_fleet(problem: PlacementProblem, deadline: float) -> FleetPlan:
     problem, freed = _freed(original)
     # The first columns come from FGD in canonical orders, never in the input order: the plan must not
     # depend on how the input lists its rows.
-    firsts = _first_plans(problem, deadline)
+    firsts = _first_plans(problem, options, deadline)
     greedy = min(firsts, key=lambda g: queue_term(problem, g))
     first_s = time.perf_counter() - start
-    late = not problem.deterministic and deadline - time.perf_counter() < SECOND_PLAN_SHARE * first_s
+    late = not options.deterministic and deadline - time.perf_counter() < SECOND_PLAN_SHARE * first_s
     if GREEDY_CUT in greedy.terms or late:
         # No time for the configuration LP (its realisation alone takes about a quarter of an FGD plan):
         # the FGD plan, partial if the deadline stopped it, is the plan.
@@ -272,7 +276,7 @@ def plan_fleet(problem: PlacementProblem, deadline: float) -> FleetPlan:
     singles = [r for r in waiting if problem.requests[r].gang is None]
     classes = request_classes(problem, singles)
     nodes = node_classes(placer, repartition=_repartitions(problem))
-    share = DETERMINISTIC_GENERATION_SHARE if problem.deterministic else GENERATION_SHARE
+    share = DETERMINISTIC_GENERATION_SHARE if options.deterministic else GENERATION_SHARE
     generation_deadline = time.perf_counter() + share * (deadline - time.perf_counter())
     relaxed = aggregated_bound(nodes, classes, generation_deadline)
     config = generate(
@@ -280,16 +284,16 @@ def plan_fleet(problem: PlacementProblem, deadline: float) -> FleetPlan:
         classes,
         [p for g in firsts for p in _initial_patterns(problem, nodes, classes, g.assignments)],
         generation_deadline,
-        seed=problem.seed,
+        seed=options.seed,
         start=relaxed,
-        deterministic=problem.deterministic,
-        max_rounds=_deterministic_rounds(problem),
-        workers=problem.num_workers,
-        ray=problem.ray,
+        deterministic=options.deterministic,
+        max_rounds=_deterministic_rounds(options),
+        workers=options.num_workers,
+        ray=options.ray,
     )
     generated = time.perf_counter()
     # Price and branch: whole numbers of nodes per pattern over the columns generated (HiGHS' MIP).
-    if problem.deterministic:
+    if options.deterministic:
         # Bounded by nodes; the deadline is only the safety net.
         counts, timed_out = config.master.solve_integer(
             max(0.1, deadline - time.perf_counter()), DETERMINISTIC_MASTER_NODES
@@ -298,7 +302,7 @@ def plan_fleet(problem: PlacementProblem, deadline: float) -> FleetPlan:
         counts, timed_out = config.master.solve_integer(
             max(0.1, INTEGER_SHARE * (deadline - time.perf_counter()))
         )
-    cut = problem.deterministic and (config.cut or timed_out or relaxed is None)
+    cut = options.deterministic and (config.cut or timed_out or relaxed is None)
     integer = time.perf_counter()
     plan = assign_patterns(nodes, config.master.patterns, counts or config.solution.x)
     placed, done = realise(problem, placer, classes, plan)

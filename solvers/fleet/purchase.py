@@ -29,6 +29,7 @@ from gpuplan.solvers.fleet.pricing import Pattern
 from gpuplan.solvers.fleet.workers import Pricers
 from gpuplan.solvers.placement import FirstFitScorer, Placer
 from gpuplan.solvers.problem import NodeSpec, PlacementProblem
+from gpuplan.solvers.run_options import RunOptions
 
 log = logging.getLogger(__name__)
 
@@ -112,10 +113,11 @@ class _CostMaster:
 
 
 def configure_purchase(
-    problem: PlacementProblem, offers: Sequence[Offer], deadline: float, *, workers: int = 1
+    problem: PlacementProblem, options: RunOptions, offers: Sequence[Offer], deadline: float
 ) -> ConfiguredPurchase | None:
     """The cheapest nodes (per ``offers``) hosting every request of ``problem`` (whose nodes are
-    ignored), within ``deadline`` (perf_counter); ``None`` when no pattern serves anything."""
+    ignored), within ``deadline`` (perf_counter), the pricing problems on ``options``' workers (its
+    time limit is the deadline's); ``None`` when no pattern serves anything."""
     if not offers or not problem.requests:
         return None
     nodes_problem = replace(problem, nodes=tuple(o.node for o in offers))
@@ -129,7 +131,7 @@ def configure_purchase(
     master = _CostMaster(classes, penalty=10 * max(o.price for o in offers) * max(1, len(problem.requests)))
     best_lb: float | None = None
     converged = False
-    with Pricers(nodes, classes, workers, problem.ray) as pricers:
+    with Pricers(nodes, classes, options.num_workers, options.ray) as pricers:
         _, _, duals = master.solve()  # only the slacks: every class is worth its slack's price
         while time.perf_counter() < deadline:
             results = pricers.price_all(
@@ -137,7 +139,7 @@ def configure_purchase(
                 deadline=deadline,
                 pricing_s=PRICING_S,
                 deterministic_s=None,
-                seed=problem.seed,
+                seed=options.seed,
             )
             added = 0
             ratio = 0.0

@@ -41,6 +41,7 @@ from gpuplan.solvers.fleet.rounding import realisation_order as _size
 from gpuplan.solvers.greedy import Fgd
 from gpuplan.solvers.placement import NodeFilter, Placer
 from gpuplan.solvers.problem import PlacementProblem, Request, Running, disturbable
+from gpuplan.solvers.run_options import RunOptions
 
 log = logging.getLogger(__name__)
 
@@ -205,7 +206,13 @@ def _choose(
 
 
 def transition(
-    problem: PlacementProblem, placer: Placer, start: SolveResult, deadline: float, *, moves: int
+    problem: PlacementProblem,
+    options: RunOptions,
+    placer: Placer,
+    start: SolveResult,
+    deadline: float,
+    *,
+    moves: int,
 ) -> tuple[SolveResult, TransitionReport]:
     """``start`` (held by ``placer``) moved towards the target configuration with at most ``moves``
     running replicas moved, by ``deadline`` (perf_counter)."""
@@ -229,15 +236,15 @@ def transition(
     stay = {n: Pattern(nodes_of[n], tuple(sorted(current[n].items()))) for n in nodes_of}
     first = {(p.node_class, p.counts): p for p in stay.values() if p.counts}
     pool = _ColumnPool(nodes, classes)
-    if not problem.deterministic:
+    if not options.deterministic:
         first.update({(p.node_class, p.counts): p for p in pool.recall()})
     config = generate(
         nodes,
         classes,
         list(first.values()),
         time.perf_counter() + GENERATION_SHARE * (deadline - time.perf_counter()),
-        seed=problem.seed,
-        workers=problem.num_workers,
+        seed=options.seed,
+        workers=options.num_workers,
     )
     pool.remember(config.master.patterns)
     wanted: dict[int, list[Pattern]] = defaultdict(list)

@@ -21,6 +21,7 @@ from gpuplan.solvers.formulation.objective import Terms
 from gpuplan.solvers.formulation.variables import Candidate, Variables
 from gpuplan.solvers.placement.options import describe
 from gpuplan.solvers.problem import PlacementProblem
+from gpuplan.solvers.run_options import RunOptions
 
 #: Share of the time limit given to each lexicographic stage (unused time rolls over).
 STAGE_SHARES = {"queue": 0.6, "fragmentation": 0.25, "disruption+topology": 0.15, "weighted": 1.0}
@@ -77,21 +78,26 @@ def stages(problem: PlacementProblem, v: Variables, t: Terms) -> list[tuple[str,
 
 
 def run_stages(
-    problem: PlacementProblem, v: Variables, terms: Terms, backend: StageSolver, start: float
+    problem: PlacementProblem,
+    options: RunOptions,
+    v: Variables,
+    terms: Terms,
+    backend: StageSolver,
+    start: float,
 ) -> tuple[list[StageResult], Values | None, int]:
-    """Solve the stages within the time limit counted from ``start``.
+    """Solve the stages within the options' time limit counted from ``start``.
 
     Returns the stage reports, the last solution and the number of stages the policy asked for.
     """
     todo = stages(problem, v, terms)
-    deadline = start + problem.time_limit_s
+    deadline = start + options.time_limit_s
     results: list[StageResult] = []
     solution: Values | None = None
     total = sum(STAGE_SHARES[n] for n, _ in todo)
     for i, (name, expr) in enumerate(todo):
         remaining = (
-            problem.time_limit_s * sum(STAGE_SHARES[n] for n, _ in todo[i:]) / total
-            if problem.deterministic
+            options.time_limit_s * sum(STAGE_SHARES[n] for n, _ in todo[i:]) / total
+            if options.deterministic
             else deadline - time.perf_counter()
         )
         share = sum(STAGE_SHARES[n] for n, _ in todo[i:])

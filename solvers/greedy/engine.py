@@ -20,6 +20,7 @@ from gpuplan.solvers.greedy.orders import best_order
 from gpuplan.solvers.placement import GANG, Fragmentation, Placer, Scorer, target_mix
 from gpuplan.solvers.placement.options import describe
 from gpuplan.solvers.problem import PlacementProblem, Request
+from gpuplan.solvers.run_options import RunOptions
 
 log = logging.getLogger(__name__)
 
@@ -51,18 +52,19 @@ class GreedySolver(ABC):
             policy=problem.policy,
         )
 
-    def solve(self, problem: PlacementProblem) -> SolveResult:
-        """The greedy plan within the problem's time limit, reported with its objective terms and the
+    def solve(self, problem: PlacementProblem, options: RunOptions) -> SolveResult:
+        """The greedy plan within the options' time limit, reported with its objective terms and the
         fleet-level queue bound."""
         placers: list[Placer] = []
-        deadline = time.perf_counter() + problem.time_limit_s
-        result = self.place(problem, on_kept=placers.append, deadline=deadline)
+        deadline = time.perf_counter() + options.time_limit_s
+        result = self.place(problem, options, on_kept=placers.append, deadline=deadline)
         bound = objective_bound(problem, queue_lower_bound(problem, never_fitting(problem, placers[0])))
         return reported(problem, replace(result, best_bound=float(bound), bound_source="knapsack"))
 
     def place(
         self,
         problem: PlacementProblem,
+        options: RunOptions,
         on_kept: Callable[[Placer], None] | None = None,
         *,
         deadline: float | None = None,
@@ -74,11 +76,11 @@ class GreedySolver(ABC):
 
         ``on_kept`` sees the placer once running work is kept and before the queue is placed (an exact
         solver reads its candidate rankings there). With ``orders`` above 1 the queue is placed in the
-        best of that many orders (:func:`~gpuplan.solvers.greedy.orders.best_order`; the trials stop at
-        ``orders_until``). The loop stops at ``deadline`` (on
+        best of that many orders (:func:`~gpuplan.solvers.greedy.orders.best_order`, shuffled by the
+        options' seed; the trials stop at ``orders_until``). The loop stops at ``deadline`` (on
         ``clock``, ``time.perf_counter`` by default): the replicas it has not reached wait, labelled
         :data:`NOT_REACHED`, and their count is the :data:`GREEDY_CUT` term (with :data:`CUT` in a
-        deterministic problem, whose plan then depends on the clock). The result is the bare plan,
+        deterministic run, whose plan then depends on the clock). The result is the bare plan,
         without its report.
         """
         start = time.perf_counter()
@@ -100,7 +102,15 @@ class GreedySolver(ABC):
                 return out.waiting + out.not_reached
 
             queue = best_order(
-                problem, placer, queue, waiting, measure, tries=orders, until=orders_until, now=now
+                problem,
+                placer,
+                queue,
+                waiting,
+                measure,
+                tries=orders,
+                until=orders_until,
+                now=now,
+                seed=options.seed,
             )
         done = loop(queue)
         unplaced = done.unplaced + _not_reached(done.not_reached)
@@ -115,7 +125,7 @@ class GreedySolver(ABC):
             wall,
         )
         cut = {GREEDY_CUT: float(len(done.not_reached))} if done.not_reached else {}
-        if done.not_reached and problem.deterministic:
+        if done.not_reached and options.deterministic:
             cut[CUT] = 1.0
         return SolveResult(
             status=PlanStatus.FEASIBLE,

@@ -48,12 +48,13 @@ def best_order(
     tries: int,
     until: float | None,
     now: Callable[[], float],
+    seed: int,
 ) -> list[Request]:
-    """The order of ``queue`` (the given one or a seeded shuffle, ``tries`` in all) whose greedy
+    """The order of ``queue`` (the given one or a shuffle seeded by ``seed``, ``tries`` in all) whose greedy
     placement leaves the least queue penalty waiting, then adds the least fragmentation; each trial
     runs on ``placer`` and is undone. Trials after the first stop at ``until`` (so a caller that needs
     the same plan on every run passes ``None`` and a number of trials it can afford)."""
-    rng = random.Random(problem.seed)
+    rng = random.Random(seed)
     best: tuple[int, float] | None = None
     chosen = list(queue)
     for t in range(tries):

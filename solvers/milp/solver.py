@@ -24,6 +24,7 @@ from gpuplan.solvers.greedy import Fgd
 from gpuplan.solvers.milp.builder import PulpBuilder
 from gpuplan.solvers.milp.engine import engine_name, pulp_engine
 from gpuplan.solvers.problem import PlacementProblem
+from gpuplan.solvers.run_options import RunOptions
 
 log = logging.getLogger(__name__)
 
@@ -77,7 +78,7 @@ class Milp:
         self.backend = backend
         self.name = f"milp-{engine_name(backend)}"
 
-    def solve(self, problem: PlacementProblem) -> SolveResult:
+    def solve(self, problem: PlacementProblem, options: RunOptions) -> SolveResult:
         """Solve; if the MILP solver finds nothing in time, return the FGD plan as ``FALLBACK``."""
         start = time.perf_counter()
         builder = PulpBuilder()
@@ -92,13 +93,13 @@ class Milp:
             "nodes": len(problem.nodes),
         }
         reports, solution, n_stages = run_stages(
-            problem, v, terms, _Stages(builder, self.backend, problem.num_workers), start
+            problem, options, v, terms, _Stages(builder, self.backend, options.num_workers), start
         )
         wall = time.perf_counter() - start
         never = never_fitting(problem)
         if solution is None:
             log.warning("%s found no solution in %.1f s; returning the FGD plan", self.name, wall)
-            out = fallback(self.name, Fgd().place(problem), reports, wall, size)
+            out = fallback(self.name, Fgd().place(problem, options), reports, wall, size)
         else:
             positions = {r for r, q in enumerate(problem.requests) if q.key in never}
             out = result(

@@ -20,6 +20,7 @@ from gpuplan.solvers.cpsat import solver
 from gpuplan.solvers.fleet.classes import node_classes, request_classes
 from gpuplan.solvers.fleet.engine import _placer
 from gpuplan.solvers.fleet.pricing import fills, price
+from gpuplan.solvers.run_options import RunOptions
 from tests._factories import node_data
 
 NOW = datetime(2026, 11, 29, 12, tzinfo=UTC)
@@ -258,7 +259,7 @@ def test_purchase_by_configuration_is_exact_per_node() -> None:
         default_catalog(),
     )
     offers = [Offer("one", 10.0, one), Offer("two", 15.0, two)]
-    found = configure_purchase(problem, offers, time.perf_counter() + 20)
+    found = configure_purchase(problem, RunOptions(num_workers=1), offers, time.perf_counter() + 20)
     assert found is not None
     assert found.counts == {"one": 1, "two": 1} and found.cost == 25
     assert found.converged and found.lower_bound == pytest.approx(22.5)
@@ -287,9 +288,11 @@ def test_transition_moves_running_work_towards_the_target_within_the_budget(budg
         NOW,
     )
     placers: list[Placer] = []
-    start = Fgd().place(problem, on_kept=placers.append)
+    start = Fgd().place(problem, RunOptions(), on_kept=placers.append)
     assert "whole" not in {a.workload for a in start.assignments}
-    moved, report = transition(problem, placers[0], start, time.perf_counter() + 20, moves=budget)
+    moved, report = transition(
+        problem, RunOptions(), placers[0], start, time.perf_counter() + 20, moves=budget
+    )
     where = {a.workload: a.node for a in moved.assignments}
     if budget:
         assert report.moved == 1 and "whole" in where and where["half0"] == where["half1"]

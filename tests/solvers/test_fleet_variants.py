@@ -25,6 +25,7 @@ from gpuplan.planner.planning import make_plan
 from gpuplan.solvers.cpsat import solver
 from gpuplan.solvers.fleet import generation
 from gpuplan.solvers.fleet.engine import plan_fleet
+from gpuplan.solvers.run_options import RunOptions
 
 NOW = datetime(2026, 11, 29, 12, tzinfo=UTC)
 
@@ -187,7 +188,7 @@ def test_first_columns_do_not_strand_shares_when_there_is_no_time_to_generate_mo
     problem = compile_problem(inp, default_catalog(), NOW)
     late = SimpleNamespace(perf_counter=lambda: time.perf_counter() + 3600.0)
     monkeypatch.setattr(generation, "time", late)
-    plan = plan_fleet(problem, time.perf_counter() + 60.0)
+    plan = plan_fleet(problem, RunOptions(), time.perf_counter() + 60.0)
     assert plan.configuration is not None and plan.configuration.rounds == 0
     placed = sum(g.milli or 1000 for a in plan.result.assignments for g in a.gpus)
     assert placed == 2240

@@ -29,6 +29,7 @@ from gpuplan.solvers.base import SolveResult, get_solver
 from gpuplan.solvers.greedy import BestFit, Fgd, FirstFit, FirstFitScorer, fgd_score
 from gpuplan.solvers.placement import GANG, NEVER_FITS, NO_CAPACITY, Placer, target_mix
 from gpuplan.solvers.problem import NodeSpec, PlacementProblem, ShapeSpec
+from gpuplan.solvers.run_options import RunOptions
 from tests._factories import node_data
 
 NOW = datetime(2026, 1, 1, tzinfo=UTC)
@@ -54,7 +55,7 @@ def problem(
 
 def solve(name: str, prob: PlacementProblem) -> SolveResult:
     """Solve and check every capacity invariant of the result."""
-    result = get_solver(name).solve(prob)
+    result = get_solver(name).solve(prob, RunOptions())
     check_result(prob, result)
     return result
 

@@ -12,6 +12,7 @@ from gpuplan.models.policy import Tier
 from gpuplan.solvers.evaluate import queue_term
 from gpuplan.solvers.greedy import Fgd
 from gpuplan.solvers.greedy.orders import shuffled
+from gpuplan.solvers.run_options import RunOptions
 from tests._factories import node_data
 from tests.solvers.test_greedy import check_result, gpus, instances, problem
 
@@ -25,9 +26,9 @@ def test_a_later_order_places_the_larger_replica() -> None:
         [node_data("n0", gpus=gpus("A100-SXM4-40GB", 2))],
         [{"id": "small", "gpus": 1}, {"id": "large", "gpus": 2}],
     )
-    one = Fgd().place(prob)
+    one = Fgd().place(prob, RunOptions())
     assert {a.workload for a in one.assignments} == {"small"}
-    best = Fgd().place(prob, orders=8)
+    best = Fgd().place(prob, RunOptions(), orders=8)
     check_result(prob, best)
     assert {a.workload for a in best.assignments} == {"large"}
     assert [u.workload for u in best.unplaced] == ["small"]
@@ -40,7 +41,7 @@ def test_orders_never_put_a_lower_tier_first() -> None:
         [{"id": "small", "gpus": 1, "tier": "high"}, {"id": "large", "gpus": 2, "tier": "low"}],
         TIERS,
     )
-    best = Fgd().place(prob, orders=8)
+    best = Fgd().place(prob, RunOptions(), orders=8)
     assert {a.workload for a in best.assignments} == {"small"}
 
 
@@ -63,9 +64,9 @@ def test_best_of_orders_waits_no_more_than_the_given_order(
 ) -> None:
     nodes, workloads = case
     prob = problem(nodes, workloads)
-    best = Fgd().place(prob, orders=4)
+    best = Fgd().place(prob, RunOptions(), orders=4)
     check_result(prob, best)
-    assert queue_term(prob, best) <= queue_term(prob, Fgd().place(prob))
+    assert queue_term(prob, best) <= queue_term(prob, Fgd().place(prob, RunOptions()))
     placed = {(a.workload, a.replica) for a in best.assignments}
     assert placed.isdisjoint((u.workload, u.replica) for u in best.unplaced)
     assert len(placed) + len(best.unplaced) == len(prob.requests)

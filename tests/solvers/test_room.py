@@ -18,6 +18,7 @@ from gpuplan.solvers.formulation.objective import queue_penalty
 from gpuplan.solvers.greedy import Fgd, make_room, moved_running
 from gpuplan.solvers.placement import Placer
 from gpuplan.solvers.problem import PlacementProblem
+from gpuplan.solvers.run_options import RunOptions
 
 NOW = datetime(2026, 11, 29, 12, tzinfo=UTC)
 
@@ -46,7 +47,7 @@ def _problem(
 
 def _roomed(problem: PlacementProblem) -> tuple[SolveResult, SolveResult]:
     placers: list[Placer] = []
-    start = Fgd().place(problem, on_kept=placers.append)
+    start = Fgd().place(problem, RunOptions(), on_kept=placers.append)
     out, _ = make_room(problem, placers[0], start, time.perf_counter() + 30)
     return start, out
 

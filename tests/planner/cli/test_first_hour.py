@@ -25,6 +25,7 @@ from gpuplan.planner.pipeline.files import load_input, load_plan
 from gpuplan.planner.pipeline.progress import CPSAT_LOGGER, TerminalProgress, gap_text, phase, reporting
 from gpuplan.solvers.base import SolveResult, get_solver
 from gpuplan.solvers.problem import PlacementProblem
+from gpuplan.solvers.run_options import RunOptions
 from tests._paths import ROOT_DIR
 
 ROOT = ROOT_DIR
@@ -97,9 +98,9 @@ class _Overrunning:
     def __init__(self, overrun_s: float) -> None:
         self.overrun_s = overrun_s
 
-    def solve(self, problem: PlacementProblem) -> SolveResult:
-        result = get_solver("greedy-fgd").solve(problem)
-        time.sleep(problem.time_limit_s + self.overrun_s)
+    def solve(self, problem: PlacementProblem, options: RunOptions) -> SolveResult:
+        result = get_solver("greedy-fgd").solve(problem, options)
+        time.sleep(options.time_limit_s + self.overrun_s)
         return result
 
 

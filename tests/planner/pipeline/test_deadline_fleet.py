@@ -27,6 +27,7 @@ from gpuplan.solvers.fleet import generation
 from gpuplan.solvers.greedy import Fgd
 from gpuplan.solvers.greedy import engine as greedy_engine
 from gpuplan.solvers.problem import PlacementProblem
+from gpuplan.solvers.run_options import RunOptions
 from tests._clock import FakeClock
 
 NOW = datetime(2026, 11, 29, 12, tzinfo=UTC)
@@ -68,15 +69,15 @@ def test_the_greedy_loop_stops_at_its_deadline_and_labels_what_it_did_not_reach(
         {"id": "c", "gpus": 1, "priority": 6},
     ]
     problem = compile_problem(_inp(4, work), default_catalog(), NOW)
-    out = Fgd().place(problem, deadline=2.0, clock=_Ticks())
+    out = Fgd().place(problem, RunOptions(), deadline=2.0, clock=_Ticks())
     assert sorted((a.workload, a.replica) for a in out.assignments) == [("a", 0), ("g", 0), ("g", 1)]
     assert sorted((u.workload, u.code) for u in out.unplaced) == [
         ("b", "SOLVER_LIMIT"),
         ("c", "SOLVER_LIMIT"),
     ]
     assert out.terms[greedy_engine.GREEDY_CUT] == 2
-    assert CUT not in out.terms  # not a deterministic problem
-    whole = Fgd().place(problem)
+    assert CUT not in out.terms  # not a deterministic run
+    whole = Fgd().place(problem, RunOptions())
     assert len(whole.assignments) == 4 and greedy_engine.GREEDY_CUT not in whole.terms
 
 
@@ -147,14 +148,13 @@ def test_a_deterministic_fleet_plan_is_the_same_on_a_slow_machine(
     """The configuration path with the same seed gives the same plan when every phase looks 200 times
     slower (column generation bounded by rounds, the integer master by nodes, the first plans complete)
     and is not marked as cut."""
-    problem = compile_problem(
-        _fleet_input(seed), default_catalog(), NOW, seed=3, deterministic=True, time_limit_s=20
-    )
-    quick = fleet_engine.plan_fleet(problem, time.perf_counter() + 600)
+    problem = compile_problem(_fleet_input(seed), default_catalog(), NOW)
+    options = RunOptions(time_limit_s=20, seed=3, deterministic=True)
+    quick = fleet_engine.plan_fleet(problem, options, time.perf_counter() + 600)
     slow_time = _slow_time(200.0)
     for module in (fleet_engine, generation, greedy_engine):
         monkeypatch.setattr(module, "time", slow_time)
-    slow = fleet_engine.plan_fleet(problem, slow_time.perf_counter() + 600)
+    slow = fleet_engine.plan_fleet(problem, options, slow_time.perf_counter() + 600)
     assert slow.result.assignments == quick.result.assignments
     assert slow.result.mig_layouts == quick.result.mig_layouts
     assert CUT not in slow.result.terms and CUT not in quick.result.terms
@@ -195,12 +195,13 @@ def test_a_search_step_the_wall_clock_stopped_marks_the_deterministic_search_as_
     steps. A step whose CP-SAT stage the wall clock stopped (its result carries CUT) makes the whole
     search cut; steps that ran to their deterministic limits do not."""
     work = [{"id": f"w{i}", "gpus": 1} for i in range(6)]
-    problem = compile_problem(_inp(4, work), default_catalog(), NOW, deterministic=True, time_limit_s=2)
+    problem = compile_problem(_inp(4, work), default_catalog(), NOW)
+    options = RunOptions(time_limit_s=2, deterministic=True)
 
-    def step(sub: PlacementProblem, movable: set[int]) -> SolveResult:
-        out = CpSat(movable_running=movable, decompose=False).solve(sub)
+    def step(sub: PlacementProblem, sub_options: RunOptions, movable: set[int]) -> SolveResult:
+        out = CpSat(movable_running=movable, decompose=False).solve(sub, sub_options)
         return replace(out, terms={**out.terms, **({CUT: 1.0} if stopped else {})})
 
-    _, report = improve(problem, Fgd().place(problem), time.perf_counter() + 600, step)
+    _, report = improve(problem, options, Fgd().place(problem, options), time.perf_counter() + 600, step)
     assert report.steps >= 1
     assert report.cut is stopped

@@ -12,6 +12,7 @@ from gpuplan.models.policy import Tier
 from gpuplan.planner.executor import Executor, SimCluster
 from gpuplan.planner.planning import make_plan
 from gpuplan.planner.validation.validate import validate_plan
+from gpuplan.solvers.run_options import RunOptions
 from tests._factories import node_data
 
 NOW = datetime(2026, 11, 29, 12, tzinfo=UTC)
@@ -145,7 +146,7 @@ def test_a_timeline_cut_by_the_deadline_keeps_the_solver_plan() -> None:
     ]
     inp = PlanningInput(cluster=cluster, workloads=tuple(work), policy=Policy(tiers=TIERS))
     problem = compile_problem(inp, default_catalog(), NOW)
-    solved = Fgd().solve(problem)
+    solved = Fgd().solve(problem, RunOptions())
     assert {a.workload for a in solved.assignments} == {"A", "L"}
     expired = Deadline(end=0.0, clock=lambda: 1.0)
     cut = with_reservations(inp, problem, solved, default_catalog(), NOW, None, expired)
