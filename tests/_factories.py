@@ -302,9 +302,10 @@ def drifted_inputs(draw: st.DrawFn) -> dict[str, Any]:
     return {"cluster": {"nodes": nodes}, "workloads": workloads, "policy": policy}
 
 
-def queued_job(job_id: str, team: str | None = "ml", solver: str = "cpsat") -> JobRecord:
-    """A queued plan job as the API stores it (2 nodes, 3 workloads, 1 s, first attempt)."""
-    return JobRecord(
+def queued_job(job_id: str, team: str | None = "ml", solver: str = "cpsat", **fields: Any) -> JobRecord:
+    """A queued plan job as the API stores it (2 nodes, 3 workloads, 1 s, first attempt); ``fields``
+    replace any of those."""
+    job = JobRecord(
         id=job_id,
         status=JobStatus.QUEUED,
         kind="plan",
@@ -322,3 +323,4 @@ def queued_job(job_id: str, team: str | None = "ml", solver: str = "cpsat") -> J
         outcome=None,
         error=None,
     )
+    return job.model_copy(update=fields)

@@ -16,8 +16,8 @@ from gpuplan.planner.cli import main
 from gpuplan.planner.pipeline.files import planning_input
 from gpuplan.planner.planning import make_plan
 from gpuplan.planner.store.history import PlanHistory
-from gpuplan.planner.store.records import PLAN_KIND, Actor, JobRecord, JobSource, JobStatus, now
-from tests._factories import two_pools
+from gpuplan.planner.store.records import PLAN_KIND, Actor, JobSource, JobStatus
+from tests._factories import queued_job, two_pools
 
 NOW = "2026-11-29T12:00:00+00:00"
 LATER = "2026-11-29T13:00:00+00:00"
@@ -49,11 +49,15 @@ def _api_job(db: str, status: JobStatus, plan: Plan | None = None) -> None:
     store = PlanHistory(db).store
     stored = store.latest_done(PLAN_KIND)
     assert stored is not None
-    job = JobRecord(
-        id=uuid.uuid4().hex, source=JobSource.API, kind=PLAN_KIND, status=JobStatus.QUEUED, team="ml",
-        solver="cpsat", time_limit_s=2.0, nodes=3, workloads=5, submitted_by=API.key_id, created_at=now(),
-        started_at=None, finished_at=None, attempts=1, plan_status=None, outcome=None, error=None,
-    )  # fmt: skip
+    job = queued_job(
+        uuid.uuid4().hex,
+        source=JobSource.API,
+        kind=PLAN_KIND,
+        time_limit_s=2.0,
+        nodes=3,
+        workloads=5,
+        submitted_by=API.key_id,
+    )
     store.create_job(job, stored.input, API, {})
     if plan is None:
         store.finish(job.id, status, error="solver process died")
