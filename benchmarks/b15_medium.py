@@ -1,8 +1,15 @@
 """B15: medium instances, the size of typical REST requests and nightly replans.
 
-Inputs: the bundled demo (14 nodes, 112 GPUs, 189 workloads, running work that may move) and B8's
-seeded 64-GPU, 100-workload bodies (whole H100s, some over NVLink, L40S fractions, MIG slices). Each
-input is planned, side by side in one run, by:
+Inputs, each planned at the demo's planning time (``data/examples/now.txt``):
+
+- ``demo``: the bundled demo (14 nodes, 112 GPUs, 189 workloads, running work that may move);
+- ``demo-like-seedN``: the demo's cluster and running work with its waiting workloads drawn again with
+  replacement (same count, new ids and gangs, times waited drawn from the demo's), so that the mix of
+  whole GPUs, NVLink gangs, MIG slices and L40S fractions changes from seed to seed;
+- ``b8-seedN``: B8's seeded 64-GPU, 100-workload bodies (whole H100s, some over NVLink, L40S fractions,
+  MIG slices).
+
+Each input is planned, side by side in one run, by:
 
 - ``cpsat``: the default solver at ``--limit`` (10 s), as ``gpuplan plan`` runs it;
 - ``cpsat-det``: the deterministic solve at ``--det-limit`` (20 s), as ``gpuplan replan`` runs it;
@@ -20,25 +27,55 @@ from __future__ import annotations
 
 import argparse
 import logging
+import random
 from collections.abc import Sequence
+from datetime import datetime
 from pathlib import Path
 
 import pandas as pd
 
 from benchmarks.b8_api_load import cluster, workloads
-from benchmarks.common import NOW, markdown, write
+from benchmarks.common import markdown, write
 from gpuplan.models.catalog import data_dir
 from gpuplan.models.inputs import PlanningInput
-from gpuplan.planner.cli.common import load_input
+from gpuplan.planner.cli.common import load_input, parse_now
 from gpuplan.planner.planning import make_plan
 
 log = logging.getLogger("benchmarks.b15")
 
 
-def inputs(seeds: Sequence[int]) -> dict[str, PlanningInput]:
-    """The demo and the seeded B8 bodies, by name."""
+def demo_now() -> datetime:
+    """The demo's planning time."""
+    now = parse_now((data_dir() / "examples" / "now.txt").read_text().strip())
+    assert now is not None
+    return now
+
+
+def demo_like(demo: PlanningInput, seed: int) -> PlanningInput:
+    """The demo's cluster, policy and running work, with its waiting workloads drawn again with
+    replacement: the same count, ids and gangs made unique by draw, and the times waited drawn from the
+    demo's (so tiers, shapes and ages mix differently from seed to seed)."""
+    rng = random.Random(seed)
+    running = [w for w in demo.workloads if w.running_on]
+    waiting = [w for w in demo.workloads if not w.running_on]
+    since = [w.queued_since for w in waiting]
+    drawn = []
+    for i in range(len(waiting)):
+        w = rng.choice(waiting)
+        update: dict[str, object] = {"id": f"{w.id}~{i}", "queued_since": rng.choice(since)}
+        if w.gang is not None:
+            update["gang"] = f"{w.gang}~{i}"
+        drawn.append(w.model_copy(update=update))
+    return demo.model_copy(update={"workloads": (*running, *drawn)})
+
+
+def inputs(seeds: Sequence[int], like: Sequence[int]) -> dict[str, PlanningInput]:
+    """The demo, the demo-like draws and the seeded B8 bodies, by name."""
     ex = data_dir() / "examples"
-    out = {"demo": load_input(ex / "cluster.yaml", ex / "workloads.yaml", ex / "policy.yaml")}
+    demo = load_input(ex / "cluster.yaml", ex / "workloads.yaml", ex / "policy.yaml")
+    out = {"demo": demo}
+    for seed in like:
+        out[f"demo-like-seed{seed}"] = demo_like(demo, seed)
     for seed in seeds:
         out[f"b8-seed{seed}"] = PlanningInput.model_validate(
             {"cluster": cluster(), "workloads": workloads(seed)}
@@ -56,7 +93,9 @@ def run(name: str, inp: PlanningInput, args: argparse.Namespace) -> list[dict[st
     ]
     rows: list[dict[str, object]] = []
     for label, solver, limit, det in runs:
-        plan = make_plan(inp, solver=solver, now=NOW, time_limit_s=limit, deterministic=det, seed=0)
+        plan = make_plan(
+            inp, solver=solver, now=demo_now(), time_limit_s=limit, deterministic=det, seed=args.seed
+        )
         s = plan.solver
         rows.append(
             {
@@ -82,6 +121,8 @@ def run(name: str, inp: PlanningInput, args: argparse.Namespace) -> list[dict[st
 def main(argv: Sequence[str] | None = None) -> int:
     p = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
     p.add_argument("--seeds", default="0,1,2", help="seeds of the B8 bodies (comma-separated)")
+    p.add_argument("--like", default="1,2,3", help="seeds of the demo-like draws (comma-separated)")
+    p.add_argument("--seed", type=int, default=0, help="the solvers' seed")
     p.add_argument("--limit", type=float, default=10.0)
     p.add_argument("--det-limit", type=float, default=20.0)
     p.add_argument("--reference-limit", type=float, default=120.0)
@@ -89,7 +130,8 @@ def main(argv: Sequence[str] | None = None) -> int:
     args = p.parse_args(argv)
     logging.basicConfig(level=logging.INFO, format="%(message)s")
     seeds = [int(s) for s in args.seeds.split(",") if s]
-    rows = [r for name, inp in inputs(seeds).items() for r in run(name, inp, args)]
+    like = [int(s) for s in args.like.split(",") if s]
+    rows = [r for name, inp in inputs(seeds, like).items() for r in run(name, inp, args)]
     frame = pd.DataFrame(rows)
     write(frame, args.out)
     cols = [
