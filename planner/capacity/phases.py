@@ -1,6 +1,6 @@
-"""The options and time budget of a capacity-gap run: its phases and their weights, the placement
-solve each makes within its share (and the fleet plan that starts a run), and the labels of phases the
-time limit cut short. One place for the run's clock, so every phase keeps within the deadline alike.
+"""The time budget of a capacity-gap run: its phases and their weights, the placement solve each makes
+within its share (and the fleet plan that starts a run), and the labels of phases the time limit cut
+short. One place for the run's clock, so every phase keeps within the deadline alike.
 """
 
 from __future__ import annotations

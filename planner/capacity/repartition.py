@@ -52,13 +52,13 @@ def held_input(
     return held, back
 
 
-def has_mig_gpus(inp: PlanningInput) -> bool:
+def _has_mig_gpus(inp: PlanningInput) -> bool:
     return any(g.mig is not None for n in inp.cluster.nodes for g in n.gpus)
 
 
 def repartitions_to_try(inp: PlanningInput) -> bool:
     """Whether the policy forbids a change of the fleet that may serve demand without a purchase: a MIG
     re-partition (the fleet has MIG GPUs) or a node's sharing mode (the fleet has nodes with a mode)."""
-    mig = not inp.policy.mig.allow_repartition and has_mig_gpus(inp)
+    mig = not inp.policy.mig.allow_repartition and _has_mig_gpus(inp)
     sharing = not inp.policy.sharing.allow_change and any(n.sharing is not None for n in inp.cluster.nodes)
     return mig or sharing
