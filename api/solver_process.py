@@ -34,7 +34,9 @@ from gpuplan.models.capacity import CapacityGap, NodeTypeCatalog
 from gpuplan.models.catalog import default_catalog
 from gpuplan.models.inputs import PlanningInput
 from gpuplan.models.plan import Plan, PlanStatus
-from gpuplan.planner.capacity.gap import GapOptions, capacity_gap, load_node_types
+from gpuplan.planner.capacity.gap import capacity_gap
+from gpuplan.planner.capacity.node_types import load_node_types
+from gpuplan.planner.capacity.options import GapOptions
 from gpuplan.planner.explain.reasons import explain_workload
 from gpuplan.planner.pipeline.progress import (
     CPSAT_LOGGER,

@@ -40,7 +40,7 @@ from benchmarks.common import (
 )
 from gpuplan.models import PlanningInput, default_catalog
 from gpuplan.models.capacity import NodeType, NodeTypeCatalog
-from gpuplan.planner.capacity.gap import node_for, type_specs
+from gpuplan.planner.capacity.node_types import node_for, type_specs
 from gpuplan.planner.capacity.purchase import TypeSpec, shape_fits, solve_purchase
 from gpuplan.planner.io.importers.openb import read_cluster
 from gpuplan.planner.pipeline.compile import compile_node

@@ -20,7 +20,7 @@ import pytest
 
 from gpuplan.models.capacity import CapacityReport, NodeTypeCatalog, ScenarioFile
 from gpuplan.models.catalog import default_catalog, extend_catalog
-from gpuplan.planner.capacity.gap import load_node_types
+from gpuplan.planner.capacity.node_types import load_node_types
 from gpuplan.planner.capacity.scenarios import load_scenarios
 from gpuplan.planner.cli import main
 from gpuplan.planner.pipeline.files import WORKLOAD_COLUMNS, load_cluster, load_input, load_plan

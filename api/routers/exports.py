@@ -19,7 +19,7 @@ from gpuplan.api.views import PLANS, visible_workloads
 from gpuplan.models.catalog import default_catalog
 from gpuplan.models.inputs import PlanningInput
 from gpuplan.models.plan import Plan
-from gpuplan.planner.capacity.gap import load_node_types
+from gpuplan.planner.capacity.node_types import load_node_types
 from gpuplan.planner.io.exporters.workbook import SHEETS, About, build_tables, csv_text, write_xlsx
 
 router = APIRouter(prefix=PLANS, tags=["exports"])

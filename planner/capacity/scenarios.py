@@ -30,7 +30,9 @@ from gpuplan.models.inputs import PlanningInput
 from gpuplan.models.plan import Plan
 from gpuplan.models.policy import Policy
 from gpuplan.models.workload import Workload
-from gpuplan.planner.capacity.gap import WARM, GapOptions, capacity_gap, load_node_types
+from gpuplan.planner.capacity.gap import WARM, capacity_gap
+from gpuplan.planner.capacity.node_types import load_node_types
+from gpuplan.planner.capacity.options import GapOptions
 from gpuplan.planner.pipeline.deadline import Deadline
 from gpuplan.planner.pipeline.files import describe, read_structured
 from gpuplan.planner.planning import inputs_digest

@@ -120,7 +120,10 @@ def other_models(given: list[str] | None, inp: PlanningInput) -> dict[str, Any]:
 def cmd_capacity_gap(args: argparse.Namespace) -> int:
     """Plan, re-partition, then buy: the capacity gap of the demand (and of every scenario), all within
     ``--time-limit`` from the start of the command."""
-    from gpuplan.planner.capacity.gap import GapOptions, capacity_gap, load_node_types, plan_fleet
+    from gpuplan.planner.capacity.gap import capacity_gap
+    from gpuplan.planner.capacity.node_types import load_node_types
+    from gpuplan.planner.capacity.options import GapOptions
+    from gpuplan.planner.capacity.phases import plan_fleet
     from gpuplan.planner.capacity.scenarios import (
         load_scenarios,
         prepare_scenarios,
@@ -198,7 +201,7 @@ def load_report(path: Path) -> CapacityReport:
 
 def export_tables(args: argparse.Namespace, plan: Plan, catalog: HardwareCatalog) -> int:
     """Write the plan (and gap) as a workbook or CSV files."""
-    from gpuplan.planner.capacity.gap import load_node_types
+    from gpuplan.planner.capacity.node_types import load_node_types
     from gpuplan.planner.io.exporters.workbook import about_files, build_tables, write_csv, write_xlsx
 
     given = [args.cluster, args.workloads]
@@ -223,7 +226,7 @@ def export_tables(args: argparse.Namespace, plan: Plan, catalog: HardwareCatalog
 
 def write_plan_workbook(plan: Plan, inp: PlanningInput, path: Path, files: dict[str, Path | None]) -> None:
     """The workbook of a plan with its inputs (no capacity gap), priced with the bundled node types."""
-    from gpuplan.planner.capacity.gap import load_node_types
+    from gpuplan.planner.capacity.node_types import load_node_types
     from gpuplan.planner.io.exporters.workbook import about_files, build_tables, write_xlsx
 
     catalog = default_catalog()

@@ -24,10 +24,15 @@ from gpuplan.models.capacity import (
 )
 from gpuplan.models.workload import Workload
 from gpuplan.planner.capacity import gap as capacity_module
+from gpuplan.planner.capacity import phases as phases_module
 from gpuplan.planner.capacity import purchase as purchase_module
 from gpuplan.planner.capacity import scenarios as scenarios_module
-from gpuplan.planner.capacity.gap import GapOptions, capacity_gap, gap_demand, load_node_types, type_specs
+from gpuplan.planner.capacity.demand import gap_demand
+from gpuplan.planner.capacity.gap import capacity_gap
+from gpuplan.planner.capacity.node_types import load_node_types, type_specs
+from gpuplan.planner.capacity.options import GapOptions
 from gpuplan.planner.capacity.purchase import NO_SOLUTION, PurchaseSolution, solve_purchase
+from gpuplan.planner.capacity.repartition import held_input
 from gpuplan.planner.capacity.scenarios import grow, run_scenarios, scenario_input, scenario_types
 from gpuplan.planner.cli import capacity as capacity_cli
 from gpuplan.planner.cli import common, main
@@ -346,7 +351,7 @@ def test_purchase_milp_matches_brute_force_on_divisible_sizes(
 
 
 class Recorder:
-    """Stands in for the placement solver and the purchase MILP of ``planner.capacity.gap``: each call runs
+    """Stands in for the placement solver and the purchase MILP of a capacity-gap run: each call runs
     the real one (tiny instances finish at once) and then lets ``spend`` x its time limit pass on the
     fake clock, so the shares the phases get depend on the fake clock alone."""
 
@@ -368,7 +373,7 @@ class Recorder:
             clock.advance(self.spend * kw["time_limit_s"])
             return out
 
-        monkeypatch.setattr(capacity_module, "make_plan", plan)
+        monkeypatch.setattr(phases_module, "make_plan", plan)
         monkeypatch.setattr(capacity_module, "solve_purchase", milp)
 
     @property
@@ -544,7 +549,7 @@ def test_the_held_input_counts_the_plan_as_running_work() -> None:
     inp = _mig_demand()
     plan = make_plan(inp, now=NOW, time_limit_s=3.0)
     assert inp.workload_by_id["infer"].running_on == ()  # fills the input's cache
-    held, back = capacity_module._held(inp, plan, default_catalog())
+    held, back = held_input(inp, plan, default_catalog())
     assert [a.workload for a in plan.assignments] == ["infer"]
     assert len(held.workload_by_id["infer"].running_on) == 1 and held.workload_by_id["infer"].replicas == 2
     assert back == {("infer", 0): ("infer", 0), ("infer", 1): ("infer", 1)}

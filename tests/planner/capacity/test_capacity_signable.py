@@ -24,7 +24,10 @@ from gpuplan.models.capacity import (
     Served,
 )
 from gpuplan.planner.capacity import gap as gap_module
-from gpuplan.planner.capacity.gap import GapOptions, capacity_gap, load_node_types
+from gpuplan.planner.capacity.gap import capacity_gap
+from gpuplan.planner.capacity.node_types import load_node_types
+from gpuplan.planner.capacity.options import GapOptions
+from gpuplan.planner.capacity.phases import placement
 from gpuplan.planner.capacity.purchase import NO_SOLUTION, PurchaseSolution
 from gpuplan.planner.capacity.scenarios import Prepared, prepare_scenarios, render_table, run_prepared, versus
 from gpuplan.planner.cli import main
@@ -338,14 +341,14 @@ def test_a_re_partition_re_plan_the_validator_rejects_is_skipped_not_a_traceback
     nodes = [{**node_data("n1", "A100-SXM4-80GB", 1), "gpus": [
         {"index": 0, "model": "A100-SXM4-80GB", "mig": {"instances": sevens}}]}]  # fmt: skip
     work = [{"id": "infer", "team": "nlp", "mig_profile": "3g.40gb", "cpu_milli": 4000, "memory_mib": 16384}]
-    real = gap_module._placement
+    real = placement
 
     def rejected(inp: PlanningInput, *args: Any) -> Any:
         if inp.policy.mig.allow_repartition:  # the held re-plan
             raise InvalidPlanError("cpsat", [Violation("mig-unscheduled", "node n1 gpu 0", "no action")])
         return real(inp, *args)
 
-    monkeypatch.setattr(gap_module, "_placement", rejected)
+    monkeypatch.setattr(gap_module, "placement", rejected)
     gap = capacity_gap(planning(work, nodes, mig={"allow_repartition": False}), catalog(), OPTS)
     assert gap.served_by_repartition == 0 and bought(gap) == {"a100-8": 1} and gap.cost == 150
     assert any("validator rejects (a planner bug: mig-unscheduled on node n1 gpu 0)" in n for n in gap.notes)

@@ -20,16 +20,8 @@ from gpuplan.models.cluster import MigConfig
 from gpuplan.models.plan import Counterfactual, Explanation
 from gpuplan.models.workload import GpuRef, Placement
 from gpuplan.planner.cli import main
-from gpuplan.planner.explain.reasons import (
-    BLOCKED,
-    FITS_NOW,
-    GANG,
-    SOLVER_LIMIT,
-    TRADE_OFF,
-    explain_all,
-    explain_workload,
-    target_of,
-)
+from gpuplan.planner.explain.findings import BLOCKED, FITS_NOW, GANG, SOLVER_LIMIT, TRADE_OFF
+from gpuplan.planner.explain.reasons import explain_all, explain_workload, target_of
 from gpuplan.planner.planning import make_plan
 from tests import _factories as factories
 from tests._factories import gpus, node, planning_input

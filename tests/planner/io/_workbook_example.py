@@ -9,7 +9,9 @@ from typing import Any
 
 from gpuplan.models import Plan, PlanningInput, default_catalog
 from gpuplan.models.capacity import CapacityGap, NodeTypeCatalog
-from gpuplan.planner.capacity.gap import GapOptions, capacity_gap, load_node_types
+from gpuplan.planner.capacity.gap import capacity_gap
+from gpuplan.planner.capacity.node_types import load_node_types
+from gpuplan.planner.capacity.options import GapOptions
 from gpuplan.planner.planning import make_plan
 from gpuplan.planner.validation.validate import validate_plan
 

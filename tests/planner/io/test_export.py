@@ -16,7 +16,9 @@ from openpyxl import load_workbook
 
 from gpuplan.models import Plan, PlanningInput, default_catalog
 from gpuplan.models.capacity import CapacityReport, NodeTypeCatalog, ScenarioResult
-from gpuplan.planner.capacity.gap import GapOptions, capacity_gap, load_node_types
+from gpuplan.planner.capacity.gap import capacity_gap
+from gpuplan.planner.capacity.node_types import load_node_types
+from gpuplan.planner.capacity.options import GapOptions
 from gpuplan.planner.cli import main
 from gpuplan.planner.io.exporters.workbook import (
     EMPTY_HINTS,

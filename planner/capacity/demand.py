@@ -1,0 +1,108 @@
+"""The demand a capacity gap serves: the waiting replicas the fleet plan leaves past their tier's
+target, kept to their GPU class (like-for-like), and the replicas no node type can ever host. What
+is asked for, apart from how it is served.
+"""
+
+from __future__ import annotations
+
+from collections import defaultdict
+from dataclasses import replace
+from datetime import datetime
+
+from gpuplan.models.inputs import PlanningInput
+from gpuplan.models.plan import Plan, Unplaced
+from gpuplan.planner.capacity.options import GapOptions
+from gpuplan.planner.capacity.purchase import TypeSpec, shape_fits
+from gpuplan.solvers.problem import Request, ShapeSpec
+
+Key = tuple[str, int]
+
+
+def planning_now(plan: Plan, given: datetime | None) -> datetime | None:
+    """``given``, else the planning time the plan records (``None`` when it records none)."""
+    if given is not None:
+        return given
+    text = plan.provenance.get("now")
+    return datetime.fromisoformat(text) if isinstance(text, str) else None
+
+
+def gap_demand(plan: Plan, inp: PlanningInput, now: datetime | None = None) -> list[Unplaced]:
+    """Waiting replicas without a predicted start, or predicted to start after their tier's target
+    (counted from ``now``, by default the plan's own planning time)."""
+    now = planning_now(plan, now)
+    out = []
+    for u in plan.unplaced:
+        target = inp.policy.tier(inp.workload_by_id[u.workload].tier).target_wait_s
+        if u.predicted_start is not None and now is not None and target is not None:
+            start = datetime.fromisoformat(u.predicted_start)
+            if (start - now).total_seconds() <= target:
+                continue
+        out.append(u)
+    return out
+
+
+def home_models(inp: PlanningInput, shape: ShapeSpec, workload: str) -> frozenset[str]:
+    """The GPU class a shape without a named GPU model keeps: the models the workload's replicas run
+    on, else the models of the fleet's GPUs, each narrowed to what the shape allows (its GPU memory
+    ask); the shape's own models when neither leaves any."""
+    running = {
+        inp.cluster.node_by_name[p.node].gpu_by_index[g.index].model
+        for p in inp.workload_by_id[workload].running_on
+        for g in p.gpus
+        if p.node in inp.cluster.node_by_name
+    }
+    fleet = {g.model for n in inp.cluster.nodes for g in n.gpus}
+    for models in (running, fleet):
+        fit = frozenset(m for m in models if not shape.models or m in shape.models)
+        if fit:
+            return fit
+    return shape.models
+
+
+def like_for_like(inp: PlanningInput, requests: list[Request], opts: GapOptions) -> list[Request]:
+    """``requests`` with each shape that names no GPU model kept to its class (:func:`home_models`),
+    except for workloads the options let buy other models."""
+    out = []
+    for r in requests:
+        if opts.other_models(r.workload):
+            out.append(r)
+            continue
+        shapes = tuple(
+            s if s.named_models or s.kind == "cpu" else replace(s, models=home_models(inp, s, r.workload))
+            for s in r.shapes
+        )
+        out.append(replace(r, shapes=shapes))
+    return out
+
+
+def unservable_reasons(requests: list[Request], types: list[TypeSpec]) -> dict[Key, str]:
+    """Replicas no node type can ever host (whole gangs when one member cannot), with the reason."""
+    out: dict[Key, str] = {}
+    for r in requests:
+        if any(shape_fits(s, t) is None for s in r.shapes for t in types):
+            continue
+        why = "; ".join(
+            f"alternative {k} on {t.name}: {shape_fits(s, t)}" for k, s in enumerate(r.shapes) for t in types
+        )
+        out[r.key] = (
+            f"workload '{r.workload}' replica {r.replica}: no node type of the catalog can ever host it "
+            f"({why})"
+        )
+    gangs = {r.gang for r in requests if r.gang is not None and r.key in out}
+    for r in requests:
+        if r.gang in gangs and r.key not in out:
+            out[r.key] = (
+                f"workload '{r.workload}' replica {r.replica}: its gang '{r.gang}' has a member that no "
+                "node type can host"
+            )
+    return out
+
+
+def kept_models(requests: list[Request], by_key: dict[Key, Request]) -> dict[str, tuple[str, ...]]:
+    """The GPU models each workload whose shapes :func:`like_for_like` narrowed is kept to."""
+    keep: dict[str, set[str]] = defaultdict(set)
+    for r in requests:
+        for s, before in zip(r.shapes, by_key[r.key].shapes, strict=True):
+            if s.models != before.models and s.models:
+                keep[r.workload] |= s.models
+    return {w: tuple(sorted(m)) for w, m in keep.items()}

@@ -1,0 +1,86 @@
+"""Findings for a gang as a whole: all its waiting members fit on the state the plan leaves
+(``SOLVER_LIMIT``), or it fits only across several values of its domain label (``GANG_DOMAIN``). A
+gang is placed together, so it is diagnosed together before its members one by one.
+"""
+
+from __future__ import annotations
+
+from dataclasses import replace
+from itertools import takewhile
+
+from gpuplan.models.plan import Counterfactual
+from gpuplan.planner.explain import counterfactual as cfs
+from gpuplan.planner.explain.counterfactual import Target
+from gpuplan.planner.explain.findings import GANG_DOMAIN, SOLVER_LIMIT, Finding, listed
+from gpuplan.planner.explain.state import PlanState
+from gpuplan.solvers.placement.options import describe
+from gpuplan.solvers.placement.state import NodeInfo
+from gpuplan.solvers.problem import Request
+
+
+def gang_fits(target: Target, req: Request, nodes: list[str]) -> Finding:
+    """SOLVER_LIMIT: every waiting member of the gang fits on ``nodes`` on the state the plan leaves."""
+    replan = cfs.Candidate(
+        Counterfactual(summary="re-plan: the whole gang fits now", kind="replan", changes=()),
+        frozenset(nodes),
+    )
+    return Finding(
+        SOLVER_LIMIT,
+        f"all {len(target.members)} waiting replicas of gang '{req.gang}' fit on the state this plan "
+        f"leaves ({listed(nodes)})",
+        nodes,
+        [],
+        [replan],
+    )
+
+
+def gang_in_domain(st: PlanState, target: Target, req: Request) -> Finding | None:
+    """For a gang with a domain label: SOLVER_LIMIT if it fits inside one value of the label now,
+    GANG_DOMAIN if it fits only across values; ``None`` (no domain, or it does not fit at all)."""
+    ordered = sorted(target.members, key=lambda k: (k != target.key, k))
+    domain = next((st.requests[k].gang_domain for k in ordered if st.requests[k].gang_domain), None)
+    if domain is None:
+        return None
+    tight = [replace(st.requests[k], running=None, gang_domain=domain) for k in ordered]
+    with st.trial():
+        placed, failed = st.placer.place_gang(tight)
+    if failed is None:
+        return gang_fits(target, req, sorted({a.node for a in placed}))
+    with st.trial():
+        _, failed = st.placer.place_gang([replace(r, gang_domain=None) for r in tight])
+    if failed is not None:
+        return None
+    asked = sum(min(s.gpu_milli_total for s in r.shapes) for r in tight)
+    shape = req.shapes[0]
+    members: dict[str, list[str]] = {}
+    for n in st.by_name:
+        info = st.infos[n]
+        value = info.spec.labels.get(domain)
+        if value is not None and st.allowed(info, req.team):
+            members.setdefault(value, []).append(info.name)
+
+    def room(value: str) -> int:
+        """Free GPU milli of the allowed models in ``value`` (MIG gangs: how many members it holds)."""
+        if asked:
+            return sum(st.free_milli(st.pos[name], shape.models) for name in members[value])
+
+        def inside(info: NodeInfo) -> bool:
+            return info.spec.labels.get(domain) == value
+
+        with st.trial():
+            return sum(1 for _ in takewhile(lambda r: st.placer.place(r, inside) is not None, tight))
+
+    rooms = {v: room(v) for v in members}
+    best = min(rooms, key=lambda v: (-rooms[v], v), default=None)
+    wanted = f"{asked / 1000:g} GPUs" if asked else f"{len(tight)} x {describe(shape)}"
+    if best is None:
+        largest = "no node carries that label"
+    else:
+        held = f"has {rooms[best] / 1000:g} free GPUs" if asked else f"holds {rooms[best]} of them"
+        largest = f"the one with the most room, {domain}={best}, {held} ({listed(members[best])})"
+    return Finding(
+        GANG_DOMAIN,
+        f"gang '{req.gang}' fits only across several values of node label '{domain}': it asks for "
+        f"{wanted} inside one; {largest}",
+        [] if best is None else [f"{domain}={best}", *members[best]],
+    )
