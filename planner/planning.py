@@ -19,6 +19,7 @@ from gpuplan.planner.explain.reasons import explain_all, with_explanations
 from gpuplan.planner.pipeline.actions import plan_actions
 from gpuplan.planner.pipeline.compile import compile_problem
 from gpuplan.planner.pipeline.deadline import MIN_SOLVE_S, Deadline, Stopwatch
+from gpuplan.planner.pipeline.greedy_guard import better_than_fgd
 from gpuplan.planner.pipeline.layouts import cluster_with_mig_modes, cluster_with_sharing
 from gpuplan.planner.pipeline.metrics import fragmentation, plan_metrics
 from gpuplan.planner.pipeline.migmode import (
@@ -35,6 +36,7 @@ from gpuplan.planner.validation.errors import InvalidPlanError
 from gpuplan.planner.validation.validate import check_plan
 from gpuplan.solvers.base import CUT, SolveResult, get_solver
 from gpuplan.solvers.evaluate import evaluate, reported
+from gpuplan.solvers.greedy import Fgd
 from gpuplan.solvers.problem import PlacementProblem
 from gpuplan.solvers.run_options import RunOptions
 
@@ -285,6 +287,8 @@ def make_plan(
     reserved = previous_reservations(previous, inp) if previous is not None else None
     timeline_by = deadline if deterministic else deadline.sub(TIMELINE_SHARE)
     result = with_reservations(planned, problem, result, catalog, now, reserved, timeline_by)
+    if solver != Fgd.name:
+        result = better_than_fgd(planned, problem, result, catalog, now, options, reserved, timeline_by)
     if TIMELINE_CUT in result.terms:
         cut.append("predicted starts")
     watch.lap("timeline")

@@ -378,6 +378,8 @@ def roll_forward(
         for k in solver_starts
         if (end := duration_s(workloads[k[0]], inp.policy) or math.inf) <= HORIZON_S
     }
+    # The same starts as they run: until their expected end.
+    solver_runs = {k: replace(iv, end=start_ends.get(k, math.inf)) for k, iv in solver_starts.items()}
     order = problem.queue_order()
     for req in order:
         if req.key in chosen and req.running is not None:
@@ -398,6 +400,7 @@ def roll_forward(
         honoured = fresh and all(m.key in previous for m in members)
         processed.update(m.key for m in members)
         promoted = False
+        yielded = False
         # Start times: the expected ends so far, and those of the solver's starts not reached yet (a
         # replica ahead of them in the queue may start when they end).
         times = sorted({0.0, *roll.ends, *(e for k, e in start_ends.items() if k not in processed)})
@@ -411,13 +414,25 @@ def roll_forward(
                 pending = [iv for k, iv in solver_starts.items() if k not in processed]
                 found = roll.probe(t, members, ivs + pending, [])
                 if found is None:
+                    # Room now that the solver gave to replicas behind it: leaving this one waiting was
+                    # the objective's choice, so its reservation later keeps off the solver's starts.
+                    yielded = fresh and roll.probe(t, members, ivs, []) is not None
                     continue
                 promoted = fresh
             elif not need or roll.free_milli(ivs) >= need:
                 tries = [[previous[m.key].hold for m in members]] if honoured else []
                 if t == 0 and suggested:
                     tries.append([holding(chosen[m.key]) for m in members])
-                found = roll.probe(t, members, ivs, tries)
+                elif t > 0 and not honoured:
+                    # A later reservation takes GPUs the solver's starts behind it leave free by then
+                    # first (so that it holds back no start it need not delay), and only those when
+                    # the replica could have started now in their place (see above).
+                    behind = [iv for k, iv in solver_runs.items() if k not in processed and iv.end > t]
+                    if behind:
+                        found = roll.probe(t, members, ivs + behind, tries)
+                    if found is None and yielded:
+                        continue
+                found = found or roll.probe(t, members, ivs, tries)
             if found is None:
                 continue
             # Now, a fresh replica starts if the solver or the previous plan starts it, or it fills idle room.

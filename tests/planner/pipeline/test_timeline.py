@@ -153,3 +153,34 @@ def test_a_timeline_cut_by_the_deadline_keeps_the_solver_plan() -> None:
     assert cut.assignments == solved.assignments and cut.terms["timeline_cut"] == 1
     full = with_reservations(inp, problem, solved, default_catalog(), NOW)
     assert {a.workload for a in full.assignments} == {"A"}  # L would delay H's reserved start
+
+
+def test_a_replica_the_solver_left_waiting_in_favour_of_a_start_does_not_take_its_room_later() -> None:
+    """n has two GPUs: R holds GPU 1 for 100 s more, GPU 0 is free. Y (priority 10) is ahead of X in
+    the queue, but the solver started X on GPU 0 and left Y waiting, though Y fits there now: that was the
+    objective's choice. So Y's reservation keeps off X's GPU (GPU 1 from +100 s) and X starts now; were
+    Y given GPU 0 at +100 s, X would wait for nothing and GPU 0 would stay idle until then."""
+    from gpuplan.models.plan import Assignment, GpuUse, PlanStatus
+    from gpuplan.planner.pipeline.compile import compile_problem
+    from gpuplan.planner.pipeline.timeline import with_reservations
+    from gpuplan.solvers.base import SolveResult
+
+    cluster = Cluster.model_validate({"nodes": [node_data("n", "H100-80GB", 2)]})
+    work = [
+        _w("R", "standard", 500, gpus=1, running_on="n:1", started_at=NOW),
+        _w("X", "background", 300, gpus=1),
+        _w("Y", "background", 10, gpus=1, priority=10),
+    ]
+    inp = PlanningInput(cluster=cluster, workloads=tuple(work), policy=Policy(tiers=TIERS))
+    problem = compile_problem(inp, default_catalog(), NOW)
+    assert [r.workload for r in problem.queue_order()][1:] == ["Y", "X"]
+
+    def on(wid: str, gpu: int) -> Assignment:
+        return Assignment(workload=wid, replica=0, node="n", gpus=(GpuUse(index=gpu),), cpu_milli=1000)
+
+    solved = SolveResult(status=PlanStatus.FEASIBLE, solver="hand", assignments=(on("R", 1), on("X", 0)))
+    timed = with_reservations(inp, problem, solved, default_catalog(), NOW)
+    assert {(a.workload, a.gpus[0].index) for a in timed.assignments} == {("R", 1), ("X", 0)}
+    (y,) = timed.unplaced
+    assert y.workload == "Y" and y.predicted_start == (NOW + timedelta(seconds=100)).isoformat()
+    assert y.reserved_node == "n" and [g.index for g in y.reserved_gpus] == [1]
