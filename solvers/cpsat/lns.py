@@ -182,13 +182,15 @@ def improve(
     step: StepSolver,
     *,
     moves: int = 0,
+    stall: int | None = None,
 ) -> tuple[SolveResult, LnsReport]:
     """Improve ``start`` by CP-SAT steps on small neighbourhoods until ``deadline`` (perf_counter),
     moving at most ``moves`` replicas that were running before the plan (those the policy lets move).
 
     A deterministic run takes a fixed number of steps (its time limit over :data:`STEP_S`), each
     stopped on deterministic time, so that the same input and seed give the same plan; the deadline
-    still ends the search (the report then says the search was cut).
+    still ends the search (the report then says the search was cut). With ``stall``, the search also
+    ends after that many steps in a row that placed nothing more.
     """
     rng = random.Random(options.seed)
     report = LnsReport()
@@ -200,7 +202,8 @@ def improve(
     hosts = _hosts(problem)
     moved: set[tuple[str, int]] = set()
     steps = max(1, int(options.time_limit_s / STEP_S)) if options.deterministic else None
-    while steps is None or report.steps < steps:
+    since_gain = 0
+    while (steps is None or report.steps < steps) and (stall is None or since_gain < stall):
         if time.perf_counter() + 0.2 >= deadline:
             report.cut = steps is not None
             break
@@ -244,6 +247,7 @@ def improve(
         report.steps += 1
         report.cut |= steps is not None and CUT in result.terms  # a step the wall clock stopped
         if result.status.value == "FALLBACK":
+            since_gain += 1
             continue
         gained = sum(
             queue_penalty(by_key[(a.workload, a.replica)], problem)
@@ -251,6 +255,7 @@ def improve(
             if (a.workload, a.replica) not in state.placed
         )
         report.improved += gained > 0
+        since_gain = 0 if gained > 0 else since_gain + 1
         report.gained += gained
         for a in result.assignments:
             key = (a.workload, a.replica)

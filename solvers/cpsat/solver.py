@@ -24,7 +24,7 @@ from gpuplan.solvers.bounds import never_fitting, objective_bound, queue_lower_b
 from gpuplan.solvers.cpsat.builder import CpSatBuilder
 from gpuplan.solvers.cpsat.candidates import Rankings, is_large
 from gpuplan.solvers.cpsat.guard import exact_comparison
-from gpuplan.solvers.cpsat.lns import LnsReport, improve
+from gpuplan.solvers.cpsat.lns import NEIGHBOURHOOD_NODES, LnsReport, improve
 from gpuplan.solvers.cpsat.pools import MIN_PART_S, Part, part_count, solve_parts, split
 from gpuplan.solvers.evaluate import queue_term, reported
 from gpuplan.solvers.fleet.engine import aggregated_value_bound, plan_fleet
@@ -57,6 +57,9 @@ ROOM_SHARE = 0.15
 #: whole-cluster model whose hint leaves replicas waiting: CP-SAT's own search on the full model rarely
 #: re-packs shared GPUs in the seconds a request has (bundled example, 10 s: 2 more replicas placed).
 HINT_SEARCH_SHARE = 0.4
+#: Steps in a row that place nothing more after which the hint search gives its time back (on the
+#: bundled example the step that places more comes among the first three).
+HINT_SEARCH_STALL = 6
 #: Share of the time the transition towards the target configuration leaves that the make-room search
 #: gets on a large cluster whose running work may move (the neighbourhood search gets the rest).
 ROOM_MOVES_SHARE = 0.8
@@ -253,7 +256,7 @@ class CpSat:
         search: LnsReport | None = None
         if not large:
             greedy, room_cut = _with_room(problem, options, greedy, start)
-            if self.decompose and greedy.unplaced:
+            if self.decompose and _worth_searching(problem, greedy, never):
                 greedy, search = _searched(problem, options, greedy)
         candidates = seen.candidates(greedy) if seen.rank else None
         full = candidates is None and movable == disturbed
@@ -441,6 +444,14 @@ def _step(sub: PlacementProblem, options: RunOptions, movable: set[int]) -> Solv
     return CpSat(movable_running=movable, decompose=False).solve(sub, options)
 
 
+def _worth_searching(problem: PlacementProblem, hint: SolveResult, never: frozenset[tuple[str, int]]) -> bool:
+    """Whether the hint search may place more: some replica the hint leaves waiting fits somewhere, and
+    the cluster is larger than one neighbourhood (else the model itself is the search)."""
+    if len(problem.nodes) <= NEIGHBOURHOOD_NODES:
+        return False
+    return any((u.workload, u.replica) not in never for u in hint.unplaced)
+
+
 def _searched(
     problem: PlacementProblem, options: RunOptions, hint: SolveResult
 ) -> tuple[SolveResult, LnsReport]:
@@ -449,7 +460,9 @@ def _searched(
     share = HINT_SEARCH_SHARE * options.time_limit_s
     budget = problem.policy.disruption.max_moves_per_round - moved_running(problem, hint)
     searched = replace(options, time_limit_s=share)
-    improved, report = improve(problem, searched, hint, time.perf_counter() + share, _step, moves=budget)
+    improved, report = improve(
+        problem, searched, hint, time.perf_counter() + share, _step, moves=budget, stall=HINT_SEARCH_STALL
+    )
     log.info(
         "hint search: %d steps, %d placed more, %d waiting before, %d after",
         report.steps, report.improved, len(hint.unplaced), len(improved.unplaced),
