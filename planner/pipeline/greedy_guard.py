@@ -32,6 +32,9 @@ log = logging.getLogger(__name__)
 
 #: Term set when the FGD plan, after predicted starts, left less waiting than the solver's and was kept.
 KEPT_FGD = "kept_fgd_after_timeline"
+#: Waiting replicas times nodes above which the FGD plan is not made again (on a fleet in rounds it
+#: takes a good part of a round's few seconds; the solver's own plan starts from it there).
+MAX_PAIRS = 20_000
 
 
 def better_than_fgd(
@@ -45,8 +48,11 @@ def better_than_fgd(
     deadline: Deadline,
 ) -> SolveResult:
     """``result`` (the solver's plan after predicted starts), or the FGD plan after the same pass when
-    that leaves less waiting; only when the pass changed the solver's plan and time is left."""
+    that leaves less waiting; only when the pass changed the solver's plan, time is left and the input
+    is not fleet-sized (:data:`MAX_PAIRS`)."""
     if not result.terms.get("timeline_changed") or TIMELINE_CUT in result.terms or deadline.expired():
+        return result
+    if sum(r.running is None for r in problem.requests) * len(problem.nodes) > MAX_PAIRS:
         return result
     greedy = Fgd().solve(problem, options)
     ours = with_reservations(inp, problem, greedy, catalog, now, previous, deadline)
