@@ -36,7 +36,7 @@ from gpuplan.planner.validation.errors import InvalidPlanError
 from gpuplan.planner.validation.validate import check_plan
 from gpuplan.solvers.base import CUT, SolveResult, get_solver
 from gpuplan.solvers.evaluate import evaluate, reported
-from gpuplan.solvers.greedy import Fgd
+from gpuplan.solvers.greedy import GreedySolver
 from gpuplan.solvers.problem import PlacementProblem
 from gpuplan.solvers.run_options import RunOptions
 
@@ -287,7 +287,7 @@ def make_plan(
     reserved = previous_reservations(previous, inp) if previous is not None else None
     timeline_by = deadline if deterministic else deadline.sub(TIMELINE_SHARE)
     result = with_reservations(planned, problem, result, catalog, now, reserved, timeline_by)
-    if solver != Fgd.name:
+    if not isinstance(get_solver(solver), GreedySolver):  # a heuristic asked for is returned as it is
         result = better_than_fgd(planned, problem, result, catalog, now, options, reserved, timeline_by)
     if TIMELINE_CUT in result.terms:
         cut.append("predicted starts")
