@@ -3,7 +3,10 @@ URL, and the one transaction that holds the write lock from its start (for schem
 
 from __future__ import annotations
 
+import itertools
 import os
+import sqlite3
+import time
 from collections.abc import Iterator
 from contextlib import contextmanager
 from pathlib import Path
@@ -22,6 +25,9 @@ ADVISORY_LOCK = 0x67707570
 #: The PostgreSQL advisory lock under which a job is admitted (counted against the active-job limit and
 #: inserted): apart from :data:`ADVISORY_LOCK`, so that admissions do not wait for a schema upgrade's.
 ADMISSION_LOCK = ADVISORY_LOCK + 1
+#: Tries, and the pause between them, at switching a SQLite file to WAL while other connections open it.
+WAL_ATTEMPTS = 200
+WAL_RETRY_S = 0.05
 
 
 def database_url(target: str | None) -> str:
@@ -59,9 +65,18 @@ def driver_reason(exc: SQLAlchemyError) -> str:
 def _sqlite_pragmas(dbapi_conn: Any, _record: Any) -> None:
     """WAL journal so that a reader never blocks the writer and a killed writer leaves the file intact."""
     cur = dbapi_conn.cursor()
-    cur.execute("PRAGMA journal_mode=WAL")
-    cur.execute("PRAGMA synchronous=NORMAL")
     cur.execute("PRAGMA busy_timeout=10000")
+    # Switching a new file to WAL needs it to itself, and SQLite answers "locked" at once, without
+    # waiting, while other connections opening it together hold it: retry for up to the busy timeout.
+    for attempt in itertools.count(1):
+        try:
+            cur.execute("PRAGMA journal_mode=WAL")
+            break
+        except sqlite3.OperationalError as exc:
+            if "locked" not in str(exc) or attempt >= WAL_ATTEMPTS:
+                raise
+            time.sleep(WAL_RETRY_S)
+    cur.execute("PRAGMA synchronous=NORMAL")
     cur.close()
 
 
