@@ -7,7 +7,9 @@ expected run, including the reservations of replicas ahead of it. So a lower tie
 where it does not delay any reservation made before it, as in Slurm's conservative backfill.
 
 A replica the solver starts now keeps the solver's GPUs when they are compatible with the reservations
-ahead of it, and waits otherwise; a waiting replica whose earliest time is now is started now. A
+ahead of it, and waits otherwise; a waiting replica whose earliest time is now is started now. A replica
+the solver left waiting although it fits now in the room of the solver's starts behind it was passed
+over by the objective's choice: its reservation keeps off those starts rather than hold them back. A
 reservation from the previous plan is tried first at every time, so when durations are exact and
 nothing new arrives, each replica starts exactly when and where it was predicted.
 
