@@ -4,7 +4,7 @@ from __future__ import annotations
 
 import importlib
 from collections.abc import Callable
-from dataclasses import dataclass, field
+from dataclasses import dataclass, field, replace
 from typing import Protocol
 
 from gpuplan.models.plan import Assignment, MigLayout, PlanStatus, Unplaced
@@ -37,6 +37,21 @@ class SolveResult:
     wall_s: float = 0.0
     terms: dict[str, float] = field(default_factory=dict)
     model_size: dict[str, int] = field(default_factory=dict)
+
+
+def instead_of(solved: SolveResult, plan: SolveResult, terms: dict[str, float]) -> SolveResult:
+    """``plan`` returned in place of the plan ``solved``: feasible, under ``solved``'s solver name, bound
+    (a bound holds for every plan), model size and wall time, with ``terms``."""
+    return replace(
+        plan,
+        status=PlanStatus.FEASIBLE,
+        solver=solved.solver,
+        best_bound=solved.best_bound,
+        bound_source=solved.bound_source,
+        model_size=solved.model_size,
+        wall_s=solved.wall_s,
+        terms=terms,
+    )
 
 
 class Solver(Protocol):

@@ -13,7 +13,6 @@ from __future__ import annotations
 
 import logging
 from collections.abc import Mapping
-from dataclasses import replace
 from datetime import datetime
 
 from gpuplan.models.hardware import HardwareCatalog
@@ -22,7 +21,7 @@ from gpuplan.models.plan import PlanStatus
 from gpuplan.planner.pipeline.deadline import Deadline
 from gpuplan.planner.pipeline.occupancy import Key
 from gpuplan.planner.pipeline.timeline import TIMELINE_CUT, Reservation, with_reservations
-from gpuplan.solvers.base import SolveResult
+from gpuplan.solvers.base import SolveResult, instead_of
 from gpuplan.solvers.evaluate import queue_term
 from gpuplan.solvers.greedy import Fgd
 from gpuplan.solvers.problem import PlacementProblem
@@ -65,13 +64,4 @@ def better_than_fgd(
         "predicted starts held back %d of %s's starts: the FGD plan leaves less waiting (%d against %d)",
         int(result.terms["timeline_changed"]), result.solver, mine, theirs,
     )  # fmt: skip
-    return replace(
-        ours,
-        status=PlanStatus.FEASIBLE,
-        solver=result.solver,
-        best_bound=result.best_bound,
-        bound_source=result.bound_source,
-        model_size=result.model_size,
-        wall_s=result.wall_s,
-        terms={**result.terms, **ours.terms, KEPT_FGD: 1.0},
-    )
+    return instead_of(result, ours, {**result.terms, **ours.terms, KEPT_FGD: 1.0})

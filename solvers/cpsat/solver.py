@@ -19,7 +19,7 @@ from ortools.sat.python import cp_model
 
 from gpuplan.models.plan import Assignment, PlanStatus
 from gpuplan.models.policy import ObjectiveMode
-from gpuplan.solvers.base import CUT, SolveResult
+from gpuplan.solvers.base import CUT, SolveResult, instead_of
 from gpuplan.solvers.bounds import never_fitting, objective_bound, queue_lower_bound
 from gpuplan.solvers.cpsat.builder import CpSatBuilder
 from gpuplan.solvers.cpsat.candidates import Rankings, is_large
@@ -520,15 +520,7 @@ def _never_worse(
     if queue_term(problem, solved) <= queue_term(problem, greedy) or not fits():
         return solved
     log.info("CP-SAT's plan waits more than the FGD plan it was hinted with: returning the FGD plan")
-    return replace(
-        greedy,
-        status=PlanStatus.FEASIBLE,
-        solver=solved.solver,
-        best_bound=solved.best_bound,
-        bound_source=solved.bound_source,
-        terms={**solved.terms, "kept_hint": 1.0},
-        model_size=solved.model_size,
-    )
+    return instead_of(solved, greedy, {**solved.terms, "kept_hint": 1.0})
 
 
 def _better_of(
@@ -552,15 +544,7 @@ def _better_of(
     if ours <= theirs or not fits():
         return replace(solved, terms=terms)
     log.info("kept the FGD hint: exact fragmentation %.0f against CP-SAT's %.0f", theirs, ours)
-    return replace(
-        hint,
-        status=PlanStatus.FEASIBLE,
-        solver=solved.solver,
-        best_bound=solved.best_bound,
-        bound_source=solved.bound_source,
-        terms={**terms, "kept_hint": 1.0},
-        model_size=solved.model_size,
-    )
+    return instead_of(solved, hint, {**terms, "kept_hint": 1.0})
 
 
 def solve_part(part: Part) -> SolveResult:
