@@ -18,6 +18,7 @@ kernel, so the plan keeps every rule the kernel keeps; the moves stay within the
 
 from __future__ import annotations
 
+import heapq
 import logging
 import time
 from collections import Counter, defaultdict
@@ -74,6 +75,8 @@ class _Plan:
         self.penalty = penalty
         self.on: dict[int, set[Key]] = defaultdict(set)
         self.version: Counter[int] = Counter()
+        #: Every node whose placements changed, in order (what rankings kept since then must look at).
+        self.changed: list[int] = []
         self.moved: Counter[str] = Counter()
         self.value = 0
         self._journal: list[tuple[Key, Request, Assignment | None]] = []
@@ -105,6 +108,7 @@ class _Plan:
             n = self.node_pos[old[1].node]
             self.on[n].discard(q.key)
             self.version[n] += 1
+            self.changed.append(n)
             self.value -= self.penalty[q.key]
             self.moved[q.team] -= self._is_moved(q, old[1])
             del self.placed[q.key]
@@ -112,6 +116,7 @@ class _Plan:
             n = self.node_pos[a.node]
             self.on[n].add(q.key)
             self.version[n] += 1
+            self.changed.append(n)
             self.value += self.penalty[q.key]
             self.moved[q.team] += self._is_moved(q, a)
             self.placed[q.key] = (q, a)
@@ -158,6 +163,12 @@ class _Search:
     _use: dict[int, tuple[int, _Use]] = field(default_factory=dict)
     _estimates: dict[tuple[int, ShapeSpec], tuple[NodeState, int, int | None]] = field(default_factory=dict)
     _hosts: dict[tuple[tuple[ShapeSpec, ...], str], list[int]] = field(default_factory=dict)
+    _host_sets: dict[tuple[tuple[ShapeSpec, ...], str], frozenset[int]] = field(default_factory=dict)
+    #: Per (shapes, team, shape): how far into ``plan.changed`` the estimates were brought up to date,
+    #: and the estimate of every host node where room can be made.
+    _known: dict[tuple[tuple[ShapeSpec, ...], str, ShapeSpec], tuple[int, dict[int, int]]] = field(
+        default_factory=dict
+    )
 
     def out_of_time(self) -> bool:
         if self.replaying:
@@ -253,23 +264,55 @@ class _Search:
             costs.sort()
         return sum(costs[:wanted]) + short_cpu + short_mem
 
-    def candidates(self, req: Request, seen: frozenset[int], depth: int) -> list[tuple[int, int, int]]:
-        """(estimated evictions, node, alternative) to try for ``req``, cheapest first: every node that
-        could host it when empty (estimate 0), or on a large fleet those of lowest estimated eviction
-        cost."""
+    def hosts(self, req: Request) -> list[int]:
+        """The nodes that could host ``req`` when empty."""
         hosts = self._hosts.get((req.shapes, req.team))
         if hosts is None:
             hosts = [n for n in range(len(self.placer.infos)) if self.fits_empty(req, n)]
             self._hosts[(req.shapes, req.team)] = hosts
-        nodes = [n for n in hosts if n not in seen]
+        return hosts
+
+    def _host_set(self, req: Request) -> frozenset[int]:
+        key = (req.shapes, req.team)
+        found = self._host_sets.get(key)
+        if found is None:
+            found = self._host_sets[key] = frozenset(self.hosts(req))
+        return found
+
+    def known(self, req: Request, shape: ShapeSpec) -> dict[int, int]:
+        """:meth:`estimate` of ``shape`` on every host node of ``req`` where room can be made, brought up
+        to date on the nodes changed since the last call (ranking 1,213 nodes afresh for every trial took
+        half of the search's time on the openb fleet)."""
+        key = (req.shapes, req.team, shape)
+        cached = self._known.get(key)
+        if cached is None:
+            found = {n: e for n in self.hosts(req) if (e := self.estimate(n, shape)) is not None}
+        else:
+            upto, found = cached
+            if upto < len(self.plan.changed):
+                hosts = self._host_set(req)
+                for n in set(self.plan.changed[upto:]):
+                    e = self.estimate(n, shape) if n in hosts else None
+                    if e is None:
+                        found.pop(n, None)
+                    else:
+                        found[n] = e
+        self._known[key] = (len(self.plan.changed), found)
+        return found
+
+    def candidates(self, req: Request, seen: frozenset[int], depth: int) -> list[tuple[int, int, int]]:
+        """(estimated evictions, node, alternative) to try for ``req``, cheapest first (ties by node):
+        every node that could host it when empty (estimate 0), or on a large fleet those of lowest
+        estimated eviction cost."""
         if not self.ranked:
+            nodes = [n for n in self.hosts(req) if n not in seen]
             return [(0, n, k) for n in nodes for k in range(len(req.shapes))]
         limit = CANDIDATES if depth == DEPTH else max(1, CANDIDATES // 3)
         out: list[tuple[int, int, int]] = []
         for k, shape in enumerate(req.shapes):
-            scored = [(e, n) for n in nodes if (e := self.estimate(n, shape)) is not None]
-            scored.sort()
-            out.extend((e, n, k) for e, n in scored[:limit])
+            known = self.known(req, shape)
+            scored = heapq.nsmallest(limit, ((e, n) for n, e in known.items() if n not in seen))
+            out.extend((e, n, k) for e, n in scored)
         out.sort()
         return out
 

@@ -15,9 +15,9 @@ from gpuplan.models import PlanningInput, default_catalog
 from gpuplan.planner.pipeline.compile import compile_problem
 from gpuplan.solvers.base import SolveResult
 from gpuplan.solvers.formulation.objective import queue_penalty
-from gpuplan.solvers.greedy import Fgd, make_room, moved_running
+from gpuplan.solvers.greedy import Fgd, make_room, moved_running, room
 from gpuplan.solvers.placement import Placer
-from gpuplan.solvers.problem import PlacementProblem
+from gpuplan.solvers.problem import PlacementProblem, Request, ShapeSpec
 from gpuplan.solvers.run_options import RunOptions
 
 NOW = datetime(2026, 11, 29, 12, tzinfo=UTC)
@@ -143,3 +143,45 @@ def test_room_never_drops_running_work_nor_exceeds_the_budget(
             slot = (a.node, use.index)
             load[slot] = load.get(slot, 0) + (1000 if use.milli is None else use.milli)
     assert all(v <= 1000 for v in load.values())
+
+
+@settings(max_examples=60, deadline=None, suppress_health_check=[HealthCheck.too_slow])
+@given(
+    st.lists(st.integers(1, 4), min_size=2, max_size=5),
+    st.lists(st.tuples(st.sampled_from([250, 500, 500, 700]), st.integers(0, 19)), min_size=2, max_size=16),
+    st.lists(st.sampled_from([500, 1000, 1000, 2000]), min_size=2, max_size=6),
+    st.integers(1, 4),
+)
+def test_ranked_candidates_kept_up_to_date_equal_a_fresh_ranking(
+    sizes: list[int], running: list[tuple[int, int]], waiting: list[int], budget: int
+) -> None:
+    """On a ranked fleet (every fleet here) the eviction estimates a search keeps from trial to trial,
+    updated only on the nodes that changed, are at every call those of every host node computed
+    afresh."""
+    kept = room._Search.known
+    calls: list[tuple[str, int]] = []
+
+    def checked(self: room._Search, req: Request, shape: ShapeSpec) -> dict[int, int]:
+        found = dict(kept(self, req, shape))
+        fresh = {n: e for n in self.hosts(req) if (e := self.estimate(n, shape)) is not None}
+        assert found == fresh
+        calls.append(req.key)
+        return found
+
+    work: list[dict[str, Any]] = []
+    used: dict[tuple[int, int], int] = {}
+    for i, (milli, spot) in enumerate(running):
+        n = spot % len(sizes)
+        g = (spot // len(sizes)) % sizes[n]
+        if used.get((n, g), 0) + milli > 1000:
+            continue
+        used[(n, g)] = used.get((n, g), 0) + milli
+        work.append(_running(f"r{i}", milli, f"n{n}", g) if milli < 1000 else
+                    {"id": f"r{i}", "gpus": 1, "cpu_milli": 1000, "running_on": f"n{n}:{g}"})  # fmt: skip
+    for j, milli in enumerate(waiting):
+        shape = {"gpus": milli // 1000} if milli >= 1000 else {"gpu_milli": milli}
+        work.append({"id": f"w{j}", "cpu_milli": 1000, **shape})
+    with pytest.MonkeyPatch.context() as patch:
+        patch.setattr(room, "RANKED_ABOVE", 0)
+        patch.setattr(room._Search, "known", checked)
+        _roomed(_problem(sizes, work, budget))
