@@ -4,7 +4,7 @@ across nodes, never beyond the disruption budget, never dropping running work.""
 from __future__ import annotations
 
 import time
-from datetime import UTC, datetime
+from datetime import UTC, datetime, timedelta
 from typing import Any
 
 import pytest
@@ -24,7 +24,11 @@ NOW = datetime(2026, 11, 29, 12, tzinfo=UTC)
 
 
 def _problem(
-    gpus_per_node: list[int], work: list[dict[str, Any]], budget: int, models: dict[int, str] | None = None
+    gpus_per_node: list[int],
+    work: list[dict[str, Any]],
+    budget: int,
+    models: dict[int, str] | None = None,
+    labels: dict[int, dict[str, str]] | None = None,
 ) -> PlacementProblem:
     nodes = [
         {
@@ -32,6 +36,7 @@ def _problem(
             "cpu_milli": 64000,
             "memory_mib": 1_000_000,
             "gpus": [{"index": g, "model": (models or {}).get(i, "L40S-48GB")} for g in range(k)],
+            "labels": (labels or {}).get(i, {}),
         }
         for i, k in enumerate(gpus_per_node)
     ]
@@ -185,3 +190,52 @@ def test_ranked_candidates_kept_up_to_date_equal_a_fresh_ranking(
         patch.setattr(room, "RANKED_ABOVE", 0)
         patch.setattr(room._Search, "known", checked)
         _roomed(_problem(sizes, work, budget))
+
+
+@pytest.mark.parametrize("budget", [0, 1])
+def test_a_waiting_gang_takes_two_nodes_from_a_single_job_worth_less(budget: int) -> None:
+    """FGD places the 8-GPU job that waited longest on the empty node; the gang of two 8-GPU replicas,
+    worth twice as much waiting, then fits nowhere: n1 runs a 4-GPU job. With one move the job goes to
+    n2 (4 GPUs), the gang takes n0 and n1 and the single job waits; without it nothing changes."""
+    hours = timedelta(hours=1)
+    work = [
+        {"id": "solo", "gpus": 8, "cpu_milli": 1000, "queued_since": (NOW - 3 * hours).isoformat()},
+        {
+            "id": "pair", "gpus": 8, "replicas": 2, "gang": "pair", "cpu_milli": 1000,
+            "queued_since": (NOW - 2 * hours).isoformat(),
+        },
+        {"id": "run", "gpus": 4, "cpu_milli": 1000, "running_on": "n1:0,1,2,3"},
+    ]  # fmt: skip
+    problem = _problem([8, 8, 4], work, budget)
+    start, out = _roomed(problem)
+    assert {a.workload for a in start.assignments} == {"solo", "run"}
+    where = {(a.workload, a.replica): a.node for a in out.assignments}
+    if budget:
+        assert where == {("pair", 0): "n0", ("pair", 1): "n1", ("run", 0): "n2"} or where == {
+            ("pair", 0): "n1",
+            ("pair", 1): "n0",
+            ("run", 0): "n2",
+        }
+        assert moved_running(problem, out) == 1
+    else:
+        assert where == {("solo", 0): "n0", ("run", 0): "n1"}
+
+
+def test_a_gang_with_a_domain_label_gets_room_inside_one_value() -> None:
+    """The gang must sit in one rack: r0 holds n0 (free) and n1 (the single job's place after FGD),
+    r1 holds only n2. Room is made in r0 (n0 and n1), never across racks."""
+    hours = timedelta(hours=1)
+    work = [
+        {"id": "solo", "gpus": 8, "cpu_milli": 1000, "queued_since": (NOW - 3 * hours).isoformat()},
+        {
+            "id": "pair", "gpus": 8, "replicas": 2, "gang": "pair", "gang_domain": "rack",
+            "cpu_milli": 1000, "queued_since": (NOW - 2 * hours).isoformat(),
+        },
+    ]  # fmt: skip
+    problem = _problem([8, 8, 8], work, 0, labels={0: {"rack": "r0"}, 1: {"rack": "r0"}, 2: {"rack": "r1"}})
+    start, out = _roomed(problem)
+    racks = {"n0": "r0", "n1": "r0", "n2": "r1"}
+    placed = {a.workload: a.node for a in start.assignments}
+    assert set(placed) == {"solo"}
+    pair = [a.node for a in out.assignments if a.workload == "pair"]
+    assert len(pair) == 2 and len({racks[n] for n in pair}) == 1

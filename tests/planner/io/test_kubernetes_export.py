@@ -50,8 +50,9 @@ CLUSTER = {
     ]
 }
 _COMMON = {"cpu_milli": 1000, "memory_mib": 4096, "duration_s": 3600}
-#: Work that stays (mover), moves (stay: n1 is needed whole by the gang), is preempted (victim), and new
-#: work: a two-replica gang, a 3-GPU job, and 1g.10gb services that need n2's 7g.80gb GPU re-partitioned.
+#: Running work of which one moves (mover on n0 or stay on n1: either node is then free for the gang, and
+#: the two plans tie), work that is preempted (victim), and new work: a two-replica gang, a 3-GPU job, and
+#: 1g.10gb services that need n2's 7g.80gb GPU re-partitioned.
 WORKLOADS = [
     {"id": "mover", "gpus": 1, "preemptible": True, "running_on": "n0:0"},
     {"id": "stay", "gpus": 1, "tier": "latency-sensitive", "running_on": "n1:0"},
@@ -232,8 +233,11 @@ def test_the_hand_made_cluster_exports_in_the_plan_s_order(
     _check_order_and_objects(inp, plan, rounds)
     objs = [d for r in rounds for d in r]
     names = {d["metadata"]["name"] for d in objs if d["kind"] == "Eviction"}
-    assert "victim" in names and "stay" in names and "mover" not in names
-    assert not any(d["metadata"].get("labels", {}).get("gpuplan.io/workload") == "mover" for d in objs)
+    moved = {a.workload for a in plan.actions if a.kind == MIGRATE}
+    assert len(moved) == 1 and moved <= {"mover", "stay"}
+    (kept,) = {"mover", "stay"} - moved
+    assert "victim" in names and moved <= names and kept not in names
+    assert not any(d["metadata"].get("labels", {}).get("gpuplan.io/workload") == kept for d in objs)
     # The gang: a PodGroup of two, before its pods, and both pods carry its label.
     group = next(d for d in objs if d["kind"] == "PodGroup")
     assert group["metadata"]["name"] == "pair" and group["spec"]["minMember"] == 2
@@ -253,9 +257,13 @@ def test_the_hand_made_cluster_exports_in_the_plan_s_order(
     label = next(d for d in objs if d["kind"] == "Node")["metadata"]["labels"][kubernetes.MIG_CONFIG_LABEL]
     entries = config["mig-configs"][label]
     assert {"devices": [0], "mig-enabled": True, "mig-devices": {"1g.10gb": 3}} in entries
-    # The pods' tier maps to the documented PriorityClass (1000 per unit of tier weight).
+    # The pods' tier maps to the documented PriorityClass (1000 per unit of tier weight): the new work
+    # and "stay" are latency-sensitive, "mover" standard (weight 3).
     classes = {d["metadata"]["name"]: d["value"] for d in rounds[0] if d["kind"] == "PriorityClass"}
-    assert classes == {"gpuplan-latency-sensitive": 10000}
+    assert classes == {
+        "gpuplan-latency-sensitive": 10000,
+        **({"gpuplan-standard": 3000} if kept == "stay" else {}),
+    }
     assert _check_schemas(rounds) > 0
 
 
@@ -354,7 +362,7 @@ def test_a_plan_without_actions_still_stops_before_it_starts(
 
 def test_a_missing_image_names_the_workload(scenario: tuple[PlanningInput, Plan]) -> None:
     inp, plan = scenario
-    images = kubernetes.Images(per_workload={"big": IMAGE, "need3": IMAGE, "stay": IMAGE})
+    images = kubernetes.Images(per_workload={"big": IMAGE, "need3": IMAGE, "stay": IMAGE, "mover": IMAGE})
     with pytest.raises(InputError, match="no container image for workload 'svc'"):
         kubernetes.steps(plan, inp, images)
     steps = kubernetes.steps(plan, inp, kubernetes.Images(default="base:1", per_workload={"svc": "svc:2"}))
