@@ -83,6 +83,10 @@ class Master:
         self.h.changeColsIntegrality(n, idx, np.full(n, highspy.HighsVarType.kInteger))
         self.h.setOptionValue("time_limit", max(0.01, time_limit_s))
         self.h.setOptionValue("mip_rel_gap", 1e-4)
+        # Symmetry detection is HiGHS' one parallel task of the root node; in a process forked from one
+        # that ran HiGHS (a fleet part), the inherited scheduler has no threads to run it and the MIP
+        # waits for it for ever. Patterns are distinct columns: there is little symmetry to find.
+        self.h.setOptionValue("mip_detect_symmetry", False)
         if max_nodes is not None:
             self.h.setOptionValue("mip_max_nodes", max_nodes)
         try:
