@@ -10,6 +10,7 @@ Columns are added as pricing finds them; HiGHS re-optimises from the previous ba
 
 from __future__ import annotations
 
+import os
 from collections.abc import Sequence
 from dataclasses import dataclass
 
@@ -18,6 +19,16 @@ import numpy as np
 
 from gpuplan.solvers.fleet.classes import NodeClass, RequestClass
 from gpuplan.solvers.fleet.pricing import Pattern
+
+
+def _fresh_scheduler() -> None:
+    """Drop HiGHS' task scheduler in a forked child: the child inherits the parent's scheduler but not its
+    threads, so a MIP's parallel root tasks would wait for them for ever (fleet parts are forked from
+    a process that may have run HiGHS); the next solve starts a scheduler of the child's own."""
+    highspy.Highs.resetGlobalScheduler(False)
+
+
+os.register_at_fork(after_in_child=_fresh_scheduler)
 
 
 @dataclass(frozen=True)
@@ -83,10 +94,6 @@ class Master:
         self.h.changeColsIntegrality(n, idx, np.full(n, highspy.HighsVarType.kInteger))
         self.h.setOptionValue("time_limit", max(0.01, time_limit_s))
         self.h.setOptionValue("mip_rel_gap", 1e-4)
-        # Symmetry detection is HiGHS' one parallel task of the root node; in a process forked from one
-        # that ran HiGHS (a fleet part), the inherited scheduler has no threads to run it and the MIP
-        # waits for it for ever. Patterns are distinct columns: there is little symmetry to find.
-        self.h.setOptionValue("mip_detect_symmetry", False)
         if max_nodes is not None:
             self.h.setOptionValue("mip_max_nodes", max_nodes)
         try:
