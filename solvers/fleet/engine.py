@@ -5,7 +5,9 @@ host which pattern; rounding and the placement kernel turn that into a plan.
    classes by their remaining state (:mod:`.classes`).
 2. The aggregated configuration LP (:mod:`.relaxation`: each node class's pricing polytope scaled by
    its count, one LP) gives a first bound and class prices; the configuration LP is solved by column
-   generation from those prices, started from the patterns of the FGD plan (:mod:`.generation`). The
+   generation (:mod:`.generation`) from those prices, started from the patterns of the FGD plan and
+   from patterns packed from the aggregated LP's solution (:mod:`.guided`: near the optimum at once on
+   lists of many share sizes, where generation from the FGD patterns alone tails off). The
    better of the two bounds is a bound on the queue term valid for the whole problem when no running
    work may be disturbed; the aggregated one holds even where column generation tails off (lists of
    many share sizes).
@@ -36,6 +38,7 @@ from gpuplan.solvers.base import CUT, SolveResult
 from gpuplan.solvers.evaluate import queue_term
 from gpuplan.solvers.fleet.classes import NodeClass, RequestClass, node_classes, request_classes
 from gpuplan.solvers.fleet.generation import Configuration, generate
+from gpuplan.solvers.fleet.guided import guided_patterns
 from gpuplan.solvers.fleet.pricing import Pattern
 from gpuplan.solvers.fleet.relaxation import aggregated_bound
 from gpuplan.solvers.fleet.rounding import assign_patterns, fill, realise
@@ -51,6 +54,8 @@ log = logging.getLogger(__name__)
 #: Share of the time limit given to column generation, then of the rest to the integer master.
 GENERATION_SHARE = 0.7
 INTEGER_SHARE = 0.5
+#: Share of the column generation's time that packing the aggregated LP's solution may take at most.
+GUIDED_SHARE = 0.5
 #: The second FGD plan of the first columns runs only if the first took at most this share of the time
 #: left (a fleet on a loaded machine would otherwise overrun its time limit).
 SECOND_PLAN_SHARE = 0.25
@@ -279,10 +284,21 @@ def plan_fleet(problem: PlacementProblem, options: RunOptions, deadline: float) 
     share = DETERMINISTIC_GENERATION_SHARE if options.deterministic else GENERATION_SHARE
     generation_deadline = time.perf_counter() + share * (deadline - time.perf_counter())
     relaxed = aggregated_bound(nodes, classes, generation_deadline)
+    initial = [p for g in firsts for p in _initial_patterns(problem, nodes, classes, g.assignments)]
+    guided_cut = False
+    if relaxed is not None:
+        guided = guided_patterns(
+            nodes, classes, relaxed,
+            time.perf_counter() + GUIDED_SHARE * (generation_deadline - time.perf_counter()),
+            deterministic=options.deterministic, seed=options.seed,
+        )  # fmt: skip
+        initial.extend(guided.patterns)
+        guided_cut = guided.cut
+        log.info("fleet: %d patterns from the aggregated LP%s", len(guided.patterns), " (cut)" * guided.cut)
     config = generate(
         nodes,
         classes,
-        [p for g in firsts for p in _initial_patterns(problem, nodes, classes, g.assignments)],
+        initial,
         generation_deadline,
         seed=options.seed,
         start=relaxed,
@@ -302,7 +318,7 @@ def plan_fleet(problem: PlacementProblem, options: RunOptions, deadline: float) 
         counts, timed_out = config.master.solve_integer(
             max(0.1, INTEGER_SHARE * (deadline - time.perf_counter()))
         )
-    cut = options.deterministic and (config.cut or timed_out or relaxed is None)
+    cut = options.deterministic and (config.cut or timed_out or relaxed is None or guided_cut)
     integer = time.perf_counter()
     plan = assign_patterns(nodes, config.master.patterns, counts or config.solution.x)
     placed, done = realise(problem, placer, classes, plan)

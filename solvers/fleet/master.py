@@ -10,6 +10,7 @@ Columns are added as pricing finds them; HiGHS re-optimises from the previous ba
 
 from __future__ import annotations
 
+import os
 from collections.abc import Sequence
 from dataclasses import dataclass
 
@@ -18,6 +19,16 @@ import numpy as np
 
 from gpuplan.solvers.fleet.classes import NodeClass, RequestClass
 from gpuplan.solvers.fleet.pricing import Pattern
+
+
+def _fresh_scheduler() -> None:
+    """Drop HiGHS' task scheduler in a forked child: the child inherits the parent's scheduler but not its
+    threads, so a MIP's parallel root tasks would wait for them for ever (fleet parts are forked from
+    a process that may have run HiGHS); the next solve starts a scheduler of the child's own."""
+    highspy.Highs.resetGlobalScheduler(False)
+
+
+os.register_at_fork(after_in_child=_fresh_scheduler)
 
 
 @dataclass(frozen=True)

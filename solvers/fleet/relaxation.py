@@ -25,7 +25,7 @@ import numpy as np
 from ortools.sat.python import cp_model_helper
 
 from gpuplan.solvers.fleet.classes import NodeClass, RequestClass
-from gpuplan.solvers.fleet.pricing import PatternModel
+from gpuplan.solvers.fleet.pricing import Item, PatternModel
 
 log = logging.getLogger(__name__)
 
@@ -35,10 +35,13 @@ _INFINITE = 2**62
 
 @dataclass(frozen=True)
 class Relaxation:
-    """The aggregated LP's bound on the value placed and its class prices (duals of the class rows)."""
+    """The aggregated LP's bound on the value placed, its class prices (duals of the class rows) and its
+    solution: per node class (in node-class order), the replicas of each (class, alternative) the
+    class's nodes host together (:mod:`.guided` turns them into patterns)."""
 
     bound: float
     prices: tuple[float, ...]
+    hosted: tuple[dict[Item, float], ...] = ()
 
 
 @dataclass
@@ -70,9 +73,10 @@ def _holds(proto: cp_model_helper.CpModelProto, ct: cp_model_helper.ConstraintPr
 
 def _add_class(
     lp: _Lp, nc: NodeClass, classes: Sequence[RequestClass], per_class: dict[int, list[int]]
-) -> bool:
-    """Node class ``nc``'s pricing polytope scaled by its count, at every class's value (``False`` if the
-    model holds a constraint that is not linear, which the relaxation cannot read)."""
+) -> dict[Item, int] | None:
+    """Node class ``nc``'s pricing polytope scaled by its count, at every class's value, and the LP
+    column of each (class, alternative) count (``None`` if the model holds a constraint that is not
+    linear, which the relaxation cannot read)."""
     model = PatternModel(nc, classes, {c.index: float(c.value) for c in classes})
     proto = model.m.proto
     base = len(lp.lower)
@@ -85,9 +89,9 @@ def _add_class(
         if not ct.has_linear():
             if _holds(proto, ct):
                 continue
-            return False
+            return None
         if len(ct.enforcement_literal) or any(v < 0 for v in ct.linear.vars):
-            return False
+            return None
         domain = list(ct.linear.domain)
         lp.rows.append(
             (
@@ -97,10 +101,12 @@ def _add_class(
                 [float(a) for a in ct.linear.coeffs],
             )
         )
-    for (c, _), var in model.terms:
-        lp.cost[base + var.index] = float(classes[c].value)
-        per_class.setdefault(c, []).append(base + var.index)
-    return True
+    columns = {}
+    for item, var in model.terms:
+        lp.cost[base + var.index] = float(classes[item[0]].value)
+        per_class.setdefault(item[0], []).append(base + var.index)
+        columns[item] = base + var.index
+    return columns
 
 
 def _dual_bound(h: highspy.Highs, lp: _Lp) -> tuple[float, float]:
@@ -142,9 +148,12 @@ def aggregated_bound(
         return Relaxation(0.0, ())
     lp = _Lp([], [], [], [])
     per_class: dict[int, list[int]] = {}
+    columns = []
     for nc in nodes:
-        if time.perf_counter() >= deadline or not _add_class(lp, nc, classes, per_class):
+        found = None if time.perf_counter() >= deadline else _add_class(lp, nc, classes, per_class)
+        if found is None:
             return None
+        columns.append(found)
     first_class_row = len(lp.rows)
     for cls in classes:
         cols = per_class.get(cls.index, [])
@@ -168,9 +177,12 @@ def aggregated_bound(
     bound, sign = _dual_bound(h, lp)
     if not math.isfinite(bound):
         return None
-    duals = h.getSolution().row_dual[first_class_row:]
+    solution = h.getSolution()
+    duals = solution.row_dual[first_class_row:]
+    x = solution.col_value
+    hosted = tuple({item: float(x[col]) for item, col in cols.items() if x[col] > 1e-6} for cols in columns)
     log.info(
         "fleet: aggregated LP %.1f (bound %.1f) over %d columns, %d rows",
         h.getInfo().objective_function_value, bound, n, len(lp.rows),
     )  # fmt: skip
-    return Relaxation(bound, tuple(max(0.0, sign * float(d)) for d in duals))
+    return Relaxation(bound, tuple(max(0.0, sign * float(d)) for d in duals), hosted)
