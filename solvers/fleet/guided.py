@@ -19,7 +19,7 @@ from dataclasses import dataclass
 from ortools.sat.python import cp_model
 
 from gpuplan.solvers.fleet.classes import NodeClass, RequestClass
-from gpuplan.solvers.fleet.pricing import Item, Pattern, PatternModel
+from gpuplan.solvers.fleet.pricing import Item, Pattern, PatternModel, pattern_solver
 from gpuplan.solvers.fleet.relaxation import Relaxation
 
 #: Wall-clock seconds one packing step may take at most (its best pattern so far is taken).
@@ -52,13 +52,7 @@ def _best_within(
     model = PatternModel(nc, classes, {c: float(classes[c].value) for c in {item[0] for item in caps}})
     for item, var in model.terms:
         model.m.add(var <= caps.get(item, 0))
-    solver = cp_model.CpSolver()
-    solver.parameters.max_time_in_seconds = max(0.01, time_limit_s)
-    solver.parameters.num_workers = 1
-    solver.parameters.random_seed = seed
-    solver.parameters.linearization_level = 2
-    if deterministic_s is not None:
-        solver.parameters.max_deterministic_time = deterministic_s
+    solver = pattern_solver(time_limit_s, deterministic_s, seed)
     if solver.solve(model.m) not in (cp_model.OPTIMAL, cp_model.FEASIBLE):
         return {}
     return {item: n for item, var in model.terms if (n := solver.value(var)) > 0}

@@ -61,6 +61,27 @@ def _running(name: str, milli: int, node: str, gpu: int = 0) -> dict[str, Any]:
     return {"id": name, "gpu_milli": milli, "cpu_milli": 1000, "running_on": f"{node}:{gpu}={milli}"}
 
 
+def _drawn_work(sizes: list[int], running: list[tuple[int, int]], waiting: list[int]) -> list[dict[str, Any]]:
+    """Running replicas (milli, spot) put on the GPU their spot names unless it is full, then the
+    waiting replicas (milli; whole GPUs from 1000)."""
+    work: list[dict[str, Any]] = []
+    used: dict[tuple[int, int], int] = {}
+    for i, (milli, spot) in enumerate(running):
+        n = spot % len(sizes)
+        g = (spot // len(sizes)) % sizes[n]
+        if used.get((n, g), 0) + milli > 1000:
+            continue
+        used[(n, g)] = used.get((n, g), 0) + milli
+        if milli == 1000:
+            work.append({"id": f"r{i}", "gpus": 1, "cpu_milli": 1000, "running_on": f"n{n}:{g}"})
+        else:
+            work.append(_running(f"r{i}", milli, f"n{n}", g))
+    for j, milli in enumerate(waiting):
+        shape = {"gpus": milli // 1000} if milli >= 1000 else {"gpu_milli": milli}
+        work.append({"id": f"w{j}", "cpu_milli": 1000, **shape})
+    return work
+
+
 WHOLE = {"id": "whole", "gpus": 1, "cpu_milli": 1000}
 
 
@@ -113,21 +134,7 @@ def test_room_never_drops_running_work_nor_exceeds_the_budget(
     """Whatever the cluster: every running replica stays placed, at most ``budget`` of them move, no
     replica is placed twice, GPUs are never over-committed and the queue term never grows (fewer large
     replicas may wait in place of more small ones)."""
-    work: list[dict[str, Any]] = []
-    used: dict[tuple[int, int], int] = {}
-    for i, (milli, spot) in enumerate(running):
-        n = spot % len(sizes)
-        g = (spot // len(sizes)) % sizes[n]
-        if used.get((n, g), 0) + milli > 1000:
-            continue
-        used[(n, g)] = used.get((n, g), 0) + milli
-        if milli == 1000:
-            work.append({"id": f"r{i}", "gpus": 1, "cpu_milli": 1000, "running_on": f"n{n}:{g}"})
-        else:
-            work.append(_running(f"r{i}", milli, f"n{n}", g))
-    for j, milli in enumerate(waiting):
-        shape = {"gpus": milli // 1000} if milli >= 1000 else {"gpu_milli": milli}
-        work.append({"id": f"w{j}", "cpu_milli": 1000, **shape})
+    work = _drawn_work(sizes, running, waiting)
     problem = _problem(sizes, work, budget)
     start, out = _roomed(problem)
     keys = [(a.workload, a.replica) for a in out.assignments]
@@ -173,19 +180,7 @@ def test_ranked_candidates_kept_up_to_date_equal_a_fresh_ranking(
         calls.append(req.key)
         return found
 
-    work: list[dict[str, Any]] = []
-    used: dict[tuple[int, int], int] = {}
-    for i, (milli, spot) in enumerate(running):
-        n = spot % len(sizes)
-        g = (spot // len(sizes)) % sizes[n]
-        if used.get((n, g), 0) + milli > 1000:
-            continue
-        used[(n, g)] = used.get((n, g), 0) + milli
-        work.append(_running(f"r{i}", milli, f"n{n}", g) if milli < 1000 else
-                    {"id": f"r{i}", "gpus": 1, "cpu_milli": 1000, "running_on": f"n{n}:{g}"})  # fmt: skip
-    for j, milli in enumerate(waiting):
-        shape = {"gpus": milli // 1000} if milli >= 1000 else {"gpu_milli": milli}
-        work.append({"id": f"w{j}", "cpu_milli": 1000, **shape})
+    work = _drawn_work(sizes, running, waiting)
     with pytest.MonkeyPatch.context() as patch:
         patch.setattr(room, "RANKED_ABOVE", 0)
         patch.setattr(room._Search, "known", checked)
