@@ -14,7 +14,8 @@ from gpuplan.planner.pipeline.compile import compile_problem
 from gpuplan.planner.planning import inputs_digest, make_plan
 from gpuplan.solvers.base import get_solver
 from gpuplan.solvers.evaluate import fragmented_milli
-from gpuplan.solvers.placement import problem_mix, target_mix
+from gpuplan.solvers.greedy import FgdScorer
+from gpuplan.solvers.placement import Placer, problem_mix, target_mix
 from gpuplan.solvers.run_options import RunOptions
 from tests._factories import node_data
 
@@ -137,3 +138,18 @@ def test_a_plan_without_arrivals_is_unchanged() -> None:
 def test_an_arrival_with_an_unknown_gpu_model_is_refused_by_name() -> None:
     with pytest.raises(ValueError, match="arrival 'x' field gpu_models: unknown GPU model 'B9000'"):
         _input(NODES, ROUND, [{"id": "x", "gpus": 1, "gpu_models": ["B9000"]}])
+
+
+def test_a_placer_given_another_scorer_scores_afresh() -> None:
+    """The same state and pod, first against whole-GPU work (b, as above), then against 700-milli work
+    (a): scores memoised for the first mix are not reused."""
+    arrived = [{"id": "w", "gpus": 1, "cpu_milli": 1000}]
+    problem = compile_problem(_input(NODES, ROUND, arrived), default_catalog(), NOW)
+    placer = Placer(problem.nodes, problem.catalog, FgdScorer(problem_mix(problem)))
+    run, new = problem.requests
+    placer.keep(run)
+    assert [placer.infos[n].name for n in placer.ranked(new, 1)] == ["b"]
+    shares = [{"id": "f", "gpu_milli": 700, "cpu_milli": 1000}]
+    other = compile_problem(_input(NODES, ROUND, shares), default_catalog(), NOW)
+    placer.use_scorer(FgdScorer(problem_mix(other)))
+    assert [placer.infos[n].name for n in placer.ranked(new, 1)] == ["a"]
