@@ -39,6 +39,7 @@ from benchmarks.common import (
     write,
 )
 from gpuplan.models import Policy
+from gpuplan.planner.executor import ARRIVAL_WINDOW
 
 log = logging.getLogger("benchmarks.b2")
 
@@ -65,7 +66,9 @@ class RoundsRun:
     statuses: Counter[str]
 
 
-def run_rounds(trace: str, seed: int, time_limit: float, moves: float) -> RoundsRun:
+def run_rounds(
+    trace: str, seed: int, time_limit: float, moves: float, arrival_window: int = ARRIVAL_WINDOW
+) -> RoundsRun:
     """gpuplan's rounds on one seed's arrivals, plus FGD and best-fit on the same arrivals."""
     cluster = openb_cluster()
     capacity = 1000 * cluster.gpu_count
@@ -84,6 +87,7 @@ def run_rounds(trace: str, seed: int, time_limit: float, moves: float) -> Rounds
         time_limit=time_limit,
         seed=seed,
         on_round=log.info,
+        arrival_window=arrival_window,
     )
     fgd = run(trace, "greedy-fgd", seed).curve
     best = run(trace, "best-fit", seed).curve
@@ -133,13 +137,19 @@ def main(argv: Sequence[str] | None = None) -> None:
     parser.add_argument("--seeds", default="42-44")
     parser.add_argument("--time-limit", type=float, default=3.0, help="make_plan seconds per round")
     parser.add_argument("--moves", type=float, default=0.0, help="share of running pods movable per round")
+    parser.add_argument(
+        "--arrival-window",
+        type=int,
+        default=ARRIVAL_WINDOW,
+        help="latest arrived replicas whose mix fragmentation is measured against (0: the demand's own mix)",
+    )
     parser.add_argument("--out", type=Path, default=Path("benchmarks/results/b2.csv"))
     parser.add_argument("-v", "--verbose", action="store_true")
     args = parser.parse_args(argv)
     logging.basicConfig(level=logging.WARNING, format="%(message)s")
     log.setLevel(logging.INFO if args.verbose else logging.WARNING)
     runs = [
-        run_rounds(trace, seed, args.time_limit, args.moves)
+        run_rounds(trace, seed, args.time_limit, args.moves, args.arrival_window)
         for trace in args.traces.split(",")
         for seed in parse_seeds(args.seeds)
     ]

@@ -24,7 +24,7 @@ import pandas as pd
 from gpuplan.models import Cluster, PlanningInput, Policy, Workload, default_catalog
 from gpuplan.models.plan import Assignment, Plan
 from gpuplan.models.policy import DisruptionBudget, MigPolicy, Tier
-from gpuplan.planner.executor import Executor, SimCluster
+from gpuplan.planner.executor import ARRIVAL_WINDOW, Executor, SimCluster
 from gpuplan.planner.io.importers.openb import read_cluster, read_workloads
 from gpuplan.planner.pipeline.actions import CREATE, DESTROY
 from gpuplan.planner.pipeline.compile import compile_node, compile_problem
@@ -298,6 +298,7 @@ def plan_rounds(
     seed: int,
     on_round: Callable[[str], None] | None = None,
     ray: str | None = None,
+    arrival_window: int = ARRIVAL_WINDOW,
 ) -> RoundsTrace:
     """gpuplan's rounds over ``batches`` through the executor on a simulated cluster.
 
@@ -305,7 +306,8 @@ def plan_rounds(
     ``time_limit`` seconds for the whole call) under ``policy(running replicas)`` and applies the plan's
     first round; a waiting pod that fits nowhere afterwards is dropped (the FGD protocol). ``size`` and
     ``held`` measure arrivals and what runs; ``on_round`` gets a progress line; ``ray`` runs the solves'
-    independent pieces on that Ray cluster.
+    independent pieces on that Ray cluster. Each round's input carries the latest ``arrival_window``
+    arrived replicas as its expected arrival mix (0: none, the demand's own mix).
     """
     catalog = default_catalog()
     sim = SimCluster(cluster, catalog, NOW)
@@ -313,7 +315,7 @@ def plan_rounds(
     def planner(inp: PlanningInput, now: datetime) -> Plan:
         return make_plan(inp, now=now, time_limit_s=time_limit, seed=seed, ray=ray)
 
-    executor = Executor(sim, planner, policy(0), catalog)
+    executor = Executor(sim, planner, policy(0), catalog, arrival_window=arrival_window)
 
     def before(_k: int) -> None:
         executor.policy = policy(len(sim.occ.holders))

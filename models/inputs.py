@@ -39,6 +39,28 @@ def _workload_errors(w: Workload, cluster: Cluster, policy: Policy, catalog: Har
         errors.append(f"field tier: unknown tier '{w.tier}' (known: {sorted(tiers)})")
     if teams and w.team not in teams:
         errors.append(f"field team: unknown team '{w.team}'{did_you_mean(w.team, teams)}")
+    errors.extend(shape_errors(w, catalog))
+    for r, place in enumerate(w.running_on):
+        node = cluster.node_by_name.get(place.node)
+        if node is None:
+            hint = did_you_mean(place.node, cluster.node_by_name)
+            errors.append(f"field running_on[{r}]: unknown node '{place.node}'{hint}")
+            continue
+        for g in place.gpus:
+            gpu = node.gpu_by_index.get(g.index)
+            if gpu is None:
+                errors.append(f"field running_on[{r}]: node '{node.name}' has no GPU {g.index}")
+            elif node.sharing is not None and gpu.mig is None and not sharing_offers(node.sharing, g.kind):
+                errors.append(
+                    f"field running_on[{r}]: runs on {'a fraction of' if g.milli else 'whole'} GPU {g.index} "
+                    f"of node '{node.name}', whose sharing mode is {describe_sharing(node.sharing)}"
+                )
+    return errors
+
+
+def shape_errors(w: Workload, catalog: HardwareCatalog) -> list[str]:
+    """The errors of a workload's shapes against the catalog (GPU models, GPU memory, MIG profiles)."""
+    errors: list[str] = []
     for k, shape in enumerate(w.shapes):
         field = "" if not w.alternatives else f"alternatives[{k}]."
         for m in shape.gpu_models:
@@ -57,21 +79,6 @@ def _workload_errors(w: Workload, cluster: Cluster, policy: Policy, catalog: Har
                 f"field {field}mig_profile: asks for MIG profile '{shape.mig_profile}' "
                 f"which {names} does not offer"
             )
-    for r, place in enumerate(w.running_on):
-        node = cluster.node_by_name.get(place.node)
-        if node is None:
-            hint = did_you_mean(place.node, cluster.node_by_name)
-            errors.append(f"field running_on[{r}]: unknown node '{place.node}'{hint}")
-            continue
-        for g in place.gpus:
-            gpu = node.gpu_by_index.get(g.index)
-            if gpu is None:
-                errors.append(f"field running_on[{r}]: node '{node.name}' has no GPU {g.index}")
-            elif node.sharing is not None and gpu.mig is None and not sharing_offers(node.sharing, g.kind):
-                errors.append(
-                    f"field running_on[{r}]: runs on {'a fraction of' if g.milli else 'whole'} GPU {g.index} "
-                    f"of node '{node.name}', whose sharing mode is {describe_sharing(node.sharing)}"
-                )
     return errors
 
 
@@ -109,13 +116,22 @@ class PlanningInput(Strict):
     cluster: Cluster
     workloads: tuple[Workload, ...]
     policy: Policy = Field(default_factory=Policy)
+    #: Work that arrived recently (a rounds loop's window, replicas counted), whose mix of shapes is the
+    #: work expected next: fragmentation is measured against it instead of the demand's own mix. Only
+    #: the shapes and replica counts are read. Left out of the dump when empty, so an input without it
+    #: keeps its digest.
+    arrivals: tuple[Workload, ...] = Field(default=(), exclude_if=lambda v: not v)
 
     @model_validator(mode="after")
     def _cross_check(self, info: ValidationInfo) -> PlanningInput:
         dupes = [i for i, n in Counter(w.id for w in self.workloads).items() if n > 1]
         if dupes:
             raise ValueError(f"workload id '{min(dupes)}' appears more than once")
-        errors = reference_errors(self.cluster, self.workloads, self.policy, catalog_from(info))
+        catalog = catalog_from(info)
+        errors = reference_errors(self.cluster, self.workloads, self.policy, catalog)
+        errors += grouped_errors(
+            "arrival", ((w.id, e) for w in self.arrivals for e in shape_errors(w, catalog))
+        )
         if errors:
             raise ValueError("; ".join(errors))
         return self

@@ -323,6 +323,8 @@ def make_plan(
         "num_workers": num_workers,
         "deterministic": deterministic,
         "now": now.isoformat(),
+        # The expected arrival mix fragmentation was measured against, when the input gave one.
+        **({"arrival_replicas": len(problem.arrivals)} if problem.arrivals else {}),
     }
     plan = assemble_plan(inp, problem, result, catalog, provenance, kept, kept_switches)
     watch.lap("build")

@@ -6,8 +6,9 @@ report of a plan is always computed here, from its assignments and MIG layouts:
 
 - ``queue``: the tier-weighted queue penalty of every replica the plan leaves waiting (a preempted
   running replica waits too);
-- ``fragmentation``: FGD's expected fragmented free GPU capacity, in milli-GPU, for the demand's own
-  target mix (the measure FGD minimises greedily);
+- ``fragmentation``: FGD's expected fragmented free GPU capacity, in milli-GPU, for the problem's
+  target mix (``problem_mix``: the expected arrivals' when given, else the demand's own), the measure
+  FGD minimises greedily;
 - ``disruption``: migrations (a running replica restarted in place because its GPU is re-partitioned,
   a *drain*, counts as one), preemptions, destroyed MIG instances and sharing-mode changes at their
   costs;
@@ -32,7 +33,7 @@ from gpuplan.solvers.formulation.objective import (
     PREEMPT_COST,
     queue_penalty,
 )
-from gpuplan.solvers.placement import FirstFitScorer, Fragmentation, NodeInfo, NodeState, Placer, target_mix
+from gpuplan.solvers.placement import FirstFitScorer, Fragmentation, NodeInfo, NodeState, Placer, problem_mix
 from gpuplan.solvers.placement.options import keep
 from gpuplan.solvers.placement.state import initial_state
 from gpuplan.solvers.problem import NodeSpec, PlacementProblem, Request
@@ -105,14 +106,14 @@ def with_layouts(nodes: Sequence[NodeSpec], layouts: Sequence[MigLayout]) -> tup
 
 
 class NodeFragmentation:
-    """FGD's fragmentation of single nodes under given MIG layouts, for the demand's target mix."""
+    """FGD's fragmentation of single nodes under given MIG layouts, for the problem's target mix."""
 
     def __init__(self, problem: PlacementProblem, layouts: Sequence[MigLayout]) -> None:
         placer = Placer(with_layouts(problem.nodes, layouts), problem.catalog, FirstFitScorer())
         self.infos = placer.infos
         self.pos = {i.name: i.pos for i in self.infos}
         self.by_key = {r.key: r for r in problem.requests}
-        self.measure = Fragmentation(target_mix(problem.requests))
+        self.measure = Fragmentation(problem_mix(problem))
 
     def state(self, node: str, assignments: Iterable[Assignment]) -> tuple[NodeInfo, NodeState]:
         """The node's state with ``assignments`` (all on it) in place."""

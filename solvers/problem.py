@@ -164,6 +164,10 @@ class PlacementProblem:
     requests: tuple[Request, ...]
     catalog: HardwareCatalog
     policy: Policy
+    #: The alternatives of each replica that arrived recently (a rounds loop's window): the expected
+    #: arrival mix that fragmentation is measured against. Empty: the requests' own mix
+    #: (``solvers.placement.fragmentation.problem_mix``).
+    arrivals: tuple[tuple[ShapeSpec, ...], ...] = ()
 
     def queue_order(self) -> list[Request]:
         """Requests by tier (best first), priority (high first), wait (long first), then in the order

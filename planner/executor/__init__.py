@@ -3,10 +3,19 @@ simulated arrivals of benchmark B5 (``simulate``). The Kubernetes and MIG manage
 :mod:`gpuplan.planner.io.exporters`."""
 
 from gpuplan.planner.executor.backend import Backend, Observation, Outcome
-from gpuplan.planner.executor.loop import Executor, Planner, RoundReport, StateInput, state_input, unfit
+from gpuplan.planner.executor.loop import (
+    ARRIVAL_WINDOW,
+    Executor,
+    Planner,
+    RoundReport,
+    StateInput,
+    state_input,
+    unfit,
+)
 from gpuplan.planner.executor.sim import Failure, SimCluster
 
 __all__ = [
+    "ARRIVAL_WINDOW",
     "Backend",
     "Executor",
     "Failure",

@@ -15,12 +15,17 @@ re-optimises everything as usual. With ``evict`` as well, work of a tier the pol
 fewest lower-tier replicas on one node for it at once (:mod:`gpuplan.planner.executor.evict`), within
 the round's preemption budget between two rounds: it does not wait for a round (whose solver may fall
 back to a heuristic plan that preempts nothing).
+
+Each round's planning input carries the latest arrivals (a window of :data:`ARRIVAL_WINDOW` replicas) as
+its ``arrivals``: the plan scores the free capacity it leaves against the mix of work expected next,
+not against what happens to run and wait (which drifts to small work once rounds saturate).
 """
 
 from __future__ import annotations
 
 import logging
 import time
+from collections import deque
 from collections.abc import Callable, Iterable, Iterator, Sequence
 from dataclasses import dataclass, field, replace
 from datetime import datetime
@@ -56,6 +61,12 @@ log = logging.getLogger(__name__)
 #: Turns the observed planning input into a plan (e.g. ``make_plan`` with a solver and a time limit).
 Planner = Callable[[PlanningInput, datetime], Plan]
 
+#: Replicas of the latest arrivals whose mix each round's plan is given as the work expected next. Large
+#: enough that a shape making 5% of arrivals is estimated within about 0.7 point (one binomial standard
+#: deviation), small enough to follow a change of mix within about a dozen of B2's rounds (1% of the
+#: openb fleet's capacity is about 80 pods). Not tuned: benchmarks/README.md (B2 ablation) compares sizes.
+ARRIVAL_WINDOW = 1000
+
 
 @dataclass(frozen=True)
 class StateInput:
@@ -66,8 +77,11 @@ class StateInput:
     strays: tuple[Key, ...] = ()
 
 
-def state_input(obs: Observation, demand: Sequence[Workload], policy: Policy) -> StateInput:
-    """The demand with ``running_on`` (and ``started_at``) from what the back-end runs.
+def state_input(
+    obs: Observation, demand: Sequence[Workload], policy: Policy, arrivals: tuple[Workload, ...] = ()
+) -> StateInput:
+    """The demand with ``running_on`` (and ``started_at``) from what the back-end runs, and ``arrivals``
+    as the input's expected arrival mix.
 
     Replicas are interchangeable, so a workload's running replicas take the first replica numbers;
     running replicas the demand no longer asks for are returned as ``strays`` (to be stopped).
@@ -99,7 +113,7 @@ def state_input(obs: Observation, demand: Sequence[Workload], policy: Policy) ->
         )
     for keys in by_workload.values():
         strays.extend(keys)
-    inp = PlanningInput(cluster=obs.cluster, workloads=tuple(workloads), policy=policy)
+    inp = PlanningInput(cluster=obs.cluster, workloads=tuple(workloads), policy=policy, arrivals=arrivals)
     return StateInput(inp, mapping, tuple(strays))
 
 
@@ -215,7 +229,9 @@ class Executor:
     """Drives a back-end one round at a time under ``policy``'s disruption budget.
 
     ``policy`` may be replaced between rounds (the next round plans and schedules under it); ``demand``
-    holds what :meth:`run` carries from round to round, in arrival order.
+    holds what :meth:`run` carries from round to round, in arrival order. :meth:`run` keeps the latest
+    ``arrival_window`` replicas that arrived (0: none) and each round's input carries them
+    (:attr:`arrivals`).
     """
 
     def __init__(
@@ -227,6 +243,7 @@ class Executor:
         *,
         admission: GreedySolver | None = None,
         evict: bool = False,
+        arrival_window: int = ARRIVAL_WINDOW,
     ) -> None:
         self.backend = backend
         self.planner = planner
@@ -243,8 +260,27 @@ class Executor:
         self._stopped: list[tuple[Key, datetime]] = []
         self.rounds = 0
         self.demand: dict[str, Workload] = {}
+        self.arrival_window = arrival_window
+        self._arrived: deque[Workload] = deque()
+        self._arrived_replicas = 0
         # The last round's plan and the replica numbering it was made with (what its reservations are).
         self._last: tuple[Plan, StateInput] | None = None
+
+    @property
+    def arrivals(self) -> tuple[Workload, ...]:
+        """The latest arrivals :meth:`run` has seen, oldest first: at most ``arrival_window`` replicas
+        (or the newest workload alone, when it has more)."""
+        return tuple(self._arrived)
+
+    def _arrive(self, batch: Iterable[Workload]) -> None:
+        """Add ``batch`` to the arrivals window and drop the oldest beyond its size."""
+        if self.arrival_window <= 0:
+            return
+        for w in batch:
+            self._arrived.append(w)
+            self._arrived_replicas += w.replicas
+        while len(self._arrived) > 1 and self._arrived_replicas > self.arrival_window:
+            self._arrived_replicas -= self._arrived.popleft().replicas
 
     def withdraw(self, ids: Iterable[str]) -> None:
         """Take workloads out of the demand :meth:`run` carries (finished or cancelled between rounds)."""
@@ -268,6 +304,7 @@ class Executor:
         and each is admitted at once where it fits; the report names what was admitted. With
         ``drop_unfit``, a waiting workload that fits on no node of the state after the round, on its own,
         leaves the demand (the FGD paper's protocol drops a pod that does not fit); the report names them.
+        Each batch joins the arrivals window (:attr:`arrivals`) before its round is planned.
         """
         for k, batch in enumerate(batches, start=1):
             admitted: list[Key] = []
@@ -280,6 +317,7 @@ class Executor:
             if before is not None:
                 before(k)
             self.demand.update((w.id, w) for w in batch)
+            self._arrive(batch)
             report = self.round(list(self.demand.values()))
             if self.admission is not None and self.evict:
                 # What the plan leaves waiting of a tier never preempted: started now where preempting
@@ -301,9 +339,10 @@ class Executor:
             yield report
 
     def round(self, demand: Sequence[Workload]) -> RoundReport:
-        """Observe, plan, apply the first round of the plan's actions; return what happened."""
+        """Observe, plan (the input carries :attr:`arrivals`), apply the first round of the plan's actions;
+        return what happened."""
         obs = self.backend.observe()
-        state = state_input(obs, demand, self.policy)
+        state = state_input(obs, demand, self.policy, self.arrivals)
         self._evicted = 0
         t0 = time.perf_counter()
         plan = self.planner(state.inp, obs.now)

@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import itertools
 from collections.abc import Hashable
 from datetime import datetime
 
@@ -110,7 +111,8 @@ def _running(place: Placement, w: Workload) -> Running:
 
 
 def compile_problem(inp: PlanningInput, catalog: HardwareCatalog, now: datetime) -> PlacementProblem:
-    """Expand workloads into replicas and nodes into solver specs."""
+    """Expand workloads into replicas and nodes into solver specs (and the arrivals into the shapes of
+    their replicas: the expected arrival mix)."""
     policy = inp.policy
     requests: list[Request] = []
     for w in inp.workloads:
@@ -141,4 +143,9 @@ def compile_problem(inp: PlanningInput, catalog: HardwareCatalog, now: datetime)
         requests=tuple(requests),
         catalog=catalog,
         policy=policy,
+        arrivals=tuple(
+            shapes
+            for w in inp.arrivals
+            for shapes in itertools.repeat(tuple(compile_shape(s, catalog) for s in w.shapes), w.replicas)
+        ),
     )

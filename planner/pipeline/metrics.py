@@ -71,7 +71,8 @@ def plan_metrics(
 def fragmentation(
     problem: PlacementProblem, assignments: tuple[Assignment, ...], layouts: tuple[MigLayout, ...]
 ) -> dict[str, float]:
-    """FGD fragmentation of the planned cluster for the demand's own target mix.
+    """FGD fragmentation of the planned cluster for the problem's target mix (the
+    expected arrivals' when the input gives them, else the demand's own).
 
     ``fragmented_gpus`` is the expected free GPU capacity (in GPUs) that the target shapes cannot use;
     ``fragmentation_rate`` is its share of all free GPU capacity.

@@ -13,7 +13,7 @@ from collections.abc import Sequence
 
 from gpuplan.solvers.base import SolveResult
 from gpuplan.solvers.evaluate import queue_term
-from gpuplan.solvers.placement import Fragmentation, NodeInfo, NodeState, target_mix
+from gpuplan.solvers.placement import Fragmentation, NodeInfo, NodeState, problem_mix
 from gpuplan.solvers.placement.options import keep
 from gpuplan.solvers.problem import PlacementProblem
 
@@ -64,7 +64,7 @@ def exact_comparison(
         return None
     ours, theirs = _new_work(problem, solved), _new_work(problem, hint)
     nodes = set(ours) | set(theirs)
-    measure = Fragmentation(target_mix(problem.requests))
+    measure = Fragmentation(problem_mix(problem))
     return (
         fragmentation_on(problem, infos, states, solved, ours, nodes, measure),
         fragmentation_on(problem, infos, states, hint, theirs, nodes, measure),

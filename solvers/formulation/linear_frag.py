@@ -22,7 +22,7 @@ from gpuplan.solvers.placement import (
     NodeState,
     Option,
     Placer,
-    target_mix,
+    problem_mix,
 )
 from gpuplan.solvers.placement.options import apply
 from gpuplan.solvers.problem import PlacementProblem, ShapeSpec
@@ -55,7 +55,7 @@ def linear_fragmentation(
 ) -> Expr:
     """Sum over candidate GPU variables of their fragmentation growth (milli-GPU, rounded); with
     ``only_mig``, over MIG instance variables only."""
-    measure = Fragmentation(target_mix(problem.requests))
+    measure = Fragmentation(problem_mix(problem))
     terms: list[Expr] = []
     for cand in v.cands.values():
         if only_mig and not cand.mig:

@@ -13,7 +13,7 @@ from dataclasses import dataclass
 from gpuplan.solvers.formulation.builder import Expr
 from gpuplan.solvers.formulation.linear_frag import linear_fragmentation, start_states
 from gpuplan.solvers.formulation.variables import MILLI, GpuKey, Variables
-from gpuplan.solvers.placement.fragmentation import target_mix
+from gpuplan.solvers.placement.fragmentation import problem_mix
 from gpuplan.solvers.problem import PlacementProblem, Request, ShapeSpec
 
 #: Waiting time counts in hours on top of a base of 8 h, capped at a week, so that tier weight
@@ -58,7 +58,7 @@ def frag_thresholds(problem: PlacementProblem) -> list[tuple[int, int]]:
     """(per-GPU demand in milli, popularity in percent) of the GPU-using target shapes, merged by
     demand: free capacity of a shared GPU below a target's demand is fragmentation for that target."""
     merged: dict[int, float] = defaultdict(float)
-    for t in target_mix(problem.requests):
+    for t in problem_mix(problem):
         if t.shape.kind in ("whole", "fraction"):
             merged[MILLI if t.shape.kind == "whole" else t.shape.milli] += t.weight
     return [

@@ -17,7 +17,7 @@ from gpuplan.solvers.base import CUT, SolveResult
 from gpuplan.solvers.bounds import never_fitting, objective_bound, queue_lower_bound
 from gpuplan.solvers.evaluate import reported
 from gpuplan.solvers.greedy.orders import best_order
-from gpuplan.solvers.placement import GANG, Fragmentation, Placer, Scorer, target_mix
+from gpuplan.solvers.placement import GANG, Fragmentation, Placer, Scorer, problem_mix
 from gpuplan.solvers.placement.options import describe
 from gpuplan.solvers.problem import PlacementProblem, Request
 from gpuplan.solvers.run_options import RunOptions
@@ -95,7 +95,7 @@ class GreedySolver(ABC):
             return _place_queue(placer, order, deadline, now)
 
         if orders > 1 and len(queue) > 1:
-            measure = Fragmentation(target_mix(problem.requests))
+            measure = Fragmentation(problem_mix(problem))
 
             def waiting(order: Sequence[Request]) -> list[Request]:
                 out = loop(order)

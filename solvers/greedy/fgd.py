@@ -14,7 +14,7 @@ from collections.abc import Sequence
 
 from gpuplan.solvers.greedy.engine import GreedySolver
 from gpuplan.solvers.placement import Scorer
-from gpuplan.solvers.placement.fragmentation import Fragmentation, Target, target_mix
+from gpuplan.solvers.placement.fragmentation import Fragmentation, Target, problem_mix
 from gpuplan.solvers.placement.options import Option, apply
 from gpuplan.solvers.placement.state import NodeInfo, NodeState
 from gpuplan.solvers.problem import PlacementProblem, ShapeSpec
@@ -58,10 +58,11 @@ class FgdScorer:
 
 
 class Fgd(GreedySolver):
-    """FGD greedy placement with the target mix estimated from the problem's own demand."""
+    """FGD greedy placement with the problem's target mix (``problem_mix``: the expected arrivals' when
+    given, else the problem's own demand)."""
 
     name = "greedy-fgd"
 
     def scorer(self, problem: PlacementProblem) -> Scorer:
-        """An FGD scorer for the problem's demand mix."""
-        return FgdScorer(target_mix(problem.requests))
+        """An FGD scorer for the problem's target mix."""
+        return FgdScorer(problem_mix(problem))

@@ -1,6 +1,13 @@
 """The placement kernel shared by every back-end: node states, options, rules and FGD's measure."""
 
-from gpuplan.solvers.placement.fragmentation import COVERAGE, Fragmentation, Target, target_mix
+from gpuplan.solvers.placement.fragmentation import (
+    COVERAGE,
+    Fragmentation,
+    Target,
+    problem_mix,
+    shape_mix,
+    target_mix,
+)
 from gpuplan.solvers.placement.options import Option
 from gpuplan.solvers.placement.placer import (
     GANG,
@@ -27,5 +34,7 @@ __all__ = [
     "Placer",
     "Scorer",
     "Target",
+    "problem_mix",
+    "shape_mix",
     "target_mix",
 ]

@@ -22,7 +22,7 @@ from fractions import Fraction
 from gpuplan.models.workload import TopologyNeed
 from gpuplan.solvers.placement.options import fraction_fits, gpu_ok, mig_starts, whole_groups
 from gpuplan.solvers.placement.state import MILLI, NodeInfo, NodeState, frag_key, slice_milli
-from gpuplan.solvers.problem import Request, ShapeSpec
+from gpuplan.solvers.problem import PlacementProblem, Request, ShapeSpec
 
 #: Share of the demand the target mix covers (the simulator's ``podPopularityThreshold`` of 95%).
 COVERAGE = 0.95
@@ -51,13 +51,28 @@ def _rank(shape: ShapeSpec) -> tuple[int, int, int, str, str, str, str]:
     )
 
 
-def target_mix(requests: Iterable[Request], coverage: float = COVERAGE) -> tuple[Target, ...]:
-    """The most popular shapes covering ``coverage`` of the requests, popularity renormalised.
+def problem_mix(problem: PlacementProblem) -> tuple[Target, ...]:
+    """The target mix every fragmentation measure of ``problem`` scores against: the mix of the
+    expected arrivals when the problem carries them (free capacity is left for the work to come), else
+    the mix of its own requests (what runs and what waits)."""
+    if problem.arrivals:
+        return shape_mix(problem.arrivals)
+    return target_mix(problem.requests)
 
-    A request with several alternatives counts ``1/n`` for each. Shapes are ranked by count, ties by
+
+def target_mix(requests: Iterable[Request], coverage: float = COVERAGE) -> tuple[Target, ...]:
+    """The target mix of ``requests`` (:func:`shape_mix` of their alternatives)."""
+    return shape_mix((r.shapes for r in requests), coverage)
+
+
+def shape_mix(replicas: Iterable[tuple[ShapeSpec, ...]], coverage: float = COVERAGE) -> tuple[Target, ...]:
+    """The most popular shapes covering ``coverage`` of the replicas (each given by its alternatives),
+    popularity renormalised.
+
+    A replica with several alternatives counts ``1/n`` for each. Shapes are ranked by count, ties by
     :func:`_rank` descending; shapes are taken until the cumulative count reaches the coverage.
     """
-    groups = Counter(r.shapes for r in requests)
+    groups = Counter(replicas)
     # Shares in integer units: a request with n alternatives gives unit // n to each.
     unit = math.lcm(*(len(shapes) for shapes in groups)) if groups else 1
     bare: dict[ShapeSpec, ShapeSpec] = {}

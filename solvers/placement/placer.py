@@ -380,6 +380,12 @@ class Placer:
         assert found is not None
         return chosen, found[1]
 
+    def use_scorer(self, scorer: Scorer) -> None:
+        """Score with ``scorer`` from now on (a target mix re-estimated between rounds): the scores
+        memoised for the previous one are dropped."""
+        self.scorer = scorer
+        self._scores.clear()
+
     def ranked(self, request: Request, limit: int) -> list[int]:
         """Up to ``limit`` nodes per alternative where ``request`` fits now, best score first (ties by
         rank): the candidate nodes an exact solver restricts itself to on a large cluster."""

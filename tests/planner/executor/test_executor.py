@@ -467,3 +467,35 @@ def test_mig_parted_checker_rejects_what_mig_parted_rejects() -> None:
     ]
     for doc in bad:
         assert migparted.check_config(doc), doc
+
+
+def test_each_round_is_given_the_latest_arrivals_within_the_window() -> None:
+    """A window of 3 replicas: a (2 replicas), then b, then c (2): the third round sees b and c only,
+    as does a round planned directly afterwards; an executor without a window, or one that has run no
+    batch, gives no arrivals."""
+    seen: list[list[str]] = []
+
+    def planner(inp: PlanningInput, now: datetime) -> Plan:
+        seen.append([w.id for w in inp.arrivals])
+        return _greedy(inp, now)
+
+    batches = [
+        [_work("a", gpus=1, replicas=2)],
+        [_work("b", gpu_milli=500)],
+        [_work("c", gpus=1, replicas=2)],
+    ]
+    sim = SimCluster(_cluster(nodes=2, mig_gpus=0), default_catalog(), NOW)
+    ex = Executor(sim, planner, Policy(), arrival_window=3)
+    reports = list(ex.run(batches))
+    assert seen == [["a"], ["a", "b"], ["b", "c"]]
+    assert [r.plan.provenance.get("arrival_replicas") for r in reports] == [2, 3, 3]
+    ex.round(list(ex.demand.values()))
+    assert seen[-1] == ["b", "c"]
+    seen.clear()
+    off = Executor(
+        SimCluster(_cluster(nodes=2, mig_gpus=0), default_catalog(), NOW), planner, Policy(), arrival_window=0
+    )
+    list(off.run(batches))
+    fresh = Executor(SimCluster(_cluster(nodes=2, mig_gpus=0), default_catalog(), NOW), planner, Policy())
+    fresh.round([w for b in batches for w in b])
+    assert seen == [[], [], [], []]
