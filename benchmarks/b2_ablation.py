@@ -13,8 +13,9 @@ penalty waiting, then least fragmentation added), scored by FGD for a target mix
 A pod that fits nowhere after its round is dropped (the FGD protocol; a greedy round only leaves waiting
 what fits nowhere). Allocation is read after the first round whose arrivals reach 100% and 130%, as
 B2 does, next to online FGD (B1) on the same seed. Ties between equal scores go by the benchmark's
-random node ranks (as online FGD's, ``--ties rank``) or by node order (as the engine's, ``--ties
-order``).
+random node ranks (as online FGD's, ``--ties rank``), by node order (``--ties order``; the engine's
+before it spread its ties) or by the placer's own rank, a hash of each node's name (as the engine's,
+``--ties spread``).
 
 Run ``python -m benchmarks.b2_ablation --help``.
 """
@@ -65,7 +66,8 @@ def greedy_rounds(trace: str, seed: int, mix: str, orders: int, ties: str) -> di
     catalog = default_catalog()
     policy = bench_policy()
     scorer = FgdScorer(target_mix(pods))
-    placer = Placer(nodes, catalog, scorer, rank=rank if ties == "rank" else None)
+    ranks = {"rank": rank, "order": list(range(len(nodes))), "spread": None}
+    placer = Placer(nodes, catalog, scorer, rank=ranks[ties])
     window: deque[tuple[ShapeSpec, ...]] | None = None
     if mix.startswith("window:"):
         window = deque(maxlen=int(mix.partition(":")[2]))
@@ -112,7 +114,7 @@ def main(argv: Sequence[str] | None = None) -> None:
     parser.add_argument("--seeds", default="42-44")
     parser.add_argument("--mixes", default="demand,window:250,window:1000,window:4000,trace")
     parser.add_argument("--orders", default="1,8", help="numbers of queue orders tried per round")
-    parser.add_argument("--ties", choices=("rank", "order"), default="rank")
+    parser.add_argument("--ties", choices=("rank", "order", "spread"), default="rank")
     parser.add_argument("--out", type=Path, default=Path("benchmarks/results/b2_ablation.csv"))
     parser.add_argument("-v", "--verbose", action="store_true")
     args = parser.parse_args(argv)

@@ -42,13 +42,19 @@ class GreedySolver(ABC):
     def scorer(self, problem: PlacementProblem) -> Scorer:
         """The node score used for ``problem``."""
 
+    def rank(self, problem: PlacementProblem) -> Sequence[int] | None:
+        """The nodes' tie-break rank: the placer's own (ties spread over the fleet) unless a policy
+        defines its order."""
+        return None
+
     def placer(self, problem: PlacementProblem) -> Placer:
-        """An empty placer for the problem's cluster with this policy's scorer."""
+        """An empty placer for the problem's cluster with this policy's scorer and tie-break rank."""
         return Placer(
             problem.nodes,
             problem.catalog,
             self.scorer(problem),
             allow_create=problem.policy.mig.allow_create,
+            rank=self.rank(problem),
             policy=problem.policy,
         )
 

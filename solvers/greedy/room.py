@@ -32,7 +32,7 @@ from dataclasses import dataclass, field, replace
 from gpuplan.models.plan import Assignment
 from gpuplan.solvers.base import SolveResult
 from gpuplan.solvers.formulation.objective import queue_penalty
-from gpuplan.solvers.placement import NodeState, Placer
+from gpuplan.solvers.placement import NodeInfo, NodeState, Placer
 from gpuplan.solvers.problem import PlacementProblem, Request, Running, ShapeSpec, may_move
 
 log = logging.getLogger(__name__)
@@ -420,9 +420,9 @@ class _Search:
 
 
 def _gang(search: _Search, members: list[Request]) -> bool:
-    """Make room for every member of a waiting gang in turn, inside one value of its domain labels if
-    it has any (values in node-rank order, as the kernel tries them), in one transaction kept only if
-    all were placed and the queue term dropped; whether it was kept."""
+    """Place every member of a waiting gang in turn where it fits, or make room for it, inside one value
+    of its domain labels if it has any (values in node-rank order, as the kernel tries them), in one
+    transaction kept only if all were placed and the queue term dropped; whether it was kept."""
     if any(search.placer.never_fits(m) for m in members):
         return False
     domains = sorted({m.gang_domain for m in members if m.gang_domain})
@@ -433,7 +433,15 @@ def _gang(search: _Search, members: list[Request]) -> bool:
         used = search.begin()
         before = search.plan.gain
         placed = True
+
+        def inside(info: NodeInfo, out: frozenset[int] = outside) -> bool:
+            return info.pos not in out
+
         for m in members:
+            here = search.placer.place(m, inside)
+            if here is not None:
+                search.plan.set(m, here)
+                continue
             search.tries = TRIALS_PER_REPLICA if search.ranked else None
             placed = search.best(m, DEPTH, frozenset(), outside, member=True)
             if not placed or search.out_of_time():

@@ -80,9 +80,11 @@ class Placer:
     allow_create
         Whether new MIG instances may be created on MIG-enabled GPUs.
     rank
-        Tie-break rank of each node (lower wins among equal scores); cluster order by default. The
-        reference simulator prefixes node names with a random rank per run and keeps the smallest
-        name among equal scores, so the online benchmark passes a seeded random permutation.
+        Tie-break rank of each node (lower wins among equal scores); by default a hash of each node's
+        name (:func:`~gpuplan.solvers.placement.state.spread_rank`: ties spread over the fleet, the same
+        for any row order). The reference simulator prefixes node names with a random rank per run and
+        keeps the smallest name among equal scores, so the online benchmark passes a seeded random
+        permutation.
     policy
         Isolation rules and quotas to keep (none by default).
     """

@@ -7,6 +7,7 @@ states are interchangeable under one *signature*, so a score computed once serve
 
 from __future__ import annotations
 
+import hashlib
 import heapq
 import logging
 from collections.abc import Hashable, Sequence
@@ -273,15 +274,31 @@ class Group:
         return heap[0][1]
 
 
+def spread_rank(names: Sequence[str]) -> list[int]:
+    """A tie-break rank of the nodes named ``names``: their positions ordered by a hash of each name.
+
+    Among nodes of equal score the greedy takes the lowest rank. Ranking by the input's row order
+    concentrates ties on the first rows (often one rack or one GPU model, since inventories list nodes
+    by name) and makes the plan depend on the order of the rows; a hash of the name spreads ties over
+    the fleet the same way whatever that order, as the reference simulator's random node rank does.
+    """
+    digest = [hashlib.blake2b(n.encode(), digest_size=8).digest() for n in names]
+    order = sorted(range(len(names)), key=lambda n: (digest[n], names[n]))
+    rank = [0] * len(names)
+    for r, n in enumerate(order):
+        rank[n] = r
+    return rank
+
+
 class ClusterState:
     """Current state of every node, grouped by signature, with an undo journal for gangs.
 
-    ``rank[n]`` orders nodes for tie-breaks (lower first); it defaults to cluster order.
+    ``rank[n]`` orders nodes for tie-breaks (lower first); it defaults to :func:`spread_rank`.
     """
 
     def __init__(self, infos: Sequence[NodeInfo], rank: Sequence[int] | None = None) -> None:
         self.infos = tuple(infos)
-        self.rank = list(range(len(self.infos))) if rank is None else list(rank)
+        self.rank = spread_rank([i.name for i in self.infos]) if rank is None else list(rank)
         if sorted(self.rank) != list(range(len(self.infos))):
             raise ValueError("rank must be a permutation of the node positions")
         self.states = [initial_state(i) for i in self.infos]

@@ -217,20 +217,21 @@ def test_a_waiting_gang_takes_two_nodes_from_a_single_job_worth_less(budget: int
 
 
 def test_a_gang_with_a_domain_label_gets_room_inside_one_value() -> None:
-    """The gang must sit in one rack: r0 holds n0 (free) and n1 (the single job's place after FGD),
-    r1 holds only n2. Room is made in r0 (n0 and n1), never across racks."""
+    """The gang must sit in one rack: r0 holds n0 (free) and n1 (where the single job runs, movable),
+    r1 holds only n2 (free). Room is made in r0 (n0 and n1), never across racks."""
     hours = timedelta(hours=1)
     work = [
-        {"id": "solo", "gpus": 8, "cpu_milli": 1000, "queued_since": (NOW - 3 * hours).isoformat()},
+        {"id": "solo", "gpus": 8, "cpu_milli": 1000, "running_on": "n1:0,1,2,3,4,5,6,7"},
         {
             "id": "pair", "gpus": 8, "replicas": 2, "gang": "pair", "gang_domain": "rack",
             "cpu_milli": 1000, "queued_since": (NOW - 2 * hours).isoformat(),
         },
     ]  # fmt: skip
-    problem = _problem([8, 8, 8], work, 0, labels={0: {"rack": "r0"}, 1: {"rack": "r0"}, 2: {"rack": "r1"}})
+    problem = _problem([8, 8, 8], work, 1, labels={0: {"rack": "r0"}, 1: {"rack": "r0"}, 2: {"rack": "r1"}})
     start, out = _roomed(problem)
     racks = {"n0": "r0", "n1": "r0", "n2": "r1"}
     placed = {a.workload: a.node for a in start.assignments}
     assert set(placed) == {"solo"}
     pair = [a.node for a in out.assignments if a.workload == "pair"]
     assert len(pair) == 2 and len({racks[n] for n in pair}) == 1
+    assert {a.node for a in out.assignments if a.workload == "solo"} == {"n2"}
