@@ -64,6 +64,15 @@ _REAP_S = 5.0
 HEARTBEAT_S = 2.0
 #: How often an idle slot looks at the queue for jobs stored by other servers.
 POLL_S = 1.0
+#: How often a running job's process is checked for being at its memory cap, and for how many checks
+#: in a row it may stay there silent before it is ended. At the cap every allocation fails; CPython 3.11
+#: can then loop for ever unwinding the ``MemoryError`` (pushing an exception handler allocates), without
+#: releasing the GIL, so the process can neither report it nor notice that its server is gone.
+MEMORY_CHECK_S = 0.5
+MEMORY_CAP_CHECKS = 4
+#: Within this much of its cap a process's address space counts as at the cap (an allocation is refused
+#: as soon as it would cross the cap, so the space held stops just below it).
+MEMORY_CAP_MARGIN_MIB = 8.0
 #: How often ``wait`` reads the state of a job not held here.
 WAIT_POLL_S = 0.2
 
@@ -172,6 +181,13 @@ class Slot:
         except OSError:
             return False
         return True
+
+    def at_memory_cap(self) -> bool:
+        """Whether the process holds all the address space its cap allows (its allocations fail)."""
+        if self.process is None or self.process.pid is None:
+            return False
+        held = solver_process.address_space_mib(self.process.pid)
+        return held is not None and held >= self.memory_mib - MEMORY_CAP_MARGIN_MIB
 
     def kill(self) -> None:
         """End the process now; its pipe then reports ``exit``."""
@@ -549,15 +565,23 @@ class Runner:
             log.warning("solver process %d had died (%s); starting a new one", slot.number, await slot.reap())
             return False
         deadline = started + job.time_limit_s + self.grace_s
+        at_cap = 0
         while True:
+            left = deadline - time.monotonic()
             try:
-                message = await asyncio.wait_for(slot.inbox.get(), max(0.0, deadline - time.monotonic()))
+                message = await asyncio.wait_for(slot.inbox.get(), max(0.0, min(left, MEMORY_CHECK_S)))
             except TimeoutError:
+                at_cap = at_cap + 1 if slot.at_memory_cap() else 0
+                if left > MEMORY_CHECK_S and at_cap < MEMORY_CAP_CHECKS:
+                    continue
                 slot.kill()
                 await self._drain_exit(slot)
-                await self._close(
-                    job, JobStatus.FAILED, error=f"the solve ran past its time limit by {self.grace_s:g} s"
-                )
+                if at_cap >= MEMORY_CAP_CHECKS:
+                    log.warning("solver process %d stuck at its memory cap; ended", slot.number)
+                    error = solver_process.out_of_memory(slot.memory_mib)
+                else:
+                    error = f"the solve ran past its time limit by {self.grace_s:g} s"
+                await self._close(job, JobStatus.FAILED, error=error)
                 return True
             kind = message[0]
             if kind == "progress":

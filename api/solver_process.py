@@ -64,6 +64,23 @@ _PR_SET_PDEATHSIG = 1
 OUT_OF_MEMORY = "memory"
 
 
+def out_of_memory(memory_mib: int) -> str:
+    """The error of a job that ran out of memory under a cap of ``memory_mib``."""
+    return f"solver process ran out of memory (limit {memory_mib} MiB)"
+
+
+def address_space_mib(pid: int) -> float | None:
+    """The address space process ``pid`` holds (what the cap limits), or None where ``/proc`` cannot tell."""
+    try:
+        status = Path(f"/proc/{pid}/status").read_text()
+    except OSError:
+        return None
+    for line in status.splitlines():
+        if line.startswith("VmSize:"):
+            return int(line.split()[1]) / 1024
+    return None
+
+
 @dataclass
 class Progress:
     """What the solve has shown so far; sent to the server as a dict."""
@@ -279,7 +296,7 @@ def main(conn: Connection, server_pid: int, memory_mib: int) -> None:
                 return
             except MemoryError:
                 break  # leaving the handler drops the traceback, and with it what the job had allocated
-    channel.send(("error", OUT_OF_MEMORY, f"solver process ran out of memory (limit {memory_mib} MiB)"))
+    channel.send(("error", OUT_OF_MEMORY, out_of_memory(memory_mib)))
 
 
 def _serve_one(conn: Connection, channel: Channel, handler: JobProgress) -> None:
