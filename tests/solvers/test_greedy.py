@@ -454,6 +454,26 @@ def test_best_fit_takes_the_tightest_shared_gpu() -> None:
     assert placed(solve("first-fit", prob))[("new", 0)] == ("a", ((0, 300, None, None),))
 
 
+@settings(max_examples=30, deadline=None)
+@given(
+    order=st.permutations(range(6)),
+    sizes=st.lists(st.sampled_from([1, 2, 4]), min_size=1, max_size=6),
+)
+def test_fgd_and_best_fit_place_the_same_whatever_the_order_of_the_node_rows(
+    order: list[int], sizes: list[int]
+) -> None:
+    """Six identical nodes listed in any order: every tie between them goes to the same node names, so
+    each replica lands on the same node, while first-fit takes the first node listed."""
+    nodes = [node_data(f"node-{i}", gpus=gpus("A10", 4)) for i in range(6)]
+    work = [{"id": f"w{k}", "gpus": g, "cpu_milli": 1000} for k, g in enumerate(sizes)]
+    listed = problem(nodes, work)
+    shuffled = problem([nodes[i] for i in order], work)
+    for name in ("greedy-fgd", "best-fit"):
+        assert placed(solve(name, listed)) == placed(solve(name, shuffled))
+    first = {a.node for a in solve("first-fit", shuffled).assignments if a.workload == "w0"}
+    assert first == {f"node-{order[0]}"}
+
+
 def test_fgd_leaves_less_fragmentation_than_first_fit() -> None:
     # The demand is dominated by 2-GPU requests: a shared slice belongs on the 1-GPU node.
     prob = problem(
