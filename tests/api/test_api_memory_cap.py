@@ -3,6 +3,7 @@ space up to the cap (its allocations fail) counts as at the cap, one well below 
 
 from __future__ import annotations
 
+import contextlib
 import multiprocessing
 import os
 import resource
@@ -32,12 +33,9 @@ def _fill(conn: Connection, fill: bool) -> None:
     cap_mib = _held_mib() + ROOM_MIB
     resource.setrlimit(resource.RLIMIT_AS, (cap_mib * 2**20, resource.getrlimit(resource.RLIMIT_AS)[1]))
     held = []
-    if fill:
-        try:
-            while True:
-                held.append(bytearray(1 << 20))
-        except MemoryError:
-            pass
+    with contextlib.suppress(MemoryError):
+        while fill:
+            held.append(bytearray(1 << 20))
     conn.send(cap_mib)
     while True:
         time.sleep(1)
