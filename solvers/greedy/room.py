@@ -357,7 +357,8 @@ class _Search:
                 share = CHAIN_SHARE * self.plan.penalty[q.key]
                 worth = q.running is not None or share >= self.plan.penalty[req.key]
                 if depth > 0 and worth:
-                    self.best(q, depth - 1, seen | {n})
+                    # Running work must go somewhere: the change is judged whole by the caller.
+                    self.best(q, depth - 1, seen | {n}, whole=q.running is not None)
                 if q.key not in self.plan.placed:
                     if q.running is not None:
                         return False
@@ -373,11 +374,13 @@ class _Search:
         seen: frozenset[int],
         outside: frozenset[int] = frozenset(),
         *,
-        member: bool = False,
+        whole: bool = False,
     ) -> bool:
         """Make room for ``req`` where the plan gains most (fewest moves on ties), for good in the placer
-        and the plan (inside the caller's transaction); whether some node gained (a gang ``member``:
-        whether it was placed, gain or not, since the gang is judged whole). ``req`` goes to no node in
+        and the plan (inside the caller's transaction); whether some node gained (with ``whole``: whether
+        it was placed, gain or not, since the caller judges the change as a whole: a gang's member, or
+        running work taken off that must find a place even where it only displaces newcomers worth as
+        much). ``req`` goes to no node in
         ``seen`` (a chain's nodes) or ``outside`` (a gang's other domains); the work it sends away goes
         anywhere but the chain's nodes."""
         base = self.plan.gain
@@ -400,7 +403,7 @@ class _Search:
                     score = (self.plan.gain, -self.plan.moves)
                 finally:
                     self.rollback(used)
-                if ok and (member or score[0] > base) and (found is None or score > found[0]):
+                if ok and (whole or score[0] > base) and (found is None or score > found[0]):
                     found = (score, (n, k, running))
                 if ok:
                     break  # it fits without moving running work: moving it gains nothing more here
@@ -443,7 +446,7 @@ def _gang(search: _Search, members: list[Request]) -> bool:
                 search.plan.set(m, here)
                 continue
             search.tries = TRIALS_PER_REPLICA if search.ranked else None
-            placed = search.best(m, DEPTH, frozenset(), outside, member=True)
+            placed = search.best(m, DEPTH, frozenset(), outside, whole=True)
             if not placed or search.out_of_time():
                 break
         search.tries = None

@@ -121,6 +121,26 @@ def test_a_chain_of_two_moves_frees_a_node(budget: int) -> None:
         assert "whole" not in where and moved_running(problem, out) == 0
 
 
+def test_running_work_in_a_chain_may_displace_a_newcomer_worth_as_much() -> None:
+    """n0 (an L4, the only model the waiting job accepts) runs ``r``; FGD gives the newcomer ``fresh``
+    the other node. Room for the job: ``r`` moves to n1 and ``fresh``, worth exactly what ``r`` is,
+    waits. That step of the chain gains nothing by itself, but running work must find a place and the
+    change as a whole gains what the job is worth over ``fresh``."""
+    hours = timedelta(hours=1)
+    work = [
+        {"id": "r", "gpus": 1, "cpu_milli": 1000, "running_on": "n0:0"},
+        {"id": "fresh", "gpus": 1, "cpu_milli": 1000, "queued_since": NOW.isoformat()},
+        {**WHOLE, "id": "job", "gpu_models": ["L4-24GB"], "queued_since": (NOW - 5 * hours).isoformat()},
+    ]
+    problem = _problem([1, 1], work, 1, {0: "L4-24GB"})
+    by = {q.key[0]: q for q in problem.requests}
+    assert queue_penalty(by["r"], problem) == queue_penalty(by["fresh"], problem)
+    start, out = _roomed(problem)
+    assert {a.workload: a.node for a in start.assignments} == {"r": "n0", "fresh": "n1"}
+    assert {a.workload: a.node for a in out.assignments} == {"job": "n0", "r": "n1"}
+    assert moved_running(problem, out) == 1
+
+
 @settings(max_examples=40, deadline=None, suppress_health_check=[HealthCheck.too_slow])
 @given(
     st.lists(st.integers(1, 4), min_size=1, max_size=4),
