@@ -12,6 +12,7 @@ import pytest
 
 from benchmarks.b3_offline import cut
 from benchmarks.b5_simulate import grid_table, violations
+from benchmarks.b15_medium import in_order, inputs, with_ratios
 from benchmarks.common import arrivals, openb_pods, openb_trace, parse_seeds, rounds, total_milli, unique
 
 ROOT = Path(__file__).resolve().parents[1]
@@ -83,3 +84,25 @@ def test_b5_grid_names_each_seed_where_gpuplan_waits_longer_than_fgd() -> None:
     # gpuplan's tier-weighted waits 1, 3, 0, 0.1: median 0.55, worst 3; LS p95 0, 20, 0, 0: median 0.
     assert "| 0.95 | 4 | gpuplan | 0.6 (3.0) | 0.0 (1.0) | 0.0 (20.0) |" in table
     assert "seed 2: LS p95 20 > FGD 10; seed 4: tier-weighted 0.1 > FGD 0" in table
+
+
+def test_b15_orders_keep_every_row_and_ratios_compare_across_orders() -> None:
+    """A B15 input in another row order holds the same nodes and workloads, rearranged; ``vs_best``
+    divides by the best objective of the input in any order."""
+    demo = inputs([], [])["demo"]
+    names = [w.id for w in demo.workloads]
+    shuffled = in_order(demo, "shuffled-3")
+    assert sorted(w.id for w in shuffled.workloads) == sorted(names)
+    assert [w.id for w in shuffled.workloads] != names
+    assert sorted(n.name for n in shuffled.cluster.nodes) == sorted(n.name for n in demo.cluster.nodes)
+    descending = in_order(demo, "gpu-descending")
+    assert descending.cluster == demo.cluster
+    assert sorted(w.id for w in descending.workloads) == sorted(names)
+    rows = with_ratios(
+        [
+            {"input": "demo", "objective": 110.0},
+            {"input": "demo@shuffled-3", "objective": 100.0},
+            {"input": "other", "objective": 7.0},
+        ]
+    )
+    assert [r["vs_best"] for r in rows] == [1.1, 1.0, 1.0]
