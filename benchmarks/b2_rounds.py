@@ -7,7 +7,8 @@ the plan: placed work stays (B2) or up to ``--moves`` of the running pods may mi
 policy's budget; the engine chooses what moves). A waiting pod that no longer fits anywhere is dropped,
 as in the FGD protocol. FGD and best-fit place the same sequence one pod at a time (B1's protocol), in
 the same process. The policy gives every tier weight 1, so the queue term is the GPU demand left
-waiting and the comparison is about packing only.
+waiting and the comparison is about packing only. With ``--node-order-seed`` gpuplan gets the cluster's
+node rows shuffled with that seed (the baselines keep B1's order): its rounds should not depend on it.
 
 Run ``python -m benchmarks.b2_rounds --help``.
 """
@@ -16,6 +17,7 @@ from __future__ import annotations
 
 import argparse
 import logging
+import random
 import statistics
 from collections import Counter
 from collections.abc import Sequence
@@ -57,6 +59,7 @@ class RoundsRun:
     trace: str
     seed: int
     moves: float
+    node_order: str
     alloc: dict[int, float]
     fgd: dict[int, float]
     best_fit: dict[int, float]
@@ -67,10 +70,20 @@ class RoundsRun:
 
 
 def run_rounds(
-    trace: str, seed: int, time_limit: float, moves: float, arrival_window: int = ARRIVAL_WINDOW
+    trace: str,
+    seed: int,
+    time_limit: float,
+    moves: float,
+    arrival_window: int = ARRIVAL_WINDOW,
+    node_order: int | None = None,
 ) -> RoundsRun:
-    """gpuplan's rounds on one seed's arrivals, plus FGD and best-fit on the same arrivals."""
+    """gpuplan's rounds on one seed's arrivals (on the node rows shuffled with ``node_order`` if given),
+    plus FGD and best-fit on the same arrivals."""
     cluster = openb_cluster()
+    if node_order is not None:
+        nodes = list(cluster.nodes)
+        random.Random(node_order).shuffle(nodes)
+        cluster = cluster.model_copy(update={"nodes": tuple(nodes)})
     capacity = 1000 * cluster.gpu_count
 
     def policy(running: int) -> Policy:
@@ -95,6 +108,7 @@ def run_rounds(
         trace,
         seed,
         moves,
+        "file" if node_order is None else f"shuffled-{node_order}",
         {k: ours.at(capacity, k) for k in REPORT_AT},
         {k: fgd[k] for k in REPORT_AT},
         {k: best[k] for k in REPORT_AT},
@@ -111,7 +125,12 @@ def summarise(runs: Sequence[RoundsRun]) -> pd.DataFrame:
     for trace in dict.fromkeys(r.trace for r in runs):
         rs = [r for r in runs if r.trace == trace]
         walls = [w for r in rs for w in r.round_wall_s]
-        row: dict[str, object] = {"trace": trace, "seeds": len(rs), "moves": rs[0].moves}
+        row: dict[str, object] = {
+            "trace": trace,
+            "seeds": len(rs),
+            "moves": rs[0].moves,
+            "node_order": ",".join(dict.fromkeys(r.node_order for r in rs)),
+        }
         for k in REPORT_AT:
             ours = statistics.mean(r.alloc[k] for r in rs)
             fgd = statistics.mean(r.fgd[k] for r in rs)
@@ -143,13 +162,16 @@ def main(argv: Sequence[str] | None = None) -> None:
         default=ARRIVAL_WINDOW,
         help="latest arrived replicas whose mix fragmentation is measured against (0: the demand's own mix)",
     )
+    parser.add_argument(
+        "--node-order-seed", type=int, default=None, help="shuffle gpuplan's node rows with this seed"
+    )
     parser.add_argument("--out", type=Path, default=Path("benchmarks/results/b2.csv"))
     parser.add_argument("-v", "--verbose", action="store_true")
     args = parser.parse_args(argv)
     logging.basicConfig(level=logging.WARNING, format="%(message)s")
     log.setLevel(logging.INFO if args.verbose else logging.WARNING)
     runs = [
-        run_rounds(trace, seed, args.time_limit, args.moves, args.arrival_window)
+        run_rounds(trace, seed, args.time_limit, args.moves, args.arrival_window, args.node_order_seed)
         for trace in args.traces.split(",")
         for seed in parse_seeds(args.seeds)
     ]
