@@ -17,11 +17,11 @@ Each input is planned, side by side in one run, by:
 - ``milp-highs``: the same model on HiGHS at ``--reference-limit`` (the reference value).
 
 With ``--orders`` each input is planned again in other row orders (B10's: the workload rows shuffled with
-a seed, the node rows too, or sorted by GPU request, or CPU-only workloads first), named
-``input@order``. For each: the queue objective, the reported bound and gap, and the ratio of the
-objective to the best objective any solver found for that input in any order (``vs_best``, 1.0 is the
-best). The target: on the demo the
-default solver at 10 s is at most the best value in 120 s, with a gap of at most 5%.
+a seed, the node rows too, or sorted by GPU request, or CPU-only workloads first; B10's sort key counts a
+MIG slice as no GPU), named ``input@order``. For each: the queue objective, the reported bound and
+gap, and the ratio of the objective to the best objective any solver found for that input in any order
+(``vs_best``, 1.0 is the best). The target: on the demo the default solver at 10 s is at most the best
+value in 120 s, with a gap of at most 5%.
 
 Run ``python -m benchmarks.b15_medium --help``.
 """
