@@ -39,7 +39,7 @@ import pandas as pd
 
 from benchmarks.b8_api_load import cluster, workloads
 from benchmarks.b10_orders import orders
-from benchmarks.common import markdown, write
+from benchmarks.common import markdown, nodes_shuffled, write
 from gpuplan.models.catalog import data_dir
 from gpuplan.models.inputs import PlanningInput
 from gpuplan.planner.cli.common import load_input, parse_now
@@ -94,9 +94,7 @@ def in_order(inp: PlanningInput, order: str) -> PlanningInput:
     arranged = orders([int(order.removeprefix("shuffled-"))] if order.startswith("shuffled-") else [])[order]
     update: dict[str, object] = {"workloads": tuple(arranged(inp.workloads))}
     if order.startswith("shuffled-"):
-        nodes = list(inp.cluster.nodes)
-        random.Random(order).shuffle(nodes)
-        update["cluster"] = inp.cluster.model_copy(update={"nodes": tuple(nodes)})
+        update["cluster"] = nodes_shuffled(inp.cluster, order)
     return inp.model_copy(update=update)
 
 

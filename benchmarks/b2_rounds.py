@@ -17,7 +17,6 @@ from __future__ import annotations
 
 import argparse
 import logging
-import random
 import statistics
 from collections import Counter
 from collections.abc import Sequence
@@ -32,6 +31,7 @@ from benchmarks.common import (
     bench_policy,
     counts,
     held_gpu_milli,
+    nodes_shuffled,
     openb_cluster,
     p99,
     parse_seeds,
@@ -81,9 +81,7 @@ def run_rounds(
     plus FGD and best-fit on the same arrivals."""
     cluster = openb_cluster()
     if node_order is not None:
-        nodes = list(cluster.nodes)
-        random.Random(node_order).shuffle(nodes)
-        cluster = cluster.model_copy(update={"nodes": tuple(nodes)})
+        cluster = nodes_shuffled(cluster, node_order)
     capacity = 1000 * cluster.gpu_count
 
     def policy(running: int) -> Policy:

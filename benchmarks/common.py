@@ -66,6 +66,13 @@ def openb_cluster() -> Cluster:
     return read_cluster(TRACE_DIR / NODE_FILE)
 
 
+def nodes_shuffled(cluster: Cluster, seed: int | str) -> Cluster:
+    """``cluster`` with its node rows shuffled with ``seed`` (a row-order run)."""
+    nodes = list(cluster.nodes)
+    random.Random(seed).shuffle(nodes)
+    return cluster.model_copy(update={"nodes": tuple(nodes)})
+
+
 @cache
 def openb_pods(trace: str) -> tuple[Workload, ...]:
     """The pods of ``trace`` as the importer reads them, sorted by name (the simulator's start order)."""

@@ -380,9 +380,8 @@ class _Search:
         and the plan (inside the caller's transaction); whether some node gained (with ``whole``: whether
         it was placed, gain or not, since the caller judges the change as a whole: a gang's member, or
         running work taken off that must find a place even where it only displaces newcomers worth as
-        much). ``req`` goes to no node in
-        ``seen`` (a chain's nodes) or ``outside`` (a gang's other domains); the work it sends away goes
-        anywhere but the chain's nodes."""
+        much). ``req`` goes to no node in ``seen`` (a chain's nodes) or ``outside`` (a gang's other
+        domains); the work it sends away goes anywhere but the chain's nodes."""
         base = self.plan.gain
         found: tuple[tuple[int, int], tuple[int, int, bool]] | None = None
         runs = (False, True) if self.moves_left(None) > 0 else (False,)
