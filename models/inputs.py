@@ -40,6 +40,7 @@ def _workload_errors(w: Workload, cluster: Cluster, policy: Policy, catalog: Har
     if teams and w.team not in teams:
         errors.append(f"field team: unknown team '{w.team}'{did_you_mean(w.team, teams)}")
     errors.extend(shape_errors(w, catalog))
+    errors.extend(w.running_shape_errors())
     for r, place in enumerate(w.running_on):
         node = cluster.node_by_name.get(place.node)
         if node is None:

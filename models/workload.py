@@ -93,6 +93,46 @@ class Shape(ShapeFields):
         return self.gpus * 1000 + self.share_milli
 
 
+def shape_fits(shape: Shape, uses: Sequence[GpuUse]) -> bool:
+    """Whether GPU entries are exactly what ``shape`` asks for: its number of distinct whole GPUs, its
+    fraction of one GPU, one instance of its MIG profile, or none."""
+    if shape.kind == "whole":
+        return (
+            len(uses) == shape.gpus
+            and all(u.kind == "whole" for u in uses)
+            and len({u.index for u in uses}) == len(uses)
+        )
+    if shape.kind == "fraction":
+        return len(uses) == 1 and uses[0].kind == "fraction" and uses[0].milli == shape.share_milli
+    if shape.kind == "mig":
+        return (
+            len(uses) == 1
+            and uses[0].mig_profile == shape.mig_profile
+            and uses[0].milli is None
+            and uses[0].mig_start is not None
+        )
+    return not uses
+
+
+def fitting_alternative(shapes: Sequence[Shape], uses: Sequence[GpuUse]) -> int:
+    """The index of the first of ``shapes`` whose ask ``uses`` are exactly (:func:`shape_fits`), else 0
+    (an input whose running GPUs no shape asks for is refused: :meth:`Workload.running_shape_errors`)."""
+    if len(shapes) == 1:
+        return 0
+    return next((k for k, s in enumerate(shapes) if shape_fits(s, uses)), 0)
+
+
+def describe_shape(shape: Shape) -> str:
+    """What a shape asks of GPUs, in words."""
+    if shape.kind == "whole":
+        return f"{shape.gpus} whole GPU(s)"
+    if shape.kind == "fraction":
+        return f"{shape.share_milli} milli of one GPU"
+    if shape.kind == "mig":
+        return f"one MIG {shape.mig_profile} instance"
+    return "no GPU"
+
+
 class GpuRef(GpuUse):
     """One GPU used by a running replica: whole (index only), a fraction (milli) or a MIG instance; the
     same entry as a plan's :class:`~gpuplan.models.plan.GpuUse`, named for the ``running_on`` field."""
@@ -286,6 +326,8 @@ class Workload(ShapeFields):
     @field_validator("gang", mode="before")
     @classmethod
     def _gang(cls, v: Any) -> Any:
+        if v is True:  # YAML's unquoted true: a gang of this workload's own replicas
+            return "true"
         if v is False or (isinstance(v, str) and v.strip().lower() in ("", "false", "no", "0")):
             return None
         return v
@@ -317,6 +359,34 @@ class Workload(ShapeFields):
             )
             for s in self.alternatives
         )
+
+    def running_shape_errors(self) -> list[str]:
+        """Each running replica whose placement names no alternative of the workload, or holds GPUs
+        that are not what the alternative it runs as asks for (``field running_on[r]...: reason``)."""
+        errors: list[str] = []
+        for r, place in enumerate(self.running_on):
+            if place.alternative is not None and place.alternative >= len(self.shapes):
+                errors.append(
+                    f"field running_on[{r}].alternative: {place.alternative} names no alternative "
+                    f"(the workload has {len(self.shapes)})"
+                )
+                continue
+            k = self.running_alternative(r)
+            if not shape_fits(self.shapes[k], place.gpus):
+                asks = f"alternative {k}" if self.alternatives else "the workload"
+                errors.append(
+                    f"field running_on[{r}]: holds {describe_uses(place.gpus)}, but {asks} asks for "
+                    f"{describe_shape(self.shapes[k])}"
+                )
+        return errors
+
+    def running_alternative(self, replica: int) -> int:
+        """The alternative running ``replica`` runs as: the one its placement names, else the one its
+        GPU entries tell (:func:`fitting_alternative`)."""
+        place = self.running_on[replica]
+        if place.alternative is not None:
+            return place.alternative
+        return fitting_alternative(self.shapes, place.gpus)
 
     @property
     def gang_id(self) -> str | None:

@@ -37,7 +37,7 @@ from gpuplan.planner.validation.errors import InvalidPlanError
 from gpuplan.planner.validation.validate import check_plan
 from gpuplan.solvers.base import CUT, SolveResult, get_solver
 from gpuplan.solvers.evaluate import evaluate, reported
-from gpuplan.solvers.greedy import GreedySolver
+from gpuplan.solvers.greedy import GreedySolver, moved_running
 from gpuplan.solvers.problem import PlacementProblem
 from gpuplan.solvers.run_options import RunOptions
 
@@ -57,6 +57,13 @@ POST_SOLVE_MAX_SHARE = 0.5
 #: from it: a solve that overruns its share (CP-SAT on a loaded machine) would leave the pass nothing,
 #: and its predicted starts are part of the plan while counterfactuals are extras.
 TIMELINE_SHARE = 0.5
+#: Time kept, before the predicted-start pass takes its share, for the passes after it that are never
+#: cut: building and validating the plan, seconds per replica (0.8-1.1 s for 8,130 replicas on 1,213
+#: nodes in a saturated B2-m round), and undoing idle moves, seconds per running replica the plan moves
+#: (0.5-0.8 s for 133-150). Without it the pass's half of what the solve left made such rounds overrun
+#: their 5 s limit by up to a second.
+UNCUT_S_PER_REPLICA = 0.00013
+UNCUT_S_PER_MOVE = 0.005
 #: Largest share of the time limit the sharing-mode pre-pass may take (its trials stop after it).
 SHARING_SHARE = 0.1
 #: Largest share of the time limit the MIG-mode pre-pass may take (its trials stop after it); a
@@ -80,14 +87,18 @@ def _version(dist: str) -> str:
         return "unknown"
 
 
-def _digest(data: Any) -> str:
-    """SHA-256 of the canonical JSON of ``data``."""
-    return hashlib.sha256(json.dumps(data, sort_keys=True, separators=(",", ":")).encode()).hexdigest()
+def _canonical(data: Any) -> str:
+    """The canonical JSON of ``data``: keys sorted, no spaces."""
+    return json.dumps(data, sort_keys=True, separators=(",", ":"))
+
+
+def _digest(text: str) -> str:
+    return hashlib.sha256(text.encode()).hexdigest()
 
 
 def inputs_digest(inp: PlanningInput) -> str:
     """SHA-256 of the canonical JSON of the planning input."""
-    return _digest(inp.model_dump(mode="json"))
+    return _all_digests(inp)[0]
 
 
 def input_digests(inp: PlanningInput) -> dict[str, str]:
@@ -97,10 +108,13 @@ def input_digests(inp: PlanningInput) -> dict[str, str]:
 
 
 def _all_digests(inp: PlanningInput) -> tuple[str, dict[str, str]]:
-    """:func:`inputs_digest` and :func:`input_digests` from one dump of the input (dumping 12k workloads
-    takes a third of a second)."""
+    """:func:`inputs_digest` and :func:`input_digests` from one dump of the input: the whole input's
+    canonical JSON is put together from its parts' (what ``json.dumps`` of the whole writes), so no part
+    is encoded twice (dumping 66k workloads takes 1.5 s)."""
     dumped = inp.model_dump(mode="json")
-    return _digest(dumped), {part: _digest(dumped[part]) for part in ("cluster", "workloads", "policy")}
+    texts = {part: _canonical(value) for part, value in dumped.items()}
+    whole = "{" + ",".join(f"{_canonical(part)}:{texts[part]}" for part in sorted(texts)) + "}"
+    return _digest(whole), {part: _digest(texts[part]) for part in ("cluster", "workloads", "policy")}
 
 
 def _planned_at(provenance: dict[str, Any]) -> datetime | None:
@@ -173,6 +187,12 @@ def post_solve_s(time_limit_s: float, replicas: int) -> float:
     deterministic solve gets the same share every run."""
     wanted = max(POST_SOLVE_SHARE * time_limit_s, POST_SOLVE_S_PER_REPLICA * replicas)
     return min(POST_SOLVE_MAX_SHARE * time_limit_s, wanted)
+
+
+def uncut_s(problem: PlacementProblem, result: SolveResult) -> float:
+    """Seconds kept for the passes after the predicted starts that are never cut (building, validating,
+    undoing idle moves): they grow with the replicas and with the running replicas ``result`` moves."""
+    return UNCUT_S_PER_REPLICA * len(problem.requests) + UNCUT_S_PER_MOVE * moved_running(problem, result)
 
 
 def _cut(plan: Plan, phases: list[str], not_rederived: int, *, deterministic: bool) -> Plan:
@@ -248,6 +268,10 @@ def make_plan(
     solve_s = max(MIN_SOLVE_S, time_limit_s - post_s - explain_s)
     catalog = catalog or default_catalog()
     now = now or datetime.now(UTC)
+    # The input's digests first: the solve's share then leaves out what they take (1.5 s for 66k
+    # workloads, after the solve they overran its reserve).
+    whole, parts = _all_digests(inp)
+    watch.lap("digests")
     # Drained nodes whose mode blocks waiting demand change mode first; the solvers see the new modes.
     changes = choose_sharing(inp, catalog, now, None if deterministic else SHARING_SHARE * time_limit_s)
     planned = (
@@ -284,7 +308,7 @@ def make_plan(
     # The pre-pass's greedy trials neither move nor preempt work; a solver that does may do better with
     # the GPUs as they are, so with switches chosen on a small input both are solved (each on half the
     # share) and the better plan is kept (ties: no switch).
-    switches = min(solved, key=lambda c: _rank(*solved[c], c))
+    switches = min(solved, key=lambda c: _rank(*solved[c], c)) if len(solved) > 1 else next(iter(solved))
     problem, result = solved[switches]
     planned = planned.model_copy(update={"cluster": cluster_with_mig_modes(planned.cluster, switches)})
     result = mig_modes_fixed(inp, catalog, problem, modes_fixed(inp, problem, result))
@@ -293,7 +317,10 @@ def make_plan(
     cut: list[str] = []
     # Predicted starts and reservations; ``previous`` keeps the last plan's reservations that still fit.
     reserved = previous_reservations(previous, inp) if previous is not None else None
-    timeline_by = deadline if deterministic else deadline.sub(TIMELINE_SHARE)
+    if deterministic:
+        timeline_by = deadline
+    else:  # the predicted starts take their share of what the passes never cut leave
+        timeline_by = deadline.reserve(uncut_s(problem, result)).sub(TIMELINE_SHARE)
     result = with_reservations(planned, problem, result, catalog, now, reserved, timeline_by)
     if not isinstance(get_solver(solver), GreedySolver):  # a heuristic asked for is returned as it is
         result = better_than_fgd(planned, problem, result, catalog, now, options, reserved, timeline_by)
@@ -309,7 +336,6 @@ def make_plan(
     problem = mig_modes_left(inp, problem, switches, kept_switches)
     result = without_dropped(result, switches, kept_switches)
     result = reported(problem, result, len(kept), len(kept_switches))
-    whole, parts = _all_digests(inp)
     provenance = {
         "inputs_sha256": whole,
         "input_sha256": parts,

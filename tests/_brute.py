@@ -709,7 +709,7 @@ def instances(
             "cpu_milli": draw(st.sampled_from([4000, 64000])),
             "memory_mib": 65536,
             "gpus": gpus,
-            "labels": {"rack": draw(st.sampled_from(["r0", "r1"]))},
+            "labels": draw(st.sampled_from([{"rack": "r0"}, {"rack": "r1"}, {"rack": "r0"}, {}])),
         }
         if n_gpus == 2 and draw(st.booleans()):
             node["links"] = [{"a": 0, "b": 1, "kind": draw(st.sampled_from(["NV4", "PIX"]))}]

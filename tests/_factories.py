@@ -202,13 +202,15 @@ def planning_input(
 
 #: NVLink cliques of the node kinds :func:`drifted_inputs` draws (L40S servers declare no links).
 DRIFT_CLIQUES = {"l40s": [], "nvl": [{0, 1}, {2, 3}]}
+#: The GPU models of the drifted nodes (``l40s`` and ``nvl``), as workloads may restrict to them.
+DRIFT_MODELS = ["L40S-48GB", "H100-94GB"]
 
 
 @st.composite
 def drifted_inputs(draw: st.DrawFn) -> dict[str, Any]:
     """A planning input (as plain data) of 1-3 nodes whose running replicas are placed on free GPUs
-    regardless of quotas, isolation rules and topology needs (never over capacity), plus some waiting
-    work, and a policy with such rules and a disruption budget. Each node carries its kind in the
+    regardless of quotas, isolation rules, topology needs and GPU models (never over capacity), plus
+    some waiting work, and a policy with such rules and a disruption budget. Each node carries its kind in the
     label ``kind`` (a key of :data:`DRIFT_CLIQUES`)."""
     teams, tiers = ["a", "b", "c"], ["latency-sensitive", "standard", "background"]
     nodes: list[dict[str, Any]] = []
@@ -266,6 +268,8 @@ def drifted_inputs(draw: st.DrawFn) -> dict[str, Any]:
                 whole_ok[(name, g)] = False
                 w["running_on"] = f"{name}:{g}={milli}"
         if "running_on" in w:
+            if draw(st.integers(0, 2)) == 0:  # a GPU model it may now not run on
+                w["gpu_models"] = [draw(st.sampled_from(DRIFT_MODELS))]
             workloads.append(w)
     for i in range(draw(st.integers(0, 3))):
         w = {
@@ -278,6 +282,8 @@ def drifted_inputs(draw: st.DrawFn) -> dict[str, Any]:
             w.update(gpus=draw(st.integers(1, 2)), topology=draw(st.sampled_from(["any", "nvlink"])))
         else:
             w["gpu_milli"] = draw(st.sampled_from([250, 500]))
+        if draw(st.integers(0, 2)) == 0:
+            w["gpu_models"] = [draw(st.sampled_from(DRIFT_MODELS))]
         workloads.append(w)
     rules: list[dict[str, Any]] = []
     if draw(st.booleans()):

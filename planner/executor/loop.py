@@ -36,7 +36,7 @@ from gpuplan.models.hardware import HardwareCatalog
 from gpuplan.models.inputs import PlanningInput
 from gpuplan.models.plan import Action, Assignment, MigMode, Plan
 from gpuplan.models.policy import Policy
-from gpuplan.models.workload import Workload, where
+from gpuplan.models.workload import GpuRef, Placement, Workload, where
 from gpuplan.planner.executor.backend import Backend, Observation, Outcome
 from gpuplan.planner.executor.evict import evict_for
 from gpuplan.planner.pipeline.actions import (
@@ -100,21 +100,27 @@ def state_input(
         free = iter(sorted(set(range(w.replicas + len(running))) - {k[1] for k in running}))
         for r in range(w.replicas):
             mapping[(w.id, r)] = running[r] if r < len(running) else (w.id, next(free))
-        places = ";".join(where(obs.running[k].node, obs.running[k].gpus) for k in running)
+        places = tuple(_placement(obs.running[k], w) for k in running)
         starts = [obs.started[k] for k in running if k in obs.started]
-        workloads.append(
-            Workload.model_validate(
-                {
-                    **w.model_dump(exclude={"running_on", "started_at"}),
-                    "running_on": places,
-                    "started_at": max(starts) if starts else None,
-                }
-            )
-        )
+        started = max(starts) if starts else None
+        if places == w.running_on and started == w.started_at:
+            workloads.append(w)
+        else:  # no more places than replicas (the one rule these fields have): no re-validation
+            workloads.append(w.model_copy(update={"running_on": places, "started_at": started}))
     for keys in by_workload.values():
         strays.extend(keys)
     inp = PlanningInput(cluster=obs.cluster, workloads=tuple(workloads), policy=policy, arrivals=arrivals)
     return StateInput(inp, mapping, tuple(strays))
+
+
+def _placement(hold: Holding, w: Workload) -> Placement:
+    """Where a replica of ``w`` runs, as ``running_on`` gives it (with the alternative it runs as, when
+    ``w`` has alternatives: two of the same kind differ in GPUs, CPU or memory)."""
+    gpus = tuple(
+        GpuRef(index=g.index, milli=g.milli, mig_profile=g.mig_profile, mig_start=g.mig_start)
+        for g in hold.gpus
+    )
+    return Placement(node=hold.node, gpus=gpus, alternative=hold.alternative if w.alternatives else None)
 
 
 @dataclass(frozen=True)

@@ -78,6 +78,8 @@ class SimCluster:
         self.duration_of: DurationOf = duration_of or (lambda _k: None)
         self.occ = Occupancy.empty(cluster, catalog)
         self.nodes = {n.name: n for n in cluster.nodes}
+        #: Each node as last observed: the node it was built from, its MIG layouts then, and what it was.
+        self._observed: dict[str, tuple[Node, tuple[Layout, ...], Node]] = {}
         self.ready: dict[tuple[str, int, str, int], datetime] = {}
         self.started: dict[Key, datetime] = {}
         self.ends: dict[Key, datetime] = {}
@@ -97,6 +99,7 @@ class SimCluster:
         """A node disappears with everything on it; returns the replicas that were lost."""
         lost = self.occ.remove_node(name)
         self.nodes.pop(name, None)
+        self._observed.pop(name, None)
         for k in lost:
             self.started.pop(k, None)
             self.ends.pop(k, None)
@@ -118,21 +121,17 @@ class SimCluster:
         return min(self.ends.values(), default=None)
 
     def observe(self) -> Observation:
-        """Nodes still present, with the MIG layouts they have now (instances being created included)."""
+        """Nodes still present, with the MIG layouts they have now (instances being created included).
+        A node is rebuilt only when it or its layouts changed since it was last observed (rebuilding
+        9,704 nodes took seconds a round at 8x the openb fleet)."""
         nodes = []
         for name, node in self.nodes.items():
-            gpus = []
-            for g in node.gpus:
-                state = self.occ.gpus[(name, g.index)]
-                entry = g.model_dump(exclude={"mig"})
-                if state.mig is not None:
-                    entry["mig"] = {
-                        "instances": [
-                            {"profile": p, "start": s} for p, s in sorted(state.mig, key=lambda i: i[1])
-                        ]
-                    }
-                gpus.append(entry)
-            nodes.append(Node.model_validate({**node.model_dump(exclude={"gpus", "topology"}), "gpus": gpus}))
+            layouts = tuple(_layout(self.occ.gpus[(name, g.index)].mig) for g in node.gpus)
+            seen = self._observed.get(name)
+            if seen is None or seen[0] is not node or seen[1] != layouts:
+                seen = (node, layouts, _observed_node(node, layouts))
+                self._observed[name] = seen
+            nodes.append(seen[2])
         return Observation(
             now=self.now,
             cluster=Cluster(nodes=tuple(nodes)),
@@ -226,3 +225,22 @@ class SimCluster:
 def _key(a: Action) -> Key:
     assert a.workload is not None and a.replica is not None
     return (a.workload, a.replica)
+
+
+#: A GPU's MIG instances as (profile, start), by start (``None``: MIG off).
+Layout = tuple[tuple[str, int], ...] | None
+
+
+def _layout(mig: set[tuple[str, int]] | None) -> Layout:
+    return None if mig is None else tuple(sorted(mig, key=lambda i: (i[1], i[0])))
+
+
+def _observed_node(node: Node, layouts: Sequence[Layout]) -> Node:
+    """``node`` with ``layouts`` as its GPUs' MIG layouts."""
+    gpus = []
+    for g, layout in zip(node.gpus, layouts, strict=True):
+        entry = g.model_dump(exclude={"mig"})
+        if layout is not None:
+            entry["mig"] = {"instances": [{"profile": p, "start": s} for p, s in layout]}
+        gpus.append(entry)
+    return Node.model_validate({**node.model_dump(exclude={"gpus", "topology"}), "gpus": gpus})

@@ -33,7 +33,7 @@ from gpuplan.models.plan import PREEMPT as PREEMPT
 from gpuplan.models.plan import SET_MIG_MODE as SET_MIG_MODE
 from gpuplan.models.plan import SET_SHARING as SET_SHARING
 from gpuplan.models.plan import START as START
-from gpuplan.models.plan import Action, Assignment, GpuUse, MigLayout, MigMode, NodeSharing
+from gpuplan.models.plan import Action, Assignment, MigLayout, MigMode, NodeSharing
 from gpuplan.models.policy import Policy
 from gpuplan.models.workload import Placement, Workload, where
 from gpuplan.planner.pipeline.layouts import cluster_with_mig_modes
@@ -128,16 +128,15 @@ def ordered_actions(
     starts: list[Action] = []
     for w in inp.workloads:
         for r, place in enumerate(w.running_on):
-            gpus = tuple(GpuUse(**g.model_dump()) for g in place.gpus)
-            now = where(place.node, gpus)
             a = target.get((w.id, r))
             if a is None:
-                stops.append(Action(kind=PREEMPT, workload=w.id, replica=r, from_=now))
+                stops.append(Action(kind=PREEMPT, workload=w.id, replica=r, from_=_text(place)))
             elif not w.stays(r, a.node, a.gpus):
-                stops.append(
-                    Action(kind=MIGRATE, workload=w.id, replica=r, from_=now, to=where(a.node, a.gpus))
-                )
-            elif any((a.node, g.index, (g.mig_profile, g.mig_start)) in destroyed for g in a.gpus):
+                to = where(a.node, a.gpus)
+                stops.append(Action(kind=MIGRATE, workload=w.id, replica=r, from_=_text(place), to=to))
+            elif destroyed and any(
+                (a.node, g.index, (g.mig_profile, g.mig_start)) in destroyed for g in a.gpus
+            ):
                 # In place: a guessed placement is taken to be the plan's (see :func:`settled`).
                 here = where(a.node, a.gpus)
                 drain = Action(kind=MIGRATE, workload=w.id, replica=r, from_=here, to=here, detail=DRAIN)

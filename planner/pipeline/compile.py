@@ -12,7 +12,7 @@ from gpuplan.models.hardware import HardwareCatalog
 from gpuplan.models.inputs import PlanningInput
 from gpuplan.models.plan import GpuUse
 from gpuplan.models.topology import link_graph, nvlink_cliques
-from gpuplan.models.workload import Placement, Shape, Workload
+from gpuplan.models.workload import Shape, Workload
 from gpuplan.solvers.problem import (
     GpuSlot,
     NodeSpec,
@@ -91,23 +91,13 @@ def compile_shape(shape: Shape, catalog: HardwareCatalog) -> ShapeSpec:
     )
 
 
-def _running(place: Placement, w: Workload) -> Running:
+def _running(w: Workload, replica: int) -> Running:
+    place = w.running_on[replica]
     gpus = tuple(
         GpuUse(index=g.index, milli=g.milli, mig_profile=g.mig_profile, mig_start=g.mig_start)
         for g in place.gpus
     )
-    if place.alternative is not None:
-        alt = place.alternative
-    else:
-        kind = "whole"
-        if gpus and gpus[0].mig_profile is not None:
-            kind = "mig"
-        elif gpus and gpus[0].milli is not None:
-            kind = "fraction"
-        elif not gpus:
-            kind = "cpu"
-        alt = next((k for k, s in enumerate(w.shapes) if s.kind == kind), 0)
-    return Running(node=place.node, gpus=gpus, alternative=alt)
+    return Running(node=place.node, gpus=gpus, alternative=w.running_alternative(replica))
 
 
 def compile_problem(inp: PlanningInput, catalog: HardwareCatalog, now: datetime) -> PlacementProblem:
@@ -134,7 +124,7 @@ def compile_problem(inp: PlanningInput, catalog: HardwareCatalog, now: datetime)
                     gang=w.gang_id,
                     gang_domain=w.gang_domain,
                     preemptible=w.preemptible,
-                    running=_running(w.running_on[r], w) if r < len(w.running_on) else None,
+                    running=_running(w, r) if r < len(w.running_on) else None,
                     runtime_s=runtime if r < len(w.running_on) else None,
                 )
             )

@@ -65,7 +65,7 @@ class Holding:
 def running_holdings(w: Workload) -> Iterator[tuple[Key, Holding]]:
     """Each running replica of ``w`` (from ``running_on``) and where it runs with what it takes there."""
     for r, place in enumerate(w.running_on):
-        alt = place.alternative or 0
+        alt = w.running_alternative(r)
         shape = w.shapes[min(alt, len(w.shapes) - 1)]
         gpus = tuple(GpuUse(**g.model_dump()) for g in place.gpus)
         yield (

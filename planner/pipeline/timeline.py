@@ -31,9 +31,9 @@ from typing import Generic, TypeVar
 
 from gpuplan.models.hardware import HardwareCatalog
 from gpuplan.models.inputs import PlanningInput
-from gpuplan.models.plan import Assignment, GpuUse, MigLayout, Plan, PlanStatus, Unplaced
+from gpuplan.models.plan import Assignment, MigLayout, Plan, PlanStatus, Unplaced
 from gpuplan.models.policy import Policy
-from gpuplan.models.workload import Workload
+from gpuplan.models.workload import Workload, fitting_alternative
 from gpuplan.planner.pipeline.deadline import Deadline
 from gpuplan.planner.pipeline.layouts import cluster_with_layouts
 from gpuplan.planner.pipeline.occupancy import Holding, Key, Occupancy, holding
@@ -590,31 +590,13 @@ def previous_reservations(plan: Plan, inp: PlanningInput) -> dict[Key, Reservati
         w = inp.workload_by_id.get(u.workload)
         if u.reserved_node is None or w is None:
             continue
-        alt = _alternative(w, u.reserved_gpus)
+        alt = fitting_alternative(w.shapes, u.reserved_gpus)
         shape = w.shapes[alt]
         hold = Holding(
             u.reserved_node, u.reserved_gpus, shape.cpu_milli, shape.memory_mib, alt, shape.gpu_memory_mib
         )
         out[(u.workload, u.replica)] = Reservation((u.workload, u.replica), 0.0, hold)
     return out
-
-
-def _alternative(w: Workload, gpus: Sequence[GpuUse]) -> int:
-    """The alternative of ``w`` whose kind and size match ``gpus``."""
-    for k, s in enumerate(w.shapes):
-        if s.kind == "mig" and gpus and gpus[0].mig_profile == s.mig_profile:
-            return k
-        if s.kind == "fraction" and gpus and gpus[0].milli == s.share_milli:
-            return k
-        if (
-            s.kind == "whole"
-            and len(gpus) == s.gpus
-            and all(g.milli is None and g.mig_profile is None for g in gpus)
-        ):
-            return k
-        if s.kind == "cpu" and not gpus:
-            return k
-    return 0
 
 
 def predicted_waits(plan: Plan, now: datetime) -> dict[Key, float | None]:

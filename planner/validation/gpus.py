@@ -141,7 +141,8 @@ def _report_breach(ctx: CheckContext, key: GpuKey, b: Breach, entries: list[tupl
 
 
 def check_gpu_models(ctx: CheckContext) -> None:
-    """Rule 7: every GPU used is of a model the chosen shape allows."""
+    """Rule 7: every GPU used is of a model the chosen shape allows (a running replica that stays where
+    it runs keeps its GPUs: kept, :meth:`CheckContext.only_kept`)."""
     for p in ctx.placed:
         if p.shape is None or not p.shape.gpu_models or not p.uses:
             continue
@@ -156,6 +157,7 @@ def check_gpu_models(ctx: CheckContext) -> None:
                 p.subject,
                 f"The replica uses {used} on node '{p.node.name}' "
                 f"but allows only {', '.join(sorted(allowed))}.",
+                kept=ctx.only_kept([p]),
             )
 
 

@@ -6,11 +6,10 @@ from __future__ import annotations
 
 import itertools
 from collections import Counter, defaultdict
-from collections.abc import Sequence
 
 from gpuplan.models.cluster import Gpu
 from gpuplan.models.plan import GpuUse
-from gpuplan.models.workload import Shape, describe_uses
+from gpuplan.models.workload import Shape, describe_shape, describe_uses, shape_fits
 from gpuplan.planner.validation.context import CheckContext, Placed
 from gpuplan.planner.validation.report import MISSING_NAMED, replica_subject
 
@@ -139,11 +138,11 @@ def check_shapes(ctx: CheckContext) -> None:
         if p.shape is None:
             continue
         a = p.assignment
-        if not _shape_fits(p.shape, a.gpus):
+        if not shape_fits(p.shape, a.gpus):
             ctx.add(
                 "shape-mismatch",
                 p.subject,
-                f"Alternative {a.alternative} asks for {_describe_shape(p.shape)} but the plan gives "
+                f"Alternative {a.alternative} asks for {describe_shape(p.shape)} but the plan gives "
                 f"{describe_uses(a.gpus)}.",
             )
         if a.gpu_memory_mib != p.shape.gpu_memory_mib:
@@ -160,33 +159,3 @@ def check_shapes(ctx: CheckContext) -> None:
                 f"The assignment reserves {a.cpu_milli} milli-CPU and {a.memory_mib} MiB but alternative "
                 f"{a.alternative} asks for {p.shape.cpu_milli} milli-CPU and {p.shape.memory_mib} MiB.",
             )
-
-
-def _describe_shape(shape: Shape) -> str:
-    if shape.kind == "whole":
-        return f"{shape.gpus} whole GPU(s)"
-    if shape.kind == "fraction":
-        return f"{shape.share_milli} milli of one GPU"
-    if shape.kind == "mig":
-        return f"one MIG {shape.mig_profile} instance"
-    return "no GPU"
-
-
-def _shape_fits(shape: Shape, uses: Sequence[GpuUse]) -> bool:
-    """Whether the GPU entries of an assignment are exactly what ``shape`` asks for."""
-    if shape.kind == "whole":
-        return (
-            len(uses) == shape.gpus
-            and all(u.kind == "whole" for u in uses)
-            and len({u.index for u in uses}) == len(uses)
-        )
-    if shape.kind == "fraction":
-        return len(uses) == 1 and uses[0].kind == "fraction" and uses[0].milli == shape.share_milli
-    if shape.kind == "mig":
-        return (
-            len(uses) == 1
-            and uses[0].mig_profile == shape.mig_profile
-            and uses[0].milli is None
-            and uses[0].mig_start is not None
-        )
-    return not uses

@@ -11,10 +11,12 @@ from dataclasses import dataclass
 #: replicas a whole-plan budget violation names.
 MISSING_NAMED = 10
 
-#: Rules that a current state may already break (fleets drift: quotas change, isolation rules and
-#: node topologies are added after work started). A plan keeps such a violation, without breaking the
-#: rule itself, when every replica it concerns is a running replica that stays exactly where it runs.
-KEPT_RULES = ("quota", "isolation", "topology-nvlink", "topology-numa")
+#: Rules that a current state may already break (fleets drift: quotas change, isolation rules, node
+#: topologies, GPU model needs and node labels change after work started). A plan keeps such a
+#: violation, without breaking the rule itself, when every replica it concerns is a running replica that
+#: stays exactly where it runs (for ``gang``: a gang outside one value of its domain label; one placed in
+#: part is never kept).
+KEPT_RULES = ("quota", "isolation", "topology-nvlink", "topology-numa", "gpu-model", "gang")
 
 
 @dataclass(frozen=True)

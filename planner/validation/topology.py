@@ -14,7 +14,8 @@ from gpuplan.planner.validation.context import CheckContext, Placed
 
 
 def check_gangs(ctx: CheckContext) -> None:
-    """Rule 8: a gang is placed entirely or not at all, inside one value of its domain label."""
+    """Rule 8: a gang is placed entirely or not at all, on nodes with one value of its domain label (a
+    gang that runs outside that and stays where it runs keeps it: kept, :meth:`CheckContext.only_kept`)."""
     members: defaultdict[str, list[Workload]] = defaultdict(list)
     for w in ctx.inp.workloads:
         if w.gang_id is not None:
@@ -38,12 +39,14 @@ def check_gangs(ctx: CheckContext) -> None:
             )
         for label in sorted({w.gang_domain for w in workloads if w.gang_domain}):
             values = {p.node.labels.get(label) for p in placed}
-            if len(values) > 1:
+            if len(values) > 1 or None in values:
                 shown = ", ".join(sorted("(none)" if v is None else v for v in values))
+                where = "several values" if len(values) > 1 else "nodes without"
                 ctx.add(
                     "gang",
                     subject,
-                    f"The gang's replicas are spread over several values of node label '{label}' ({shown}).",
+                    f"The gang's replicas are on {where} of node label '{label}' ({shown}).",
+                    kept=ctx.only_kept(placed),
                 )
 
 

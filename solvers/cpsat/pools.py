@@ -27,9 +27,11 @@ from gpuplan.solvers.run_options import RunOptions
 
 log = logging.getLogger(__name__)
 
-#: Fleets with more GPUs than this are split into parts of about this many GPUs.
+#: Fleets with more GPUs than this are split into parts of about this many GPUs (unless one
+#: configuration LP plans them whole: :func:`gpuplan.solvers.cpsat.solver.one_configuration_lp`).
 POOL_GPUS = 8000
-#: Seconds a part gets at least, whatever the share of the time limit.
+#: Seconds of CP-SAT a part needs: a part given less gets the FGD plan (a deterministic run gives
+#: every part at least this, whatever the share of the time limit).
 MIN_PART_S = 1.0
 
 

@@ -27,7 +27,7 @@ from gpuplan.solvers.cpsat.guard import exact_comparison
 from gpuplan.solvers.cpsat.lns import NEIGHBOURHOOD_NODES, LnsReport, improve
 from gpuplan.solvers.cpsat.pools import MIN_PART_S, Part, part_count, solve_parts, split
 from gpuplan.solvers.evaluate import queue_term, reported
-from gpuplan.solvers.fleet.engine import aggregated_value_bound, plan_fleet
+from gpuplan.solvers.fleet.engine import aggregated_value_bound, node_class_count, plan_fleet
 from gpuplan.solvers.fleet.transition import transition
 from gpuplan.solvers.formulation.builder import Expr, Var
 from gpuplan.solvers.formulation.constraints import add_all
@@ -44,6 +44,12 @@ log = logging.getLogger(__name__)
 
 #: Above this many waiting replicas one model is too large: plan by target configurations.
 MONOLITHIC_REPLICAS = 1500
+#: Seconds per replica (running or waiting) kept from a split fleet's parts for the merged plan's bound
+#: and evaluation (1.05-1.5 s for 66,624 replicas on 9,704 nodes, B7's rounds at 8x, quiet 2-core machine).
+MERGE_S_PER_REPLICA = 0.00003
+#: Seconds the FGD plan of a part gets at least: in B7's rounds at 8x (1,386 nodes, ~9,500 replicas
+#: a part, a hundred of them waiting) it takes 0.3-0.45 s, and a shorter deadline leaves replicas waiting.
+MIN_FGD_PART_S = 0.5
 #: Share of the time limit the move towards the target configuration gets when running work may move.
 TRANSITION_SHARE = 0.8
 #: Share of the time limit the configuration LP and its rounding get (neighbourhood search the rest).
@@ -225,7 +231,9 @@ class CpSat:
 
         Demand too large for one model (more than :data:`MONOLITHIC_REPLICAS` waiting replicas) is
         planned by target configurations (:mod:`gpuplan.solvers.fleet`); a large cluster whose running
-        work may move, from the FGD plan by neighbourhood search within the disruption budget.
+        work may move, from the FGD plan by neighbourhood search within the disruption budget. A fleet
+        of more GPUs than a part holds is split into parts (POP), unless it is planned by target
+        configurations and :func:`one_configuration_lp` holds.
         """
         start = time.perf_counter()
         deadline = start + options.time_limit_s
@@ -236,9 +244,10 @@ class CpSat:
         }
         movable = disturbed if self.movable_running is None else disturbed & self.movable_running
         parts = part_count(problem.nodes) if self.decompose else 1
-        if parts > 1:
+        by_configurations = self.decompose and _waiting(problem) > MONOLITHIC_REPLICAS
+        if parts > 1 and not (by_configurations and one_configuration_lp(problem, parts)):
             return self._pools(problem, options, parts, movable, start)
-        if self.decompose and sum(q.running is None for q in problem.requests) > MONOLITHIC_REPLICAS:
+        if by_configurations:
             return self._fleet(problem, options, never_fitting(problem), start)
         large = is_large(problem, movable)
         repack = large and bool(movable) and self.decompose
@@ -394,12 +403,14 @@ class CpSat:
         """Split the fleet into parts (POP), solve them in parallel (processes or Ray tasks) and merge the
         plans."""
         pieces = split(problem, options, parts, movable)
+        never = never_fitting(problem)
         processes = min(options.num_workers, parts)
-        # Deterministic runs give every part the same share whatever the clock says.
-        budget = options.time_limit_s
-        if not options.deterministic:
-            budget -= time.perf_counter() - start
-        each = max(MIN_PART_S, 0.9 * budget / math.ceil(parts / processes))
+        waves = math.ceil(parts / processes)
+        if options.deterministic:  # every part gets the same share whatever the clock says
+            each = max(MIN_PART_S, 0.9 * options.time_limit_s / waves)
+        else:  # what the split left less the merged plan's evaluation; below MIN_PART_S, FGD's plan
+            left = options.time_limit_s - (time.perf_counter() - start)
+            each = max(0.0, 0.9 * (left - MERGE_S_PER_REPLICA * len(problem.requests)) / waves)
         pieces = [replace(p, options=replace(p.options, time_limit_s=each)) for p in pieces]
         results = solve_parts(pieces, processes, solve_part, options.ray)
         statuses = [r.status for r in results]
@@ -407,7 +418,6 @@ class CpSat:
         for r in results:
             for k, n in r.model_size.items():
                 size[k] = size.get(k, 0) + n
-        never = never_fitting(problem)
         merged = SolveResult(
             status=PlanStatus.FALLBACK
             if all(s == PlanStatus.FALLBACK for s in statuses)
@@ -429,7 +439,7 @@ class CpSat:
         # running when the parts' processes are forked).
         value_bound = (
             aggregated_value_bound(problem, start + options.time_limit_s)
-            if self.decompose and sum(q.running is None for q in problem.requests) > MONOLITHIC_REPLICAS
+            if self.decompose and _waiting(problem) > MONOLITHIC_REPLICAS
             else None
         )
         if value_bound is not None:
@@ -437,6 +447,20 @@ class CpSat:
                 merged, best_bound=float(_queue_bound(problem, value_bound)), bound_source="configuration LP"
             )
         return reported(problem, _with_fleet_bound(problem, _recoded(merged, never), never))
+
+
+def _waiting(problem: PlacementProblem) -> int:
+    """How many replicas wait."""
+    return sum(q.running is None for q in problem.requests)
+
+
+def one_configuration_lp(problem: PlacementProblem, parts: int) -> bool:
+    """Whether a fleet the GPU count would split into ``parts`` is planned whole by one configuration
+    LP: its nodes fall into no more classes than one part holds nodes, so the whole fleet's LP is no
+    larger than a part's could be (replicated fleets: 15 classes for 9,704 nodes), and its plan and
+    bound hold for the whole fleet. POP only where the classes really grow (nodes in many different
+    states)."""
+    return node_class_count(problem) <= len(problem.nodes) // parts
 
 
 def _step(sub: PlacementProblem, options: RunOptions, movable: set[int]) -> SolveResult:
@@ -548,7 +572,14 @@ def _better_of(
 
 
 def solve_part(part: Part) -> SolveResult:
-    """Solve one part of a split fleet (runs in a worker process)."""
+    """Solve one part of a split fleet (runs in a worker process). A part given less than
+    :data:`MIN_PART_S` gets the FGD plan, labelled ``FALLBACK`` (CP-SAT finds nothing in less), in at
+    least :data:`MIN_FGD_PART_S`."""
+    if part.options.time_limit_s < MIN_PART_S:
+        start = time.perf_counter()
+        limit = max(part.options.time_limit_s, MIN_FGD_PART_S)
+        greedy = Fgd().place(part.problem, part.options, deadline=start + limit)
+        return fallback(CpSat.name, greedy, [], time.perf_counter() - start, {})
     movable = {r for r, q in enumerate(part.problem.requests) if q.key in part.movable}
     return CpSat(movable_running=movable, part=True).solve(part.problem, part.options)
 

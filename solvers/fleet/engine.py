@@ -234,6 +234,13 @@ def _gang_value(problem: PlacementProblem) -> int:
     return sum(queue_penalty(q, problem) for q in problem.requests if q.running is None and q.gang)
 
 
+def node_class_count(problem: PlacementProblem) -> int:
+    """How many node classes the configuration LP of ``problem`` has: what its size (and its pricing's
+    work) grows with, where the number of nodes does not."""
+    freed, _ = _freed(problem)
+    return len(node_classes(_placer(freed), repartition=_repartitions(freed)))
+
+
 def aggregated_value_bound(problem: PlacementProblem, deadline: float) -> float | None:
     """An upper bound on the queue penalty any plan of ``problem`` places, from the aggregated
     configuration LP of the whole fleet alone (:mod:`.relaxation`: no first plans, no column

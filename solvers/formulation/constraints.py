@@ -162,27 +162,67 @@ def mig(v: Variables) -> None:
                 m.add(m.sum(insts) <= spec.profile(prof).max_instances)
 
 
-def gangs(problem: PlacementProblem, v: Variables) -> None:
-    """All replicas of a gang placed or none; a gang with a domain stays inside one label value."""
-    m = v.model
+def _gang_members(problem: PlacementProblem) -> dict[str, list[int]]:
     members: dict[str, list[int]] = defaultdict(list)
     for r, req in enumerate(problem.requests):
         if req.gang is not None:
             members[req.gang].append(r)
-    for gang, rs in members.items():
+    return members
+
+
+def gangs(problem: PlacementProblem, v: Variables) -> None:
+    """All replicas of a gang placed or none."""
+    m = v.model
+    for rs in _gang_members(problem).values():
         for r in rs[1:]:
             m.add(v.placed[r] == v.placed[rs[0]])
-        domain = next((problem.requests[r].gang_domain for r in rs if problem.requests[r].gang_domain), None)
-        if domain is None:
+
+
+def gang_domains(problem: PlacementProblem, v: Variables) -> None:
+    """A gang with domain labels goes to nodes with one value of them (never to a node without one); a
+    gang that runs whole outside that may keep it only by staying exactly where it runs (the validator's
+    kept rule: then no member moves)."""
+    for gang, rs in _gang_members(problem).items():
+        domains = tuple(sorted({d for r in rs if (d := problem.requests[r].gang_domain)}))
+        if domains:
+            _gang_domain(problem, v, gang, rs, domains)
+
+
+def _gang_domain(
+    problem: PlacementProblem, v: Variables, gang: str, rs: list[int], domains: tuple[str, ...]
+) -> None:
+    """:func:`gang_domains` for one gang. Fixed members (no variables) sit where they run: their value
+    is the gang's, or, outside any value, every other member stays too."""
+    m = v.model
+
+    def value(n: int) -> tuple[str | None, ...]:
+        return tuple(problem.nodes[n].labels.get(d) for d in domains)
+
+    # 1 only when every member stays where it runs (a gang with a waiting member never keeps).
+    kept: Var | int = 0
+    if all(problem.requests[r].running is not None for r in rs):
+        kept = m.bool_var(f"gang_kept[{gang}]")
+        for stay in _stays(v, rs):
+            m.add(kept <= stay)
+    zone: dict[tuple[str | None, ...], Var] = {}
+
+    def zone_of(val: tuple[str | None, ...]) -> Var:
+        if val not in zone:
+            zone[val] = m.bool_var(f"zone[{gang},{'/'.join(str(x) for x in val)}]")
+        return zone[val]
+
+    for r in rs:
+        if r in v.fixed:
+            val = value(v.fixed[r])
+            if None not in val:
+                m.add(zone_of(val) + kept >= 1)
+            elif not isinstance(kept, int):  # outside every value: kept only if every member stays
+                m.add(kept >= 1)
             continue
-        zone: dict[str, Var] = {}
-        for r in rs:
-            for cand in v.by_req.get(r, []):
-                value = problem.nodes[cand.node].labels[domain]
-                if value not in zone:
-                    zone[value] = m.bool_var(f"zone[{gang},{domain}={value}]")
-                m.add(cand.x <= zone[value])
-        m.add(m.sum(zone.values()) <= 1)
+        for cand in v.by_req.get(r, []):
+            val = value(cand.node)
+            m.add(cand.x <= (kept if None in val else zone_of(val) + kept))
+    m.add(m.sum(zone.values()) <= 1)
 
 
 def _no_sharing(
@@ -463,5 +503,6 @@ def add_all(problem: PlacementProblem, v: Variables) -> None:
     isolation(problem, v)
     quotas(problem, v)
     running(problem, v)
+    gang_domains(problem, v)
     kept(problem, v)
     symmetry(problem, v)

@@ -145,12 +145,14 @@ def exclusive_team(problem: PlacementProblem, node: NodeSpec) -> str | None:
     return None
 
 
-def eligible_gpus(problem: PlacementProblem, node: NodeSpec, shape: ShapeSpec) -> list[int]:
-    """GPU positions of ``node`` that ``shape`` may use (model allowed, right MIG or sharing mode, profile
-    offered)."""
+def eligible_gpus(
+    problem: PlacementProblem, node: NodeSpec, shape: ShapeSpec, *, any_model: bool = False
+) -> list[int]:
+    """GPU positions of ``node`` that ``shape`` may use (model allowed unless ``any_model``, right MIG or
+    sharing mode, profile offered)."""
     out = []
     for p, g in enumerate(node.gpus):
-        if (shape.models and g.model not in shape.models) or not g.offers(shape.kind):
+        if (shape.models and not any_model and g.model not in shape.models) or not g.offers(shape.kind):
             continue
         if shape.kind == "mig":
             if g.mig is None or shape.mig_profile not in gpu_spec(problem, node, p).profile_map:
@@ -317,24 +319,26 @@ def build_variables(
 
 def keep_current(v: Variables, problem: PlacementProblem, r: int, n: int) -> None:
     """Let running replica ``r`` stay exactly where it runs (node ``n``) when a rule it already breaks
-    there (a team-exclusive node, an NVLink or NUMA need) left its place out of its candidates: the
-    validator keeps such a violation when the replica stays, so the model offers staying, and only
-    staying (no other GPU of a node reserved for another team, no other GPU set that breaks the need).
-    Places that break other rules (GPU model, sharing mode, busy GPUs) stay out."""
+    there (a team-exclusive node, a node outside its gang's domain, an NVLink or NUMA need, a GPU model it
+    no longer allows) left its place
+    out of its candidates: the validator keeps such a violation when the replica stays, so the model
+    offers staying, and only staying (no other GPU of a node reserved for another team, of a model not
+    allowed, no other GPU set that breaks the need). Places that break other rules (sharing mode, busy
+    GPUs) stay out."""
     req = problem.requests[r]
     run = req.running
     assert run is not None
     node = problem.nodes[n]
     shape = req.shapes[run.alternative]
     pos = {g.index: p for p, g in enumerate(node.gpus)}
-    if any(u.index not in pos for u in run.gpus) or (req.gang_domain and req.gang_domain not in node.labels):
+    if any(u.index not in pos for u in run.gpus):
         return
     here = sorted({pos[u.index] for u in run.gpus})
     cand = v.cands.get((r, run.alternative, n))
     grouped = cand is None or not cand.groups or any(set(here) <= grp for grp, _ in cand.groups)
     if current_vars(v, problem, r) is not None and grouped:
         return
-    if not set(here) <= set(_free_gpus(v, n, shape, eligible_gpus(problem, node, shape))):
+    if not set(here) <= set(_free_gpus(v, n, shape, eligible_gpus(problem, node, shape, any_model=True))):
         return
     if shape.cpu_milli > node.cpu_milli - v.baseline.cpu.get(n, 0):
         return

@@ -430,7 +430,7 @@ def _gang(search: _Search, members: list[Request]) -> bool:
     domains = sorted({m.gang_domain for m in members if m.gang_domain})
     infos = sorted(search.placer.infos, key=lambda i: search.placer.cluster.rank[i.pos])
     values = dict.fromkeys(tuple(i.spec.labels.get(d) for d in domains) for i in infos)
-    for value in values:
+    for value in (v for v in values if None not in v):
         outside = frozenset(i.pos for i in infos if tuple(i.spec.labels.get(d) for d in domains) != value)
         used = search.begin()
         before = search.plan.gain

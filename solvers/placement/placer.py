@@ -221,8 +221,9 @@ class Placer:
     def place_gang(self, members: Sequence[Request]) -> tuple[list[Assignment], Request | None]:
         """Place every member or none; on failure return no assignment and the member that failed.
 
-        A gang with a domain label (``gang_domain``) goes inside one value of that label: the values
-        are tried in node-rank order and the first one holding the whole gang wins.
+        A gang with a domain label (``gang_domain``) goes inside one value of that label (never to a
+        node without it): the values are tried in node-rank order and the first one holding the whole
+        gang wins.
         """
         domains = sorted({m.gang_domain for m in members if m.gang_domain})
         if not domains:
@@ -236,7 +237,7 @@ class Placer:
 
         ordered = sorted(self.infos, key=lambda i: self.cluster.rank[i.pos])
         first_blocker: Request | None = None
-        for v in dict.fromkeys(value(i) for i in ordered):
+        for v in dict.fromkeys(value(i) for i in ordered if None not in value(i)):
             placed, blocker = self._place_all(members, inside(v))
             if blocker is None:
                 return placed, None

@@ -209,11 +209,17 @@ def initial_state(info: NodeInfo) -> NodeState:
 
 
 def conflicts(state: NodeState, pos: int, tags: tuple[str, ...]) -> bool:
-    """Whether the GPU at ``pos`` serves a team or tier that an isolation rule keeps apart from ``tags``."""
-    if not tags or state.tags is None:
+    """Whether the GPU at ``pos`` serves a team or tier that an isolation rule keeps apart from ``tags``,
+    or already serves two that one keeps apart (running work that breaks it: nothing new joins)."""
+    if state.tags is None:
         return False
     held = state.tags[pos]
-    return any(h != t and h.partition("=")[0] == t.partition("=")[0] for h in held for t in tags)
+    rules = [h.partition("=")[0] for h in held]
+    if len(set(rules)) < len(rules):
+        return True
+    return bool(tags) and any(
+        h != t and h.partition("=")[0] == t.partition("=")[0] for h in held for t in tags
+    )
 
 
 def with_tags(

@@ -178,3 +178,25 @@ def test_where_writes_a_place_in_each_style_and_running_on_reads_back() -> None:
     assert [(g.index, g.milli, g.mig_profile, g.mig_start) for g in back.gpus] == [
         (0, None, None, None), (2, 470, None, None), (3, None, "3g.40gb", 4),
     ]  # fmt: skip
+
+
+@pytest.mark.parametrize(
+    ("alternatives", "running_on", "expected"),
+    [
+        # Two whole-GPU alternatives: the GPU count tells them apart.
+        ([{"gpus": 2, "cpu_milli": 40000}, {"gpus": 1, "cpu_milli": 8000}], "n0:2", 1),
+        ([{"gpus": 2, "cpu_milli": 40000}, {"gpus": 1, "cpu_milli": 8000}], "n0:1,2", 0),
+        # Fractions: the share tells them apart.
+        ([{"gpus": 1}, {"gpu_milli": 500}, {"gpu_milli": 250}], "n0:0=250", 2),
+        ([{"gpus": 1}, {"gpu_milli": 500}, {"gpu_milli": 250}], "n0:0=500", 1),
+        ([{"gpus": 1}, {"mig_profile": "1g.10gb"}, {"mig_profile": "3g.40gb"}], "n0:0/3g.40gb@4", 2),
+        ([{"gpus": 1}, {"cpu_milli": 2000}], "n0", 1),
+        # The alternative a placement names wins.
+        ([{"gpus": 2}, {"gpus": 1}], [{"node": "n0", "gpus": [{"index": 2}], "alternative": 0}], 0),
+    ],
+)
+def test_a_running_replica_runs_as_the_alternative_its_gpus_are(
+    alternatives: list[dict[str, Any]], running_on: Any, expected: int
+) -> None:
+    w = Workload.model_validate({"id": "w", "alternatives": alternatives, "running_on": running_on})
+    assert w.running_alternative(0) == expected

@@ -117,6 +117,7 @@ def test_a_fleet_planned_in_parts_reports_the_aggregated_bound_below_the_proved_
     exact = make_plan(inp, now=NOW, time_limit_s=30)
     assert exact.status is PlanStatus.OPTIMAL and exact.solver.objective is not None
     monkeypatch.setattr(solver, "MONOLITHIC_REPLICAS", 0)
+    monkeypatch.setattr(solver, "one_configuration_lp", lambda problem, parts: False)
     # Two parts, each with fewer GPUs than the limit (the nodes are dealt across them): none is split again.
     monkeypatch.setattr(pools, "POOL_GPUS", sum(len(n["gpus"]) for n in nodes) - 1)
     split = make_plan(inp, now=NOW, time_limit_s=10)

@@ -120,3 +120,57 @@ def test_pool_split_is_deterministic(monkeypatch: pytest.MonkeyPatch) -> None:
     # Same plan, unless the wall clock cut a deterministic solve on a busy machine (then it says so).
     cut = CUT in a.solver.terms or CUT in b.solver.terms
     assert a.assignments == b.assignments or cut
+
+
+def _large_waiting_list(models: list[str]) -> PlanningInput:
+    """Six 4-GPU nodes (of ``models`` in turn) and 30 waiting replicas of mixed shares."""
+    inp = fleet(
+        6, [{"id": f"w{i}", "gpu_milli": (700, 300, 500)[i % 3], "cpu_milli": 500} for i in range(30)]
+    )
+    nodes = [
+        n.model_copy(
+            update={"gpus": tuple(g.model_copy(update={"model": models[i % len(models)]}) for g in n.gpus)}
+        )
+        for i, n in enumerate(inp.cluster.nodes)
+    ]
+    return inp.model_copy(update={"cluster": inp.cluster.model_copy(update={"nodes": tuple(nodes)})})
+
+
+@pytest.mark.parametrize(
+    ("models", "parts"),
+    [
+        # Six alike nodes form one class, fewer than the two nodes a part would hold: planned whole.
+        (["L40S-48GB"], 1),
+        # Three kinds of node in pairs: three classes, more than two: split into three parts.
+        (["L40S-48GB", "L4-24GB", "A10-24GB"], 3),
+    ],
+)
+def test_a_large_fleet_is_split_only_where_its_node_classes_grow(
+    monkeypatch: pytest.MonkeyPatch, models: list[str], parts: int
+) -> None:
+    monkeypatch.setattr(solver, "MONOLITHIC_REPLICAS", 10)
+    monkeypatch.setattr(pools, "POOL_GPUS", 8)  # 24 GPUs: three parts by size
+    monkeypatch.setattr(solver, "MIN_PART_S", 0.5)
+    plan = make_plan(_large_waiting_list(models), now=NOW, time_limit_s=6, num_workers=1)
+    assert plan.solver.terms.get("parts", 1) == parts
+    assert plan.solver.bound_source == "configuration LP"  # the whole fleet's, either way
+    bound, objective = plan.solver.best_bound, plan.solver.objective
+    assert bound is not None and objective is not None and bound <= objective
+
+
+@pytest.mark.slow
+def test_parts_given_less_than_cp_sat_needs_get_the_fgd_plan_labelled_fallback(
+    monkeypatch: pytest.MonkeyPatch,
+) -> None:
+    """A split fleet whose parts' share of the limit is below what CP-SAT needs (here: any share) gets each
+    part's FGD plan, and says so: every part a fallback, the merged plan ``FALLBACK``, still valid and
+    within quota, placing as many replicas as FGD on the whole fleet less what the split costs."""
+    monkeypatch.setattr(pools, "POOL_GPUS", 32)
+    monkeypatch.setattr(solver, "MIN_PART_S", 1000.0)
+    inp = _pooled_input()
+    plan = make_plan(inp, now=NOW, time_limit_s=4, num_workers=1)  # validated inside
+    assert plan.solver.terms["parts"] == 3
+    assert plan.solver.terms["parts_fallback"] == 3
+    assert plan.status is PlanStatus.FALLBACK or "kept_fgd_after_timeline" in plan.solver.terms
+    fgd = make_plan(inp, solver="greedy-fgd", now=NOW)
+    assert len(plan.assignments) >= len(fgd.assignments) - 4

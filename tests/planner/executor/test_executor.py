@@ -499,3 +499,19 @@ def test_each_round_is_given_the_latest_arrivals_within_the_window() -> None:
     fresh = Executor(SimCluster(_cluster(nodes=2, mig_gpus=0), default_catalog(), NOW), planner, Policy())
     fresh.round([w for b in batches for w in b])
     assert seen == [[], [], [], []]
+
+
+def test_the_observed_input_keeps_the_alternative_a_replica_runs_as() -> None:
+    # Both alternatives take whole GPUs: only the alternative tells the 40-core one from the 8-core one.
+    both = _work("w", alternatives=[{"gpus": 2, "cpu_milli": 40000}, {"gpus": 1, "cpu_milli": 8000}])
+    big = _work("x", gpus=1, cpu_milli=50000)
+    sim = SimCluster(_cluster(nodes=1), default_catalog(), NOW)
+    on_one = _whole("w", "n0", [2]).model_copy(update={"cpu_milli": 8000, "alternative": 1})
+    sim.place(on_one)
+    sim.place(_whole("x", "n0", [3]).model_copy(update={"cpu_milli": 50000}))
+    inp = state_input(sim.observe(), [both, big], Policy()).inp
+    assert [p.alternative for p in inp.workload_by_id["w"].running_on] == [1]
+    report = Executor(sim, _greedy, Policy()).round([both, big])
+    assert validate_plan(report.plan, inp) == []
+    assert not report.outcomes  # 8 + 50 cores of 64 run as they are: nothing moves or stops
+    assert sim.occ.holders[("w", 0)].alternative == 1

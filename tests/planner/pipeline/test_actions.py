@@ -41,6 +41,7 @@ from gpuplan.planner.pipeline.actions import (
 )
 from gpuplan.planner.pipeline.compile import compile_node, compile_problem
 from gpuplan.planner.pipeline.occupancy import Occupancy, OverCommitError
+from gpuplan.planner.planning import make_plan
 from gpuplan.planner.validation.validate import validate_plan
 from gpuplan.solvers.greedy import FirstFitScorer
 from gpuplan.solvers.placement import Placer
@@ -348,3 +349,28 @@ def test_moves_wait_for_the_minimum_runtime() -> None:
     )
     assert never.actions == () and len(never.deferred) == 1
     assert plan_actions(young, (target,), (layout,), catalog, now=NOW.replace(minute=20))[0].kind == MIGRATE
+
+
+@pytest.mark.parametrize("solver", ["cpsat", "milp-highs", "greedy-fgd", "best-fit", "first-fit"])
+def test_a_replica_on_its_second_whole_gpu_alternative_runs_as_that_alternative(solver: str) -> None:
+    # On one GPU, "w" can only be its 8-core alternative: with the 50 cores of "x" the node holds it;
+    # read as its first (2 GPUs, 40 cores) the state would over-commit the node and the plan mismatch.
+    inp = PlanningInput(
+        cluster=Cluster(nodes=(Node.model_validate(node_data("n0", "H100-80GB", 4)),)),
+        workloads=(
+            Workload.model_validate(
+                {
+                    "id": "w",
+                    "alternatives": [{"gpus": 2, "cpu_milli": 40000}, {"gpus": 1, "cpu_milli": 8000}],
+                    "running_on": "n0:2",
+                }
+            ),
+            Workload.model_validate({"id": "x", "gpus": 1, "cpu_milli": 50000, "running_on": "n0:3"}),
+            Workload.model_validate({"id": "y", "gpus": 1, "cpu_milli": 1000}),
+        ),
+    )
+    p = make_plan(inp, solver=solver, now=NOW, time_limit_s=5)
+    assert validate_plan(p, inp) == []
+    (w,) = [a for a in p.assignments if a.workload == "w"]
+    assert (w.node, [g.index for g in w.gpus], w.alternative, w.cpu_milli) == ("n0", [2], 1, 8000)
+    assert [(a.kind, a.workload) for a in p.actions] == [(START, "y")]

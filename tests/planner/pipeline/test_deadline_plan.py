@@ -5,6 +5,8 @@ no test measures time."""
 
 from __future__ import annotations
 
+import hashlib
+import json
 from datetime import datetime
 
 import pytest
@@ -12,6 +14,7 @@ import pytest
 from gpuplan.models import data_dir
 from gpuplan.models.inputs import PlanningInput
 from gpuplan.planner.cli.common import load_input
+from gpuplan.planner.explain import reasons
 from gpuplan.planner.explain.reasons import explain_all
 from gpuplan.planner.pipeline.deadline import Deadline
 from gpuplan.planner.planning import make_plan, post_solve_s
@@ -65,6 +68,19 @@ def test_the_reasons_pass_stops_at_its_deadline() -> None:
     )
 
 
+def test_the_reasons_pass_does_not_start_when_the_plan_state_alone_would_overrun(
+    monkeypatch: pytest.MonkeyPatch,
+) -> None:
+    """A second left, and the plan state of the demo's replicas would take 10 ms each (hundreds of them:
+    seconds): no reason is derived, rather than the state being built past the deadline."""
+    inp = _demo()
+    plan = make_plan(inp, solver="greedy-fgd", now=NOW, time_limit_s=60.0)
+    assert sum(w.replicas for w in inp.workloads) > 100
+    monkeypatch.setattr(reasons, "STATE_S_PER_REPLICA", 0.01)
+    later = Deadline(end=2.0, clock=lambda: 1.0)
+    assert explain_all(inp, plan, counterfactuals=0, reasons_by=later) == []
+
+
 def test_the_time_after_the_solve_depends_on_the_limit_and_the_input_alone() -> None:
     """A tenth of the limit, at least 0.4 ms per replica, at most half the limit (hand-computed); the
     solve gets the rest, the same share whether the run is deterministic or not and whatever the clock
@@ -80,3 +96,16 @@ def test_the_time_after_the_solve_depends_on_the_limit_and_the_input_alone() -> 
     for deterministic in (False, True):
         plan = make_plan(inp, solver="greedy-fgd", now=NOW, time_limit_s=20.0, deterministic=deterministic)
         assert plan.provenance["solve_time_limit_s"] == 18.0
+
+
+def test_the_input_digests_are_the_sha256_of_the_canonical_json_of_the_input_and_its_parts() -> None:
+    # Taken before the solve (so the solve's share leaves their time out); stored plans keep matching.
+    inp = _demo()
+    plan = make_plan(inp, solver="greedy-fgd", now=NOW, time_limit_s=0.0)
+    dumped = inp.model_dump(mode="json")
+
+    def sha(value: object) -> str:
+        return hashlib.sha256(json.dumps(value, sort_keys=True, separators=(",", ":")).encode()).hexdigest()
+
+    assert plan.provenance["inputs_sha256"] == sha(dumped)
+    assert plan.provenance["input_sha256"] == {p: sha(dumped[p]) for p in ("cluster", "workloads", "policy")}

@@ -40,6 +40,17 @@ TIERS = [
 ]
 
 
+#: Two L4s on n0 and one L40S on n1 (64 cores, 256 GiB each).
+L4_AND_L40S = {
+    "nodes": [
+        {"name": "n0", "cpu_milli": 64000, "memory_mib": 262144, "gpus": [
+            {"index": 0, "model": "L4-24GB"}, {"index": 1, "model": "L4-24GB"}]},
+        {"name": "n1", "cpu_milli": 64000, "memory_mib": 262144, "gpus": [
+            {"index": 0, "model": "L40S-48GB"}]},
+    ]
+}  # fmt: skip
+
+
 def _cli(*args: str) -> subprocess.CompletedProcess[str]:
     """``gpuplan ARGS`` in a new process, as a user runs it."""
     return subprocess.run(
@@ -213,6 +224,9 @@ def _broken_by_the_plan(
             out["topology-nvlink"].add((a.workload, a.replica))
         if len(gpus) > 1 and need == "numa" and len({i // 2 for i in gpus}) > 1:
             out["topology-numa"].add((a.workload, a.replica))
+        allowed = w.shapes[a.alternative].gpu_models
+        if allowed and model[a.node] not in allowed:
+            out["gpu-model"].add((a.workload, a.replica))
     return out
 
 
@@ -253,14 +267,6 @@ def test_a_team_over_a_model_quota_still_places_work_the_quota_does_not_count(so
     """Team c runs one L4 against an L4 quota of half a GPU: it may keep it, and its new one-GPU
     replica goes to the L40S, which the quota does not count, while a second new replica that only an L4
     would take waits."""
-    cluster = {
-        "nodes": [
-            {"name": "n0", "cpu_milli": 64000, "memory_mib": 262144, "gpus": [
-                {"index": 0, "model": "L4-24GB"}, {"index": 1, "model": "L4-24GB"}]},
-            {"name": "n1", "cpu_milli": 64000, "memory_mib": 262144, "gpus": [
-                {"index": 0, "model": "L40S-48GB"}]},
-        ]
-    }  # fmt: skip
     work = [
         {"id": "r", "team": "c", "gpus": 1, "gpu_models": ["L4-24GB"], "running_on": "n0:0"},
         {"id": "any", "team": "c", "gpus": 1, "queued_since": "2026-11-30T20:00:00Z"},
@@ -273,7 +279,7 @@ def test_a_team_over_a_model_quota_still_places_work_the_quota_does_not_count(so
         },
     ]
     policy = {"teams": ["c"], "quotas": [{"team": "c", "gpus": 0.5, "gpu_model": "L4-24GB"}]}
-    inp = PlanningInput.model_validate({"cluster": cluster, "workloads": work, "policy": policy})
+    inp = PlanningInput.model_validate({"cluster": L4_AND_L40S, "workloads": work, "policy": policy})
     plan = make_plan(inp, solver=solver, now=NOW, time_limit_s=5)
     placed = {a.workload: (a.node, [g.index for g in a.gpus]) for a in plan.assignments}
     assert placed == {"r": ("n0", [0]), "any": ("n1", [0])}
@@ -396,3 +402,81 @@ def test_the_validator_keeps_only_what_running_work_that_stays_breaks() -> None:
     inp = _two_l40s(reserved, b)
     assert _rules(inp, ("b", factories.whole(0))) == ([], ["isolation"])
     assert _rules(inp, ("b", factories.whole(1))) == (["isolation"], [])
+
+
+@pytest.mark.parametrize("solver", SOLVERS)
+def test_a_replica_on_a_gpu_model_it_no_longer_allows_may_stay(solver: str) -> None:
+    """``r`` runs on an L4 while its ``gpu_models`` now name only the L40S: it may keep the L4 (kept,
+    listed), a new replica with the same need takes the L40S, and one without takes the other L4."""
+    work = [
+        {"id": "r", "gpus": 1, "gpu_models": ["L40S-48GB"], "running_on": "n0:0"},
+        {"id": "new", "gpus": 1, "gpu_models": ["L40S-48GB"], "queued_since": "2026-11-30T20:00:00Z"},
+        {"id": "any", "gpus": 1, "queued_since": "2026-11-30T21:00:00Z"},
+    ]
+    inp = PlanningInput.model_validate({"cluster": L4_AND_L40S, "workloads": work})
+    plan = make_plan(inp, solver=solver, now=NOW, time_limit_s=5)
+    placed = {a.workload: (a.node, [g.index for g in a.gpus]) for a in plan.assignments}
+    assert placed == {"r": ("n0", [0]), "new": ("n1", [0]), "any": ("n0", [1])}
+    assert [(b.rule, b.subject) for b in plan.stays_broken] == [("gpu-model", "workload r replica 0")]
+
+
+def _racks(work: list[dict[str, Any]]) -> PlanningInput:
+    """Two free GPUs on a node without a ``rack`` label (n1), two on rack b (n2), one on rack a (n0)."""
+    node = {"cpu_milli": 64000, "memory_mib": 262144}
+    gpus = [{"index": i, "model": "L40S-48GB"} for i in range(2)]
+    cluster = {
+        "nodes": [
+            {"name": "n0", "labels": {"rack": "a"}, "gpus": gpus, **node},
+            {"name": "n1", "gpus": gpus, **node},
+            {"name": "n2", "labels": {"rack": "b"}, "gpus": gpus, **node},
+        ]
+    }
+    return PlanningInput.model_validate({"cluster": cluster, "workloads": work})
+
+
+@pytest.mark.parametrize("solver", SOLVERS)
+def test_a_gang_with_a_domain_never_goes_to_a_node_without_the_label(solver: str) -> None:
+    """A node without the domain label is in no value of it: the gang takes rack b, never n1 (the
+    greedy solvers and the validator took "no label" for a value of its own)."""
+    inp = _racks(
+        [
+            {"id": "busy", "gpus": 1, "running_on": "n0:0"},
+            {"id": "g", "gpus": 1, "replicas": 2, "gang": True, "gang_domain": "rack"},
+            {"id": "h", "gpus": 1, "replicas": 2, "gang": True, "gang_domain": "rack"},
+        ]
+    )
+    plan = make_plan(inp, solver=solver, now=NOW, time_limit_s=5)
+    gangs = [(a.workload, a.node) for a in plan.assignments if a.workload in ("g", "h")]
+    assert len(gangs) == 2 and {n for _, n in gangs} == {"n2"}  # one gang on rack b, the other waits
+    assert {u.workload for u in plan.unplaced} in ({"g"}, {"h"})
+
+
+@pytest.mark.parametrize("solver", SOLVERS)
+def test_a_running_gang_outside_its_domain_may_stay(solver: str) -> None:
+    """A gang runs across rack a and a node without the label (the label came later): it may stay as it
+    is (kept, listed); nothing else is placed beside it on those terms."""
+    inp = _racks([{"id": "g", "gpus": 1, "replicas": 2, "gang": True, "gang_domain": "rack",
+                   "running_on": "n0:0;n1:0"}])  # fmt: skip
+    plan = make_plan(inp, solver=solver, now=NOW, time_limit_s=5)
+    assert sorted((a.node, a.gpus[0].index) for a in plan.assignments) == [("n0", 0), ("n1", 0)]
+    assert [(b.rule, b.subject) for b in plan.stays_broken] == [("gang", "gang g")]
+
+
+@pytest.mark.parametrize("solver", SOLVERS)
+def test_nothing_new_joins_a_gpu_whose_running_work_breaks_an_isolation_rule(solver: str) -> None:
+    """Background and latency-sensitive fractions share n0's GPU 0 against ``tiers-no-share``: a standard
+    fraction, of neither tier, goes to the free GPU, not beside them (the greedy kernel let it join, as
+    its tier has no tag; found by hypothesis)."""
+    gpus = [{"index": i, "model": "L40S-48GB"} for i in range(2)]
+    cluster = {"nodes": [{"name": "n0", "cpu_milli": 64000, "memory_mib": 262144, "gpus": gpus}]}
+    work = [
+        {"id": "bg", "tier": "background", "gpu_milli": 250, "running_on": "n0:0=250"},
+        {"id": "ls", "tier": "latency-sensitive", "gpu_milli": 250, "running_on": "n0:0=250"},
+        {"id": "std", "tier": "standard", "gpu_milli": 500, "queued_since": "2026-11-29T05:00:00Z"},
+    ]
+    policy = {"isolation": [{"kind": "tiers-no-share", "tiers": ["latency-sensitive", "background"]}]}
+    inp = PlanningInput.model_validate({"cluster": cluster, "workloads": work, "policy": policy})
+    plan = make_plan(inp, solver=solver, now=NOW, time_limit_s=5)
+    placed = {a.workload: (a.node, a.gpus[0].index) for a in plan.assignments}
+    assert placed == {"bg": ("n0", 0), "ls": ("n0", 0), "std": ("n0", 1)}
+    assert [b.rule for b in plan.stays_broken] == ["isolation"]

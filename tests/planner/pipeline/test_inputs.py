@@ -176,3 +176,40 @@ def test_the_command_line_refuses_the_same(tmp_path: Path, capsys: pytest.Captur
     }
     code, err = _cli(tmp_path, capsys, body)
     assert code == 2 and "nodes[0] (n1).gpus: 1025 GPUs; a node has at most 1024" in err
+
+
+@pytest.mark.parametrize(
+    ("running_on", "shape", "message"),
+    [
+        (
+            [{"node": "n1", "gpus": [{"index": 0}], "alternative": 2}],
+            {"alternatives": [{"gpus": 2}, {"gpus": 1}]},
+            "field running_on[0].alternative: 2 names no alternative (the workload has 2)",
+        ),
+        (
+            [{"node": "n1", "gpus": [{"index": 0}], "alternative": 0}],
+            {"alternatives": [{"gpus": 2}, {"gpus": 1}]},
+            "field running_on[0]: holds whole GPU 0, but alternative 0 asks for 2 whole GPU(s)",
+        ),
+        (
+            "n1:0=300",
+            {"gpus": 1},
+            "field running_on[0]: holds 300 milli of GPU 0, but the workload asks for 1",
+        ),
+    ],
+)
+def test_running_gpus_that_are_not_what_the_workload_asks_for(
+    client: TestClient,
+    tmp_path: Path,
+    capsys: pytest.CaptureFixture[str],
+    running_on: Any,
+    shape: Any,
+    message: str,
+) -> None:
+    """They crashed the planner (an index out of range, an invalid plan of the replica kept in place)."""
+    body = tiny_body()
+    body["workloads"] = [{"id": "run", "team": "ml", "replicas": 1, "running_on": running_on, **shape}]
+    loc, msg = _rejected(_post(client, body))
+    assert loc[:2] == ["body", "workloads"] and msg.startswith(f"workload 'run' {message}"), msg
+    code, err = _cli(tmp_path, capsys, body)
+    assert code == 2 and f"workload 'run' {message}" in err

@@ -251,6 +251,8 @@ def test_the_simulator_applies_the_mode_change_and_starts_the_job() -> None:
     inp = two_idle_mig_gpus(ALLOWED)
     p = make_plan(inp, solver="greedy-fgd", now=NOW, time_limit_s=5)
     sim = SimCluster(inp.cluster, default_catalog(), NOW)
+    before = sim.observe().cluster.node_by_name["m1"]  # observed before the change, then after it
+    assert all(g.mig is not None for g in before.gpus)
     outcomes = sim.apply(p.actions, {(a.workload, a.replica): a for a in p.assignments})
     assert all(o.ok for o in outcomes), outcomes
     (m,) = p.mig_modes
