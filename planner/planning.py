@@ -31,7 +31,14 @@ from gpuplan.planner.pipeline.migmode import (
 )
 from gpuplan.planner.pipeline.migmode import modes_left as mig_modes_left
 from gpuplan.planner.pipeline.repair import without_idle_moves
-from gpuplan.planner.pipeline.sharing import choose_sharing, modes_fixed, modes_left, used_changes
+from gpuplan.planner.pipeline.sharing import (
+    busy_changes,
+    choose_sharing,
+    keeps_busy,
+    modes_fixed,
+    modes_left,
+    used_changes,
+)
 from gpuplan.planner.pipeline.timeline import TIMELINE_CUT, previous_reservations, with_reservations
 from gpuplan.planner.validation.errors import InvalidPlanError
 from gpuplan.planner.validation.validate import check_plan
@@ -72,7 +79,9 @@ SHARING_SHARE = 0.1
 MIG_MODE_SHARE = 0.1
 TRIAL_REPLICAS_PER_S = 1000
 #: Inputs up to this many replicas are solved both with the pre-pass's MIG mode switches and without
-#: them (each solve on half the share); larger ones with the switches only, their solve keeping its share.
+#: them, and (by the exact solvers) with the sharing-mode changes of busy nodes a plan could drain and
+#: without them (each solve on its part of the share); larger ones with the pre-pass's choices only,
+#: their solve keeping its share.
 DUAL_SOLVE_REPLICAS = 200
 #: Largest share of the time limit the explanations of waiting replicas may take.
 EXPLAIN_SHARE = 0.25
@@ -219,12 +228,20 @@ def requests(inp: PlanningInput) -> list[tuple[str, int]]:
     return [(w.id, r) for w in inp.workloads for r in range(w.replicas)]
 
 
-def _rank(problem: PlacementProblem, result: SolveResult, switches: tuple[MigMode, ...]) -> tuple[int, ...]:
-    """How good a solve on the MIG modes ``switches`` gives is: its objective, then its disruption with
-    the switches it uses, then more switches last."""
+#: The sharing-mode changes and MIG mode switches a solve is given.
+Modes = tuple[tuple[NodeSharing, ...], tuple[MigMode, ...]]
+
+
+def _rank(problem: PlacementProblem, result: SolveResult, modes: Modes, busy: int) -> tuple[float, ...]:
+    """How good a solve on ``modes`` is: its objective, then its disruption with the switches it uses,
+    then more switches and changes last; never a solve that keeps running work on a busy node it
+    changes (the last ``busy`` changes of ``modes``), which is no plan of that change."""
+    changes, switches = modes
+    if busy and keeps_busy(problem, result, changes[-busy:]):
+        return (float("inf"),)
     used = used_modes(switches, result.assignments, result.mig_layouts, result.unplaced)
     ev = evaluate(problem, result.assignments, result.mig_layouts, 0, len(used))
-    return (ev.objective(problem), ev.disruption, len(switches))
+    return (ev.objective(problem), ev.disruption, len(switches), len(changes))
 
 
 @collector_spaced_out()
@@ -277,21 +294,31 @@ def make_plan(
     planned = (
         inp.model_copy(update={"cluster": cluster_with_sharing(inp.cluster, changes)}) if changes else inp
     )
+    small = len(requests(inp)) <= DUAL_SOLVE_REPLICAS
+    # Busy nodes a plan could drain are changed only in a solve of their own, by a solver that may take
+    # their running work off (the greedy trials never do).
+    exact = not isinstance(get_solver(solver), GreedySolver)
+    busy = busy_changes(inp, catalog, now, changes) if small and exact else ()
     watch.lap("sharing")
     # Idle MIG-capable GPUs whose MIG mode keeps waiting demand off switch next (policy permitting).
     budget = None if deterministic else MIG_MODE_SHARE * time_limit_s
     trial_replicas = int(TRIAL_REPLICAS_PER_S * MIG_MODE_SHARE * time_limit_s)
     switches = choose_mig_modes(planned, catalog, now, budget, trial_replicas)
     watch.lap("mig_modes")
+    variants: list[Modes] = [(changes, switches)]
+    variants += [(changes, ())] if switches and small else []
+    variants += [((*changes, *busy), switches)] if busy else []
     compiled = {
-        chosen: compile_problem(
-            planned.model_copy(update={"cluster": cluster_with_mig_modes(planned.cluster, chosen)}),
+        modes: compile_problem(
+            inp.model_copy(
+                update={
+                    "cluster": cluster_with_mig_modes(cluster_with_sharing(inp.cluster, modes[0]), modes[1])
+                }
+            ),
             catalog,
             now,
         )
-        for chosen in (
-            (switches, ()) if switches and len(requests(inp)) <= DUAL_SOLVE_REPLICAS else (switches,)
-        )
+        for modes in variants
     }
     watch.lap("compile")
     # A deterministic solve keeps the share fixed by the limit and the input (so it repeats); others give
@@ -299,18 +326,23 @@ def make_plan(
     left = max(MIN_SOLVE_S, min(solve_s, deadline.reserve(post_s + explain_s).remaining()))
     share = (solve_s if deterministic else left) / len(compiled)
     solved = {}
-    for chosen, problem in compiled.items():
+    for modes, problem in compiled.items():
         log.info(
             "planning %d replicas on %d nodes with %s", len(problem.requests), len(problem.nodes), solver
         )
         result = get_solver(solver).solve(problem, replace(options, time_limit_s=max(MIN_SOLVE_S, share)))
-        solved[chosen] = (problem, result)
+        solved[modes] = (problem, result)
     # The pre-pass's greedy trials neither move nor preempt work; a solver that does may do better with
-    # the GPUs as they are, so with switches chosen on a small input both are solved (each on half the
-    # share) and the better plan is kept (ties: no switch).
-    switches = min(solved, key=lambda c: _rank(*solved[c], c)) if len(solved) > 1 else next(iter(solved))
-    problem, result = solved[switches]
-    planned = planned.model_copy(update={"cluster": cluster_with_mig_modes(planned.cluster, switches)})
+    # the GPUs as they are, or with busy nodes drained and changed, so on a small input each variant is
+    # solved (on its part of the share) and the best plan is kept (ties: fewer switches and changes).
+    prepass = changes
+    chosen = min(solved, key=lambda m: _rank(*solved[m], m, len(busy) if m[0] != prepass else 0))
+    problem, result = solved[chosen]
+    changes, switches = chosen
+    drains = changes != prepass  # busy nodes changed: the FGD plan (which keeps their work) is no plan
+    planned = inp.model_copy(
+        update={"cluster": cluster_with_mig_modes(cluster_with_sharing(inp.cluster, changes), switches)}
+    )
     result = mig_modes_fixed(inp, catalog, problem, modes_fixed(inp, problem, result))
     watch.lap("solve")
     # The passes after the solve share what it left; a deterministic plan's are cut only at the limit.
@@ -322,7 +354,7 @@ def make_plan(
     else:  # the predicted starts take their share of what the passes never cut leave
         timeline_by = deadline.reserve(uncut_s(problem, result)).sub(TIMELINE_SHARE)
     result = with_reservations(planned, problem, result, catalog, now, reserved, timeline_by)
-    if not isinstance(get_solver(solver), GreedySolver):  # a heuristic asked for is returned as it is
+    if exact and not drains:  # a heuristic asked for is returned as it is
         result = better_than_fgd(planned, problem, result, catalog, now, options, reserved, timeline_by)
     if TIMELINE_CUT in result.terms:
         cut.append("predicted starts")

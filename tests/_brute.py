@@ -56,6 +56,7 @@ from gpuplan.models.cluster import (
     mig_layout_problems,
     sharing_offers,
     sharing_replicas,
+    sharing_text,
 )
 from gpuplan.models.hardware import HardwareCatalog
 from gpuplan.models.inputs import PlanningInput
@@ -65,6 +66,8 @@ from gpuplan.models.plan import (
     MIGRATE,
     PREEMPT,
     SET_MIG_MODE,
+    SET_SHARING,
+    START,
     Action,
     Assignment,
     GpuUse,
@@ -78,7 +81,7 @@ from gpuplan.models.plan import (
 )
 from gpuplan.models.policy import IsolationKind
 from gpuplan.models.topology import link_graph
-from gpuplan.models.workload import GpuRef, Placement, Shape, TopologyNeed, Workload
+from gpuplan.models.workload import GpuRef, Placement, Shape, TopologyNeed, Workload, where
 from gpuplan.planner.validation.validate import validate_plan
 
 #: The plan's time for every instance.
@@ -568,6 +571,9 @@ class _Search:
                     alternative=opt.alt,
                 )
             )
+            if slot.running is None:
+                to = where(opt.node, opt.uses)
+                actions.append(Action(round=1, kind=START, workload=w.id, replica=slot.replica, to=to))
             for u in opt.uses:
                 if u.mig_profile is not None and u.mig_start is not None:
                     mig_uses[(opt.node, u.index)].add((u.mig_profile, u.mig_start))
@@ -601,6 +607,9 @@ class _Search:
         sharings = {n.name: n.sharing for n in self.inp.cluster.nodes}
         sharing = tuple(
             NodeSharing(node=n, sharing=self._mode(n)) for n in sorted(changed) if sharings[n] is not None
+        )
+        actions.extend(
+            Action(round=1, kind=SET_SHARING, node=c.node, to=sharing_text(c.sharing)) for c in sharing
         )
         return Plan(
             status=PlanStatus.FEASIBLE,

@@ -9,6 +9,7 @@ from typing import Any
 from hypothesis import strategies as st
 
 from gpuplan.models import (
+    Action,
     Assignment,
     Cluster,
     GpuUse,
@@ -23,6 +24,9 @@ from gpuplan.models import (
     Unplaced,
     Workload,
 )
+from gpuplan.models.cluster import sharing_text
+from gpuplan.models.plan import SET_SHARING, START
+from gpuplan.models.workload import where
 from gpuplan.planner.store.records import JobRecord, JobStatus, now
 
 
@@ -164,6 +168,31 @@ def assign(
 def wait(workload: str, replica: int) -> Unplaced:
     """An unplaced replica."""
     return Unplaced(workload=workload, replica=replica, code="NO_CAPACITY", reason="No room left.")
+
+
+def start_actions(
+    workloads: Sequence[Workload], assignments: Sequence[Assignment], rnd: int = 1
+) -> list[Action]:
+    """The ``start`` action of each assigned replica that does not run now (the validator's rule 3b)."""
+    running = {(w.id, r) for w in workloads for r in range(len(w.running_on))}
+    return [
+        Action(round=rnd, kind=START, workload=a.workload, replica=a.replica, to=where(a.node, a.gpus))
+        for a in assignments
+        if (a.workload, a.replica) not in running
+    ]
+
+
+def with_actions(p: Plan, inp: PlanningInput) -> Plan:
+    """``p`` with the ``start`` action of each replica it places that does not run now and the
+    ``set-sharing`` action of each sharing-mode change it makes added (the validator's rules 3b, 14c)."""
+    nodes = inp.cluster.node_by_name
+    sharing = [
+        Action(kind=SET_SHARING, node=c.node, to=sharing_text(c.sharing))
+        for c in p.sharing
+        if c.node in nodes and nodes[c.node].sharing != c.sharing
+    ]
+    starts = start_actions(inp.workloads, p.assignments)
+    return p.model_copy(update={"actions": (*p.actions, *sharing, *starts)})
 
 
 def plan(

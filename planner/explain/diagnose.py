@@ -11,6 +11,7 @@ from __future__ import annotations
 from collections.abc import Sequence
 from dataclasses import replace
 
+from gpuplan.models.cluster import sharing_offers
 from gpuplan.models.plan import Counterfactual
 from gpuplan.models.workload import TopologyNeed
 from gpuplan.planner.explain import counterfactual as cfs
@@ -27,6 +28,7 @@ from gpuplan.planner.explain.findings import (
     NUMA,
     OUTRANKED,
     QUOTA,
+    SHARING_MODE,
     SOLVER_LIMIT,
     Finding,
     listed,
@@ -218,6 +220,38 @@ def _missing_clique(st: PlanState, req: Request, shape: ShapeSpec) -> Finding | 
     )
 
 
+def _sharing_mode(st: PlanState, shape: ShapeSpec) -> Finding | None:
+    """SHARING_MODE when no node could host ``shape`` even empty in the sharing modes the plan leaves,
+    but some node whose mode does not offer its kind of GPU (whole or fraction) would hold it empty in
+    the other mode: the work fits the fleet as the policy may let it become, so it is never
+    ``NEVER_FITS`` (the note :func:`~gpuplan.planner.pipeline.sharing.mode_notes` adds names those nodes
+    and why they keep their mode)."""
+    if shape.kind not in ("whole", "fraction"):
+        return None
+    hosts = [
+        n.name
+        for n in sorted(st.after.cluster.nodes, key=lambda n: n.name)
+        if n.sharing is not None
+        and not sharing_offers(n.sharing, shape.kind)
+        and n.cpu_milli >= shape.cpu_milli
+        and n.memory_mib >= shape.memory_mib
+        and sum(
+            1
+            for g in n.gpus
+            if g.mig is None and (not shape.models or st.catalog.canonical(g.model) in shape.models)
+        )
+        >= max(shape.gpus, 1)
+    ]
+    if not hosts:
+        return None
+    return Finding(
+        SHARING_MODE,
+        f"no node could host {describe(shape)} in the sharing modes as they are",
+        hosts[:4],
+        [cfs.new_nodes],
+    )
+
+
 def diagnose(st: PlanState, target: Target, req: Request, k: int) -> Finding:
     """Why alternative ``k`` of ``req`` cannot be placed on the current state."""
     shape = req.shapes[k]
@@ -246,7 +280,7 @@ def diagnose(st: PlanState, target: Target, req: Request, k: int) -> Finding:
         clique = _missing_clique(st, req, shape)
         if clique is not None:
             return clique
-        switch = _mig_mode(st, req, shape)
+        switch = _mig_mode(st, req, shape) or _sharing_mode(st, shape)
         if switch is not None:
             return switch
         present = {m.name for i in st.infos for m in i.models}

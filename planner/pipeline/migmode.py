@@ -272,7 +272,8 @@ def mig_modes_fixed(
     free = changeable(inp, catalog, problem)
     if not free:
         return result
-    relaxed = with_mig_free(with_modes_free(problem, [n.name for n in sharing_changeable(inp)]), free)
+    sharing_free = [n.name for n in sharing_changeable(inp, problem)]
+    relaxed = with_mig_free(with_modes_free(problem, sharing_free), free)
     return replace(
         result,
         status=PlanStatus.FEASIBLE if result.status is PlanStatus.OPTIMAL else result.status,

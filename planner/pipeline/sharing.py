@@ -34,7 +34,7 @@ from gpuplan.planner.pipeline.layouts import cluster_with_sharing
 from gpuplan.solvers.base import SolveResult, get_solver
 from gpuplan.solvers.bounds import knapsack_bound, with_modes_free
 from gpuplan.solvers.formulation.objective import queue_penalty
-from gpuplan.solvers.problem import PlacementProblem
+from gpuplan.solvers.problem import PlacementProblem, disturbable
 from gpuplan.solvers.run_options import RunOptions
 
 log = logging.getLogger(__name__)
@@ -133,21 +133,51 @@ def candidates(inp: PlanningInput) -> list[Node]:
     ]
 
 
-def changeable(inp: PlanningInput) -> list[Node]:
-    """The nodes whose mode a plan of ``inp`` may change to do better: the :func:`candidates`; in
-    weighted mode, where other terms count too, every drained node (none when the policy forbids
-    changes)."""
-    if inp.policy.objective is ObjectiveMode.WEIGHTED and inp.policy.sharing.allow_change:
-        return drained(inp)
-    return candidates(inp)
+def drainable(inp: PlanningInput, problem: PlacementProblem) -> list[Node]:
+    """The nodes with a mode and non-MIG GPUs that a plan could drain (``problem`` compiled from ``inp``):
+    every replica running on one of their non-MIG GPUs may move or be preempted, and there are no more of
+    them than the disruption budget lets a round move and preempt. The drained nodes are among them."""
+    held: dict[str, list[bool]] = {}
+    for r in problem.requests:
+        if r.running is None:
+            continue
+        node = inp.cluster.node_by_name.get(r.running.node)
+        plain = {g.index for g in node.gpus if g.mig is None} if node is not None else set()
+        if any(g.index in plain and g.mig_profile is None for g in r.running.gpus):
+            held.setdefault(r.running.node, []).append(disturbable(problem.policy, r))
+    budget = problem.policy.disruption
+    room = budget.max_moves_per_round + budget.max_preemptions_per_round
+    return [
+        n
+        for n in inp.cluster.nodes
+        if n.sharing is not None
+        and any(g.mig is None for g in n.gpus)
+        and all(held.get(n.name, []))
+        and len(held.get(n.name, [])) <= room
+    ]
+
+
+def changeable(inp: PlanningInput, problem: PlacementProblem) -> list[Node]:
+    """The nodes whose mode a plan of ``inp`` (compiled as ``problem``) may change to do better: the
+    nodes it could drain (:func:`drainable`, busy ones too: the pre-pass only flips drained ones) whose
+    other mode offers a GPU kind the waiting demand asks for; in weighted mode, where other terms count
+    too, every node it could drain (none when the policy forbids changes)."""
+    if not inp.policy.sharing.allow_change:
+        return []
+    nodes = drainable(inp, problem)
+    if inp.policy.objective is ObjectiveMode.WEIGHTED:
+        return nodes
+    wanted = _waiting_kinds(inp)
+    return [n for n in nodes if n.sharing is not None and _serves(flipped(n.sharing, inp.policy), wanted)]
 
 
 def modes_fixed(inp: PlanningInput, problem: PlacementProblem, result: SolveResult) -> SolveResult:
     """``result`` of a solve on the modes the pre-pass chose (``problem``) as a plan of ``inp``: when
-    some node's mode could change, the solver saw a restriction of the problem (the modes it was given),
-    so it proved nothing for the whole problem: not ``OPTIMAL``, and the bound is the knapsack bound
-    with those nodes' modes free (the solver's own bound holds for the modes it was given only)."""
-    free = [n.name for n in changeable(inp)]
+    some node's mode could change (:func:`changeable`: drained, or drained by the moves and preemptions
+    the budget allows), the solver saw a restriction of the problem (the modes it was given), so it
+    proved nothing for the whole problem: not ``OPTIMAL``, and the bound is the knapsack bound with those
+    nodes' modes free (the solver's own bound holds for the modes it was given only)."""
+    free = [n.name for n in changeable(inp, problem)]
     if not free:
         return result
     return replace(
@@ -186,6 +216,40 @@ def choose_sharing(
     if modes:
         log.info("sharing mode changes for waiting demand (%d trials): %s", trials, ", ".join(sorted(modes)))
     return _entries(modes)
+
+
+def busy_changes(
+    inp: PlanningInput, catalog: HardwareCatalog, now: datetime, chosen: Sequence[NodeSharing]
+) -> tuple[NodeSharing, ...]:
+    """The changes of the busy nodes a plan could drain (:func:`drainable`, not drained: their running
+    work would have to move or be preempted first) whose other mode offers a GPU kind the waiting demand
+    asks for, and that ``chosen`` leaves as they are. The greedy trials of :func:`choose_sharing` never
+    move or preempt, so these are left to an exact solve, which must take that work off (its place is
+    not one the new mode offers) and decides whether the change pays."""
+    if not inp.policy.sharing.allow_change:
+        return ()
+    idle = {n.name for n in drained(inp)} | {c.node for c in chosen}
+    wanted = _waiting_kinds(inp)
+    busy = [
+        n.name
+        for n in drainable(inp, compile_problem(inp, catalog, now))
+        if n.name not in idle and n.sharing is not None and _serves(flipped(n.sharing, inp.policy), wanted)
+    ]
+    return _entries(_flips(inp, busy))
+
+
+def keeps_busy(problem: PlacementProblem, result: SolveResult, changes: Sequence[NodeSharing]) -> bool:
+    """Whether ``result`` keeps a running replica where it runs on a node ``changes`` changes (a busy
+    node must be drained first: a solver that keeps running work in place, as the greedy back-ends do,
+    gives no plan of that change)."""
+    nodes = {c.node for c in changes}
+    where = {q.key: q.running for q in problem.requests if q.running is not None and q.running.node in nodes}
+    return any(
+        (run := where.get((a.workload, a.replica))) is not None
+        and a.node == run.node
+        and set(a.gpus) == set(run.gpus)
+        for a in result.assignments
+    )
 
 
 def used_changes(

@@ -104,8 +104,10 @@ def not_optimal_because(plan: Plan) -> list[str]:
         why.append(f"the pre-pass fixed the MIG modes of {switchable} GPU(s) whose mode could change")
     if s.model_size.get("restricted"):
         why.append("the model was restricted (not every node a candidate for every replica)")
-    if "lns_steps" in t:
-        why.append("a large-neighbourhood search moved running work (each step a restricted model)")
+    if t.get("lns_steps"):
+        steps, moved = int(t["lns_steps"]), int(t.get("lns_moved", 0))
+        did = f", moving {moved} running replica(s)" if moved else ""
+        why.append(f"a large-neighbourhood search took {steps} step(s), each a restricted model{did}")
     if t.get("parts", 0) > 1:
         why.append(f"the fleet was split into {int(t['parts'])} parts solved apart")
     if t.get("drains"):

@@ -1,5 +1,5 @@
 """Rules 1 to 3: the plan names existing workloads, replicas, nodes and GPUs, lists every replica once,
-and gives each assignment exactly its chosen shape.
+gives each assignment exactly its chosen shape, and starts each new placement by its action.
 """
 
 from __future__ import annotations
@@ -8,8 +8,8 @@ import itertools
 from collections import Counter, defaultdict
 
 from gpuplan.models.cluster import Gpu
-from gpuplan.models.plan import GpuUse
-from gpuplan.models.workload import Shape, describe_shape, describe_uses, shape_fits
+from gpuplan.models.plan import START, GpuUse
+from gpuplan.models.workload import Shape, describe_shape, describe_uses, shape_fits, where
 from gpuplan.planner.validation.context import CheckContext, Placed
 from gpuplan.planner.validation.report import MISSING_NAMED, replica_subject
 
@@ -158,4 +158,29 @@ def check_shapes(ctx: CheckContext) -> None:
                 p.subject,
                 f"The assignment reserves {a.cpu_milli} milli-CPU and {a.memory_mib} MiB but alternative "
                 f"{a.alternative} asks for {p.shape.cpu_milli} milli-CPU and {p.shape.memory_mib} MiB.",
+            )
+
+
+def check_starts(ctx: CheckContext) -> None:
+    """Rule 3b: every replica the plan places that does not run now has its ``start`` action (to the
+    place it is given, when the action names one): a placement is applied through its action, like a
+    move."""
+    starts = {(a.workload, a.replica): a.to for a in ctx.plan.actions if a.kind == START}
+    for p in ctx.placed:
+        a = p.assignment
+        if a.replica < len(p.workload.running_on):
+            continue
+        key, here = (a.workload, a.replica), where(a.node, a.gpus)
+        if key not in starts:
+            ctx.add(
+                "start-unscheduled",
+                p.subject,
+                f"The plan places {p.subject} on {where(a.node, a.gpus, 'sentence')} but has no start "
+                "action for it.",
+            )
+        elif starts[key] not in (None, here):
+            ctx.add(
+                "start-unscheduled",
+                p.subject,
+                f"The plan places {p.subject} on {here} but its start action starts it on {starts[key]}.",
             )

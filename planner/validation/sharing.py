@@ -4,7 +4,8 @@ their node first.
 
 from __future__ import annotations
 
-from gpuplan.models.cluster import TimeSliced, describe_sharing
+from gpuplan.models.cluster import TimeSliced, describe_sharing, sharing_text
+from gpuplan.models.plan import SET_SHARING
 from gpuplan.models.workload import describe_uses
 from gpuplan.planner.validation.context import CheckContext
 from gpuplan.planner.validation.report import replica_subject
@@ -64,3 +65,21 @@ def check_sharing_changes(ctx: CheckContext) -> None:
                         f"{what}, but {replica_subject(w.id, r)} keeps running on "
                         f"{describe_uses(held)} there: the node must be drained first.",
                     )
+
+
+def check_sharing_actions(ctx: CheckContext) -> None:
+    """Rule 14c: every sharing-mode change has its ``set-sharing`` action to that mode (a mode change is
+    applied through its action, like a MIG layout change)."""
+    nodes = ctx.inp.cluster.node_by_name
+    done = {(a.node, a.to) for a in ctx.plan.actions if a.kind == SET_SHARING}
+    for change in ctx.plan.sharing:
+        node = nodes.get(change.node)
+        if node is None or change.sharing == node.sharing:
+            continue
+        if (node.name, sharing_text(change.sharing)) not in done:
+            ctx.add(
+                "sharing-unscheduled",
+                f"node {node.name}",
+                f"The plan changes node '{node.name}' to {describe_sharing(change.sharing)} but has no "
+                f"set-sharing action for it.",
+            )

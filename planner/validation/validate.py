@@ -40,7 +40,12 @@ from gpuplan.planner.validation.mig import (
     check_mig_mode_changes,
     check_mig_policy,
 )
-from gpuplan.planner.validation.references import check_references, check_replicas, check_shapes
+from gpuplan.planner.validation.references import (
+    check_references,
+    check_replicas,
+    check_shapes,
+    check_starts,
+)
 from gpuplan.planner.validation.report import (
     KEPT_RULES,
     MISSING_NAMED,
@@ -50,7 +55,7 @@ from gpuplan.planner.validation.report import (
     gpu_subject,
     replica_subject,
 )
-from gpuplan.planner.validation.sharing import check_sharing_changes
+from gpuplan.planner.validation.sharing import check_sharing_actions, check_sharing_changes
 from gpuplan.planner.validation.topology import check_gangs, check_topology
 
 __all__ = [
@@ -78,13 +83,14 @@ __all__ = [
 log = logging.getLogger(__name__)
 
 #: Rule families that only the workloads file feeds (shapes, allowed GPU models, topology, gangs and
-#: running work): with workloads rebuilt from the plan they would pass vacuously.
-WORKLOAD_FAMILIES = ("shapes", "gpu-models", "gangs", "topology", "disruption", "min-runtime")
+#: running work, which tells a start from a replica that stays): with workloads rebuilt from the plan
+#: they would pass vacuously.
+WORKLOAD_FAMILIES = ("shapes", "gpu-models", "gangs", "topology", "disruption", "min-runtime", "starts")
 #: Why those families are skipped (a phrase that follows "not checked").
 WITHOUT_WORKLOADS = "without the workloads"
 
-#: Rule family of the checks that read the plan's actions for its MIG layout changes; skipped for a
-#: trial plan whose actions are not derived yet.
+#: Rule family of the checks that read the plan's actions for its MIG layout, MIG mode and sharing-mode
+#: changes and its starts; skipped for a trial plan whose actions are not derived yet.
 ACTIONS_FAMILY = "actions"
 #: Why that family is skipped.
 WITHOUT_ACTIONS = "before the plan's actions are derived"
@@ -105,6 +111,9 @@ def _run(ctx: CheckContext) -> list[Violation]:
     if actions:
         check_mig_actions(ctx)
         check_mig_mode_actions(ctx)
+        check_sharing_actions(ctx)
+        if ctx.checks("starts"):
+            check_starts(ctx)
     check_gpus(ctx)
     check_sharing_changes(ctx)
     if ctx.checks("gpu-models"):

@@ -254,6 +254,7 @@ def test_validation_without_workloads_lists_what_it_skipped(client: TestClient) 
     skipped = r.json()["skipped"]
     assert [s["family"] for s in skipped] == [
         "shapes",
+        "starts",
         "gpu-models",
         "gangs",
         "topology",
@@ -263,6 +264,9 @@ def test_validation_without_workloads_lists_what_it_skipped(client: TestClient) 
     assert all(s["reason"] == "without the workloads" for s in skipped)
     workloads = [{"id": "a", "gpus": 1}]
     r = client.post("/v1/validate", json={"cluster": cluster, "plan": plan, "workloads": workloads})
+    assert [v["rule"] for v in r.json()["violations"]] == ["start-unscheduled"]
+    started = {**plan, "actions": [{"kind": "start", "workload": "a", "replica": 0, "to": "n1:0"}]}
+    r = client.post("/v1/validate", json={"cluster": cluster, "plan": started, "workloads": workloads})
     assert r.json() == {"valid": True, "violations": []}
 
 

@@ -47,11 +47,6 @@ SETTINGS: dict[str, Any] = {
 }
 
 #: Known disagreements on today's code, by cause.
-SHARING_DRAIN = (
-    "a sharing-mode change that needs a busy node drained first (its running work preempted or moved) "
-    "is never considered: the pre-pass changes drained nodes only and every path plans and bounds on the "
-    "modes it fixed, so the bound is above the optimum and the exact paths say OPTIMAL"
-)
 DRIFT_GANG = (
     "a gang partly running (a broken gang rule is not one a plan may keep) is repaired only by the exact "
     "paths, which may preempt it: the greedy back-ends, the fleet engine and the large-cluster path never "
@@ -297,7 +292,9 @@ SMALLEST: dict[str, tuple[list[dict[str, Any]], list[dict[str, Any]], dict[str, 
         None,
     ),
     # Preempt the background replica (1 x 100 x 8), switch the node to time-slicing and run the four
-    # latency-sensitive halves: 800; every path leaves them waiting (4 x 10 x 50 x 8) with that bound.
+    # latency-sensitive halves: 800. The exact paths find it (a solve with the busy node changed); the
+    # greedy paths leave the four waiting (4 x 10 x 50 x 8), FEASIBLE with the bound of the modes free
+    # (they used to say OPTIMAL 16,000 with that bound, every replica NEVER_FITS).
     "busy-sharing": (
         [{"name": "n", "sharing": "exclusive", "gpus": _gpus("L4-24GB", 2)}],
         [
@@ -306,7 +303,7 @@ SMALLEST: dict[str, tuple[list[dict[str, Any]], list[dict[str, Any]], dict[str, 
         ],
         {"sharing": {"allow_change": True, "replicas": 2}, "disruption": {"max_preemptions_per_round": 1}},
         800,
-        SHARING_DRAIN,
+        None,
     ),
     # n1 time-sliced, w0 on the MIG instance and w1 on n1: 0 (the pre-pass's greedy trial used to put w0,
     # its first alternative, on n1, gain nothing and keep n1 exclusive).

@@ -300,7 +300,8 @@ def test_explain_against_other_inputs_says_which_differs_and_how_to_fix_it(
 # --- waiting work is named ----------------------------------------------------------------------------
 
 #: One 8-GPU node whose GPUs are time-sliced (fractions only), and a policy that keeps modes as they are:
-#: 16 GPUs fit no node whatever its mode; one whole GPU would fit n1 but for its mode.
+#: 16 GPUs fit no node whatever its mode (NEVER_FITS); one whole GPU would fit n1 but for its mode
+#: (SHARING_MODE: the policy keeps the mode, the fleet could host it).
 MODED = """nodes:
 - {name: n1, cpu_milli: 64000, memory_mib: 262144, topology: dgx-h100, sharing: {time-slicing: {replicas: 4}}}
 """
@@ -323,8 +324,8 @@ def test_the_summary_names_waiting_work_and_reasons_carry_only_clauses_that_appl
         main([*argv, "--solver", "greedy-fgd", "--out", str(out), "--now", "2026-12-01T00:00:00+00:00"]) == 0
     )
     lines = capsys.readouterr().out.splitlines()
-    at = lines.index("waiting: 3 NEVER_FITS")
-    assert lines[at + 1] == "  NEVER_FITS: big-16, one-whole (2 replicas)"
+    at = lines.index("waiting: 2 SHARING_MODE, 1 NEVER_FITS")
+    assert lines[at + 1 : at + 3] == ["  SHARING_MODE: one-whole (2 replicas)", "  NEVER_FITS: big-16"]
     reasons = {u.workload: u.reason for u in load_plan(out).unplaced}
     mode = "the sharing mode of n1 does not offer it"
     assert mode not in reasons["big-16"]  # 16 GPUs fit no 8-GPU node, whatever its mode

@@ -359,7 +359,8 @@ def _rules(inp: PlanningInput, *placed: tuple[str, tuple[GpuUse, ...]]) -> tuple
         if w in where and where[w] != _now(inp, w)
     ]
     stopped = [Action(kind="preempt", workload=w, replica=0) for w in running if w not in where]
-    report = check_plan(p.model_copy(update={"actions": (*moved, *stopped)}), inp)
+    starts = factories.start_actions(inp.workloads, p.assignments)
+    report = check_plan(p.model_copy(update={"actions": (*moved, *stopped, *starts)}), inp)
     return [v.rule for v in report.violations], [k.rule for k in report.kept]
 
 

@@ -209,7 +209,7 @@ def test_the_validator_checks_every_rule_of_a_mode_change() -> None:
     forbidden = two_idle_mig_gpus(FORBIDDEN)
     assert _rules(_switch_plan(forbidden), forbidden) == {"mig-mode-change"}
     # Its action.
-    assert _rules(_switch_plan(allowed, actions=False), allowed) == {"mig-unscheduled"}
+    assert _rules(_switch_plan(allowed, actions=False), allowed) == {"mig-unscheduled", "start-unscheduled"}
     # Whole use of a GPU left in MIG mode.
     left_on = plan((assign("train", 0, "m1", whole(0)),))
     assert "mig-mixed-fraction" in _rules(left_on, allowed)

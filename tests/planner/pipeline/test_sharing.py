@@ -19,7 +19,7 @@ from gpuplan.planner.planning import make_plan
 from gpuplan.planner.validation.validate import validate_plan
 from gpuplan.solvers.cpsat import solver as cpsat_solver
 from tests._api import KEYS, PLANNER, auth, tiny_body
-from tests._factories import assign, frac, mig, mig_gpu, node, plan, planning_input, wait, whole
+from tests._factories import assign, frac, mig, mig_gpu, node, plan, planning_input, wait, whole, with_actions
 from tests._paths import TESTS_DATA
 
 NOW = datetime(2026, 11, 30, 12, tzinfo=UTC)
@@ -129,6 +129,7 @@ def test_validator_rejects_uses_against_the_mode() -> None:
         ],
         [wait("big", 1), wait("nb", 1)],
     )
+    ok = with_actions(ok, inp)
     assert validate_plan(ok, inp) == []
     bad = plan(
         [
@@ -138,7 +139,7 @@ def test_validator_rejects_uses_against_the_mode() -> None:
             assign("nb", 1, "ex", frac(1, 250)),
         ]
     )
-    found = [(v.rule, v.subject, v.message) for v in validate_plan(bad, inp)]
+    found = [(v.rule, v.subject, v.message) for v in validate_plan(with_actions(bad, inp), inp)]
     assert found == [
         (
             "sharing-mode",

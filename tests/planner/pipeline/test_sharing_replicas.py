@@ -21,7 +21,7 @@ from gpuplan.planner.planning import make_plan
 from gpuplan.planner.validation.validate import validate_plan
 from gpuplan.solvers.cpsat import solver as cpsat_solver
 from tests._api import KEYS, PLANNER, auth
-from tests._factories import assign, frac, node, plan, planning_input, wait
+from tests._factories import assign, frac, node, plan, planning_input, wait, with_actions
 
 NOW = datetime(2026, 11, 30, 12, tzinfo=UTC)
 L40S = [{"index": i, "model": "L40S-48GB"} for i in range(2)]
@@ -64,8 +64,8 @@ def test_validator_rejects_more_fractions_than_replicas() -> None:
         [_two_shares()], [Workload.model_validate({"id": "nb", "gpu_milli": 100, "replicas": 3})]
     )
     ok = plan([assign("nb", 0, "ts", frac(0, 100)), assign("nb", 1, "ts", frac(0, 100))], [wait("nb", 2)])
-    assert validate_plan(ok, inp) == []
-    bad = plan([assign("nb", r, "ts", frac(1, 100)) for r in range(3)])
+    assert validate_plan(with_actions(ok, inp), inp) == []
+    bad = with_actions(plan([assign("nb", r, "ts", frac(1, 100)) for r in range(3)]), inp)
     found = [(v.rule, v.subject, v.message) for v in validate_plan(bad, inp)]
     assert found == [
         (

@@ -122,14 +122,15 @@ def test_a_newcomer_on_another_node_does_not_justify_a_preemption() -> None:
         ],
         Policy(disruption=DisruptionBudget(max_preemptions_per_round=1)),
     )
+    start_s = Action(kind=START, workload="s", replica=0)
     p = plan([assign("s", 0, "a1", whole(0))], [wait("r", 0)]).model_copy(
-        update={"actions": (Action(kind=PREEMPT, workload="r", replica=0),)}
+        update={"actions": (Action(kind=PREEMPT, workload="r", replica=0), start_s)}
     )
     assert [(v.rule, v.subject) for v in validate_plan(p, inp)] == [
         ("preempt-higher-tier", "workload r replica 0")
     ]
     on_a0 = plan([assign("s", 0, "a0", whole(0))], [wait("r", 0)]).model_copy(
-        update={"actions": (Action(kind=PREEMPT, workload="r", replica=0),)}
+        update={"actions": (Action(kind=PREEMPT, workload="r", replica=0), start_s)}
     )
     assert validate_plan(on_a0, inp) == []
 

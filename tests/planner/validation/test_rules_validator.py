@@ -5,7 +5,8 @@ beyond the budget: ``test_rules_budget.py``.)"""
 from __future__ import annotations
 
 from gpuplan.models import Action, MigLayout, NodeSharing, Plan, Policy, SharingPolicy, TimeSliced, Workload
-from gpuplan.models.plan import CREATE, DESTROY
+from gpuplan.models.cluster import sharing_text
+from gpuplan.models.plan import CREATE, DESTROY, SET_SHARING, START
 from gpuplan.planner.validation.validate import check_plan, validate_plan
 from tests._factories import (
     assign,
@@ -33,10 +34,54 @@ def _idle_node_plan(sharing: object, change: TimeSliced, policy: Policy) -> list
         [Workload.model_validate({"id": "nb", "gpu_milli": 100})],
         policy,
     )
+    actions = (
+        Action(kind=SET_SHARING, node="ts", to=sharing_text(change)),
+        Action(kind=START, workload="nb", replica=0, to="ts:0=100"),
+    )
     p = plan([assign("nb", 0, "ts", frac(0, 100))]).model_copy(
-        update={"sharing": (NodeSharing(node="ts", sharing=change),)}
+        update={"sharing": (NodeSharing(node="ts", sharing=change),), "actions": actions}
     )
     return [(v.rule, v.subject, v.message) for v in validate_plan(p, inp)]
+
+
+def test_a_sharing_change_and_a_placement_need_their_actions() -> None:
+    """A switch to time-slicing with no ``set-sharing`` action, and a new placement with no ``start``
+    action (or one that starts it elsewhere), are refused, as a MIG change without its actions is."""
+    inp = planning_input(
+        [node("ts", gpus=gpus("L40S-48GB", [0]), sharing="exclusive")],
+        [Workload.model_validate({"id": "nb", "gpu_milli": 100})],
+    )
+    bare = plan([assign("nb", 0, "ts", frac(0, 100))]).model_copy(
+        update={"sharing": (NodeSharing(node="ts", sharing=time_sliced(4)),)}
+    )
+    found = [(v.rule, v.subject, v.message) for v in validate_plan(bare, inp)]
+    assert [(r, s) for r, s, _ in found] == [
+        ("sharing-unscheduled", "node ts"),
+        ("start-unscheduled", "workload nb replica 0"),
+    ]
+    assert found[0][2] == (
+        "The plan changes node 'ts' to time-slicing with 4 replicas (fractions only) but has no "
+        "set-sharing action for it."
+    )
+    wrong = bare.model_copy(
+        update={
+            "actions": (
+                Action(kind=SET_SHARING, node="ts", to="time-slicing:4"),
+                Action(kind=START, workload="nb", replica=0, to="ts:0=200"),
+            )
+        }
+    )
+    assert [(v.rule, v.message) for v in validate_plan(wrong, inp)] == [
+        (
+            "start-unscheduled",
+            "The plan places workload nb replica 0 on ts:0=100 but its start action starts it on ts:0=200.",
+        )
+    ]
+    # A set-sharing action to another mode does not apply this change.
+    other = wrong.model_copy(
+        update={"actions": (Action(kind=SET_SHARING, node="ts", to="time-slicing:8"), *wrong.actions[1:])}
+    )
+    assert "sharing-unscheduled" in {v.rule for v in validate_plan(other, inp)}
 
 
 def test_a_node_switched_to_time_slicing_gets_the_policys_replicas() -> None:

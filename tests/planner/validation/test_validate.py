@@ -57,6 +57,7 @@ from tests._factories import (
     node,
     plan,
     planning_input,
+    start_actions,
     wait,
     whole,
 )
@@ -192,6 +193,8 @@ class Scenario:
     nodes: list[Node] = field(default_factory=base_nodes)
     #: Whether :meth:`build` adds the MIG actions of the layouts to ``actions``.
     mig_actions: bool = True
+    #: Whether :meth:`build` adds the start action of each placed replica that does not run now.
+    start_actions: bool = True
 
     def replace(self, new: Assignment) -> None:
         """Put ``new`` in place of the assignment of the same replica."""
@@ -232,6 +235,7 @@ class Scenario:
         inp = planning_input(self.nodes, self.workloads, self.policy)
         base = plan(self.assignments, [wait(w, r) for w, r in self.unplaced], self.layouts)
         actions = [*self.actions, *(layout_actions(self.nodes, self.layouts) if self.mig_actions else [])]
+        actions += start_actions(self.workloads, self.assignments) if self.start_actions else []
         return inp, base.model_copy(update={"actions": tuple(actions), "provenance": self.provenance})
 
 
@@ -880,6 +884,7 @@ def test_implied_workloads_skip_what_only_the_demand_says() -> None:
     assert report.valid  # the team-exclusive rule would otherwise see every workload as an intruder
     assert [k.family for k in report.skipped] == [
         "shapes",
+        "starts",
         "gpu-models",
         "gangs",
         "topology",
@@ -1105,7 +1110,11 @@ class Generated:
         """The planning input and the plan (planned at ``NOW``)."""
         inp = planning_input(self.nodes, self.workloads, self.policy)
         base = plan(self.assignments, [wait(w, r) for w, r in self.unplaced], self.layouts)
-        actions = (*self.actions, *layout_actions(self.nodes, self.layouts))
+        actions = (
+            *self.actions,
+            *layout_actions(self.nodes, self.layouts),
+            *start_actions(self.workloads, self.assignments),
+        )
         update = {"actions": actions, "provenance": {"now": NOW.isoformat()}}
         return inp, base.model_copy(update=update)
 
