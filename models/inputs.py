@@ -36,7 +36,8 @@ def _workload_errors(w: Workload, cluster: Cluster, policy: Policy, catalog: Har
     tiers = {t.name for t in policy.tiers}
     teams = set(policy.teams)
     if w.tier not in tiers:
-        errors.append(f"field tier: unknown tier '{w.tier}' (known: {sorted(tiers)})")
+        known = ", ".join(sorted(tiers))
+        errors.append(f"field tier: unknown tier '{w.tier}'{did_you_mean(w.tier, tiers)} (known: {known})")
     if teams and w.team not in teams:
         errors.append(f"field team: unknown team '{w.team}'{did_you_mean(w.team, teams)}")
     errors.extend(shape_errors(w, catalog))

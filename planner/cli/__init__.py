@@ -16,6 +16,7 @@ import logging
 import sys
 import textwrap
 from collections.abc import Callable, Iterator, Sequence
+from typing import cast
 
 from pydantic import ValidationError
 
@@ -23,6 +24,7 @@ from gpuplan.api import cli as api_cli
 from gpuplan.models.base import InputError
 from gpuplan.planner.cli import capacity, cluster_map, explain, history, imports, plan, request, rounds
 from gpuplan.planner.cli.common import EXIT_INPUT, EXIT_OK, Subparsers, add_common_options, command_context
+from gpuplan.planner.cli.parser import Parser
 from gpuplan.planner.pipeline.deadline import command_start
 
 #: What ``gpuplan --help`` says first.
@@ -116,7 +118,7 @@ def _epilog(sub: Subparsers) -> str:
 
 def build_parser() -> argparse.ArgumentParser:
     """The argument parser of every sub-command; ``--help`` lists them grouped by use."""
-    parser = argparse.ArgumentParser(
+    parser = Parser(
         prog="gpuplan",
         usage="gpuplan [-h] [-v] [-q] [--hardware-catalog FILE] COMMAND ...",
         description=textwrap.fill(DESCRIPTION, 100),
@@ -125,7 +127,13 @@ def build_parser() -> argparse.ArgumentParser:
     parser.add_argument("-v", "--verbose", action="store_true", help="log progress")
     add_common_options(parser, top=True)
     # The epilog lists the commands by use; argparse's own list (in registration order) is hidden.
-    sub = parser.add_subparsers(dest="command", required=True, metavar="COMMAND", help=argparse.SUPPRESS)
+    # Sub-command parsers are Parsers too (argparse makes them of the parent's class).
+    sub = cast(
+        "Subparsers",
+        parser.add_subparsers(
+            dest="command", required=True, metavar="COMMAND", help=argparse.SUPPRESS, prog="gpuplan"
+        ),
+    )
     for register in GROUPS:
         register(sub)
     parser.epilog = _epilog(sub)

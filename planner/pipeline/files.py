@@ -154,7 +154,8 @@ def _csv_rows(path: Path) -> list[dict[str, str]]:
             reader = csv.DictReader(fh)
             unknown = [c for c in reader.fieldnames or () if c not in WORKLOAD_COLUMNS]
             if unknown:
-                raise InputError(f"{path}: unknown column '{unknown[0]}'")
+                name = unknown[0]
+                raise InputError(f"{path}: unknown column '{name}'{did_you_mean(name, WORKLOAD_COLUMNS)}")
             if "id" not in (reader.fieldnames or ()):
                 raise InputError(f"{path}: missing column 'id'")
             return [{k: v.strip() for k, v in row.items() if k and v and v.strip()} for row in reader]
