@@ -6,8 +6,9 @@ from __future__ import annotations
 import difflib
 import itertools
 import re
-from collections.abc import Iterable
-from typing import Annotated, Any
+from collections.abc import Iterable, Mapping
+from functools import cache, cached_property
+from typing import Annotated, Any, Self
 
 from pydantic import AfterValidator, BaseModel, ConfigDict, Field, ValidationInfo
 
@@ -26,9 +27,30 @@ _CONTROL = re.compile(r"[\x00-\x1f\x7f-\x9f]")
 
 
 class Strict(BaseModel):
-    """Immutable schema object that rejects unknown fields."""
+    """Immutable schema object that rejects unknown fields.
+
+    Values derived from the fields (``functools.cached_property``: a workload's shapes, an input's
+    workloads by id, a node's GPUs by index) are cached in the instance; :meth:`model_copy` drops them
+    from the copy, so that a copy with changed fields never answers with its original's."""
 
     model_config = ConfigDict(extra="forbid", frozen=True, populate_by_name=True)
+
+    def model_copy(self, *, update: Mapping[str, Any] | None = None, deep: bool = False) -> Self:
+        copy = super().model_copy(update=update, deep=deep)
+        for name in _cached_properties(type(self)):
+            copy.__dict__.pop(name, None)
+        return copy
+
+
+@cache
+def _cached_properties(cls: type) -> tuple[str, ...]:
+    """The names of the ``cached_property`` attributes of ``cls`` and its bases."""
+    return tuple(
+        name
+        for klass in cls.__mro__
+        for name, value in vars(klass).items()
+        if isinstance(value, cached_property)
+    )
 
 
 class InputError(ValueError):
