@@ -45,7 +45,7 @@ def create_app(settings: Settings | None = None, *, lock: ServerLock | None = No
             400: {"description": "the body could not be parsed"},
             413: {"description": "the body is larger than max_body_bytes"},
             429: {"description": "the key's rate_per_minute (or a job limit) is used up: see Retry-After"},
-            503: {"description": "the database is unreachable, or large bodies are parsed: see Retry-After"},
+            503: {"description": "the database is unreachable, or max_parsing is reached: see Retry-After"},
         },
     )
     app.state.settings = settings
@@ -76,7 +76,7 @@ def create_app(settings: Settings | None = None, *, lock: ServerLock | None = No
 @asynccontextmanager
 async def _serving(app: FastAPI, settings: Settings, metrics: ApiMetrics) -> AsyncIterator[None]:
     """The store and the runner of the app, while it runs (on a database this server holds)."""
-    store = Store.open(settings.database)
+    store = Store.open(settings.database, settings.database_timeout_s)
     runner = Runner.of(settings, store, metrics, app.state.outage)
     app.state.store = store
     app.state.runner = runner

@@ -58,6 +58,8 @@ class Keyring:
     def __init__(self, configured: dict[str, str]) -> None:
         self.configured = {key_hash(k): role for k, role in configured.items()}
         self.recent: dict[str, tuple[KeyRecord, float]] = {}
+        #: Store look-ups under way, by key hash: requests with the same key wait for the same one.
+        self.lookups: dict[str, asyncio.Future[KeyRecord | None]] = {}
 
     def known(self, key: str) -> Principal | None:
         """The caller with ``key`` if known without reading the store (a configured key, or a stored one
@@ -81,13 +83,34 @@ class Keyring:
         if cached is not None and time.monotonic() - cached[1] < KEY_TTL_S:
             record: KeyRecord | None = cached[0]
         else:
-            record = await asyncio.to_thread(KeyStore(store.engine).get, digest)
+            record = await self._lookup(digest, store)
         if record is None or not record.usable(now()):
             self.recent.pop(digest, None)
             return None
         if cached is None or cached[0] is not record:
             self.recent[digest] = (record, time.monotonic())
         return principal(digest, record.role)
+
+    def looking_up(self, key: str) -> bool:
+        """Whether a store look-up of ``key`` is under way (a request with it waits for that one)."""
+        return key_hash(key) in self.lookups
+
+    async def _lookup(self, digest: str, store: Store) -> KeyRecord | None:
+        """The stored record of the key with hash ``digest``: one look-up however many ask at once (one
+        that gives up waiting does not stop it for the others)."""
+        lookup = self.lookups.get(digest)
+        if lookup is None:
+            lookup = asyncio.ensure_future(asyncio.to_thread(KeyStore(store.engine).get, digest))
+            self.lookups[digest] = lookup
+
+            def done(finished: asyncio.Future[KeyRecord | None]) -> None:
+                if self.lookups.get(digest) is finished:
+                    del self.lookups[digest]
+                if not finished.cancelled():
+                    finished.exception()  # retrieved: its waiters raise it
+
+            lookup.add_done_callback(done)
+        return await asyncio.shield(lookup)
 
     def forget(self, key_id: str) -> None:
         """Drop the kept record of the key ``key_id`` (revoked by this server: refused at once)."""
@@ -104,13 +127,12 @@ class RateLimiter:
         self.burst = float(burst)
         self.buckets: dict[str, tuple[float, float]] = {}
 
-    def refused(self, key_id: str) -> int:
-        """Seconds until ``key_id`` may call again, without taking a call (0: it may now)."""
+    def give_back(self, key_id: str) -> None:
+        """Return a call :meth:`take` took for ``key_id`` (it turned out not to count)."""
         if self.per_second <= 0 or key_id not in self.buckets:
-            return 0
+            return
         tokens, then = self.buckets[key_id]
-        tokens = min(self.burst, tokens + (time.monotonic() - then) * self.per_second)
-        return 0 if tokens >= 1 else max(1, math.ceil((1 - tokens) / self.per_second))
+        self.buckets[key_id] = (min(self.burst, tokens + 1), then)
 
     def take(self, key_id: str) -> int:
         """Take one call for ``key_id``: 0 when it may go ahead, else the seconds until it may."""

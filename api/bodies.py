@@ -25,6 +25,8 @@ from gpuplan.models.base import NAME_LENGTH_CONTEXT
 from gpuplan.models.catalog import default_catalog
 
 M = TypeVar("M", bound=BaseModel)
+#: The request-state name of a large body's :class:`BodyHold`.
+BODY_HOLD = "body_hold"
 
 
 def parse_body(model: type[M], raw: bytes, settings: Settings) -> M:
@@ -37,9 +39,28 @@ def parse_body(model: type[M], raw: bytes, settings: Settings) -> M:
         raise RequestValidationError(errors) from None
 
 
+class BodyHold:
+    """A large body's place in its :class:`ParseGate`, held from the body's first byte to the end of its
+    parse (or of its request): the memory of a body being received counts as much as one being parsed."""
+
+    def __init__(self, gate: ParseGate) -> None:
+        self.gate = gate
+        self.start = time.monotonic()
+        self.held = True
+
+    def release(self) -> None:
+        """Give the place back (once; later calls do nothing)."""
+        if self.held:
+            self.held = False
+            self.gate.busy -= 1
+            self.gate.last_s = time.monotonic() - self.start
+
+
 class ParseGate:
-    """At most ``slots`` bodies of ``large`` bytes or more parsed at once; one more is refused with 503
-    and a ``Retry-After`` of the last large parse's duration (a queue would hold its bytes meanwhile)."""
+    """At most ``slots`` bodies of ``large`` bytes or more received and parsed at once (a body declared
+    that large takes its place before its first byte is read, a streamed one when it reaches ``large``);
+    one more is refused with 503 and a ``Retry-After`` of the last large body's time in the gate (a queue
+    would hold its bytes meanwhile)."""
 
     def __init__(self, slots: int, large: int) -> None:
         self.slots = slots
@@ -47,38 +68,43 @@ class ParseGate:
         self.busy = 0
         self.last_s = 1.0
 
-    def refusal(self, size: int) -> tuple[str, int] | None:
-        """Why a body of ``size`` bytes cannot be parsed now, and the seconds to retry after; ``None``
-        when it can."""
-        if size < self.large or self.busy < self.slots:
+    def admit(self) -> BodyHold | None:
+        """A place for one large body, or ``None`` when every place is taken (see :meth:`refusal`)."""
+        if self.busy >= self.slots:
             return None
-        detail = f"{self.busy} large bodies are being parsed; at most {self.slots} at once"
+        self.busy += 1
+        return BodyHold(self)
+
+    def refusal(self) -> tuple[str, int]:
+        """Why a large body cannot be taken now, and the seconds to retry after."""
+        detail = f"{self.busy} large bodies are being received or parsed; at most {self.slots} at once"
         return detail, max(1, math.ceil(self.last_s))
 
-    async def parse(self, model: type[M], raw: bytes, settings: Settings) -> M:
-        """``raw`` parsed as ``model`` in a worker thread, or 503 when every slot is busy."""
-        if len(raw) < self.large:
-            return await asyncio.to_thread(parse_body, model, raw, settings)
-        refused = self.refusal(len(raw))
-        if refused is not None:
-            raise HTTPException(status_code=503, detail=refused[0], headers={"Retry-After": str(refused[1])})
-        self.busy += 1
-        start = time.monotonic()
+    async def parse(self, model: type[M], raw: bytes, settings: Settings, hold: BodyHold | None = None) -> M:
+        """``raw`` parsed as ``model`` in a worker thread, in the place ``hold`` the body took while it
+        was received (given back when the parse ends), or in one taken now (503 when none is free)."""
+        if hold is None:
+            if len(raw) < self.large:
+                return await asyncio.to_thread(parse_body, model, raw, settings)
+            hold = self.admit()
+            if hold is None:
+                detail, retry = self.refusal()
+                raise HTTPException(status_code=503, detail=detail, headers={"Retry-After": str(retry)})
         try:
             return await asyncio.to_thread(parse_body, model, raw, settings)
         finally:
-            self.busy -= 1
-            self.last_s = time.monotonic() - start
+            hold.release()
 
 
 def json_body(model: type[M]) -> Callable[[Request], Awaitable[M]]:
     """A dependency that reads the request body and parses it as ``model`` in a worker thread (through
-    the app's :class:`ParseGate`)."""
+    the app's :class:`ParseGate`, in the place the body took when ``BodyLimit`` received it)."""
 
     async def parsed(request: Request) -> M:
         raw = await request.body()
         gate: ParseGate = request.app.state.parsing
-        return await gate.parse(model, raw, request.app.state.settings)
+        hold: BodyHold | None = getattr(request.state, BODY_HOLD, None)
+        return await gate.parse(model, raw, request.app.state.settings, hold)
 
     return parsed
 

@@ -67,6 +67,7 @@ def cmd_serve(args: argparse.Namespace) -> int:
     import uvicorn
 
     from gpuplan.api.app import create_app
+    from gpuplan.api.serving import uvicorn_options
 
     if settings.solver_processes == 0:
         _shared(settings, "serve --no-worker (GPUPLAN_SOLVER_PROCESSES=0)")
@@ -82,12 +83,7 @@ def cmd_serve(args: argparse.Namespace) -> int:
         host=args.host,
         port=args.port,
         log_level="info" if args.verbose else "warning",
-        timeout_graceful_shutdown=5,
-        # Open connections and requests beyond max_connections are answered 503 at once; an idle
-        # connection is closed after 5 s; request line and headers are capped at 16 KiB.
-        limit_concurrency=settings.limits.max_connections,
-        timeout_keep_alive=5,
-        h11_max_incomplete_event_size=16 * 1024,
+        **uvicorn_options(settings),
     )
     return 0
 

@@ -9,8 +9,9 @@ from typing import Any
 from fastapi import FastAPI, Request
 from fastapi.exceptions import RequestValidationError
 from fastapi.responses import JSONResponse
-from fastapi.routing import APIRoute
 from starlette.exceptions import HTTPException as StarletteHTTPException
+from starlette.routing import Match
+from starlette.types import Scope
 
 from gpuplan.models.base import InputError
 
@@ -67,13 +68,16 @@ def _json_safe(errors: Any) -> list[dict[str, Any]]:
     return out
 
 
-def _methods(request: Request) -> list[str]:
-    """Every method some route serves at this path (Starlette names only the first route's)."""
-    methods: set[str] = set()
-    for route in request.app.router.routes:
-        if isinstance(route, APIRoute) and route.path_regex.match(request.url.path):
-            methods |= route.methods or set()
-    return sorted(methods)
+#: The methods a route may serve, asked of each route in turn (see :func:`allowed_methods`).
+_METHODS = ("GET", "HEAD", "POST", "PUT", "PATCH", "DELETE", "OPTIONS")
+
+
+def allowed_methods(scope: Scope) -> list[str]:
+    """Every method some route of the app serves at the path of ``scope`` (Starlette names only the
+    first route's): each route is asked whether it matches the path with each method, so that routers
+    included in any way (FastAPI keeps them whole in ``app.router.routes``) are asked too."""
+    routes = scope["app"].router.routes
+    return [m for m in _METHODS if any(r.matches({**scope, "method": m})[0] is Match.FULL for r in routes)]
 
 
 def install(app: FastAPI) -> None:
@@ -89,7 +93,7 @@ def install(app: FastAPI) -> None:
     async def _http(request: Request, exc: StarletteHTTPException) -> JSONResponse:
         headers = dict(exc.headers or {})
         if exc.status_code == 405:
-            headers["Allow"] = ", ".join(_methods(request))
+            headers["Allow"] = ", ".join(allowed_methods(request.scope))
         return JSONResponse({"detail": exc.detail}, status_code=exc.status_code, headers=headers)
 
     @app.exception_handler(RequestValidationError)

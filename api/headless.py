@@ -19,7 +19,7 @@ log = logging.getLogger(__name__)
 async def work(settings: Settings) -> None:
     """Run jobs from the queue of ``settings.database`` in ``settings.solver_processes`` processes until
     the process is asked to stop."""
-    store = Store.open(settings.database)
+    store = Store.open(settings.database, settings.database_timeout_s)
     runner = Runner.of(settings, store, ApiMetrics())
     stop = asyncio.Event()
     loop = asyncio.get_running_loop()

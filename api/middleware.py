@@ -1,5 +1,5 @@
-"""ASGI middleware: the API key checked from the headers before any body is read, the request-body size
-and time limits, and the request metrics."""
+"""ASGI middleware: the API key checked from the headers before any body is read, requests with a body
+outside ``/v1/`` answered unread, the request-body size and time limits, and the request metrics."""
 
 from __future__ import annotations
 
@@ -12,7 +12,8 @@ from sqlalchemy.exc import SQLAlchemyError
 from starlette.types import ASGIApp, Message, Receive, Scope, Send
 
 from gpuplan.api.auth import Keyring, RateLimiter
-from gpuplan.api.bodies import ParseGate
+from gpuplan.api.bodies import BODY_HOLD, BodyHold, ParseGate
+from gpuplan.api.errors import allowed_methods
 from gpuplan.api.metrics import ApiMetrics
 from gpuplan.api.outage import Outage, unreachable
 
@@ -38,6 +39,30 @@ async def _answer(
     await send({"type": "http.response.body", "body": raw})
 
 
+def has_body(headers: list[tuple[bytes, bytes]]) -> bool:
+    """Whether a request announces a body: a ``Content-Length`` above 0, or chunked transfer."""
+    for name, value in headers:
+        if name == b"content-length" and (not value.strip().isdigit() or int(value) > 0):
+            return True
+        if name == b"transfer-encoding" and b"chunked" in value.lower():
+            return True
+    return False
+
+
+async def _unread(scope: Scope, send: Send) -> None:
+    """The answer to a request with a body outside ``/v1/``, where no route takes one, without reading
+    the body: 404 when no route has the path, 405 (with ``Allow``) when none serves the method there,
+    else 400; JSON, and the connection closed."""
+    method, path = str(scope["method"]), str(scope["path"])
+    allowed = allowed_methods(scope)
+    if method in allowed:
+        await _answer(send, 400, {"detail": f"{method} {path} takes no request body"})
+    elif allowed:
+        await _answer(send, 405, {"detail": "Method Not Allowed"}, ((b"allow", ", ".join(allowed).encode()),))
+    else:
+        await _answer(send, 404, {"detail": "Not Found"})
+
+
 def request_key(headers: list[tuple[bytes, bytes]]) -> str | None:
     """The API key of a request: the bearer token of ``Authorization``, else ``X-API-Key``."""
     bearer = header = None
@@ -54,18 +79,30 @@ def request_key(headers: list[tuple[bytes, bytes]]) -> str | None:
 class KeyFirst:
     """Check the API key of every ``/v1/`` request from its headers, before anything reads its body: a
     client without a valid key gets 401 at once and the connection closed, whatever body it announced.
-    A client address that sent ``burst`` unknown keys (refilled at ``per_minute``) gets 429 without its
-    key being looked up (a key known without the store still passes). The caller found is left in the
-    request's state for the routes."""
+    Outside ``/v1/`` no route takes a body: a request that announces one is answered at once, unread
+    (:func:`_unread`), so that no client without a key makes the server hold a body.
+
+    Each key the store has to look up takes one of the client address's ``burst`` tokens (refilled at
+    ``per_minute``) before the look-up, and gives it back if the key is valid: an address out of tokens
+    gets 429 without a look-up, so that however many requests with unknown keys arrive at once, at most
+    ``burst`` are looked up (a key known without the store still passes; requests with the same key
+    share one look-up). The caller found is left in the request's state for the routes."""
 
     def __init__(self, app: ASGIApp, per_minute: int, burst: int) -> None:
         self.app = app
         self.failures = RateLimiter(per_minute, burst)
 
     async def __call__(self, scope: Scope, receive: Receive, send: Send) -> None:
-        """Pass on a request with a valid key (or outside ``/v1/``); answer any other at once."""
-        if scope["type"] != "http" or not str(scope["path"]).startswith("/v1/"):
+        """Pass on a request with a valid key (or outside ``/v1/`` without a body); answer any other at
+        once."""
+        if scope["type"] != "http":
             await self.app(scope, receive, send)
+            return
+        if not str(scope["path"]).startswith("/v1/"):
+            if has_body(scope["headers"]):
+                await _unread(scope, send)
+            else:
+                await self.app(scope, receive, send)
             return
         key = request_key(scope["headers"])
         if key is None:
@@ -77,25 +114,42 @@ class KeyFirst:
         if caller is None:
             client = scope.get("client")
             address = str(client[0]) if client else "unknown"
-            wait = self.failures.refused(address)
+            # A look-up already under way for this key costs nothing more; any other takes a token first.
+            took = not keyring.looking_up(key)
+            wait = self.failures.take(address) if took else 0
             if wait:
                 detail = f"too many requests with unknown API keys from {address}; retry in {wait} s"
                 limit = {"limit": "auth_failures_per_minute", "value": round(self.failures.per_second * 60)}
                 await _answer(send, 429, {"detail": detail, **limit}, ((b"retry-after", str(wait).encode()),))
                 return
-            caller = await keyring.principal(key, state.store)
+            try:
+                caller = await keyring.principal(key, state.store)
+            except BaseException:
+                if took:  # the database, not the key, failed: no token spent
+                    self.failures.give_back(address)
+                raise
             if caller is None:
-                self.failures.take(address)
                 await _answer(send, 401, {"detail": UNAUTHENTICATED}, ((b"www-authenticate", b"Bearer"),))
                 return
+            if took:
+                self.failures.give_back(address)
         scope.setdefault("state", {})["principal"] = caller
         await self.app(scope, receive, send)
 
 
+def _length(headers: list[tuple[bytes, bytes]]) -> int | None:
+    """The declared ``Content-Length`` of a request, or ``None`` (chunked, or none)."""
+    for name, value in headers:
+        if name == b"content-length" and value.strip().isdigit():
+            return int(value)
+    return None
+
+
 class BodyLimit:
     """Refuse bodies over ``max_bytes`` with 413 before the app reads them (declared or streamed), a
-    declared large one while the app's :class:`ParseGate` is full with 503, and a client that pauses
-    more than ``timeout_s`` while sending one with 408."""
+    large one while the app's :class:`ParseGate` is full with 503 (before its first byte is read when
+    declared, as soon as it grows large when streamed), and a client that pauses more than ``timeout_s``
+    while sending one with 408. A large body keeps its place in the gate until it is parsed."""
 
     def __init__(self, app: ASGIApp, max_bytes: int, timeout_s: float) -> None:
         self.app = app
@@ -106,54 +160,70 @@ class BodyLimit:
         detail = f"request body larger than {self.max_bytes} bytes"
         await _answer(send, 413, {"detail": detail, "limit": "max_body_bytes", "value": self.max_bytes})
 
+    @staticmethod
+    async def _full(send: Send, gate: ParseGate) -> None:
+        detail, retry = gate.refusal()
+        await _answer(send, 503, {"detail": detail}, ((b"retry-after", str(retry).encode()),))
+
     async def __call__(self, scope: Scope, receive: Receive, send: Send) -> None:
         """Buffer the body up to the limit, then hand it to the app."""
         if scope["type"] != "http" or scope["method"] in _BODILESS:
             await self.app(scope, receive, send)
             return
-        for name, value in scope["headers"]:
-            if name == b"content-length" and value.isdigit() and int(value) > self.max_bytes:
-                await self._refuse(send)
+        declared = _length(scope["headers"])
+        if declared is not None and declared > self.max_bytes:
+            await self._refuse(send)
+            return
+        gate: ParseGate = scope["app"].state.parsing
+        hold: BodyHold | None = None
+        if declared is not None and declared >= gate.large:
+            hold = gate.admit()
+            if hold is None:
+                await self._full(send, gate)
                 return
-            if name == b"content-length" and value.isdigit():
-                # A large body that could not be parsed now is refused before it is read.
-                gate: ParseGate = scope["app"].state.parsing
-                refused = gate.refusal(int(value))
-                if refused is not None:
-                    retry = ((b"retry-after", str(refused[1]).encode()),)
-                    await _answer(send, 503, {"detail": refused[0]}, retry)
+        try:
+            chunks: list[bytes] = []
+            size = 0
+            while True:
+                try:
+                    message = await asyncio.wait_for(receive(), self.timeout_s)
+                except TimeoutError:
+                    detail = f"the body did not arrive: nothing for {self.timeout_s:g} s"
+                    limit = {"limit": "body_timeout_s", "value": self.timeout_s}
+                    await _answer(send, 408, {"detail": detail, **limit})
                     return
-        chunks: list[bytes] = []
-        size = 0
-        while True:
-            try:
-                message = await asyncio.wait_for(receive(), self.timeout_s)
-            except TimeoutError:
-                detail = f"the body did not arrive: nothing for {self.timeout_s:g} s"
-                limit = {"limit": "body_timeout_s", "value": self.timeout_s}
-                await _answer(send, 408, {"detail": detail, **limit})
-                return
-            if message["type"] != "http.request":
-                await self.app(scope, receive, send)
-                return
-            chunk = message.get("body", b"")
-            size += len(chunk)
-            if size > self.max_bytes:
-                await self._refuse(send)
-                return
-            chunks.append(chunk)
-            if not message.get("more_body", False):
-                break
-        replayed = False
+                if message["type"] != "http.request":
+                    return  # the client went away: no one to answer
+                chunk = message.get("body", b"")
+                size += len(chunk)
+                if size > self.max_bytes:
+                    await self._refuse(send)
+                    return
+                if hold is None and size >= gate.large:
+                    hold = gate.admit()
+                    if hold is None:
+                        await self._full(send, gate)
+                        return
+                chunks.append(chunk)
+                if not message.get("more_body", False):
+                    break
+            replayed = False
 
-        async def replay() -> Message:
-            nonlocal replayed
-            if not replayed:
-                replayed = True
-                return {"type": "http.request", "body": b"".join(chunks), "more_body": False}
-            return await receive()
+            async def replay() -> Message:
+                nonlocal replayed
+                if not replayed:
+                    replayed = True
+                    body = b"".join(chunks)
+                    chunks.clear()
+                    return {"type": "http.request", "body": body, "more_body": False}
+                return await receive()
 
-        await self.app(scope, replay, send)
+            if hold is not None:
+                scope.setdefault("state", {})[BODY_HOLD] = hold
+            await self.app(scope, replay, send)
+        finally:
+            if hold is not None:
+                hold.release()
 
 
 class DatabaseDown:

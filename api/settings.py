@@ -54,6 +54,16 @@ class Limits(BaseSettings):
     max_connections: int = Field(
         default=1000, ge=1, description="open connections and requests at once; beyond them 503"
     )
+    header_timeout_s: float = Field(
+        default=10.0,
+        gt=0,
+        le=3600,
+        allow_inf_nan=False,
+        description=(
+            "seconds a connection may take to send a request's line and headers, from its opening or "
+            "from the end of its last answer; then it is closed"
+        ),
+    )
     auth_failures_per_minute: int = Field(
         default=120, ge=1, description="requests with an unknown key a minute per client address"
     )
@@ -96,6 +106,16 @@ class Settings(BaseSettings):
     )
     max_lease_expiries: int = Field(
         default=3, ge=1, le=100, description="expired leases after which a job fails for good (poison job)"
+    )
+    database_timeout_s: float = Field(
+        default=5.0,
+        gt=0,
+        le=600,
+        allow_inf_nan=False,
+        description=(
+            "seconds the server waits for the database (to connect, for a statement, for a lock or a "
+            "pooled connection) before it counts it as an outage: 503 with Retry-After"
+        ),
     )
     solver_memory_mib: int = Field(
         default=4096,

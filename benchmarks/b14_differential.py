@@ -2,7 +2,9 @@
 
 Tiny instances (up to 3 nodes of 1-2 GPUs and 6 replicas: whole GPUs, fractions, MIG on A30s whose layouts
 may change, GPU memory, sharing modes and changes, running work, budgets, quotas, gangs, isolation,
-min-runtime) are drawn by the hypothesis strategy of ``tests/_brute.py`` from ``--seed``; each instance's
+min-runtime) are drawn by the hypothesis strategy of ``tests/_brute.py`` from ``--seed`` (``--strata``:
+``generic``, that strategy, by default; or strata made for one family of rules each, drawn in turn,
+``tests._brute.STRATA``, and ``known``, the classes still known); each instance's
 true optimum of the documented objective is found by enumeration with the validator as the only judge, and
 every path (``tests._brute.PATHS``: cpsat, the fleet engine, the large-cluster path and the POP split
 forced onto small inputs, both MILPs and the three greedy back-ends) plans it through ``make_plan``.
@@ -15,8 +17,8 @@ what the brute-force optimal plan does (``repartition``: a MIG layout changed; `
 ``preempt``; ``move``), a hint at the cause. Instances for which the validator accepts no plan at all
 (running work that breaks a rule the budget cannot repair) are counted apart.
 
-Run ``python -m benchmarks.b14_differential --count 5000 --seed 0``; results go to
-``benchmarks/results/b14.csv`` (path, kind, tags, count, instances).
+Run ``python -m benchmarks.b14_differential --count 5000 --seed 0`` (``--strata all`` for every stratum);
+results go to ``benchmarks/results/b14.csv`` (path, kind, tags, count, instances).
 """
 
 from __future__ import annotations
@@ -31,6 +33,7 @@ from collections.abc import Sequence
 from pathlib import Path
 
 from hypothesis import HealthCheck, Phase, given, seed, settings
+from hypothesis import strategies as st
 
 from gpuplan.models.inputs import PlanningInput
 from gpuplan.models.plan import MIGRATE, PREEMPT, Plan
@@ -39,7 +42,9 @@ from tests._brute import (
     CATALOG,
     FEATURES,
     KINDS,
+    KNOWN_STRATUM,
     PATHS,
+    STRATA,
     NoValidPlan,
     TooLarge,
     current_plan,
@@ -53,6 +58,17 @@ log = logging.getLogger(__name__)
 RESULTS = Path(__file__).parent / "results" / "b14.csv"
 #: Instances between two writes of the partial results.
 CHECKPOINT = 100
+#: Every stratum ``--strata`` takes: the generic strategy, the rule strata and the known classes.
+STRATUM_NAMES = ("generic", *STRATA, "known")
+
+
+def strategy(strata: Sequence[str], features: frozenset[str]) -> st.SearchStrategy[PlanningInput]:
+    """The instances of ``strata`` (``generic``: the generic strategy with ``features``), drawn in turn."""
+    parts = [
+        instances(features=features) if s == "generic" else KNOWN_STRATUM if s == "known" else STRATA[s]
+        for s in strata
+    ]
+    return parts[0] if len(parts) == 1 else st.one_of(parts)
 
 
 def tags(inp: PlanningInput, plan: Plan) -> str:
@@ -125,8 +141,10 @@ def run(
     time_limit_s: float,
     out: Path,
     examples: Path | None,
+    strata: Sequence[str] = ("generic",),
 ) -> Tally:
-    """Draw ``count`` instances from ``seed_``, judge every path on each, write the tally as it grows."""
+    """Draw ``count`` instances of ``strata`` from ``seed_``, judge every path on each, write the tally as
+    it grows."""
     tally = Tally(paths)
     start = time.perf_counter()
 
@@ -138,7 +156,7 @@ def run(
         phases=[Phase.generate],
         suppress_health_check=list(HealthCheck),
     )
-    @given(instances(features=features))
+    @given(strategy(strata, features))
     def one(inp: PlanningInput) -> None:
         tally.instances["instances"] += 1
         try:
@@ -188,6 +206,11 @@ def main(argv: Sequence[str] | None = None) -> None:
     parser.add_argument(
         "--features", default=",".join(sorted(FEATURES)), help="instance features, comma-separated"
     )
+    parser.add_argument(
+        "--strata",
+        default="generic",
+        help=f"instance strata, comma-separated, or all (of {', '.join(STRATUM_NAMES)}; default generic)",
+    )
     parser.add_argument("--time-limit", type=float, default=5.0, help="make_plan time limit per path")
     parser.add_argument("--out", type=Path, default=RESULTS, help="CSV of the counts")
     parser.add_argument("--examples", type=Path, default=None, help="JSON lines: one instance per class")
@@ -202,7 +225,10 @@ def main(argv: Sequence[str] | None = None) -> None:
     features = frozenset(f for f in args.features.split(",") if f)
     if features - FEATURES:
         parser.error(f"--features: unknown feature(s) {', '.join(sorted(features - FEATURES))}")
-    tally = run(args.count, args.seed, paths, features, args.time_limit, args.out, args.examples)
+    strata = list(STRATUM_NAMES) if args.strata == "all" else [s for s in args.strata.split(",") if s]
+    if not strata or set(strata) - set(STRATUM_NAMES):
+        parser.error(f"--strata: unknown stratum in {args.strata!r} (choose from {', '.join(STRATUM_NAMES)})")
+    tally = run(args.count, args.seed, paths, features, args.time_limit, args.out, args.examples, strata)
     print("| path | kind | tags | count | instances |")
     print("|---|---|---|---:|---:|")
     for row in tally.rows():

@@ -11,7 +11,8 @@ from pydantic import Discriminator, Field, Tag, ValidationInfo, field_validator,
 
 from gpuplan.models.base import MAX_GPUS_PER_NODE, Name, Strict, did_you_mean
 from gpuplan.models.catalog import default_catalog
-from gpuplan.models.hardware import GpuModelSpec, HardwareCatalog
+from gpuplan.models.hardware import MILLI_PER_GPU, GpuModelSpec, HardwareCatalog
+from gpuplan.models.scheduling import ResourceName, Taint, parse_taint, text_items
 
 _LINK_RE = re.compile(r"^(NV\d+|PIX|PXB|PHB|NODE|SYS|SOC)$")
 
@@ -162,9 +163,10 @@ EXCLUSIVE: Literal["exclusive"] = "exclusive"
 
 
 class TimeSlicing(Strict):
-    """Time-slicing settings: the device plugin offers each GPU as ``replicas`` shares."""
+    """Time-slicing settings: the device plugin offers each GPU as ``replicas`` shares (at most one per
+    milli-GPU: a fraction takes at least 1 milli)."""
 
-    replicas: int = Field(ge=1, le=1000)
+    replicas: int = Field(ge=1, le=MILLI_PER_GPU)
 
 
 class TimeSliced(Strict):
@@ -253,6 +255,16 @@ class Node(Strict):
     gpus: tuple[Gpu, ...] = Field(default=(), json_schema_extra={"maxItems": MAX_GPUS_PER_NODE})
     links: tuple[Link, ...] = ()
     sharing: Sharing | None = None
+    #: Kubernetes taints (``key=value:Effect`` text or mappings) and the extended resources the node
+    #: advertises (allocatable names; empty: not known, every resource taken as offered), read by
+    #: :mod:`gpuplan.models.rules.scheduling`.
+    taints: tuple[Taint, ...] = ()
+    resources: tuple[ResourceName, ...] = ()
+
+    @field_validator("taints", mode="before")
+    @classmethod
+    def _taint_text(cls, v: Any) -> Any:
+        return text_items(v, parse_taint)
 
     @field_validator("sharing", mode="before")
     @classmethod

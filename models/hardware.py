@@ -120,10 +120,6 @@ class GpuModelSpec(Strict):
                 f"(it offers: {', '.join(self.profile_map) or 'none'})"
             ) from None
 
-    def gpu_equivalents(self, profile: str) -> float:
-        """Share of a whole GPU that a MIG profile represents (compute slices over the total)."""
-        return self.profile(profile).compute_slices / self.compute_slices
-
 
 class TopologyGpu(Strict):
     """A GPU position in a reference server topology."""

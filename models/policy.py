@@ -7,6 +7,7 @@ from enum import StrEnum
 from pydantic import Field, StrictInt, model_validator
 
 from gpuplan.models.base import Name, Seconds, Strict
+from gpuplan.models.hardware import MILLI_PER_GPU
 from gpuplan.models.workload import BACKGROUND, LATENCY_SENSITIVE, STANDARD
 
 #: Largest quota in GPU-equivalents: beyond any fleet, and finite.
@@ -107,16 +108,18 @@ class SharingPolicy(Strict):
 
     allow_change: bool = True
     change_cost: int = Field(default=10, ge=0)
-    replicas: int = Field(default=4, ge=1, le=1000)
+    replicas: int = Field(default=4, ge=1, le=MILLI_PER_GPU)
 
 
 class KubernetesPolicy(Strict):
     """How the Kubernetes export hands pods to schedulers: ``scheduler_name`` is the ``schedulerName`` of
-    the pending pods gpuplan binds itself (a ``v1 Binding``); ``gang_scheduler_name`` the scheduler of the
-    pods of a gang, the one running the coscheduling plugin that reads their PodGroup (``None``: the
-    default scheduler has it)."""
+    the pending pods gpuplan binds itself (a ``v1 Binding``); ``scheduling_gate`` the scheduling gate that
+    is gpuplan's own (the export removes only this one, never another controller's); ``gang_scheduler_name``
+    the scheduler of the pods of a gang, the one running the coscheduling plugin that reads their PodGroup
+    (``None``: the default scheduler has it)."""
 
     scheduler_name: str = Field(default="gpuplan", min_length=1)
+    scheduling_gate: str = Field(default="gpuplan.io/placement", min_length=1)
     gang_scheduler_name: str | None = Field(default=None, min_length=1)
 
 

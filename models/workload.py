@@ -12,7 +12,20 @@ from typing import Any, Literal
 from pydantic import Field, field_validator, model_validator
 
 from gpuplan.models.base import Name, Seconds, Strict
+from gpuplan.models.hardware import MILLI_PER_GPU
 from gpuplan.models.plan import GpuUse
+from gpuplan.models.scheduling import (
+    Key,
+    NodeSelectorTerm,
+    ResourceName,
+    Toleration,
+    Value,
+    parse_affinity,
+    parse_term,
+    parse_toleration,
+    sorted_pairs,
+    text_items,
+)
 
 #: Compute share (milli-GPU) a memory-only ask (``gpu_memory_mib`` without ``gpu_milli``) is planned
 #: with: the smallest fraction, so it marks the GPU as shared everywhere a fraction does while its
@@ -49,6 +62,11 @@ class ShapeFields(Strict):
     #: within the GPU model's (or MIG profile's) memory for whole GPUs and MIG instances.
     gpu_memory_mib: int = Field(default=0, ge=0)
     topology: TopologyNeed = TopologyNeed.ANY
+    resource: ResourceName | None = Field(
+        default=None,
+        description="the extended resource it asks the node for (nvidia.com/gpu, nvidia.com/gpu.shared, "
+        "nvidia.com/mig-1g.10gb, ...): a node that lists its resources and lacks it is refused",
+    )
 
     @field_validator("gpu_models", mode="before")
     @classmethod
@@ -90,7 +108,7 @@ class Shape(ShapeFields):
     @property
     def gpu_milli_total(self) -> int:
         """GPU request in milli-GPU for non-MIG shapes (a MIG shape counts 0 here)."""
-        return self.gpus * 1000 + self.share_milli
+        return self.gpus * MILLI_PER_GPU + self.share_milli
 
 
 def shape_fits(shape: Shape, uses: Sequence[GpuUse]) -> bool:
@@ -256,6 +274,16 @@ class Workload(ShapeFields):
     labels: tuple[tuple[str, str], ...] = ()
     scheduler_name: str | None = None
     scheduling_gates: tuple[str, ...] = ()
+    #: What kube-scheduler's filters read (:mod:`gpuplan.models.rules.scheduling`): tolerations of node
+    #: taints, the node selector (sorted ``(key, value)`` pairs; a mapping or ``key=value,...`` text is
+    #: accepted) and required node affinity (terms, any one of which must hold, each of match
+    #: expressions that must all hold; text: :func:`gpuplan.models.scheduling.parse_affinity`).
+    tolerations: tuple[Toleration, ...] = ()
+    node_selector: tuple[tuple[Key, Value], ...] = ()
+    node_affinity: tuple[NodeSelectorTerm, ...] = ()
+    #: ``False``: the plan never moves, preempts or drains a running replica of this workload (``gpuplan
+    #: import kubernetes --pdbs`` sets it on the pods a PodDisruptionBudget allows no more evictions of).
+    disruptible: bool = True
 
     @field_validator("labels", mode="before")
     @classmethod
@@ -272,6 +300,25 @@ class Workload(ShapeFields):
                 raise ValueError(f"label '{part}' is not key=value")
             out[key.strip()] = value.strip()
         return tuple(sorted(out.items()))
+
+    @field_validator("tolerations", mode="before")
+    @classmethod
+    def _toleration_text(cls, v: Any) -> Any:
+        return text_items(v, parse_toleration)
+
+    @field_validator("node_selector", mode="before")
+    @classmethod
+    def _selector_pairs(cls, v: Any) -> Any:
+        return sorted_pairs(v, "node selector")
+
+    @field_validator("node_affinity", mode="before")
+    @classmethod
+    def _affinity_text(cls, v: Any) -> Any:
+        if isinstance(v, str):
+            return parse_affinity(v)
+        if isinstance(v, list | tuple):
+            return [parse_term(t) if isinstance(t, str) else t for t in v]
+        return v
 
     @field_validator("scheduling_gates", mode="before")
     @classmethod
@@ -355,6 +402,7 @@ class Workload(ShapeFields):
                     "cpu_milli": s.cpu_milli or self.cpu_milli,
                     "memory_mib": s.memory_mib or self.memory_mib,
                     "gpu_memory_mib": s.gpu_memory_mib or self.gpu_memory_mib,
+                    "resource": s.resource or self.resource,
                 }
             )
             for s in self.alternatives

@@ -10,12 +10,13 @@ from __future__ import annotations
 import math
 from collections.abc import Collection
 from dataclasses import replace
-from fractions import Fraction
 
+from gpuplan.models.hardware import MILLI_PER_GPU
 from gpuplan.models.policy import ObjectiveMode
+from gpuplan.models.rules.quota import fleet_wide, limit_units
 from gpuplan.solvers.formulation.objective import queue_penalty
 from gpuplan.solvers.placement import FirstFitScorer, Placer
-from gpuplan.solvers.problem import PlacementProblem, Request, disturbable
+from gpuplan.solvers.problem import PlacementProblem, Request, admitting, disturbable
 
 
 def never_fits(problem: PlacementProblem, req: Request, placer: Placer) -> bool:
@@ -41,15 +42,18 @@ def _team_caps(problem: PlacementProblem) -> dict[str, int]:
     """Milli-GPU each team's non-borrowing work may take at most, from quotas that name neither a GPU
     model nor a pool (those nest inside the fleet's capacity, so the greedy relaxation stays exact). A
     team whose running work is over its quota may keep that work (the validator keeps the violation),
-    so its cap is at least what that work holds now."""
+    so its cap is at least what that work holds now. The relaxation counts MIG shapes as free, so a
+    quota's limit in milli-GPU (:func:`~gpuplan.models.rules.quota.limit_units` with a unit of
+    :data:`MILLI_PER_GPU`) caps it."""
     running: dict[str, int] = {}
     for r in problem.requests:
         if r.running is not None:
             running[r.team] = running.get(r.team, 0) + r.shapes[r.running.alternative].gpu_milli_total
     caps: dict[str, int] = {}
     for q in problem.policy.quotas:
-        if q.gpu_model is None and q.pool is None and not q.borrow:
-            cap = max(int(Fraction(str(q.gpus)) * 1000), running.get(q.team, 0))
+        limit = limit_units(q.gpus, MILLI_PER_GPU)
+        if fleet_wide(q) and not q.borrow and limit is not None:
+            cap = max(limit, running.get(q.team, 0))
             caps[q.team] = min(cap, caps.get(q.team, cap))
     return caps
 
@@ -64,7 +68,7 @@ def queue_lower_bound(problem: PlacementProblem, never_fit: Collection[tuple[str
     team's share. Only GPU capacity and those quotas limit the relaxation (MIG and CPU-only shapes count
     as free), so the bound is valid but ignores CPU, memory, MIG and topology.
     """
-    capacity = sum(1000 * len(n.gpus) for n in problem.nodes)
+    capacity = sum(MILLI_PER_GPU * len(n.gpus) for n in problem.nodes)
     caps = _team_caps(problem)
     bound = 0
     items: list[tuple[int, int, str]] = []
@@ -123,6 +127,7 @@ def with_modes_free(problem: PlacementProblem, nodes: Collection[str]) -> Placem
             replace(n, gpus=tuple(replace(g, sharing=None) for g in n.gpus)) if n.name in free else n
             for n in problem.nodes
         ),
+        requests=admitting(problem.requests, free),  # another mode advertises other resources
     )
 
 
@@ -145,4 +150,5 @@ def with_mig_free(problem: PlacementProblem, gpus: Collection[tuple[str, int]]) 
             else n
             for n in problem.nodes
         ),
+        requests=admitting(problem.requests, {node for node, _ in free}),
     )

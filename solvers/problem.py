@@ -5,13 +5,17 @@
 
 from __future__ import annotations
 
-from collections.abc import Mapping
+from collections import Counter, defaultdict
+from collections.abc import Collection, Iterable, Mapping
 from dataclasses import dataclass, field, replace
 
 from gpuplan.models.cluster import Sharing, sharing_offers, sharing_replicas
-from gpuplan.models.hardware import HardwareCatalog
+from gpuplan.models.hardware import MILLI_PER_GPU, HardwareCatalog
 from gpuplan.models.plan import Assignment, GpuUse
 from gpuplan.models.policy import Policy
+from gpuplan.models.rules import disruption
+from gpuplan.models.rules.gang import runs_in_part
+from gpuplan.models.scheduling import Taint
 from gpuplan.models.workload import TopologyNeed
 
 #: Room reported for shapes that ask for no GPU memory (more than any GPU's fractions).
@@ -42,6 +46,24 @@ class GpuSlot:
         return sharing_replicas(self.sharing)
 
 
+def admitted(shape: ShapeSpec, node: str) -> bool:
+    """Whether kube-scheduler's filters let ``shape`` be placed on node ``node`` (not in its
+    ``refused`` set): every back-end asks this wherever it asks the shape's GPU models."""
+    return node not in shape.refused
+
+
+def admitting(requests: tuple[Request, ...], nodes: Collection[str]) -> tuple[Request, ...]:
+    """``requests`` with ``nodes`` taken out of every alternative's ``refused`` set: a relaxation for the
+    bounds of nodes whose sharing or MIG mode a plan may change, which changes the device plugin's
+    resources they advertise."""
+    names = frozenset(nodes)
+    if not names or not any(s.refused & names for q in requests for s in q.shapes):
+        return requests
+    return tuple(
+        replace(q, shapes=tuple(replace(s, refused=s.refused - names) for s in q.shapes)) for q in requests
+    )
+
+
 def memory_room(shape: ShapeSpec, free_mib: int) -> int:
     """How many replicas of fraction ``shape`` fit in ``free_mib`` MiB of one GPU's memory (unbounded, as
     :data:`MEMORY_UNBOUNDED`, when the shape asks for no GPU memory). Every back-end bounds the fractions
@@ -63,6 +85,11 @@ class NodeSpec:
     gpus: tuple[GpuSlot, ...]
     nvlink_cliques: tuple[frozenset[int], ...] = ()
     pair_cost: Mapping[tuple[int, int], int] = field(default_factory=dict)
+    #: What kube-scheduler's filters read besides the labels (``models.rules.scheduling``): the node's
+    #: taints and advertised extended resources. Shapes carry the verdict (``ShapeSpec.refused``); node
+    #: classes never merge nodes that differ in these or in their labels.
+    taints: tuple[Taint, ...] = ()
+    resources: tuple[str, ...] = ()
 
     def topology_groups(self, shape: ShapeSpec, positions: list[int]) -> list[list[int]]:
         """The groups of GPU ``positions`` that may hold a multi-GPU replica of ``shape`` together: one
@@ -99,11 +126,16 @@ class ShapeSpec:
     gpu_memory_mib: int = 0
     #: The models the workload names (empty: any), before the GPU memory narrows them (for messages).
     named_models: frozenset[str] = frozenset()
+    #: The nodes of the compiled cluster whose taints, labels or advertised resources kube-scheduler's
+    #: filters refuse this alternative on (:func:`gpuplan.models.rules.scheduling.admits`): no new
+    #: placement or move there (a running replica may stay); empty: every node. Nodes the compile did
+    #: not see (a purchase's, a counterfactual's) are not in it.
+    refused: frozenset[str] = frozenset()
 
     @property
     def gpu_milli_total(self) -> int:
-        """GPU request in milli-GPU (whole GPUs count 1000 each; MIG counts 0)."""
-        return self.gpus * 1000 + self.milli
+        """GPU request in milli-GPU (a whole GPU counts :data:`MILLI_PER_GPU`; MIG counts 0)."""
+        return self.gpus * MILLI_PER_GPU + self.milli
 
 
 @dataclass(frozen=True)
@@ -134,6 +166,8 @@ class Request:
     running: Running | None = None
     #: Seconds a running replica has run (``None``: unknown, e.g. no ``started_at``).
     runtime_s: int | None = None
+    #: Whether a running replica may be moved or preempted at all (``Workload.disruptible``).
+    disruptible: bool = True
 
     @property
     def key(self) -> tuple[str, int]:
@@ -194,30 +228,44 @@ def any_model(shape: ShapeSpec, catalog: HardwareCatalog) -> ShapeSpec:
     )
 
 
-def _old_enough(policy: Policy, req: Request) -> bool:
-    """Whether a running replica has run the minimum time before it may be disturbed (unknown start
-    times count as long enough: nothing says otherwise)."""
-    return req.runtime_s is None or req.runtime_s >= policy.disruption.min_runtime_s
-
-
 def may_move(policy: Policy, req: Request) -> bool:
-    """Whether the disruption budget lets running replica ``req`` migrate at all."""
-    return policy.disruption.max_moves_per_round > 0 and _old_enough(policy, req)
+    """Whether the disruption budget lets running replica ``req`` migrate at all
+    (:func:`gpuplan.models.rules.disruption.may_move`)."""
+    return disruption.may_move(policy.disruption, req.runtime_s, req.disruptible)
 
 
 def may_preempt(policy: Policy, req: Request) -> bool:
     """Whether the policy lets running replica ``req`` be preempted at all: it is preemptible, its tier
     may be preempted (or latency-sensitive work may), the budget allows preemptions and it ran long
-    enough."""
-    budget = policy.disruption
-    return (
-        req.preemptible
-        and (policy.tier(req.tier).may_be_preempted or budget.preempt_latency_sensitive)
-        and budget.max_preemptions_per_round > 0
-        and _old_enough(policy, req)
+    enough (:func:`gpuplan.models.rules.disruption.may_preempt`)."""
+    return disruption.may_preempt(
+        policy.disruption, req.preemptible, policy.tier(req.tier), req.runtime_s, req.disruptible
     )
 
 
 def disturbable(policy: Policy, req: Request) -> bool:
     """Whether a running replica may move or be preempted (otherwise it stays where it runs)."""
     return may_move(policy, req) or may_preempt(policy, req)
+
+
+def gangs_in_part(requests: Iterable[Request]) -> frozenset[str]:
+    """The gangs that run only in part now (:func:`gpuplan.models.rules.gang.runs_in_part`): a plan may
+    keep such a gang as it runs (every running member where it runs, no other member placed), complete
+    it or stop it, and never places any other gang in part."""
+    total: Counter[str] = Counter()
+    running: Counter[str] = Counter()
+    for q in requests:
+        if q.gang is not None:
+            total[q.gang] += 1
+            running[q.gang] += q.running is not None
+    return frozenset(g for g in total if runs_in_part(running[g], total[g]))
+
+
+def running_members(requests: Iterable[Request]) -> dict[str, list[tuple[Request, str]]]:
+    """The running members of each gang and the node each runs on: where a plan that keeps running work
+    keeps them, so that the gang's other members join them (``Placer.place_gang``)."""
+    out: defaultdict[str, list[tuple[Request, str]]] = defaultdict(list)
+    for q in requests:
+        if q.gang is not None and q.running is not None:
+            out[q.gang].append((q, q.running.node))
+    return dict(out)

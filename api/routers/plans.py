@@ -11,9 +11,9 @@ from pydantic import BeforeValidator
 
 from gpuplan.api.bodies import PlanBody, documented
 from gpuplan.api.deps import Caller, JobsDep, RunnerDep, SettingsDep, StoreDep, Submitter
-from gpuplan.api.jobs import SUBMIT_RESPONSES, JobId, Wait, actor, check_active
+from gpuplan.api.jobs import SUBMIT_RESPONSES, JobId, Wait, actor, check_active, too_many_active
 from gpuplan.api.schemas import AuditOut, JobOut, JobPage, JobResult, PlanRequest
-from gpuplan.api.store import JobStatus
+from gpuplan.api.store import ActiveLimitReached, JobStatus
 from gpuplan.api.views import PLAN, PLANS, job_out, readable, result_body, visible_result
 
 
@@ -148,11 +148,19 @@ async def cancel(job_id: JobId, caller: Submitter, store: StoreDep, runner: Runn
 async def resubmit(
     job_id: JobId, caller: Submitter, settings: SettingsDep, store: StoreDep, runner: RunnerDep
 ) -> JobOut:
-    """Queue an interrupted, failed or cancelled job again with its stored input."""
+    """Queue an interrupted, failed or cancelled job again with its stored input (admitted against
+    ``max_active_jobs`` as a new job is: counted and queued under one lock)."""
     readable(await asyncio.to_thread(store.job, job_id), caller, job_id)
-    await check_active(settings.limits, runner)
+    limits = settings.limits
+    await check_active(limits, runner)
     data = await asyncio.to_thread(store.job_input, job_id)
-    if data is None or not await asyncio.to_thread(store.requeue, job_id, actor(caller)):
+    try:
+        requeued = data is not None and await asyncio.to_thread(
+            store.requeue, job_id, actor(caller), max_active=limits.max_active_jobs
+        )
+    except ActiveLimitReached as exc:
+        raise too_many_active(limits, runner, exc.active) from None
+    if not requeued:
         job = await asyncio.to_thread(store.job, job_id)
         state = job.status.value if job is not None else "unknown"
         raise HTTPException(status_code=409, detail=f"job '{job_id}' is {state}; it cannot be resubmitted")

@@ -13,7 +13,7 @@ from gpuplan.models.inputs import PlanningInput
 from gpuplan.models.plan import Plan, Unplaced
 from gpuplan.planner.capacity.options import GapOptions
 from gpuplan.planner.capacity.purchase import TypeSpec, shape_fits
-from gpuplan.solvers.problem import Request, ShapeSpec
+from gpuplan.solvers.problem import PlacementProblem, Request, ShapeSpec, gangs_in_part
 
 Key = tuple[str, int]
 
@@ -96,6 +96,23 @@ def unservable_reasons(requests: list[Request], types: list[TypeSpec]) -> dict[K
                 "node type can host"
             )
     return out
+
+
+def joined_in_domain(problem: PlacementProblem, requests: list[Request]) -> dict[Key, str]:
+    """The waiting members of a gang that runs in part and has a domain label, with the reason no
+    purchase serves them: they may only join its running members inside their value of that label
+    (:func:`~gpuplan.solvers.problem.gangs_in_part`), and bought nodes carry a value of their own."""
+    in_part = gangs_in_part(problem.requests)
+    domains = {q.gang for q in problem.requests if q.gang in in_part and q.gang_domain}
+    return {
+        r.key: (
+            f"workload '{r.workload}' replica {r.replica}: its gang '{r.gang}' runs in part and has a "
+            "domain label: its waiting replicas may only join the running ones inside their value, and "
+            "bought nodes carry a value of their own"
+        )
+        for r in requests
+        if r.gang in domains
+    }
 
 
 def kept_models(requests: list[Request], by_key: dict[Key, Request]) -> dict[str, tuple[str, ...]]:

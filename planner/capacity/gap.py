@@ -43,6 +43,7 @@ from gpuplan.planner.capacity.check import Bought, Fleet, check_purchase
 from gpuplan.planner.capacity.demand import (
     Key,
     gap_demand,
+    joined_in_domain,
     kept_models,
     like_for_like,
     planning_now,
@@ -368,13 +369,14 @@ def capacity_gap(
     by_key = {r.key: r for r in problem.requests}
     requests = like_for_like(inp, [by_key[k] for k in rest], opts)
     run.keep = kept_models(requests, by_key)
-    bad = unservable_reasons(requests, specs)
+    hosted = unservable_reasons(requests, specs)
+    bad = {**joined_in_domain(problem, requests), **hosted}
     unservable = tuple(
         Unservable(
             workload=k[0], replica=k[1], team=by_key[k].team, tier=by_key[k].tier,
             message=msg + (
                 f" (like-for-like: bought only as {', '.join(run.keep[k[0]])}; "
-                "--allow-other-models lets it move class)" if k[0] in run.keep else ""
+                "--allow-other-models lets it move class)" if k[0] in run.keep and k in hosted else ""
             ),
         )
         for k, msg in sorted(bad.items())

@@ -20,14 +20,14 @@ from typing import Any
 import pulp
 
 from gpuplan.models.hardware import MILLI_PER_GPU, GpuModelSpec
-from gpuplan.models.policy import IsolationKind, Policy
+from gpuplan.models.policy import Policy
+from gpuplan.models.rules.isolation import sharing_group
 from gpuplan.models.workload import TopologyNeed
 from gpuplan.solvers.milp.engine import engine_name, pulp_engine
 from gpuplan.solvers.problem import NodeSpec, Request, ShapeSpec
 
 log = logging.getLogger(__name__)
 
-MILLI = MILLI_PER_GPU
 
 #: Objective weight of a shared or MIG-mode GPU, far below any price.
 TIE = 1e-3
@@ -98,14 +98,10 @@ Class = tuple[tuple[ShapeSpec, ...], tuple[str, ...]]
 
 
 def sharing_tags(policy: Policy, request: Request) -> tuple[str, ...]:
-    """``"<rule>=<group>"`` for each isolation rule that keeps the request off other groups' GPUs."""
-    tags = []
-    for i, rule in enumerate(policy.isolation):
-        if rule.kind is IsolationKind.NO_SHARED_GPU_ACROSS_TEAMS:
-            tags.append(f"{i}={request.team}")
-        elif rule.kind is IsolationKind.TIERS_NO_SHARE and request.tier in rule.tiers:
-            tags.append(f"{i}={request.tier}")
-    return tuple(tags)
+    """``"<rule>=<group>"`` for each isolation rule that keeps the request off other groups' GPUs
+    (:func:`~gpuplan.models.rules.isolation.sharing_group`)."""
+    groups = ((i, sharing_group(rule, request.team, request.tier)) for i, rule in enumerate(policy.isolation))
+    return tuple(f"{i}={group}" for i, group in groups if group is not None)
 
 
 def _classes(requests: list[Request], policy: Policy | None) -> dict[Class, int]:
@@ -159,7 +155,7 @@ class _Model:
     def _shared(self, t: TypeSpec, on: list[tuple[ShapeSpec, pulp.LpVariable]], frac: Any, mig: Any) -> None:
         """Fractions within ``frac`` shared GPUs, MIG instances within ``mig`` MIG-mode GPUs."""
         p = self.prob
-        p += pulp.lpSum(s.milli * v for s, v in on if s.kind == "fraction") <= MILLI * frac
+        p += pulp.lpSum(s.milli * v for s, v in on if s.kind == "fraction") <= MILLI_PER_GPU * frac
         migs = [(t.spec.profile(s.mig_profile), v) for s, v in on if s.kind == "mig" and s.mig_profile]
         if not migs:
             return

@@ -248,11 +248,12 @@ def export_kubernetes(args: argparse.Namespace, plan: Plan, catalog: HardwareCat
         v = report.violations[0]
         why = f"[{v.rule}] {v.subject}: {v.message}"
         raise InputError(f"--plan {args.plan}: not a valid plan of these inputs: {why}")
-    steps = kubernetes.steps(plan, inp, common.images_from_args(args), args.namespace)
+    options = common.export_options_from_args(args)
+    steps = kubernetes.steps(plan, inp, common.images_from_args(args), args.namespace, options)
     paths = kubernetes.write_rounds(steps, Path(args.kubernetes))
     print(f"{len(paths)} round files written to {args.kubernetes}")
     for path, step in zip(paths, steps, strict=True):
-        print(f"  {path.name}: plan round {step.plan_round}, {step.kind}, {len(step.objects)} object(s)")
+        print(f"  {path.name}: plan round {step.plan_round}, {step.kind}, {step.size} object(s)")
     return 0
 
 

@@ -26,7 +26,7 @@ from gpuplan.solvers.base import solver_names
 
 if TYPE_CHECKING:
     from gpuplan.models.plan import Plan
-    from gpuplan.planner.io.exporters.kubernetes import Images
+    from gpuplan.planner.io.exporters.kubernetes import ExportOptions, Images
 
 log = logging.getLogger(__name__)
 
@@ -227,10 +227,39 @@ def ray_from_args(args: argparse.Namespace) -> str | None:
 
 
 def add_kubernetes_options(p: argparse.ArgumentParser) -> None:
-    """``--image``, ``--images`` and ``--namespace`` of the exported pods."""
+    """``--image``, ``--images`` and ``--namespace`` of the exported pods, and the GPU Operator's
+    ConfigMaps gpuplan adds its configs to."""
     p.add_argument("--image", default="", help="container image of the exported pods")
     p.add_argument("--images", help="YAML or JSON file: workload id -> image (overrides --image)")
     p.add_argument("--namespace", default="default", help="namespace of the pods (default: default)")
+    p.add_argument(
+        "--mig-parted-config",
+        metavar="FILE",
+        help="the GPU Operator's mig-parted ConfigMap (kubectl get configmap -n gpu-operator "
+        "default-mig-parted-config -o json): MIG changes are added to it (without it none is exported)",
+    )
+    p.add_argument(
+        "--device-plugin-config",
+        metavar="NAME",
+        default="gpuplan-device-plugin-config",
+        help="the device plugin's ConfigMap (the ClusterPolicy's devicePlugin.config.name) that sharing "
+        "configs are added to (default gpuplan-device-plugin-config)",
+    )
+
+
+def export_options_from_args(args: argparse.Namespace, state_dir: str | None = None) -> ExportOptions:
+    """Where the Kubernetes export merges its configs: ``--mig-parted-config`` (else ``DIR/mig-parted-
+    config.json`` of ``--kubernetes-state DIR`` when present) and ``--device-plugin-config``."""
+    from gpuplan.planner.io.exporters.kubernetes import ExportOptions
+    from gpuplan.planner.io.importers.kubernetes import load_mig_parted
+
+    path = Path(args.mig_parted_config) if args.mig_parted_config else None
+    if path is None and state_dir is not None and (Path(state_dir) / "mig-parted-config.json").is_file():
+        path = Path(state_dir) / "mig-parted-config.json"
+    return ExportOptions(
+        mig_parted=load_mig_parted(path) if path is not None else None,
+        device_plugin_configmap=args.device_plugin_config,
+    )
 
 
 def images_from_args(args: argparse.Namespace) -> Images:

@@ -116,11 +116,23 @@ def cmd_openb(args: argparse.Namespace) -> int:
 
 
 def cmd_kubernetes(args: argparse.Namespace) -> int:
-    """Convert ``kubectl get nodes/pods -o json`` dumps to a cluster and workloads with ``running_on``."""
-    from gpuplan.planner.io.importers.kubernetes import load_tier_map, read_state, write_state
+    """Convert ``kubectl get nodes/pods -o json`` dumps to a cluster and workloads with ``running_on``.
+    ``-q`` prints errors only (no summary, no warnings)."""
+    from gpuplan.planner.io.importers.kubernetes import (
+        MAPPING_FILE,
+        load_mapping,
+        load_mig_parted,
+        load_pdbs,
+        load_priority_classes,
+        load_tier_map,
+        read_state,
+        write_state,
+    )
     from gpuplan.planner.pipeline.files import load_policy
 
     policy = load_policy(Path(args.policy) if args.policy else None)
+    out = Path(args.out)
+    before = load_mapping(out / MAPPING_FILE)
     state = read_state(
         Path(args.nodes),
         Path(args.pods),
@@ -129,10 +141,17 @@ def cmd_kubernetes(args: argparse.Namespace) -> int:
         pod_resources=[Path(f) for f in args.pod_resources],
         tiers=policy.tiers,
         topologies=_topologies(args.topology),
+        priority_classes=load_priority_classes(Path(args.priority_classes))
+        if args.priority_classes
+        else None,
+        pdbs=load_pdbs(Path(args.pdbs)) if args.pdbs else (),
+        mig_parted=load_mig_parted(Path(args.mig_parted_config)) if args.mig_parted_config else None,
+        previous_mapping=(before, f"the previous import's {out / MAPPING_FILE}") if before else None,
     )
-    cluster_path, workloads_path = write_state(state, Path(args.out))
-    print(state.describe())
-    print(f"wrote {cluster_path} and {workloads_path}")
+    cluster_path, workloads_path = write_state(state, out)
+    if not args.quiet:
+        print(state.describe())
+        print(f"wrote {cluster_path} and {workloads_path}")
     return 0
 
 
@@ -205,4 +224,22 @@ def add_parsers(sub: common.Subparsers) -> None:
         "not give: an `nvidia-smi topo -m` dump, or a catalog reference topology (dgx-h100, ...); repeatable",
     )
     p.add_argument("--policy", help="policy whose tiers the priority classes are mapped onto (default tiers)")
+    p.add_argument(
+        "--priority-classes",
+        metavar="FILE",
+        help="output of `kubectl get priorityclasses -o json`: classes are ranked onto the tiers by their "
+        "values, whether or not a pod uses them today (a stable mapping)",
+    )
+    p.add_argument(
+        "--pdbs",
+        metavar="FILE",
+        help="output of `kubectl get pdb -A -o json`: pods a PodDisruptionBudget allows no more evictions "
+        "of are kept where they run (disruptible: false)",
+    )
+    p.add_argument(
+        "--mig-parted-config",
+        metavar="FILE",
+        help="the GPU Operator's mig-parted ConfigMap (`kubectl get configmap -n gpu-operator "
+        "default-mig-parted-config -o json`): which GPUs a node's nvidia.com/mig.config puts in MIG mode",
+    )
     p.set_defaults(func=cmd_kubernetes)

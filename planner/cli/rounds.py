@@ -48,27 +48,25 @@ def _state(args: argparse.Namespace, history: PlanHistory) -> tuple[PlanningInpu
     policy = load_policy(Path(args.policy)) if args.policy else None
     given = f"policy: {args.policy}"
     if args.kubernetes_state:
-        from gpuplan.planner.io.importers.kubernetes import load_tier_map, load_topologies, read_state
+        from gpuplan.planner.io.importers.kubernetes import read_state_dir
 
         if args.cluster or args.workloads:
             raise InputError("--kubernetes-state: give it instead of --cluster and --workloads")
         folder = Path(args.kubernetes_state)
-        tiers, topologies = folder / "tier-map.yaml", folder / "topology.yaml"
+        stored = history.latest()
         if policy is None:
-            stored = history.latest()
             if stored is not None:
                 policy, given = stored.inputs.policy, f"policy: plan {stored.id}'s (the latest stored)"
             else:
                 policy = load_policy(None)
                 given = "policy: the default (no --policy and no stored plan; give --policy to change it)"
-        state = read_state(
-            folder / "nodes.json",
-            folder / "pods.json",
-            tier_map=load_tier_map(tiers if tiers.is_file() else None),
-            pod_resources=sorted(folder.glob("pod-resources*.json")),
-            tiers=policy.tiers,
-            topologies=load_topologies(topologies) if topologies.is_file() else None,
+        # A priority class whose pods had another tier in the latest stored plan is a warning.
+        before = (
+            None
+            if stored is None
+            else ({w.id: w.tier for w in stored.inputs.workloads}, f"plan {stored.id} (the latest stored)")
         )
+        state = read_state_dir(folder, tiers=policy.tiers, previous_tiers=before)
         return planning_input(state.cluster, state.workloads, policy, source=str(folder)), given
     if args.cluster and args.workloads:
         inp = common.input_from_args(args)
@@ -163,7 +161,8 @@ def cmd_replan(args: argparse.Namespace) -> int:
         write_json(Path(args.out), plan)
         print(f"plan written to {args.out}")
     if args.k8s_out:
-        steps = kubernetes.steps(plan, inp, images, args.namespace)
+        options = common.export_options_from_args(args, args.kubernetes_state)
+        steps = kubernetes.steps(plan, inp, images, args.namespace, options)
         paths = kubernetes.write_rounds(steps, Path(args.k8s_out))
         print(f"Kubernetes objects written to {args.k8s_out} ({len(paths)} round files)")
     if args.mig_parted_out:

@@ -54,7 +54,7 @@ from gpuplan.planner.pipeline.occupancy import Holding, Key, holding
 from gpuplan.planner.pipeline.timeline import previous_reservations, quiet_overcommit
 from gpuplan.solvers.greedy import FirstFit, GreedySolver
 from gpuplan.solvers.placement import Placer
-from gpuplan.solvers.problem import PlacementProblem, Request, Running
+from gpuplan.solvers.problem import PlacementProblem, Request, Running, running_members
 
 log = logging.getLogger(__name__)
 
@@ -465,7 +465,10 @@ class Executor:
                     held.setdefault(a.node, []).append((r, a))
             elif r.gang not in gangs and r.gang not in waiting:
                 gangs.add(r.gang)
-                placed.extend(placer.place_gang([m for m in queue if m.gang == r.gang])[0])
+                members = [m for m in queue if m.gang == r.gang]
+                # The rest of a gang that runs in part joins its running members (their domain value).
+                beside = running_members(problem.requests).get(r.gang, ())
+                placed.extend(placer.place_gang(members, beside)[0])
         targets = {state.to_backend[(a.workload, a.replica)]: a for a in placed}
         stops = [
             Action(kind=PREEMPT, workload=k[0], replica=k[1], detail=f"{detail}: room for a higher tier")

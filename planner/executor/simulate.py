@@ -35,6 +35,7 @@ from typing import Any
 
 from gpuplan.models.catalog import data_dir, default_catalog
 from gpuplan.models.cluster import Cluster
+from gpuplan.models.hardware import MILLI_PER_GPU
 from gpuplan.models.inputs import PlanningInput
 from gpuplan.models.plan import Plan
 from gpuplan.models.policy import DisruptionBudget, Policy, default_tiers
@@ -115,7 +116,7 @@ def pod_shapes(cfg: SimConfig, cluster: Cluster) -> list[tuple[dict[str, Any], s
 
 def gpu_demand(fields: dict[str, Any]) -> float:
     """GPUs a shape takes (a fraction counts its share)."""
-    return float(fields.get("gpus", 0)) + float(fields.get("gpu_milli", 0)) / 1000
+    return float(fields.get("gpus", 0)) + float(fields.get("gpu_milli", 0)) / MILLI_PER_GPU
 
 
 def arrivals(cfg: SimConfig, cluster: Cluster) -> list[Job]:
@@ -215,8 +216,8 @@ def _account(
 def _sample(track: Track, inp: PlanningInput, now: datetime) -> None:
     """Allocation and FGD fragmentation of the current state."""
     occ = track.sim.occ
-    capacity = 1000 * inp.cluster.gpu_count
-    used = sum((g.milli or 1000) for h in occ.holders.values() for g in h.gpus)
+    capacity = MILLI_PER_GPU * inp.cluster.gpu_count
+    used = sum((g.milli or MILLI_PER_GPU) for h in occ.holders.values() for g in h.gpus)
     track.alloc.append(100 * used / capacity)
     problem = compile_problem(inp, default_catalog(), now)
     track.frag.append(

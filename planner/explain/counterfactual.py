@@ -20,10 +20,12 @@ from fractions import Fraction
 from typing import Any
 
 from gpuplan.models.cluster import Cluster, MigInstance, check_mig_layout
-from gpuplan.models.hardware import HardwareCatalog
+from gpuplan.models.hardware import MILLI_PER_GPU, HardwareCatalog
 from gpuplan.models.inputs import PlanningInput
 from gpuplan.models.plan import Assignment, Change, Counterfactual, Plan
-from gpuplan.models.policy import DisruptionBudget, IsolationKind
+from gpuplan.models.policy import DisruptionBudget, IsolationKind, Quota
+from gpuplan.models.rules.isolation import covers
+from gpuplan.models.rules.quota import charges_gpu, charges_replica, exact_gpus, gpu_equivalents, quota_model
 from gpuplan.models.workload import Shape, TopologyNeed
 from gpuplan.planner.explain.state import Checks, Key, PlanState
 from gpuplan.planner.pipeline.compile import compile_problem
@@ -168,7 +170,7 @@ def migrations(st: PlanState, target: Target, req: Request, k: int) -> list[Cand
         if placement is None:
             continue
         running = sum(key in st.was_running for key in removed)
-        size = sum(st.gpu_milli(key) for key in removed) / 1000
+        size = sum(st.gpu_milli(key) for key in removed) / MILLI_PER_GPU
         names = _names(removed, st)
         if moves:
             dests = sorted({m.to for m in moves if m.to})
@@ -282,7 +284,7 @@ def repartitions(st: PlanState, target: Target, req: Request, k: int) -> list[Ca
             if (shape.models and model.name not in shape.models) or profile not in model.profile_map:
                 continue
             slots = state.mig[p]
-            if slots is None and state.free[p] < 1000:
+            if slots is None and state.free[p] < MILLI_PER_GPU:
                 continue
             kept = [(pn, s) for s, pn, _, occupied in slots or () if occupied]
             for pl in model.profile(profile).placements:
@@ -347,9 +349,7 @@ def relaxations(st: PlanState, target: Target, req: Request, k: int) -> list[Can
 def _reserving_rule(st: PlanState, node: str) -> int | None:
     pool = st.inp.cluster.node_by_name[node].pool
     for i, rule in enumerate(st.inp.policy.isolation):
-        if rule.kind is IsolationKind.TEAM_EXCLUSIVE and (
-            node in rule.nodes or (rule.pool and rule.pool == pool)
-        ):
+        if covers(rule, node, pool):
             return i
     return None
 
@@ -401,22 +401,17 @@ def rank(cfs: Iterable[Counterfactual]) -> list[Counterfactual]:
 # --- applying a counterfactual -------------------------------------------------------------------
 
 
-def _equivalents(
-    a: Assignment, st_inp: PlanningInput, catalog: HardwareCatalog, model: str | None
-) -> Fraction:
+def _equivalents(a: Assignment, st_inp: PlanningInput, catalog: HardwareCatalog, q: Quota) -> Fraction:
+    """The GPU-equivalents quota ``q`` charges for the GPUs of assignment ``a``
+    (:mod:`gpuplan.models.rules.quota`: on its GPU model and in its pool, when it names them)."""
     node = st_inp.cluster.node_by_name[a.node]
+    model = quota_model(q, catalog)
     total = Fraction(0)
     for g in a.gpus:
         gpu_model = catalog.canonical(node.gpu_by_index[g.index].model)
-        if model is not None and gpu_model != catalog.canonical(model):
-            continue
-        if g.milli is not None:
-            total += Fraction(g.milli, 1000)
-        elif g.mig_profile is not None:
-            spec = catalog.model(gpu_model)
-            total += Fraction(spec.profile(g.mig_profile).compute_slices, spec.compute_slices)
-        else:
-            total += 1
+        if charges_gpu(q, model, node.pool, gpu_model):
+            spec = catalog.model(gpu_model) if g.mig_profile is not None else None
+            total += gpu_equivalents(g.kind, g.milli, g.mig_profile, spec)
     return total
 
 
@@ -437,6 +432,8 @@ def _add_node(cluster: dict[str, Any], change: Change, shape: Shape) -> None:
         node["links"] = template["links"]
         node["pool"] = template.get("pool")
         node["labels"] = template.get("labels", {})
+        node["taints"] = template.get("taints", [])  # a node like it: kube-scheduler's filters alike
+        node["resources"] = template.get("resources", [])
     else:
         mig: dict[str, list[Any]] | None = {"instances": []} if shape.mig_profile is not None else None
         node["gpus"] = [{"index": i, "model": change.model, "numa": 0, "mig": mig} for i in range(count)]
@@ -542,20 +539,19 @@ def apply_counterfactual(
     policy["disruption"] = DisruptionBudget().model_dump(mode="json")
     quotas = []
     for i, q in enumerate(inp.policy.quotas):
-        limit = Fraction(repr(q.gpus)) if not math.isinf(q.gpus) else None
+        limit = exact_gpus(q.gpus)
         raised = sum(c.amount or 0 for c in cf.changes if c.kind == "raise_quota" and c.index == i)
         if q.pool is not None and q.pool not in pools:
             continue
         if limit is not None:
-            limit += Fraction(repr(raised))
+            limit += exact_gpus(raised) or 0
             if keep_nodes is not None:
                 for wid, held_out in outside.items():
                     w = inp.workload_by_id[wid]
-                    if w.team != q.team or (q.borrow and w.preemptible):
+                    if not charges_replica(q, w.team, w.preemptible):
                         continue
                     for a in held_out:
-                        if q.pool is None or inp.cluster.node_by_name[a.node].pool == q.pool:
-                            limit -= _equivalents(a, inp, catalog, q.gpu_model)
+                        limit -= _equivalents(a, inp, catalog, q)
             quotas.append(
                 {**q.model_dump(mode="json"), "gpus": math.ceil(max(limit, Fraction(0)) * 10**6) / 10**6}
             )

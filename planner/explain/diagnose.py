@@ -1,7 +1,8 @@
 """Why one alternative shape of a waiting replica cannot be placed on the state the plan leaves.
 
 Each alternative shape is diagnosed on the exact state the plan leaves by relaxing one rule at a time
-(quota, sharing isolation, reserved nodes, topology, MIG layout, GPU model, then capacity); the code
+(quota, sharing isolation, reserved nodes, kube-scheduler's filters, topology, MIG layout, GPU model,
+then capacity); the code
 names the first rule whose relaxation would let it fit. Kept apart from the explainer, which chooses
 among the alternatives' findings and verifies counterfactuals.
 """
@@ -12,6 +13,7 @@ from collections.abc import Sequence
 from dataclasses import replace
 
 from gpuplan.models.cluster import sharing_offers
+from gpuplan.models.hardware import MILLI_PER_GPU
 from gpuplan.models.plan import Counterfactual
 from gpuplan.models.workload import TopologyNeed
 from gpuplan.planner.explain import counterfactual as cfs
@@ -33,6 +35,7 @@ from gpuplan.planner.explain.findings import (
     Finding,
     listed,
 )
+from gpuplan.planner.explain.scheduling import scheduling_finding
 from gpuplan.planner.explain.state import Checks, Key, PlanState
 from gpuplan.planner.pipeline.migmode import may_switch
 from gpuplan.solvers.placement.options import describe, whole_groups
@@ -91,7 +94,7 @@ def _capacity(st: PlanState, target: Target, req: Request, k: int) -> Finding:
     for n in nodes[:4]:
         info, state = st.infos[n], st.state(n)
         gpus = st.free_milli(n, shape.models)
-        free.append(f"{info.name} {gpus / 1000:g} GPU, {state.cpu} mCPU, {state.mem} MiB")
+        free.append(f"{info.name} {gpus / MILLI_PER_GPU:g} GPU, {state.cpu} mCPU, {state.mem} MiB")
     where = f" in {listed(pools)}" if pools else ""
     return Finding(
         NO_CAPACITY,
@@ -277,6 +280,9 @@ def diagnose(st: PlanState, target: Target, req: Request, k: int) -> Finding:
                 hosts[:4],
                 [cfs.team_admissions],
             )
+        refused = scheduling_finding(st, req, k, empty=True)
+        if refused is not None:
+            return refused
         clique = _missing_clique(st, req, shape)
         if clique is not None:
             return clique
@@ -327,6 +333,9 @@ def diagnose(st: PlanState, target: Target, req: Request, k: int) -> Finding:
             [node],
             [cfs.team_admissions, cfs.migrations],
         )
+    refused = scheduling_finding(st, req, k, empty=False)
+    if refused is not None:
+        return refused
     if shape.kind == "whole" and shape.gpus > 1 and shape.topology is not TopologyNeed.ANY:
         fit = st.first_fit(replace(shape, topology=TopologyNeed.ANY), demand)
         if fit is not None:
@@ -338,7 +347,7 @@ def diagnose(st: PlanState, target: Target, req: Request, k: int) -> Finding:
             if shape.topology is TopologyNeed.NVLINK:
                 best = max(
                     (
-                        sum(1 for p, f in enumerate(state.free) if f == 1000 and info.index(p) in c)
+                        sum(1 for p, f in enumerate(state.free) if f == MILLI_PER_GPU and info.index(p) in c)
                         for c in info.spec.nvlink_cliques
                     ),
                     default=0,

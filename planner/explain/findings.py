@@ -7,7 +7,9 @@ the size asked), ``NUMA``, ``GPU_MODEL``, ``MIG_LAYOUT``, ``MIG_MODE`` (no node 
 GPUs' MIG modes as the plan leaves them, but one could with MIG turned off, or on: never
 ``NEVER_FITS``), ``QUOTA``, ``ISOLATION``, ``OUTRANKED``,
 ``GANG``, ``GANG_DOMAIN`` (the gang fits only across several values of its domain label),
-``DISRUPTION_BUDGET``, ``NEVER_FITS``; for a replica that fits on the state the plan leaves,
+``TAINT``, ``NODE_AFFINITY``, ``RESOURCE`` (kube-scheduler's filters refuse the nodes with room: an
+untolerated taint, a node selector or required node affinity not matched, an extended resource not
+advertised), ``DISRUPTION_BUDGET``, ``NEVER_FITS``; for a replica that fits on the state the plan leaves,
 ``RESERVED_FOR_EARLIER`` (the plan reserves room for it later; starting it now would delay a reservation
 ahead of it), ``PLANNED_LATER`` (reserved later for another reason, e.g. its MIG instance is created
 by a later round), ``SOLVER_LIMIT`` (no reservation: the solver ran out of time) and ``TRADE_OFF`` (a
@@ -41,6 +43,11 @@ SHARING_MODE = "SHARING_MODE"
 SOLVER_LIMIT = "SOLVER_LIMIT"
 TRADE_OFF = "TRADE_OFF"
 PLANNED_LATER = "PLANNED_LATER"
+#: kube-scheduler's filters refuse the node that has room: an untolerated taint, a node selector or
+#: required node affinity not matched, an extended resource the node does not advertise.
+TAINT_CODE = "TAINT"
+NODE_AFFINITY_CODE = "NODE_AFFINITY"
+RESOURCE_CODE = "RESOURCE"
 #: Codes of a waiting replica that fits on the state the plan leaves.
 FITS_NOW = frozenset({SOLVER_LIMIT, RESERVED, PLANNED_LATER})
 
@@ -48,7 +55,8 @@ FITS_NOW = frozenset({SOLVER_LIMIT, RESERVED, PLANNED_LATER})
 BLOCKED = frozenset(
     {
         NO_CAPACITY, NO_NVLINK_CLIQUE, NUMA, GPU_MODEL, MIG_LAYOUT, MIG_MODE, SHARING_MODE, QUOTA,
-        ISOLATION, OUTRANKED, GANG, GANG_DOMAIN, DISRUPTION_BUDGET, NEVER_FITS,
+        ISOLATION, OUTRANKED, GANG, GANG_DOMAIN, DISRUPTION_BUDGET, NEVER_FITS, TAINT_CODE,
+        NODE_AFFINITY_CODE, RESOURCE_CODE,
     }
 )  # fmt: skip
 

@@ -1,5 +1,6 @@
 """Findings for a gang as a whole: all its waiting members fit on the state the plan leaves
-(``SOLVER_LIMIT``), or it fits only across several values of its domain label (``GANG_DOMAIN``). A
+(``SOLVER_LIMIT``), or it fits only across several values of its domain label (``GANG_DOMAIN``; for a
+gang that runs in part and that the plan keeps so, only outside the value its running members hold). A
 gang is placed together, so it is diagnosed together before its members one by one.
 """
 
@@ -8,6 +9,7 @@ from __future__ import annotations
 from dataclasses import replace
 from itertools import takewhile
 
+from gpuplan.models.hardware import MILLI_PER_GPU
 from gpuplan.models.plan import Counterfactual
 from gpuplan.planner.explain import counterfactual as cfs
 from gpuplan.planner.explain.counterfactual import Target
@@ -35,15 +37,18 @@ def gang_fits(target: Target, req: Request, nodes: list[str]) -> Finding:
 
 
 def gang_in_domain(st: PlanState, target: Target, req: Request) -> Finding | None:
-    """For a gang with a domain label: SOLVER_LIMIT if it fits inside one value of the label now,
-    GANG_DOMAIN if it fits only across values; ``None`` (no domain, or it does not fit at all)."""
+    """For a gang with a domain label: SOLVER_LIMIT if it fits inside one value of the label now (the
+    value of its members the plan places, for a gang kept as it runs in part), GANG_DOMAIN if it fits
+    only across values (or outside that value); ``None`` (no domain, or it does not fit at all)."""
     ordered = sorted(target.members, key=lambda k: (k != target.key, k))
-    domain = next((st.requests[k].gang_domain for k in ordered if st.requests[k].gang_domain), None)
+    beside = st.gang_placed(req.gang) if req.gang is not None else []
+    asking = [st.requests[k] for k in ordered] + [q for q, _ in beside]
+    domain = next((q.gang_domain for q in asking if q.gang_domain), None)
     if domain is None:
         return None
     tight = [replace(st.requests[k], running=None, gang_domain=domain) for k in ordered]
     with st.trial():
-        placed, failed = st.placer.place_gang(tight)
+        placed, failed = st.placer.place_gang(tight, beside)
     if failed is None:
         return gang_fits(target, req, sorted({a.node for a in placed}))
     with st.trial():
@@ -71,16 +76,51 @@ def gang_in_domain(st: PlanState, target: Target, req: Request) -> Finding | Non
             return sum(1 for _ in takewhile(lambda r: st.placer.place(r, inside) is not None, tight))
 
     rooms = {v: room(v) for v in members}
+    wanted = f"{asked / MILLI_PER_GPU:g} GPUs" if asked else f"{len(tight)} x {describe(shape)}"
+    if beside:
+        return _joined(st, req, domain, beside, wanted, members, rooms, asked)
     best = min(rooms, key=lambda v: (-rooms[v], v), default=None)
-    wanted = f"{asked / 1000:g} GPUs" if asked else f"{len(tight)} x {describe(shape)}"
     if best is None:
         largest = "no node carries that label"
     else:
-        held = f"has {rooms[best] / 1000:g} free GPUs" if asked else f"holds {rooms[best]} of them"
+        held = f"has {rooms[best] / MILLI_PER_GPU:g} free GPUs" if asked else f"holds {rooms[best]} of them"
         largest = f"the one with the most room, {domain}={best}, {held} ({listed(members[best])})"
     return Finding(
         GANG_DOMAIN,
         f"gang '{req.gang}' fits only across several values of node label '{domain}': it asks for "
         f"{wanted} inside one; {largest}",
         [] if best is None else [f"{domain}={best}", *members[best]],
+    )
+
+
+def _joined(
+    st: PlanState,
+    req: Request,
+    domain: str,
+    beside: list[tuple[Request, str]],
+    wanted: str,
+    members: dict[str, list[str]],
+    rooms: dict[str, int],
+    asked: int,
+) -> Finding:
+    """GANG_DOMAIN for a gang that runs in part, which the plan keeps so: its waiting members fit, but
+    not inside the value of ``domain`` its running members hold (or those hold several values)."""
+    values = sorted({st.infos[st.pos[node]].spec.labels.get(domain) or "(none)" for _, node in beside})
+    nodes = sorted({node for _, node in beside})
+    if len(values) > 1 or values[0] not in members:
+        where = "several values" if len(values) > 1 else "no value"
+        return Finding(
+            GANG_DOMAIN,
+            f"gang '{req.gang}' runs in part on nodes of {where} of node label '{domain}' ({listed(nodes)}): "
+            "its waiting replicas cannot join them inside one",
+            nodes,
+        )
+    value = values[0]
+    held = f"has {rooms[value] / MILLI_PER_GPU:g} free GPUs" if asked else f"holds {rooms[value]} of them"
+    return Finding(
+        GANG_DOMAIN,
+        f"gang '{req.gang}' runs in part inside {domain}={value} ({listed(nodes)}), which its waiting "
+        f"replicas must join: they ask for {wanted} there, and it {held} ({listed(members[value])}); they "
+        "fit only outside it",
+        [f"{domain}={value}", *members[value]],
     )

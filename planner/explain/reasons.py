@@ -97,7 +97,9 @@ class Explainer:
             gang_note = ""
             blocker = req
             whole_gang: Finding | None = None
-            if len(target.members) > 1:
+            # The rest of a gang the plan keeps as it runs, in part, may only join its running members.
+            joins = target.alternatives is None and req.gang is not None and bool(st.gang_placed(req.gang))
+            if len(target.members) > 1 or joins:
                 whole_gang = gang_in_domain(st, target, req)
             if len(target.members) > 1 and whole_gang is None:
                 placed_before = 0

@@ -115,6 +115,7 @@ class PlanState:
         #: MIG-capable GPUs per node not in each MIG mode (static), and how deep in trials the state is.
         self._capable: dict[bool, list[tuple[int, list[int]]]] = {}
         self._depth = 0
+        self._gangs: dict[str, list[tuple[Request, str]]] | None = None
         for key, a in sorted(self.assigned.items()):
             self.placer.keep(self.held(key, a))
             self.occupants[self.pos[a.node]].append(key)
@@ -122,6 +123,17 @@ class PlanState:
     def held(self, key: Key, a: Assignment) -> Request:
         """The request of ``key`` running where ``a`` puts it."""
         return replace(self.requests[key], running=Running(a.node, a.gpus, a.alternative))
+
+    def gang_placed(self, gang: str) -> list[tuple[Request, str]]:
+        """The members of ``gang`` the plan places, with their nodes (a gang the plan keeps as it runs,
+        in part: its waiting members may only join them, ``Placer.place_gang``)."""
+        if self._gangs is None:
+            self._gangs = {}
+            for key, a in sorted(self.assigned.items()):
+                g = self.requests[key].gang
+                if g is not None:
+                    self._gangs.setdefault(g, []).append((self.requests[key], a.node))
+        return self._gangs.get(gang, [])
 
     @property
     def infos(self) -> tuple[NodeInfo, ...]:

@@ -35,6 +35,14 @@ from gpuplan.models.plan import SET_SHARING as SET_SHARING
 from gpuplan.models.plan import START as START
 from gpuplan.models.plan import Action, Assignment, MigLayout, MigMode, NodeSharing
 from gpuplan.models.policy import Policy
+from gpuplan.models.rules import runtime
+from gpuplan.models.rules.disruption import (
+    moves_allowed,
+    preemptions_allowed,
+    team_moves_allowed,
+    tier_may_be_preempted,
+)
+from gpuplan.models.rules.runtime import ran_long_enough
 from gpuplan.models.workload import Placement, Workload, where
 from gpuplan.planner.pipeline.layouts import cluster_with_mig_modes
 from gpuplan.planner.pipeline.occupancy import Key, Occupancy, OverCommitError, holding
@@ -222,7 +230,7 @@ def _refusal(a: Action, workloads: Mapping[str, Workload], policy: Policy) -> st
     tier = policy.tier(w.tier)
     if not w.preemptible:
         return f"workload '{w.id}' is not preemptible"
-    if not (tier.may_be_preempted or policy.disruption.preempt_latency_sensitive):
+    if not tier_may_be_preempted(tier, policy.disruption):
         return f"tier '{w.tier}' of workload '{w.id}' may not be preempted"
     return None
 
@@ -241,18 +249,19 @@ def _budgeted(
     team: Counter[str] = Counter()
     chosen: list[Action] = []
     for a in stops:
-        if runtime_s.get(_key(a), float("inf")) + elapsed_s < budget.min_runtime_s:
+        if not ran_long_enough(runtime_s.get(_key(a), inf) + elapsed_s, budget.min_runtime_s):
             continue
         w = workloads.get(a.workload or "")
         name = w.team if w is not None else ""
         if a.kind == PREEMPT:
-            if preempts >= budget.max_preemptions_per_round:
+            if preempts >= preemptions_allowed(budget):
                 continue
             preempts += 1
         else:
-            if moves >= budget.max_moves_per_round:
+            if moves >= moves_allowed(budget):
                 continue
-            if budget.max_moves_per_team is not None and team[name] >= budget.max_moves_per_team:
+            per_team = team_moves_allowed(budget)
+            if per_team is not None and team[name] >= per_team:
                 continue
             moves += 1
             team[name] += 1
@@ -371,7 +380,8 @@ def schedule_rounds(
         chosen = _budgeted(stops, workloads, policy, runtime_s, (rnd - 1) * interval_s)
         state, taken = _one_round(state, chosen, migs, starts, targets)
         if not taken:
-            young = [a for a in stops if runtime_s.get(_key(a), inf) + (rnd - 1) * interval_s < min_run]
+            elapsed = (rnd - 1) * interval_s
+            young = [a for a in stops if not ran_long_enough(runtime_s.get(_key(a), inf) + elapsed, min_run)]
             if interval_s > 0 and young:
                 rnd += 1  # an empty round: the next one may move replicas that ran long enough by then
                 continue
@@ -393,10 +403,11 @@ def runtimes(workloads: Sequence[Workload], now: datetime) -> dict[Key, float]:
     """Seconds each running replica has run at ``now`` (replicas without ``started_at`` are left out)."""
     out: dict[Key, float] = {}
     for w in workloads:
-        if w.started_at is None:
+        ran = runtime.runtime_s(w.started_at, now)
+        if ran is None:
             continue
         for r in range(len(w.running_on)):
-            out[(w.id, r)] = max(0.0, (now - w.started_at).total_seconds())
+            out[(w.id, r)] = ran
     return out
 
 

@@ -11,8 +11,10 @@ from gpuplan.models.cluster import Node
 from gpuplan.models.hardware import HardwareCatalog
 from gpuplan.models.inputs import PlanningInput
 from gpuplan.models.plan import GpuUse
+from gpuplan.models.rules.runtime import runtime_s
 from gpuplan.models.topology import link_graph, nvlink_cliques
 from gpuplan.models.workload import Shape, Workload
+from gpuplan.planner.pipeline.admission import NONE_REFUSED, Admission
 from gpuplan.solvers.problem import (
     GpuSlot,
     NodeSpec,
@@ -67,11 +69,16 @@ def compile_node(node: Node, catalog: HardwareCatalog) -> NodeSpec:
         gpus=gpus,
         nvlink_cliques=cliques,
         pair_cost=costs,
+        taints=node.taints,
+        resources=node.resources,
     )
 
 
-def compile_shape(shape: Shape, catalog: HardwareCatalog) -> ShapeSpec:
-    """A shape with canonical GPU model names (only those with room for its GPU memory ask)."""
+def compile_shape(
+    shape: Shape, catalog: HardwareCatalog, refused: frozenset[str] = NONE_REFUSED
+) -> ShapeSpec:
+    """A shape with canonical GPU model names (only those with room for its GPU memory ask), and the
+    nodes kube-scheduler's filters refuse it on (:class:`~gpuplan.planner.pipeline.admission.Admission`)."""
     named = frozenset(catalog.canonical(m) for m in shape.gpu_models)
     models = memory_models(catalog, shape.kind, shape.mig_profile, shape.gpu_memory_mib, named)
     if shape.gpu_memory_mib and shape.kind != "cpu" and not models:
@@ -88,6 +95,7 @@ def compile_shape(shape: Shape, catalog: HardwareCatalog) -> ShapeSpec:
         topology=shape.topology,
         gpu_memory_mib=shape.gpu_memory_mib,
         named_models=named if shape.gpu_memory_mib else frozenset(),
+        refused=refused,
     )
 
 
@@ -105,10 +113,12 @@ def compile_problem(inp: PlanningInput, catalog: HardwareCatalog, now: datetime)
     their replicas: the expected arrival mix)."""
     policy = inp.policy
     requests: list[Request] = []
+    admission = Admission(inp.cluster)
     for w in inp.workloads:
         tier = policy.tier(w.tier)
-        shapes = tuple(compile_shape(s, catalog) for s in w.shapes)
-        runtime = None if w.started_at is None else max(0, int((now - w.started_at).total_seconds()))
+        shapes = tuple(compile_shape(s, catalog, admission.refused(w, s)) for s in w.shapes)
+        ran = runtime_s(w.started_at, now)
+        runtime = None if ran is None else int(ran)
         for r in range(w.replicas):
             requests.append(
                 Request(
@@ -126,6 +136,7 @@ def compile_problem(inp: PlanningInput, catalog: HardwareCatalog, now: datetime)
                     preemptible=w.preemptible,
                     running=_running(w, r) if r < len(w.running_on) else None,
                     runtime_s=runtime if r < len(w.running_on) else None,
+                    disruptible=w.disruptible,
                 )
             )
     return PlacementProblem(
@@ -136,6 +147,8 @@ def compile_problem(inp: PlanningInput, catalog: HardwareCatalog, now: datetime)
         arrivals=tuple(
             shapes
             for w in inp.arrivals
-            for shapes in itertools.repeat(tuple(compile_shape(s, catalog) for s in w.shapes), w.replicas)
+            for shapes in itertools.repeat(
+                tuple(compile_shape(s, catalog, admission.refused(w, s)) for s in w.shapes), w.replicas
+            )
         ),
     )

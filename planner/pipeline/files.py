@@ -26,7 +26,7 @@ WORKLOAD_COLUMNS: tuple[str, ...] = (
     "id", "team", "tier", "priority", "replicas", "gpus", "gpu_milli", "gpu_memory_mib", "mig_profile",
     "gpu_models", "cpu_milli", "memory_mib", "topology", "gang", "preemptible", "queued_since", "duration_s",
     "running_on", "gpus_guessed", "namespace", "image", "owner", "labels", "scheduler_name",
-    "scheduling_gates",
+    "scheduling_gates", "disruptible", "resource", "tolerations", "node_selector", "node_affinity",
 )  # fmt: skip
 
 _ID_KEYS = ("name", "id", "workload")

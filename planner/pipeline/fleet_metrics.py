@@ -16,6 +16,7 @@ from gpuplan.models.catalog import default_catalog
 from gpuplan.models.hardware import HardwareCatalog
 from gpuplan.models.inputs import PlanningInput
 from gpuplan.models.plan import Plan
+from gpuplan.models.rules.quota import fleet_wide
 from gpuplan.planner.pipeline.metrics import gpu_equivalents
 from gpuplan.planner.pipeline.timeline import predicted_waits
 
@@ -86,7 +87,7 @@ def fleet_metrics(plan: Plan, inp: PlanningInput, catalog: HardwareCatalog | Non
         waiting[w.tier, w.team] += 1
     quotas: dict[str, float] = {}
     for q in inp.policy.quotas:
-        if q.pool is None and q.gpu_model is None:
+        if fleet_wide(q):
             quotas[q.team] = min(q.gpus, quotas.get(q.team, math.inf))
     waits: defaultdict[str, list[float]] = defaultdict(list)
     now = datetime.fromisoformat(str(plan.provenance["now"]))

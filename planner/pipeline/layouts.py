@@ -13,6 +13,7 @@ from pydantic import BaseModel
 
 from gpuplan.models.cluster import Cluster, Gpu, MigConfig
 from gpuplan.models.plan import MigLayout, MigMode, NodeSharing, Plan
+from gpuplan.models.rules.scheduling import advertised
 
 M = TypeVar("M", bound=BaseModel)
 
@@ -68,12 +69,16 @@ def cluster_with_mig_modes(cluster: Cluster, modes: Iterable[MigMode]) -> Cluste
 
 
 def cluster_with_sharing(cluster: Cluster, modes: Iterable[NodeSharing]) -> Cluster:
-    """``cluster`` with the sharing modes ``modes`` gives its nodes."""
+    """``cluster`` with the sharing modes ``modes`` gives its nodes (and the device plugin's resources
+    each then advertises: :func:`~gpuplan.models.rules.scheduling.advertised`)."""
     target = {m.node: m.sharing for m in modes}
     if not target:
         return cluster
     nodes = tuple(
-        _replaced(node, sharing=target[node.name]) if node.name in target else node for node in cluster.nodes
+        _replaced(node, sharing=target[node.name], resources=advertised(node, target[node.name]))
+        if node.name in target
+        else node
+        for node in cluster.nodes
     )
     return _replaced(cluster, nodes=nodes)
 

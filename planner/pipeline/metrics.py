@@ -4,20 +4,19 @@ from __future__ import annotations
 
 from collections import Counter
 
-from gpuplan.models.hardware import HardwareCatalog
+from gpuplan.models.hardware import MILLI_PER_GPU, HardwareCatalog
 from gpuplan.models.inputs import PlanningInput
 from gpuplan.models.plan import Assignment, GpuUse, MigLayout
+from gpuplan.models.rules import quota
 from gpuplan.solvers.evaluate import fragmented_milli
 from gpuplan.solvers.problem import PlacementProblem
 
 
 def gpu_equivalents(use: GpuUse, model: str, catalog: HardwareCatalog) -> float:
-    """Share of one GPU that a GPU entry takes: 1 whole, milli/1000, or MIG compute slices."""
-    if use.mig_profile is not None:
-        return catalog.model(model).gpu_equivalents(use.mig_profile)
-    if use.milli is not None:
-        return use.milli / 1000
-    return 1.0
+    """Share of one GPU that a GPU entry takes, as a quota charges it: 1 whole, a fraction's share of
+    :data:`MILLI_PER_GPU`, or MIG compute slices (:func:`gpuplan.models.rules.quota.gpu_equivalents`)."""
+    spec = None if use.mig_profile is None else catalog.model(model)
+    return float(quota.gpu_equivalents(use.kind, use.milli, use.mig_profile, spec))
 
 
 def gpu_memory_held(use: GpuUse, model: str, gpu_memory_mib: int, catalog: HardwareCatalog) -> int:
@@ -79,6 +78,6 @@ def fragmentation(
     """
     fragmented, free = fragmented_milli(problem, assignments, layouts)
     return {
-        "fragmented_gpus": round(fragmented / 1000, 4),
+        "fragmented_gpus": round(fragmented / MILLI_PER_GPU, 4),
         "fragmentation_rate": round(fragmented / free, 6) if free else 0.0,
     }

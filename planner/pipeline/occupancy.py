@@ -1,7 +1,7 @@
 """What each GPU and node holds right now, with the checks that keep a state from over-committing.
 
 Action ordering, the simulated cluster and the start-time timeline all move replicas on and off this
-one model. Each start is checked against the per-GPU rules of :mod:`gpuplan.models.gpu_rules` (the
+one model. Each start is checked against the per-GPU rules of :mod:`gpuplan.models.rules.gpu` (the
 validator's own), and here against CPU and memory per node, the drain a sharing change needs and the
 MIG instance a re-partition destroys (no replica may run on it; the GPU's other instances keep running).
 """
@@ -19,7 +19,10 @@ from gpuplan.models.cluster import (
     describe_sharing,
     mig_layout_problems,
 )
-from gpuplan.models.gpu_rules import (
+from gpuplan.models.hardware import HardwareCatalog
+from gpuplan.models.inputs import PlanningInput
+from gpuplan.models.plan import Assignment, GpuUse, NodeSharing
+from gpuplan.models.rules.gpu import (
     GPU_OVERCOMMIT,
     MIG_LAYOUT,
     MIG_MIXED,
@@ -33,16 +36,11 @@ from gpuplan.models.gpu_rules import (
     GpuUser,
     gpu_breaches,
 )
-from gpuplan.models.gpu_rules import GpuState as RuleState
-from gpuplan.models.hardware import MILLI_PER_GPU, HardwareCatalog
-from gpuplan.models.inputs import PlanningInput
-from gpuplan.models.plan import Assignment, GpuUse, NodeSharing
+from gpuplan.models.rules.gpu import GpuState as RuleState
 from gpuplan.models.workload import Workload
 
 #: A replica: (workload id, replica index).
 Key = tuple[str, int]
-
-FULL_MILLI = MILLI_PER_GPU
 
 
 class OverCommitError(RuntimeError):
@@ -137,7 +135,7 @@ class Occupancy:
 
     def problem(self, key: Key, hold: Holding) -> str | None:
         """Why ``hold`` cannot start now (``None`` if it can): node CPU and memory, then each GPU's
-        rules (:func:`~gpuplan.models.gpu_rules.gpu_breaches`) with ``hold`` beside the GPU's users."""
+        rules (:func:`~gpuplan.models.rules.gpu.gpu_breaches`) with ``hold`` beside the GPU's users."""
         if hold.node not in self.capacity:
             return f"node '{hold.node}' does not exist"
         cpu, mem = self.capacity[hold.node]

@@ -35,7 +35,7 @@ from gpuplan.planner.pipeline.verdict import result_violations
 from gpuplan.solvers.base import SolveResult
 from gpuplan.solvers.evaluate import NodeFragmentation
 from gpuplan.solvers.placement.rules import Rules, reserved_teams
-from gpuplan.solvers.problem import NodeSpec, PlacementProblem, Request, Running, ShapeSpec
+from gpuplan.solvers.problem import NodeSpec, PlacementProblem, Request, Running, ShapeSpec, admitted
 
 log = logging.getLogger(__name__)
 
@@ -266,13 +266,18 @@ class _Repair:
         return [now, *others] if stay_first else [*others, now]
 
     def _allowed(self, trial: Occupancy, req: Request, now: Assignment, where: Assignment) -> bool:
-        """Whether ``where`` keeps the request's own rules: GPU models, topology, reserved nodes, GPU
-        sharing isolation and its gang's domain (capacity is the occupancy's; the validator checks
+        """Whether ``where`` keeps the request's own rules: GPU models, kube-scheduler's filters (a
+        running replica may go back where it runs), topology, reserved nodes, GPU sharing isolation and
+        its gang's domain (capacity is the occupancy's; the validator checks
         the whole plan in the end)."""
         node = self.nodes[where.node]
         shape = req.shapes[where.alternative]
         models = {g.index: g.model for g in node.gpus}
         if shape.models and any(models[g.index] not in shape.models for g in where.gpus):
+            return False
+        run = req.running
+        home = run is not None and (run.node, set(run.gpus)) == (where.node, set(where.gpus))
+        if not admitted(shape, where.node) and not home:  # kube-scheduler's filters; staying is kept
             return False
         if shape.kind == "whole" and shape.gpus > 1:
             position = {g.index: p for p, g in enumerate(node.gpus)}

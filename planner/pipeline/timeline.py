@@ -29,7 +29,7 @@ from dataclasses import dataclass, replace
 from datetime import datetime, timedelta
 from typing import Generic, TypeVar
 
-from gpuplan.models.hardware import HardwareCatalog
+from gpuplan.models.hardware import MILLI_PER_GPU, HardwareCatalog
 from gpuplan.models.inputs import PlanningInput
 from gpuplan.models.plan import Assignment, MigLayout, Plan, PlanStatus, Unplaced
 from gpuplan.models.policy import Policy
@@ -117,7 +117,7 @@ class _Roll:
         self.later_policy = inp.policy.model_copy(update={"quotas": ()})
         self.scorer = BestFitScorer.for_nodes(self.nodes)
         self.intervals: list[_Interval] = []
-        self.capacity = 1000 * sum(len(n.gpus) for n in self.nodes)
+        self.capacity = MILLI_PER_GPU * sum(len(n.gpus) for n in self.nodes)
         # Placers holding every interval that overlaps all time (running from now, no known end); a probe
         # adds the rest on top and undoes them, instead of rebuilding a placer each time. The placer for
         # later times is built at its first probe (many plans never probe a later time).
@@ -162,13 +162,14 @@ class _Roll:
         """GPU capacity a holding takes per GPU, in milli-GPU (a MIG instance by its memory slices)."""
         out: dict[tuple[str, int], int] = {}
         for g in hold.gpus:
-            take = g.milli or 1000
+            take = g.milli or MILLI_PER_GPU
             if g.mig_profile is not None:
                 state = self.base_state.gpus.get((hold.node, g.index))
                 if state is None:
                     continue
                 spec = self.catalog.model(state.model)
-                take = 1000 * spec.profile(g.mig_profile).size_at(g.mig_start or 0) // spec.memory_slices
+                slices = spec.profile(g.mig_profile).size_at(g.mig_start or 0)
+                take = MILLI_PER_GPU * slices // spec.memory_slices
             out[(hold.node, g.index)] = out.get((hold.node, g.index), 0) + take
         return out
 
@@ -176,7 +177,7 @@ class _Roll:
         """GPU capacity left beside the union of ``ivs``, recorded intervals (each GPU counted full at
         most once, as the placer counts an over-committed GPU)."""
         used = self._used.of(ivs, _use)
-        return self.capacity - sum(min(1000, u) for u in used.values())
+        return self.capacity - sum(min(MILLI_PER_GPU, u) for u in used.values())
 
     def overlapping(self, t: float, d: float) -> list[_Interval]:
         """Intervals that overlap ``[t, t + d)``."""
@@ -195,9 +196,10 @@ class _Roll:
         members: Sequence[Request],
         ivs: list[_Interval],
         tries: Sequence[Sequence[Holding]],
+        beside: Sequence[tuple[Request, str]] = (),
     ) -> list[Holding] | None:
         """Placements for every member on top of ``ivs``: the first compatible choice of ``tries``, else
-        the best-fit placer's."""
+        the best-fit placer's (a gang's members beside its members ``beside``, kept where they run)."""
         if tries:
             occ = self.occupancy(ivs)
             for holds in tries:
@@ -210,16 +212,21 @@ class _Roll:
             for iv in ivs:
                 if iv.key not in self.in_base:
                     _keep(placer, self.requests, iv)
-            if len(members) == 1:
+            if len(members) == 1 and not beside:
                 found = placer.place(members[0])
                 return None if found is None else [holding(found)]
-            placed, blocker = placer.place_gang(members)
+            placed, blocker = placer.place_gang(members, beside)
             return None if blocker is not None else [holding(a) for a in placed]
         finally:
             for n, state in enumerate(states):
                 if placer.cluster.states[n] is not state:
                     placer.cluster.set(n, state)
             placer.rules.used = used
+
+
+def _kept(req: Request, chosen: Mapping[Key, Assignment]) -> bool:
+    """Whether ``req`` runs now and the plan keeps it placed (its interval runs from now)."""
+    return req.running is not None and req.key in chosen
 
 
 class _Union(Generic[U]):
@@ -388,11 +395,16 @@ def roll_forward(
             continue
         if deadline is not None and deadline.expired():
             return Timeline(starts, reservations, frozenset(demoted), cut=True)
+        kept: list[tuple[Request, str]] = []
         if req.gang is not None:
             if req.gang in done:
                 continue
             done.add(req.gang)
-            members = [r for r in order if r.gang == req.gang and r.key not in starts]
+            # The running members the plan keeps where they run (a gang that runs in part): the others
+            # start beside them, all together, or wait.
+            gang = [r for r in order if r.gang == req.gang]
+            kept = [(r, chosen[r.key].node) for r in gang if _kept(r, chosen)]
+            members = [r for r in gang if r.key not in starts and not _kept(r, chosen)]
         else:
             members = [req]
         d = duration_s(workloads[req.workload], inp.policy) or math.inf
@@ -414,11 +426,11 @@ def roll_forward(
                 # (a replica the solver stops, preempted or moved away, never takes back the room it
                 # was stopped for); a fresh replica that finds such room starts now.
                 pending = [iv for k, iv in solver_starts.items() if k not in processed]
-                found = roll.probe(t, members, ivs + pending, [])
+                found = roll.probe(t, members, ivs + pending, [], kept)
                 if found is None:
                     # Room now that the solver gave to replicas behind it: leaving this one waiting was
                     # the objective's choice, so its reservation later keeps off the solver's starts.
-                    yielded = fresh and roll.probe(t, members, ivs, []) is not None
+                    yielded = fresh and roll.probe(t, members, ivs, [], kept) is not None
                     continue
                 promoted = fresh
             elif not need or roll.free_milli(ivs) >= need:
@@ -431,10 +443,10 @@ def roll_forward(
                     # the replica could have started now in their place (see above).
                     behind = [iv for k, iv in solver_runs.items() if k not in processed and iv.end > t]
                     if behind:
-                        found = roll.probe(t, members, ivs + behind, tries)
+                        found = roll.probe(t, members, ivs + behind, tries, kept)
                     if found is None and yielded:
                         continue
-                found = found or roll.probe(t, members, ivs, tries)
+                found = found or roll.probe(t, members, ivs, tries, kept)
             if found is None:
                 continue
             # Now, a fresh replica starts if the solver or the previous plan starts it, or it fills idle room.

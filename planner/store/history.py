@@ -15,6 +15,7 @@ from datetime import datetime
 from sqlalchemy import Engine
 
 from gpuplan.models.base import InputError
+from gpuplan.models.cluster import Cluster, MigInstance, sharing_text
 from gpuplan.models.inputs import PlanningInput
 from gpuplan.models.plan import GpuUse, Plan
 from gpuplan.models.workload import where
@@ -131,7 +132,12 @@ class PlanHistory:
 @dataclass(frozen=True)
 class PlanDiff:
     """What changed from one plan to the next. ``stops`` are replicas the plan stops while their work is
-    still asked for; ``finished`` those whose work is gone (ended, or no longer in the cluster)."""
+    still asked for; ``finished`` those whose work is gone (ended, or no longer in the cluster). ``moves``
+    are replicas that run and are placed elsewhere; a replica that never started (an earlier plan placed
+    it, but it still waits) is a new start wherever it is placed now. ``layouts`` and ``sharing`` are the
+    GPUs whose MIG layout (or mode) and the nodes whose sharing mode differ, each taken as its plan leaves
+    it (what the plan changes, else what its inputs hold): so a plan whose actions change no layout shows
+    no layout change."""
 
     moves: tuple[str, ...]
     new_starts: tuple[str, ...]
@@ -141,13 +147,15 @@ class PlanDiff:
     waits_started: tuple[str, ...] = ()
     waits_ended: tuple[str, ...] = ()
     finished: tuple[str, ...] = ()
+    sharing: tuple[str, ...] = ()
 
     def render(self) -> str:
         """Human-readable lines (one section per kind of change)."""
         out = [
             f"{len(self.moves)} move(s), {len(self.new_starts)} new start(s), {len(self.stops)} stop(s), "
             f"{len(self.finished)} finished, "
-            f"{len(self.layouts)} MIG layout(s) changed, {len(self.waits_started)} wait(s) started, "
+            f"{len(self.layouts)} MIG layout(s) changed, {len(self.sharing)} sharing mode(s) changed, "
+            f"{len(self.waits_started)} wait(s) started, "
             f"{len(self.waits_ended)} wait(s) ended, {len(self.wait_changes)} predicted wait(s) changed"
         ]
         for title, lines in (
@@ -156,6 +164,7 @@ class PlanDiff:
             ("stops", self.stops),
             ("finished", self.finished),
             ("MIG layouts", self.layouts),
+            ("sharing modes", self.sharing),
             ("waits started", self.waits_started),
             ("waits ended", self.waits_ended),
             ("predicted waits", self.wait_changes),
@@ -211,26 +220,63 @@ def _wait(seconds: float | None) -> str:
     return "unknown" if seconds is None else f"{seconds / 60:.0f} min"
 
 
-def _layouts(plan: Plan) -> dict[tuple[str, int], str]:
-    """Each GPU's MIG target in words: its layout, ``MIG off`` when the plan turns MIG off, and ``MIG on``
-    before the layout of a GPU it turns MIG on."""
-    modes = {(m.node, m.gpu): m.enabled for m in plan.mig_modes}
-    out = {(node, gpu): "MIG off" for (node, gpu), on in modes.items() if not on}
-    for m in plan.mig_layouts:
-        text = " ".join(f"{i.profile}@{i.start}" for i in m.instances) or "no instances"
-        out[(m.node, m.gpu)] = f"MIG on, {text}" if modes.get((m.node, m.gpu)) else text
-    for (node, gpu), on in modes.items():
-        out.setdefault((node, gpu), "MIG on, no instances" if on else "MIG off")
-    return out
+def _layout_text(instances: tuple[MigInstance, ...] | None) -> str:
+    """A GPU's MIG state in words: ``MIG off``, ``no instances`` or its instances (``3g.40gb@0 ...``)."""
+    if instances is None:
+        return "MIG off"
+    return (
+        " ".join(f"{i.profile}@{i.start}" for i in sorted(instances, key=lambda i: i.start)) or "no instances"
+    )
 
 
-def _layout_changes(previous: Plan, current: Plan) -> list[str]:
-    """MIG layouts the current plan sets differently from the previous one (``none``: not in the plan)."""
-    old, new = _layouts(previous), _layouts(current)
+def _layouts(plan: Plan | None, cluster: Cluster | None = None) -> dict[tuple[str, int], str]:
+    """Each GPU's MIG state as ``plan`` leaves it, in words: the plan's MIG modes and layouts over what
+    ``cluster`` (its inputs) holds; without a cluster, only the GPUs the plan names."""
+    state: dict[tuple[str, int], tuple[MigInstance, ...] | None] = {}
+    if cluster is not None:
+        state = {
+            (n.name, g.index): None if g.mig is None else g.mig.instances
+            for n in cluster.nodes
+            for g in n.gpus
+        }
+    for m in plan.mig_modes if plan is not None else ():
+        state[(m.node, m.gpu)] = () if m.enabled else None
+    for lay in plan.mig_layouts if plan is not None else ():
+        state[(lay.node, lay.gpu)] = lay.instances
+    return {k: _layout_text(v) for k, v in state.items()}
+
+
+def _layout_changes(
+    previous: Plan | None, current: Plan, before: Cluster | None, after: Cluster | None
+) -> list[str]:
+    """GPUs whose MIG state differs between the previous plan (or, without one, the cluster ``before``
+    as it runs) and the current one, each as its plan leaves it (``none``: not known on that side)."""
+    old, new = _layouts(previous, before), _layouts(current, after)
     return [
         f"{node}:{gpu}: {old.get((node, gpu), 'none')} -> {new.get((node, gpu), 'none')}"
         for node, gpu in sorted(old.keys() | new.keys())
         if old.get((node, gpu)) != new.get((node, gpu))
+    ]
+
+
+def _modes(plan: Plan | None, cluster: Cluster | None) -> dict[str, str]:
+    """Each node's sharing mode as ``plan`` leaves it (its changes over what ``cluster`` holds)."""
+    out = {} if cluster is None else {n.name: sharing_text(n.sharing) for n in cluster.nodes if n.sharing}
+    for change in plan.sharing if plan is not None else ():
+        out[change.node] = sharing_text(change.sharing)
+    return out
+
+
+def _sharing_changes(
+    previous: Plan | None, current: Plan, before: Cluster | None, after: Cluster | None
+) -> list[str]:
+    """Nodes whose sharing mode differs between the previous plan (or the cluster as it runs) and the
+    current one, each as its plan leaves it."""
+    old, new = _modes(previous, before), _modes(current, after)
+    return [
+        f"{node}: {old.get(node, 'none')} -> {new.get(node, 'none')}"
+        for node in sorted(old.keys() | new.keys())
+        if old.get(node) != new.get(node)
     ]
 
 
@@ -256,12 +302,20 @@ def plan_diff(
     else:
         before = {}
     after = _where(current, running)
+    # Replicas that run now (what ``running`` says; all of them without it): only these can move.
+    runs = (
+        None if running is None else {(w.id, r) for w in running.workloads for r in range(len(w.running_on))}
+    )
+    changed = [k for k, v in sorted(after.items()) if k in before and not before[k].same(v)]
     moves = [
-        f"{k[0]}#{k[1]}: {before[k].text} -> {v.text}"
-        for k, v in sorted(after.items())
-        if k in before and not before[k].same(v)
+        f"{k[0]}#{k[1]}: {before[k].text} -> {after[k].text}" for k in changed if runs is None or k in runs
     ]
     starts = [f"{k[0]}#{k[1]}: {v.text}" for k, v in sorted(after.items()) if k not in before]
+    starts += [
+        f"{k[0]}#{k[1]}: {after[k].text} (planned on {before[k].text} before, never started)"
+        for k in changed
+        if runs is not None and k not in runs
+    ]
     asked = {} if running is None else {w.id: w.replicas for w in running.workloads}
     gone = [k for k in sorted(before) if k not in after]
     stops = [
@@ -274,10 +328,15 @@ def plan_diff(
     ]
     changes: list[str] = []
     layouts: list[str] = []
+    sharing: list[str] = []
     started: list[str] = []
     ended: list[str] = []
+    base_after = None if running is None else running.cluster
+    base_before = previous_inputs.cluster if previous_inputs is not None else base_after
+    if previous is not None or base_after is not None:
+        layouts = _layout_changes(previous, current, base_before, base_after)
+        sharing = _sharing_changes(previous, current, base_before, base_after)
     if previous is not None:
-        layouts = _layout_changes(previous, current)
         old_waits, new_waits = _waits(previous), _waits(current)
         started = [f"{k[0]}#{k[1]}: {code}" for k, code in sorted(new_waits.items()) if k not in old_waits]
         ended = [
@@ -300,5 +359,5 @@ def plan_diff(
     return PlanDiff(
         tuple(moves), tuple(starts), tuple(stops), tuple(changes),
         layouts=tuple(layouts), waits_started=tuple(started), waits_ended=tuple(ended),
-        finished=tuple(finished),
+        finished=tuple(finished), sharing=tuple(sharing),
     )  # fmt: skip

@@ -64,9 +64,10 @@ class Store:
         self.engine = engine
 
     @classmethod
-    def open(cls, target: str | None) -> Store:
-        """Open the database at ``target``: a file path, a URL, or ``None`` for ``gpuplan.db``."""
-        return cls(make_engine(target))
+    def open(cls, target: str | None, timeout_s: float | None = None) -> Store:
+        """Open the database at ``target``: a file path, a URL, or ``None`` for ``gpuplan.db``; with
+        ``timeout_s``, no wait for the database lasts much longer (see :func:`make_engine`)."""
+        return cls(make_engine(target, timeout_s))
 
     def close(self) -> None:
         """Release the connection pool."""
@@ -111,11 +112,7 @@ class Store:
             with self.engine.begin() as conn:
                 return self._insert_job(conn, job, data, actor, detail, result_json)
         with locked(self.engine, ADMISSION_LOCK) as conn:
-            active = int(
-                conn.execute(
-                    select(func.count()).select_from(jobs).where(jobs.c.status.in_([s.value for s in ACTIVE]))
-                ).scalar_one()
-            )
+            active = self._active(conn)
             if active >= max_active:
                 raise ActiveLimitReached(active)
             return self._insert_job(conn, job, data, actor, detail, result_json)
@@ -217,28 +214,55 @@ class Store:
                 conn.execute(insert(job_results).values(job_id=job_id, plan_json=plan_json))
         return True
 
-    def requeue(self, job_id: str, actor: Actor) -> bool:
-        """A finished, unsuccessful job queued again with its stored input; False if not resubmittable."""
-        with self.engine.begin() as conn:
-            res = conn.execute(
-                update(jobs)
-                .where(jobs.c.id == job_id, jobs.c.status.in_([s.value for s in RESUBMITTABLE]))
-                .values(
-                    status=JobStatus.QUEUED.value,
-                    started_at=None,
-                    finished_at=None,
-                    plan_status=None,
-                    outcome=None,
-                    error=None,
-                    attempts=jobs.c.attempts + 1,
-                    lease_owner=None,
-                    lease_expiries=0,
-                )
+    def requeue(self, job_id: str, actor: Actor, *, max_active: int | None = None) -> bool:
+        """A finished, unsuccessful job queued again with its stored input, and the audit record of its
+        resubmission, in one transaction; False (and nothing written) if it is not resubmittable.
+
+        With ``max_active``, admitted as :meth:`create_job` admits a new job: under the admission lock,
+        :class:`ActiveLimitReached` (and nothing written) when ``max_active`` jobs are queued or running,
+        so that concurrent resubmissions and submissions on any number of servers never admit more."""
+        if max_active is None:
+            with self.engine.begin() as conn:
+                return self._requeue(conn, job_id, actor)
+        with locked(self.engine, ADMISSION_LOCK) as conn:
+            active = self._active(conn)
+            if active >= max_active:
+                # A job that could not be resubmitted anyway says so (409) rather than "retry later".
+                status = conn.execute(select(jobs.c.status).where(jobs.c.id == job_id)).scalar_one_or_none()
+                if status not in [s.value for s in RESUBMITTABLE]:
+                    return False
+                raise ActiveLimitReached(active)
+            return self._requeue(conn, job_id, actor)
+
+    def _requeue(self, conn: Connection, job_id: str, actor: Actor) -> bool:
+        res = conn.execute(
+            update(jobs)
+            .where(jobs.c.id == job_id, jobs.c.status.in_([s.value for s in RESUBMITTABLE]))
+            .values(
+                status=JobStatus.QUEUED.value,
+                started_at=None,
+                finished_at=None,
+                plan_status=None,
+                outcome=None,
+                error=None,
+                attempts=jobs.c.attempts + 1,
+                lease_owner=None,
+                lease_expiries=0,
             )
-            if not res.rowcount:
-                return False
-            self._audit(conn, actor, "resubmit", job_id, {})
+        )
+        if not res.rowcount:
+            return False
+        self._audit(conn, actor, "resubmit", job_id, {})
         return True
+
+    @staticmethod
+    def _active(conn: Connection) -> int:
+        """Jobs queued or running."""
+        return int(
+            conn.execute(
+                select(func.count()).select_from(jobs).where(jobs.c.status.in_([s.value for s in ACTIVE]))
+            ).scalar_one()
+        )
 
     def interrupt_active(self) -> int:
         """Mark every queued or running job ``interrupted``: the one server of a SQLite file starts, or

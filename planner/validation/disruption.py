@@ -10,6 +10,15 @@ from dataclasses import dataclass
 from datetime import UTC, datetime
 
 from gpuplan.models.plan import DRAIN, MIGRATE, PREEMPT, Assignment, Plan
+from gpuplan.models.rules.disruption import (
+    displaced,
+    moves_allowed,
+    preemptions_allowed,
+    stop_kind,
+    team_moves_allowed,
+    tier_may_be_preempted,
+)
+from gpuplan.models.rules.runtime import ran_long_enough, runtime_s
 from gpuplan.models.workload import Placement, Workload, where
 from gpuplan.planner.validation.context import CheckContext
 from gpuplan.planner.validation.report import MISSING_NAMED, Skipped, replica_subject
@@ -62,13 +71,10 @@ def stopped_replicas(ctx: CheckContext) -> list[Stopped]:
     for w in ctx.inp.workloads:
         for r, place in enumerate(w.running_on):
             a = target.get((w.id, r))
-            if a is None:
-                how = PREEMPT
-            elif not w.stays(r, a.node, a.gpus):
-                how = MIGRATE
-            elif (DRAIN, w.id, r) in actions:
-                how = DRAIN
-            else:
+            how = stop_kind(placed=a is not None, stays=a is not None and w.stays(r, a.node, a.gpus))
+            if how is None and (DRAIN, w.id, r) in actions:
+                how = DRAIN  # stays, but is stopped for a MIG re-partition of its GPU
+            if how is None:
                 continue
             stopped.append(Stopped(w, r, place, a, how, (how, w.id, r) in actions))
     return stopped
@@ -92,7 +98,6 @@ def check_disruption(ctx: CheckContext, stopped: Sequence[Stopped], actions: boo
     plan starts on its node, and (``actions``: the plan carries its actions) every move and
     preemption that the assignments imply has its action (a drain is known by its action)."""
     policy = ctx.inp.policy
-    every_tier = policy.disruption.preempt_latency_sensitive  # the policy opens every tier
     newcomers = _newcomer_ranks(ctx) if policy.disruption.preempt_only_for_higher_tier else {}
     for s in stopped:
         w = s.workload
@@ -104,16 +109,14 @@ def check_disruption(ctx: CheckContext, stopped: Sequence[Stopped], actions: boo
                     s.subject,
                     f"The plan stops {s.what}, which runs on {running}, but the workload is not preemptible.",
                 )
-            elif not (policy.tier(w.tier).may_be_preempted or every_tier):
+            elif not tier_may_be_preempted(policy.tier(w.tier), policy.disruption):
                 ctx.add(
                     "preempt-forbidden",
                     s.subject,
                     f"The plan stops {s.what}, which runs on {running}, but its tier '{w.tier}' may not "
                     "be preempted (and disruption.preempt_latency_sensitive is false).",
                 )
-            elif policy.disruption.preempt_only_for_higher_tier and newcomers.get(
-                s.place.node, len(policy.tiers)
-            ) >= policy.tier_rank(w.tier):
+            elif not displaced(policy.disruption, newcomers.get(s.place.node), policy.tier_rank(w.tier)):
                 ctx.add(
                     "preempt-higher-tier",
                     s.subject,
@@ -129,6 +132,23 @@ def check_disruption(ctx: CheckContext, stopped: Sequence[Stopped], actions: boo
             target = where(s.target.node, s.target.gpus, "sentence")
             message = f"The plan moves {s.what} from {running} to {target} but has no migrate action for it."
         ctx.add("disruption-unscheduled", s.subject, message)
+    check_not_disruptible(ctx, stopped)
+
+
+def check_not_disruptible(ctx: CheckContext, stopped: Sequence[Stopped]) -> None:
+    """Rule 13: a running replica of a workload that may not be disrupted (``disruptible: false``: a
+    PodDisruptionBudget allows no more evictions of its pod, ``gpuplan import kubernetes --pdbs``) is
+    neither moved, nor preempted, nor drained (rule ``not-disruptible``)."""
+    for s in stopped:
+        if s.workload.disruptible:
+            continue
+        running = where(s.place.node, s.place.gpus, "sentence")
+        ctx.add(
+            "not-disruptible",
+            s.subject,
+            f"The plan {s.verb} {s.what}, which runs on {running}, but the workload may not be disrupted "
+            "(disruptible: false, as a PodDisruptionBudget allows no more evictions of its pod).",
+        )
 
 
 def _rounds(ctx: CheckContext) -> int:
@@ -147,12 +167,18 @@ def check_disruption_total(ctx: CheckContext, stopped: Sequence[Stopped]) -> Non
     rounds = _rounds(ctx)
     made_for = f"{rounds} round(s)" + (f" (provenance {ROUNDS_KEY})" if rounds > 1 else "")
     checks = (
-        ("moves", MIGRATE, budget.max_moves_per_round, "max_moves_per_round"),
-        ("preempts", PREEMPT, budget.max_preemptions_per_round, "max_preemptions_per_round"),
+        ("moves", MIGRATE, moves_allowed(budget, rounds), budget.max_moves_per_round, "max_moves_per_round"),
+        (
+            "preempts",
+            PREEMPT,
+            preemptions_allowed(budget, rounds),
+            budget.max_preemptions_per_round,
+            "max_preemptions_per_round",
+        ),
     )
-    for verb, how, limit, name in checks:
+    for verb, how, allowed, limit, name in checks:
         group = [s for s in stopped if s.how == how]
-        if len(group) <= limit * rounds:
+        if len(group) <= allowed:
             continue
         names = ", ".join(f"{s.workload.id}#{s.replica}" for s in group[:MISSING_NAMED])
         names += ", ..." if len(group) > MISSING_NAMED else ""
@@ -182,7 +208,7 @@ def check_disruption_budget(ctx: CheckContext) -> None:
         elif act.kind == PREEMPT:
             preempts[act.round].append(name)
     for rnd in sorted(moves.keys() | preempts.keys()):
-        if len(moves[rnd]) > budget.max_moves_per_round:
+        if len(moves[rnd]) > moves_allowed(budget):
             ctx.add(
                 "disruption-budget",
                 f"round {rnd}",
@@ -190,7 +216,7 @@ def check_disruption_budget(ctx: CheckContext) -> None:
                 f"({', '.join(moves[rnd])}), more than disruption.max_moves_per_round "
                 f"({budget.max_moves_per_round}).",
             )
-        if len(preempts[rnd]) > budget.max_preemptions_per_round:
+        if len(preempts[rnd]) > preemptions_allowed(budget):
             ctx.add(
                 "disruption-budget",
                 f"round {rnd}",
@@ -198,7 +224,7 @@ def check_disruption_budget(ctx: CheckContext) -> None:
                 f"({', '.join(preempts[rnd])}), more than disruption.max_preemptions_per_round "
                 f"({budget.max_preemptions_per_round}).",
             )
-        limit = budget.max_moves_per_team
+        limit = team_moves_allowed(budget)
         for team, names in sorted(team_moves[rnd].items()):
             if limit is not None and len(names) > limit:
                 ctx.add(
@@ -223,11 +249,11 @@ def check_min_runtime(ctx: CheckContext, stopped: Sequence[Stopped]) -> None:
     unknown = 0
     for s in stopped:
         started = s.workload.started_at
-        if started is None:
+        ran = runtime_s(started, now)
+        if started is None or ran is None:
             unknown += 1
             continue
-        ran = max(0.0, (now - started).total_seconds())
-        if ran < least:
+        if not ran_long_enough(ran, least):
             ctx.add(
                 "min-runtime",
                 s.subject,

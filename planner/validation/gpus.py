@@ -1,4 +1,4 @@
-"""Rules 4 to 7, 14 and 15: the per-GPU rules of :mod:`gpuplan.models.gpu_rules` (exclusivity, milli
+"""Rules 4 to 7, 14 and 15: the per-GPU rules of :mod:`gpuplan.models.rules.gpu` (exclusivity, milli
 capacity, MIG use, sharing mode and replicas, GPU memory) in the validator's words, the GPU models a
 shape allows, and each node's CPU and memory.
 """
@@ -8,7 +8,8 @@ from __future__ import annotations
 from collections import Counter
 
 from gpuplan.models.cluster import describe_sharing
-from gpuplan.models.gpu_rules import (
+from gpuplan.models.plan import GpuUse
+from gpuplan.models.rules.gpu import (
     GPU_MEMORY,
     GPU_OVERCOMMIT,
     MIG_LAYOUT,
@@ -24,7 +25,6 @@ from gpuplan.models.gpu_rules import (
     GpuUser,
     gpu_breaches,
 )
-from gpuplan.models.plan import GpuUse
 from gpuplan.models.workload import describe_use
 from gpuplan.planner.validation.context import CheckContext, GpuKey, Placed
 from gpuplan.planner.validation.report import gpu_subject
@@ -34,7 +34,7 @@ _BREACH_FAMILY = {SHARING_MODE: "sharing", SHARING_REPLICAS: "sharing", GPU_MEMO
 
 
 def check_gpus(ctx: CheckContext) -> None:
-    """Rules 4, 5, 14 and 15 (:mod:`gpuplan.models.gpu_rules`): per-GPU exclusivity, milli capacity,
+    """Rules 4, 5, 14 and 15 (:mod:`gpuplan.models.rules.gpu`): per-GPU exclusivity, milli capacity,
     MIG/non-MIG mixing, MIG instance use, the sharing mode the plan leaves the node in and its
     time-sliced replicas, GPU memory. Reported family by family: use, then sharing, then memory."""
     for p in ctx.placed:

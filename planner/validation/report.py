@@ -12,11 +12,12 @@ from dataclasses import dataclass
 MISSING_NAMED = 10
 
 #: Rules that a current state may already break (fleets drift: quotas change, isolation rules, node
-#: topologies, GPU model needs and node labels change after work started). A plan keeps such a
+#: topologies, GPU model needs, node labels and taints change after work started). A plan keeps such a
 #: violation, without breaking the rule itself, when every replica it concerns is a running replica that
-#: stays exactly where it runs (for ``gang``: a gang outside one value of its domain label; one placed in
-#: part is never kept).
-KEPT_RULES = ("quota", "isolation", "topology-nvlink", "topology-numa", "gpu-model", "gang")
+#: stays exactly where it runs (for ``gang``: a gang outside one value of its domain label, or one that
+#: runs in part now and whose running replicas alone are placed, where they run:
+#: :func:`gpuplan.models.rules.gang.kept_in_part`).
+KEPT_RULES = ("quota", "isolation", "topology-nvlink", "topology-numa", "gpu-model", "gang", "scheduling")
 
 
 @dataclass(frozen=True)

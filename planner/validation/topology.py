@@ -8,6 +8,7 @@ from collections import defaultdict
 import networkx as nx
 
 from gpuplan.models.cluster import Node
+from gpuplan.models.rules.gang import GANG, kept_in_part
 from gpuplan.models.topology import link_graph
 from gpuplan.models.workload import TopologyNeed, Workload
 from gpuplan.planner.validation.context import CheckContext, Placed
@@ -15,7 +16,9 @@ from gpuplan.planner.validation.context import CheckContext, Placed
 
 def check_gangs(ctx: CheckContext) -> None:
     """Rule 8: a gang is placed entirely or not at all, on nodes with one value of its domain label (a
-    gang that runs outside that and stays where it runs keeps it: kept, :meth:`CheckContext.only_kept`)."""
+    gang that runs outside that and stays where it runs keeps it: kept, :meth:`CheckContext.only_kept`;
+    a gang that runs in part now may stay in part only as it runs: kept,
+    :func:`~gpuplan.models.rules.gang.kept_in_part`)."""
     members: defaultdict[str, list[Workload]] = defaultdict(list)
     for w in ctx.inp.workloads:
         if w.gang_id is not None:
@@ -31,11 +34,16 @@ def check_gangs(ctx: CheckContext) -> None:
         total = sum(w.replicas for w in workloads)
         n_placed = len({(p.workload.id, p.assignment.replica) for p in placed})
         if 0 < n_placed < total:
+            running = sum(len(w.running_on) for w in workloads)
+            staying = len({(p.workload.id, p.assignment.replica) for p in placed if ctx.stays(p)})
+            kept = kept_in_part(total, running, n_placed, staying)
+            why = ": it runs in part now, its running replicas kept where they run" if kept else ""
             ctx.add(
-                "gang",
+                GANG,
                 subject,
-                f"Only {n_placed} of the gang's {total} replicas are placed; "
-                "a gang runs whole or not at all.",
+                f"Only {n_placed} of the gang's {total} replicas are placed; a gang runs whole or not at "
+                f"all{why}.",
+                kept=kept,
             )
         for label in sorted({w.gang_domain for w in workloads if w.gang_domain}):
             values = {p.node.labels.get(label) for p in placed}
@@ -43,7 +51,7 @@ def check_gangs(ctx: CheckContext) -> None:
                 shown = ", ".join(sorted("(none)" if v is None else v for v in values))
                 where = "several values" if len(values) > 1 else "nodes without"
                 ctx.add(
-                    "gang",
+                    GANG,
                     subject,
                     f"The gang's replicas are on {where} of node label '{label}' ({shown}).",
                     kept=ctx.only_kept(placed),

@@ -31,7 +31,7 @@ from gpuplan.planner.validation.disruption import (
     stopped_replicas,
 )
 from gpuplan.planner.validation.gpus import check_gpu_models, check_gpus, check_node_capacity
-from gpuplan.planner.validation.isolation import FULL_MILLI, check_isolation, check_quotas
+from gpuplan.planner.validation.isolation import check_isolation, check_quotas
 from gpuplan.planner.validation.mig import (
     check_layouts,
     check_mig_actions,
@@ -55,12 +55,12 @@ from gpuplan.planner.validation.report import (
     gpu_subject,
     replica_subject,
 )
+from gpuplan.planner.validation.scheduling import SCHEDULING, check_scheduling
 from gpuplan.planner.validation.sharing import check_sharing_actions, check_sharing_changes
 from gpuplan.planner.validation.topology import check_gangs, check_topology
 
 __all__ = [
     "ACTIONS_FAMILY",
-    "FULL_MILLI",
     "KEPT_RULES",
     "MISSING_NAMED",
     "ROUNDS_KEY",
@@ -82,10 +82,13 @@ __all__ = [
 
 log = logging.getLogger(__name__)
 
-#: Rule families that only the workloads file feeds (shapes, allowed GPU models, topology, gangs and
-#: running work, which tells a start from a replica that stays): with workloads rebuilt from the plan
+#: Rule families that only the workloads file feeds (shapes, allowed GPU models, topology, gangs,
+#: kube-scheduler's filters and running work, which tells a start from a replica that stays): with
+#: workloads rebuilt from the plan
 #: they would pass vacuously.
-WORKLOAD_FAMILIES = ("shapes", "gpu-models", "gangs", "topology", "disruption", "min-runtime", "starts")
+WORKLOAD_FAMILIES = (
+    "shapes", "gpu-models", "gangs", "topology", "scheduling", "disruption", "min-runtime", "starts",
+)  # fmt: skip
 #: Why those families are skipped (a phrase that follows "not checked").
 WITHOUT_WORKLOADS = "without the workloads"
 
@@ -123,6 +126,8 @@ def _run(ctx: CheckContext) -> list[Violation]:
         check_gangs(ctx)
     if ctx.checks("topology"):
         check_topology(ctx)
+    if ctx.checks(SCHEDULING):
+        check_scheduling(ctx)
     if ctx.checks("isolation"):
         check_isolation(ctx)
     if ctx.checks("quotas"):

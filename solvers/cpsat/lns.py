@@ -18,12 +18,13 @@ import time
 from collections import defaultdict
 from collections.abc import Callable
 from dataclasses import dataclass, replace
-from fractions import Fraction
 
+from gpuplan.models.hardware import MILLI_PER_GPU
 from gpuplan.models.plan import Assignment
 from gpuplan.models.policy import DisruptionBudget, ObjectiveMode, ObjectiveWeights, Quota
+from gpuplan.models.rules.quota import gpus_for_units, limit_units, quota_unit
 from gpuplan.solvers.base import CUT, SolveResult
-from gpuplan.solvers.formulation.constraints import QUOTA_UNIT, charged_units, quota_limit_units
+from gpuplan.solvers.formulation.constraints import charged_units
 from gpuplan.solvers.formulation.objective import queue_penalty
 from gpuplan.solvers.placement import FirstFitScorer, Placer
 from gpuplan.solvers.problem import PlacementProblem, Request, Running, disturbable
@@ -57,7 +58,7 @@ class LnsReport:
 
 
 def _used_milli(a: Assignment) -> int:
-    return sum(1000 if g.milli is None and g.mig_profile is None else g.milli or 0 for g in a.gpus)
+    return sum(MILLI_PER_GPU if g.milli is None and g.mig_profile is None else g.milli or 0 for g in a.gpus)
 
 
 class _State:
@@ -72,7 +73,7 @@ class _State:
     def by_node(self) -> tuple[dict[int, list[tuple[str, int]]], dict[int, int], dict[int, int]]:
         """Replicas per node, free GPU milli and free milli-CPU per node."""
         on_node: dict[int, list[tuple[str, int]]] = defaultdict(list)
-        free = {n: 1000 * len(nd.gpus) for n, nd in enumerate(self.problem.nodes)}
+        free = {n: MILLI_PER_GPU * len(nd.gpus) for n, nd in enumerate(self.problem.nodes)}
         cpu = {n: nd.cpu_milli for n, nd in enumerate(self.problem.nodes)}
         for key, a in self.placed.items():
             n = self.node_pos[a.node]
@@ -112,7 +113,8 @@ def _neighbourhood(
 ) -> list[int]:
     """A fragmented node, other fragmented nodes of its kind, then random nodes of its kind."""
     fragmented = sorted(
-        (n for n, f in free.items() if 0 < f < 1000 * len(problem.nodes[n].gpus)), key=lambda n: -free[n]
+        (n for n, f in free.items() if 0 < f < MILLI_PER_GPU * len(problem.nodes[n].gpus)),
+        key=lambda n: -free[n],
     )
     if not fragmented:
         return []
@@ -139,23 +141,45 @@ def _offered(problem: PlacementProblem, waiting: list[Request], rng: random.Rand
     return offered
 
 
+def _split_gangs(
+    placed: dict[tuple[str, int], Assignment],
+    by_key: dict[tuple[str, int], Request],
+    domains: set[str],
+    hood: set[str],
+) -> set[str]:
+    """The gangs of ``domains`` (those with a domain label) that have a member placed outside the
+    neighbourhood: a step sees only part of them, so their members there stay and their waiting members
+    (a gang that runs in part) are not offered (the step could leave the domain value of the members it
+    does not see)."""
+    if not domains:
+        return set()
+    return {g for k, a in placed.items() if (g := by_key[k].gang) in domains and a.node not in hood}
+
+
 def _quotas_left(
     problem: PlacementProblem, placed: dict[tuple[str, int], Assignment], hood: set[str]
 ) -> tuple[Quota, ...]:
-    """Each quota less what placed replicas outside the neighbourhood hold (they keep their share)."""
+    """Each quota less what placed replicas outside the neighbourhood hold (they keep their share), to
+    the unit (:func:`~gpuplan.models.rules.quota.gpus_for_units`)."""
     if not problem.policy.quotas:
         return ()
     by_key = {q.key: q for q in problem.requests}
     node_pos = {n.name: i for i, n in enumerate(problem.nodes)}
+    unit = quota_unit(problem.catalog)
     out: list[Quota] = []
     for q in problem.policy.quotas:
+        limit = limit_units(q.gpus, unit)
+        if limit is None:
+            out.append(q)  # an infinite quota never binds
+            continue
         held = sum(
-            charged_units(problem, q, by_key[k], node_pos[a.node], Running(a.node, a.gpus, a.alternative))
+            charged_units(
+                problem, q, by_key[k], node_pos[a.node], Running(a.node, a.gpus, a.alternative), unit
+            )
             for k, a in placed.items()
             if a.node not in hood and by_key[k].team == q.team
         )
-        left = Fraction(max(0, quota_limit_units(q) - held), QUOTA_UNIT)
-        out.append(q.model_copy(update={"gpus": float(left)}))
+        out.append(q.model_copy(update={"gpus": gpus_for_units(max(0, limit - held), unit)}))
     return tuple(out)
 
 
@@ -200,6 +224,11 @@ def improve(
         n: (nd.cpu_milli, nd.pool, tuple(g.model for g in nd.gpus)) for n, nd in enumerate(problem.nodes)
     }
     hosts = _hosts(problem)
+    domains = {q.gang for q in problem.requests if q.gang is not None and q.gang_domain}
+    gang_members: dict[str, list[tuple[str, int]]] = defaultdict(list)
+    for q in problem.requests:
+        if q.gang is not None:
+            gang_members[q.gang].append(q.key)
     moved: set[tuple[str, int]] = set()
     steps = max(1, int(options.time_limit_s / STEP_S)) if options.deterministic else None
     since_gain = 0
@@ -216,15 +245,26 @@ def improve(
         hood = hood or _neighbourhood(problem, free, rng, kinds)
         if not hood:
             break
+        names = {problem.nodes[n].name for n in hood}
+        apart = _split_gangs(state.placed, by_key, domains, names)
         moving = [key for n in hood for key in on_node[n]]
-        may_move = _movable(problem, moving, by_key, moved, moves - len(moved))
-        offered = _offered(problem, waiting, rng)
+        offered = _offered(problem, [q for q in waiting if q.gang not in apart], rng)
+        # A gang the plan places in part whose waiting members the step does not see stays as it is.
+        seen = {q.key for q in offered}
+        held = apart | {
+            g
+            for k in moving
+            if (g := by_key[k].gang) is not None
+            and any(m not in state.placed and m not in seen for m in gang_members[g])
+        }
+        may_move = _movable(problem, moving, by_key, moved, moves - len(moved)) - {
+            k for k in moving if by_key[k].gang in held
+        }
         requests: list[Request] = []
         for key in moving:
             a = state.placed[key]
             requests.append(replace(by_key[key], running=Running(a.node, a.gpus, a.alternative)))
         requests.extend(offered)
-        names = {problem.nodes[n].name for n in hood}
         policy = problem.policy.model_copy(
             update={
                 "disruption": DisruptionBudget(max_moves_per_round=len(moving)),

@@ -25,7 +25,7 @@ from gpuplan.solvers.cpsat.builder import CpSatBuilder
 from gpuplan.solvers.cpsat.candidates import Rankings, is_large
 from gpuplan.solvers.cpsat.guard import exact_comparison
 from gpuplan.solvers.cpsat.lns import NEIGHBOURHOOD_NODES, LnsReport, improve
-from gpuplan.solvers.cpsat.pools import MIN_PART_S, Part, part_count, solve_parts, split
+from gpuplan.solvers.cpsat.pools import MIN_PART_S, Part, left_out, part_count, solve_parts, split
 from gpuplan.solvers.evaluate import queue_term, reported
 from gpuplan.solvers.fleet.engine import aggregated_value_bound, node_class_count, plan_fleet
 from gpuplan.solvers.fleet.transition import transition
@@ -424,7 +424,7 @@ class CpSat:
             else PlanStatus.FEASIBLE,
             solver=self.name,
             assignments=tuple(a for r in results for a in r.assignments),
-            unplaced=tuple(u for r in results for u in r.unplaced),
+            unplaced=tuple(u for r in results for u in r.unplaced) + left_out(problem, pieces),
             mig_layouts=tuple(lay for r in results for lay in r.mig_layouts),
             terms={
                 "parts": float(parts),

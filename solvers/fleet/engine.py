@@ -46,7 +46,7 @@ from gpuplan.solvers.formulation.objective import queue_penalty
 from gpuplan.solvers.greedy import Fgd
 from gpuplan.solvers.greedy.engine import GREEDY_CUT, gang_failure
 from gpuplan.solvers.placement import Placer
-from gpuplan.solvers.problem import PlacementProblem, Request, disturbable
+from gpuplan.solvers.problem import PlacementProblem, Request, disturbable, running_members
 from gpuplan.solvers.run_options import RunOptions
 
 log = logging.getLogger(__name__)
@@ -335,8 +335,9 @@ def plan_fleet(problem: PlacementProblem, options: RunOptions, deadline: float) 
         q = problem.requests[r]
         assert q.gang is not None
         gangs.setdefault(q.gang, []).append(q)
+    running = running_members(problem.requests)
     for gang, members in gangs.items():
-        got, blocker = placer.place_gang(members)
+        got, blocker = placer.place_gang(members, running.get(gang, ()))
         placed.extend(got)
         if blocker is not None:
             unplaced.extend(gang_failure(gang, members, blocker, placer))

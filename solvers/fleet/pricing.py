@@ -31,10 +31,11 @@ from functools import cache
 
 from ortools.sat.python import cp_model
 
+from gpuplan.models.hardware import MILLI_PER_GPU
 from gpuplan.solvers.fleet.classes import NodeClass, RequestClass
 from gpuplan.solvers.placement.options import gpu_ok
-from gpuplan.solvers.placement.state import MILLI, has_share
-from gpuplan.solvers.problem import ShapeSpec, memory_room
+from gpuplan.solvers.placement.state import has_share
+from gpuplan.solvers.problem import ShapeSpec, admitted, memory_room
 
 log = logging.getLogger(__name__)
 
@@ -130,14 +131,15 @@ class PatternModel:
         self.terms: list[tuple[Item, cp_model.IntVar]] = []
         info, state = nc.info, nc.state
         self.plain = [p for p in range(len(info.spec.gpus)) if state.mig[p] is None]
-        self.whole_free = [p for p in self.plain if state.free[p] == MILLI]
+        self.whole_free = [p for p in self.plain if state.free[p] == MILLI_PER_GPU]
         items: list[tuple[RequestClass, int, ShapeSpec, int]] = []
         for cls in classes:
             r = reduced.get(cls.index, 0.0)
             if r <= 0 or not _admits(nc, cls):
                 continue
             for k, shape in enumerate(cls.shapes):
-                if shape.cpu_milli <= state.cpu and shape.memory_mib <= state.mem:
+                fits = shape.cpu_milli <= state.cpu and shape.memory_mib <= state.mem
+                if fits and admitted(shape, info.name):
                     items.append((cls, k, shape, round(SCALE * r)))
         sizes = tuple(sorted({s.milli for _, _, s, _ in items if s.kind == "fraction"}))
         # Fills need interchangeable GPUs without share counts (time-sliced GPUs are packed GPU by GPU),
@@ -148,7 +150,7 @@ class PatternModel:
             and state.shares is None
             and not _asks_gpu_memory(items)
             and all(
-                state.free[p] < min(sizes, default=MILLI + 1)
+                state.free[p] < min(sizes, default=MILLI_PER_GPU + 1)
                 or fills(state.free[p], _usable(sizes, state.free[p]))
                 for p in self.plain
             )
@@ -265,7 +267,7 @@ class PatternModel:
         for p in self.plain:
             levels[state.free[p]] = levels.get(state.free[p], 0) + 1
         slots: dict[int, list[cp_model.LinearExpr]] = {size: [] for size in sizes}
-        whole_gpus = m.new_int_var(0, levels.get(MILLI, 0), "whole_gpus")
+        whole_gpus = m.new_int_var(0, levels.get(MILLI_PER_GPU, 0), "whole_gpus")
         m.add(sum(g * n for g, n in self.whole) <= whole_gpus)
         for free, count in sorted(levels.items()):
             usable = _usable(sizes, free)
@@ -276,7 +278,7 @@ class PatternModel:
                 for size, k in zip(usable, fill, strict=True):
                     if k:
                         slots[size].append(k * y)
-            m.add(sum(chosen) + (whole_gpus if free == MILLI else 0) <= count)
+            m.add(sum(chosen) + (whole_gpus if free == MILLI_PER_GPU else 0) <= count)
         for size in sizes:
             users = [n for s, _, n in self.fractions if s == size]
             if users:

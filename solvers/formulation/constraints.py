@@ -4,18 +4,18 @@ from __future__ import annotations
 
 import logging
 from collections import defaultdict
-from fractions import Fraction
 from functools import partial
 
+from gpuplan.models.hardware import MILLI_PER_GPU
 from gpuplan.models.policy import IsolationKind, Quota
+from gpuplan.models.rules.disruption import moves_allowed, outranks, preemptions_allowed, team_moves_allowed
+from gpuplan.models.rules.isolation import keeps_apart, sharing_group
+from gpuplan.models.rules.quota import charges, limit_units, quota_model, quota_unit, use_units
 from gpuplan.solvers.formulation.builder import Expr, Var
-from gpuplan.solvers.formulation.variables import MILLI, Candidate, GpuKey, Variables, current_vars
-from gpuplan.solvers.problem import PlacementProblem, Request, Running, ShapeSpec, may_preempt
+from gpuplan.solvers.formulation.variables import Candidate, GpuKey, Variables, current_vars
+from gpuplan.solvers.problem import PlacementProblem, Request, Running, ShapeSpec, gangs_in_part, may_preempt
 
 log = logging.getLogger(__name__)
-
-#: GPU-equivalent unit of quota sums: divisible by 1000 (milli) and by 7 and 4 (MIG compute slices).
-QUOTA_UNIT = 28000
 
 
 def one_alternative(v: Variables) -> None:
@@ -54,7 +54,7 @@ def _gpu_uses(v: Variables) -> dict[GpuKey, list[tuple[Candidate, int, Var]]]:
 
 
 def capacity(problem: PlacementProblem, v: Variables) -> None:
-    """CPU and memory per node; milli-GPU per non-MIG GPU (a whole GPU takes all 1000)."""
+    """CPU and memory per node; milli-GPU per non-MIG GPU (a whole GPU takes all of it)."""
     m = v.model
     by_node: dict[int, list[Candidate]] = defaultdict(list)
     for cand in v.cands.values():
@@ -74,7 +74,7 @@ def capacity(problem: PlacementProblem, v: Variables) -> None:
         terms = []
         for cand, _, var in uses:
             shape = problem.requests[cand.req].shapes[cand.alt]
-            terms.append((MILLI if shape.kind == "whole" else shape.milli) * var)
+            terms.append((MILLI_PER_GPU if shape.kind == "whole" else shape.milli) * var)
         if len(terms) > 1:
             m.add(m.sum(terms) <= v.free_milli((n, p)))
 
@@ -171,17 +171,50 @@ def _gang_members(problem: PlacementProblem) -> dict[str, list[int]]:
 
 
 def gangs(problem: PlacementProblem, v: Variables) -> None:
-    """All replicas of a gang placed or none."""
+    """All replicas of a gang placed or none; a gang that runs in part now
+    (:func:`~gpuplan.solvers.problem.gangs_in_part`) may also keep its running replicas alone, each
+    where it runs (:func:`gang_kept`: the validator keeps that, ``models.rules.gang.kept_in_part``)."""
     m = v.model
-    for rs in _gang_members(problem).values():
-        for r in rs[1:]:
-            m.add(v.placed[r] == v.placed[rs[0]])
+    in_part = gangs_in_part(problem.requests)
+    for gang, rs in _gang_members(problem).items():
+        if gang not in in_part:
+            for r in rs[1:]:
+                m.add(v.placed[r] == v.placed[rs[0]])
+            continue
+        whole = m.bool_var(f"gang_whole[{gang}]")
+        kept = gang_kept(problem, v, gang, rs)
+        m.add(whole + kept <= 1)
+        for r in rs:
+            m.add(v.placed[r] == (whole if problem.requests[r].running is None else whole + kept))
+
+
+def gang_kept(problem: PlacementProblem, v: Variables, gang: str, rs: list[int]) -> Var | int:
+    """The gang's flag that is 1 only when the plan keeps it as it runs: every running member stays
+    exactly where it runs and no other member is placed (0 for a gang none of whose members runs);
+    made once per gang (:attr:`Variables.gang_kept`)."""
+    if gang in v.gang_kept:
+        return v.gang_kept[gang]
+    m = v.model
+    kept: Var | int = 0
+    if any(problem.requests[r].running is not None for r in rs):
+        kept = m.bool_var(f"gang_kept[{gang}]")
+        for r in rs:
+            if problem.requests[r].running is None:
+                m.add(kept <= 1 - v.placed[r])
+            elif r not in v.fixed:
+                cur = current_vars(v, problem, r)
+                for var in cur if cur is not None else ():
+                    m.add(kept <= var)
+                if cur is None:
+                    m.add(kept == 0)
+    v.gang_kept[gang] = kept
+    return kept
 
 
 def gang_domains(problem: PlacementProblem, v: Variables) -> None:
     """A gang with domain labels goes to nodes with one value of them (never to a node without one); a
-    gang that runs whole outside that may keep it only by staying exactly where it runs (the validator's
-    kept rule: then no member moves)."""
+    gang that runs outside that may keep it only by staying exactly where it runs (the validator's
+    kept rule: then no member moves and, for a gang that runs in part, no other member is placed)."""
     for gang, rs in _gang_members(problem).items():
         domains = tuple(sorted({d for r in rs if (d := problem.requests[r].gang_domain)}))
         if domains:
@@ -198,12 +231,8 @@ def _gang_domain(
     def value(n: int) -> tuple[str | None, ...]:
         return tuple(problem.nodes[n].labels.get(d) for d in domains)
 
-    # 1 only when every member stays where it runs (a gang with a waiting member never keeps).
-    kept: Var | int = 0
-    if all(problem.requests[r].running is not None for r in rs):
-        kept = m.bool_var(f"gang_kept[{gang}]")
-        for stay in _stays(v, rs):
-            m.add(kept <= stay)
+    # 1 only when every running member stays where it runs and no other member is placed.
+    kept = gang_kept(problem, v, gang, rs)
     zone: dict[tuple[str | None, ...], Var] = {}
 
     def zone_of(val: tuple[str | None, ...]) -> Var:
@@ -257,58 +286,53 @@ def isolation(problem: PlacementProblem, v: Variables) -> None:
     """No GPU shared across teams, or across the tiers of a tiers-no-share rule (team-exclusive nodes
     are enforced when candidates are created)."""
     uses = _gpu_uses(v)
-    for i, rule in enumerate(problem.policy.isolation):
-        if rule.kind is IsolationKind.NO_SHARED_GPU_ACROSS_TEAMS:
-            _no_sharing(v, f"team{i}", {r: q.team for r, q in enumerate(problem.requests)}, uses)
-        elif rule.kind is IsolationKind.TIERS_NO_SHARE:
-            tiers = set(rule.tiers)
-            group = {r: q.tier for r, q in enumerate(problem.requests) if q.tier in tiers}
-            _no_sharing(v, f"tier{i}", group, uses)
+    for label, group_of in _isolation_groups(problem):
+        _no_sharing(v, label, group_of, uses)
 
 
-def quota_units(problem: PlacementProblem, shape: ShapeSpec, n: int, p: int) -> int:
-    """GPU-equivalents (in :data:`QUOTA_UNIT` per GPU) of one GPU use of ``shape`` on GPU ``p`` of
-    node ``n``."""
-    if shape.kind == "whole":
-        return QUOTA_UNIT
-    if shape.kind == "fraction":
-        return QUOTA_UNIT * shape.milli // MILLI
-    assert shape.mig_profile is not None
-    spec = problem.catalog.model(problem.nodes[n].gpus[p].model)
-    return QUOTA_UNIT * spec.profile(shape.mig_profile).compute_slices // spec.compute_slices
+def quota_units(problem: PlacementProblem, shape: ShapeSpec, n: int, p: int, unit: int) -> int:
+    """Quota units (``unit`` per GPU, :func:`~gpuplan.models.rules.quota.quota_unit` of the problem's
+    catalog) of one GPU use of ``shape`` on GPU ``p`` of node ``n``."""
+    spec = problem.catalog.model(problem.nodes[n].gpus[p].model) if shape.kind == "mig" else None
+    return use_units(shape.kind, shape.milli, shape.mig_profile, spec, unit)
 
 
 def quota_charged(problem: PlacementProblem, q: Quota, req: Request, n: int, p: int) -> bool:
     """Whether a GPU use of ``req`` on GPU ``p`` of node ``n`` counts against quota ``q``."""
     node = problem.nodes[n]
-    return (
-        req.team == q.team
-        and not (q.borrow and req.preemptible)
-        and (q.pool is None or node.pool == q.pool)
-        and (q.gpu_model is None or node.gpus[p].model == problem.catalog.canonical(q.gpu_model))
+    return charges(
+        q,
+        quota_model(q, problem.catalog),
+        team=req.team,
+        preemptible=req.preemptible,
+        pool=node.pool,
+        gpu_model=node.gpus[p].model,
     )
 
 
-def charged_units(problem: PlacementProblem, q: Quota, req: Request, n: int, where: Running) -> int:
-    """Quota units ``q`` counts for replica ``req`` placed at ``where`` (on node ``n``)."""
+def charged_units(
+    problem: PlacementProblem, q: Quota, req: Request, n: int, where: Running, unit: int
+) -> int:
+    """Quota units (``unit`` per GPU) ``q`` counts for replica ``req`` placed at ``where`` (on node
+    ``n``)."""
     shape = req.shapes[where.alternative]
     pos = {g.index: p for p, g in enumerate(problem.nodes[n].gpus)}
     return sum(
-        quota_units(problem, shape, n, pos[g.index])
+        quota_units(problem, shape, n, pos[g.index], unit)
         for g in where.gpus
         if quota_charged(problem, q, req, n, pos[g.index])
     )
 
 
-def quota_limit_units(q: Quota) -> int:
-    """A quota's GPU-equivalents in quota units (exactly, from its decimal form)."""
-    return int(Fraction(str(q.gpus)) * QUOTA_UNIT)
-
-
 def quotas(problem: PlacementProblem, v: Variables) -> None:
     """Team GPU-equivalents per GPU model or pool stay within quota; with borrowing, only
-    non-preemptible work counts against it (borrowed capacity goes to preemptible work)."""
+    non-preemptible work counts against it (borrowed capacity goes to preemptible work). Sums are in
+    the catalog's exact quota unit."""
+    unit = quota_unit(problem.catalog)
     for q in problem.policy.quotas:
+        limit = limit_units(q.gpus, unit)
+        if limit is None:
+            continue  # an infinite quota never binds
         counts = partial(quota_charged, problem, q)
         held = 0
         for (n, p), users in v.baseline.users.items():
@@ -316,19 +340,18 @@ def quotas(problem: PlacementProblem, v: Variables) -> None:
                 req = problem.requests[r]
                 assert req.running is not None
                 if counts(req, n, p):
-                    held += quota_units(problem, req.shapes[req.running.alternative], n, p)
+                    held += quota_units(problem, req.shapes[req.running.alternative], n, p, unit)
         terms: list[Expr] = []
         for cand in v.cands.values():
             req = problem.requests[cand.req]
             shape = req.shapes[cand.alt]
             terms.extend(
-                quota_units(problem, shape, cand.node, p) * var
+                quota_units(problem, shape, cand.node, p, unit) * var
                 for p, var in cand.gpu_vars()
                 if counts(req, cand.node, p)
             )
-        limit = quota_limit_units(q) - held
-        if terms and held + _current_units(problem, v, q) <= quota_limit_units(q):
-            v.model.add(v.model.sum(terms) <= max(0, limit))  # else running work is over it: kept()
+        if terms and held + _current_units(problem, v, q, unit) <= limit:
+            v.model.add(v.model.sum(terms) <= max(0, limit - held))  # else running work is over it: kept()
 
 
 def running(problem: PlacementProblem, v: Variables) -> None:
@@ -370,19 +393,20 @@ def running(problem: PlacementProblem, v: Variables) -> None:
             displacers = [
                 c.x
                 for c in newcomers[node_pos[req.running.node]]
-                if problem.requests[c.req].tier_rank < req.tier_rank
+                if outranks(problem.requests[c.req].tier_rank, req.tier_rank)
             ]
             if displacers:
                 m.add(preempted <= m.sum(displacers))
             else:
                 m.add(v.placed[r] == 1)
     if moves:
-        m.add(m.sum(moves) <= budget.max_moves_per_round)
+        m.add(m.sum(moves) <= moves_allowed(budget))
     if preempts:
-        m.add(m.sum(preempts) <= budget.max_preemptions_per_round)
-    if budget.max_moves_per_team is not None:
+        m.add(m.sum(preempts) <= preemptions_allowed(budget))
+    per_team = team_moves_allowed(budget)
+    if per_team is not None:
         for terms in team_moves.values():
-            m.add(m.sum(terms) <= budget.max_moves_per_team)
+            m.add(m.sum(terms) <= per_team)
 
 
 def symmetry(problem: PlacementProblem, v: Variables) -> None:
@@ -406,14 +430,14 @@ def _current_groups(v: Variables, group_of: dict[int, str], key: GpuKey) -> set[
     return {group_of[r] for r in _current_users(v, key) if r in group_of}
 
 
-def _current_units(problem: PlacementProblem, v: Variables, q: Quota) -> int:
+def _current_units(problem: PlacementProblem, v: Variables, q: Quota, unit: int) -> int:
     """Quota units that quota ``q`` counts for running replicas free to move, at their current place."""
     node_pos = {nd.name: n for n, nd in enumerate(problem.nodes)}
     total = 0
     for r in {r for users in v.running_at.values() for r in users}:
         req = problem.requests[r]
         assert req.running is not None
-        total += charged_units(problem, q, req, node_pos[req.running.node], req.running)
+        total += charged_units(problem, q, req, node_pos[req.running.node], req.running, unit)
     return total
 
 
@@ -423,15 +447,16 @@ def _stays(v: Variables, rs: list[int]) -> list[Expr]:
 
 
 def _isolation_groups(problem: PlacementProblem) -> list[tuple[str, dict[int, str]]]:
-    """(label, group of each request concerned) of every GPU-sharing isolation rule, as
-    :func:`isolation` reads them."""
+    """(label, group of each request concerned) of every isolation rule that keeps GPU users apart
+    (:func:`~gpuplan.models.rules.isolation.sharing_group`), as :func:`isolation` and :func:`kept`
+    read them."""
     out: list[tuple[str, dict[int, str]]] = []
     for i, rule in enumerate(problem.policy.isolation):
-        if rule.kind is IsolationKind.NO_SHARED_GPU_ACROSS_TEAMS:
-            out.append((f"team{i}", {r: q.team for r, q in enumerate(problem.requests)}))
-        elif rule.kind is IsolationKind.TIERS_NO_SHARE:
-            tiers = set(rule.tiers)
-            out.append((f"tier{i}", {r: q.tier for r, q in enumerate(problem.requests) if q.tier in tiers}))
+        if not keeps_apart(rule):
+            continue
+        groups = ((r, sharing_group(rule, q.team, q.tier)) for r, q in enumerate(problem.requests))
+        kind = "team" if rule.kind is IsolationKind.NO_SHARED_GPU_ACROSS_TEAMS else "tier"
+        out.append((f"{kind}{i}", {r: g for r, g in groups if g is not None}))
     return out
 
 
@@ -443,15 +468,18 @@ def kept(problem: PlacementProblem, v: Variables) -> None:
     needs are kept by the candidates (``variables.keep_current``)."""
     m = v.model
     node_pos = {nd.name: n for n, nd in enumerate(problem.nodes)}
+    unit = quota_unit(problem.catalog)
     for i, q in enumerate(problem.policy.quotas):
+        limit = limit_units(q.gpus, unit)
+        if limit is None:
+            continue
         held = sum(
-            quota_units(problem, problem.requests[r].shapes[_running_alt(problem.requests[r])], n, p)
+            quota_units(problem, problem.requests[r].shapes[_running_alt(problem.requests[r])], n, p, unit)
             for (n, p), users in v.baseline.users.items()
             for r in users
             if quota_charged(problem, q, problem.requests[r], n, p)
         )
-        limit = quota_limit_units(q)
-        if held + _current_units(problem, v, q) <= limit:
+        if held + _current_units(problem, v, q, unit) <= limit:
             continue
         terms: list[Expr] = []
         size = held
@@ -459,14 +487,14 @@ def kept(problem: PlacementProblem, v: Variables) -> None:
             req = problem.requests[cand.req]
             for p, var in cand.gpu_vars():
                 if quota_charged(problem, q, req, cand.node, p):
-                    units = quota_units(problem, req.shapes[cand.alt], cand.node, p)
+                    units = quota_units(problem, req.shapes[cand.alt], cand.node, p, unit)
                     terms.append(units * var)
                     size += units
         staying: list[Expr] = []
         for r in v.stay:
             req = problem.requests[r]
             assert req.running is not None
-            units = charged_units(problem, q, req, node_pos[req.running.node], req.running)
+            units = charged_units(problem, q, req, node_pos[req.running.node], req.running, unit)
             if units:
                 staying.append(units * v.stay[r])
         over = m.bool_var(f"quota_over[{i}]")

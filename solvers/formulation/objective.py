@@ -10,9 +10,10 @@ from __future__ import annotations
 from collections import defaultdict
 from dataclasses import dataclass
 
+from gpuplan.models.hardware import MILLI_PER_GPU
 from gpuplan.solvers.formulation.builder import Expr
 from gpuplan.solvers.formulation.linear_frag import linear_fragmentation, start_states
-from gpuplan.solvers.formulation.variables import MILLI, GpuKey, Variables
+from gpuplan.solvers.formulation.variables import GpuKey, Variables
 from gpuplan.solvers.placement.fragmentation import problem_mix
 from gpuplan.solvers.problem import PlacementProblem, Request, ShapeSpec
 
@@ -60,7 +61,7 @@ def frag_thresholds(problem: PlacementProblem) -> list[tuple[int, int]]:
     merged: dict[int, float] = defaultdict(float)
     for t in problem_mix(problem):
         if t.shape.kind in ("whole", "fraction"):
-            merged[MILLI if t.shape.kind == "whole" else t.shape.milli] += t.weight
+            merged[MILLI_PER_GPU if t.shape.kind == "whole" else t.shape.milli] += t.weight
     return [
         (d, round(w * POPULARITY_SCALE)) for d, w in sorted(merged.items()) if round(w * POPULARITY_SCALE)
     ]
@@ -85,7 +86,7 @@ def _fragmentation(problem: PlacementProblem, v: Variables) -> Expr:
     for cand in v.cands.values():
         shape = problem.requests[cand.req].shapes[cand.alt]
         for p, var in cand.whole.items():
-            uses[(cand.node, p)].append(MILLI * var)
+            uses[(cand.node, p)].append(MILLI_PER_GPU * var)
         for p, var in cand.frac.items():
             uses[(cand.node, p)].append(shape.milli * var)
             shared.add((cand.node, p))
@@ -94,15 +95,15 @@ def _fragmentation(problem: PlacementProblem, v: Variables) -> Expr:
     terms: list[Expr] = []
     for n, p in sorted(shared):
         tag = f"{problem.nodes[n].name},g{problem.nodes[n].gpus[p].index}"
-        free = m.int_var(0, MILLI, f"free[{tag}]")
+        free = m.int_var(0, MILLI_PER_GPU, f"free[{tag}]")
         m.add(free == v.free_milli((n, p)) - m.sum(uses[(n, p)]))
         terms.append(total * free)
         for d, w in thresholds:
             fits = m.bool_var(f"fits[{tag},{d}]")
-            covered = m.int_var(0, MILLI, f"covered[{tag},{d}]")
+            covered = m.int_var(0, MILLI_PER_GPU, f"covered[{tag},{d}]")
             m.add(free >= d * fits)
             m.add(covered <= free)
-            m.add(covered <= MILLI * fits)
+            m.add(covered <= MILLI_PER_GPU * fits)
             terms.append(-w * covered)
     return m.sum(terms)
 

@@ -12,7 +12,7 @@ from dataclasses import dataclass, field
 
 from gpuplan.models.hardware import MILLI_PER_GPU, GpuModelSpec
 from gpuplan.models.plan import GpuUse
-from gpuplan.models.policy import IsolationKind
+from gpuplan.models.rules.isolation import reserved_teams, team_allowed
 from gpuplan.solvers.formulation.builder import LinearBuilder, Var
 from gpuplan.solvers.problem import (
     NodeSpec,
@@ -20,6 +20,7 @@ from gpuplan.solvers.problem import (
     Request,
     Running,
     ShapeSpec,
+    admitted,
     disturbable,
     memory_room,
 )
@@ -31,8 +32,6 @@ Slot = tuple[str, int]
 
 #: A replica alternative on a node: (request position, alternative, node position).
 CandKey = tuple[int, int, int]
-
-MILLI = MILLI_PER_GPU
 
 
 @dataclass
@@ -97,7 +96,7 @@ class Baseline:
             if use.mig_profile is not None and use.mig_start is not None:
                 self.busy.setdefault(key, set()).add((use.mig_profile, use.mig_start))
             else:
-                self.milli[key] = self.milli.get(key, 0) + (MILLI if use.milli is None else use.milli)
+                self.milli[key] = self.milli.get(key, 0) + (MILLI_PER_GPU if use.milli is None else use.milli)
                 if use.milli is not None:
                     self.gpu_memory[key] = self.gpu_memory.get(key, 0) + shape.gpu_memory_mib
 
@@ -120,10 +119,13 @@ class Variables:
     baseline: Baseline = field(default_factory=Baseline)
     #: Running replicas free to move, by the GPUs their current place uses.
     running_at: dict[GpuKey, list[int]] = field(default_factory=dict)
+    #: Per gang with a running member: 1 only when the plan keeps it as it runs (every running member
+    #: where it runs, no other member placed; ``constraints.gang_kept``).
+    gang_kept: dict[str, Var | int] = field(default_factory=dict)
 
     def free_milli(self, key: GpuKey) -> int:
         """Milli-GPU of a GPU not held by fixed work."""
-        return MILLI - self.baseline.milli.get(key, 0)
+        return MILLI_PER_GPU - self.baseline.milli.get(key, 0)
 
     def free_gpu_memory(self, problem: PlacementProblem, key: GpuKey) -> int:
         """GPU memory (MiB) of a GPU not held by fixed fractions."""
@@ -133,16 +135,6 @@ class Variables:
 def gpu_spec(problem: PlacementProblem, node: NodeSpec, pos: int) -> GpuModelSpec:
     """Catalog spec of the GPU at ``pos`` of ``node``."""
     return problem.catalog.model(node.gpus[pos].model)
-
-
-def exclusive_team(problem: PlacementProblem, node: NodeSpec) -> str | None:
-    """The team a node is reserved for by a team-exclusive rule, if any."""
-    for rule in problem.policy.isolation:
-        if rule.kind is IsolationKind.TEAM_EXCLUSIVE and (
-            node.name in rule.nodes or (rule.pool is not None and node.pool == rule.pool)
-        ):
-            return rule.team
-    return None
 
 
 def eligible_gpus(
@@ -185,9 +177,8 @@ def _name(req: Request) -> str:
 
 
 def node_admits(problem: PlacementProblem, req: Request, node: NodeSpec) -> bool:
-    """Static checks of a node for a request: isolation and gang domain label."""
-    team = exclusive_team(problem, node)
-    if team is not None and team != req.team:
+    """Static checks of a node for a request: team-exclusive rules and gang domain label."""
+    if not team_allowed(reserved_teams(problem.policy.isolation, node.name, node.pool), req.team):
         return False
     return not (req.gang_domain and req.gang_domain not in node.labels)
 
@@ -195,7 +186,7 @@ def node_admits(problem: PlacementProblem, req: Request, node: NodeSpec) -> bool
 def _free_gpus(v: Variables, n: int, shape: ShapeSpec, gpus: list[int]) -> list[int]:
     """The GPUs of ``gpus`` that fixed work leaves room on for ``shape``."""
     if shape.kind == "whole":
-        return [p for p in gpus if v.free_milli((n, p)) == MILLI]
+        return [p for p in gpus if v.free_milli((n, p)) == MILLI_PER_GPU]
     if shape.kind == "fraction":
         return [p for p in gpus if v.free_milli((n, p)) >= shape.milli]
     return gpus
@@ -208,6 +199,8 @@ def add_candidate(
     req = problem.requests[r]
     shape = req.shapes[k]
     node = problem.nodes[n]
+    if not admitted(shape, node.name):
+        return None  # kube-scheduler's filters refuse it there (staying is ``keep_current``'s)
     if shape.cpu_milli > node.cpu_milli - v.baseline.cpu.get(n, 0):
         return None
     if shape.memory_mib > node.memory_mib - v.baseline.memory.get(n, 0):
@@ -320,7 +313,7 @@ def build_variables(
 def keep_current(v: Variables, problem: PlacementProblem, r: int, n: int) -> None:
     """Let running replica ``r`` stay exactly where it runs (node ``n``) when a rule it already breaks
     there (a team-exclusive node, a node outside its gang's domain, an NVLink or NUMA need, a GPU model it
-    no longer allows) left its place
+    no longer allows, a node kube-scheduler's filters now refuse it on) left its place
     out of its candidates: the validator keeps such a violation when the replica stays, so the model
     offers staying, and only staying (no other GPU of a node reserved for another team, of a model not
     allowed, no other GPU set that breaks the need). Places that break other rules (sharing mode, busy

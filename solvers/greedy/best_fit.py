@@ -10,10 +10,11 @@ from __future__ import annotations
 
 from collections.abc import Sequence
 
+from gpuplan.models.hardware import MILLI_PER_GPU
 from gpuplan.solvers.greedy.engine import GreedySolver
 from gpuplan.solvers.placement import Scorer
 from gpuplan.solvers.placement.options import Option, demand_milli
-from gpuplan.solvers.placement.state import MILLI, NodeInfo, NodeState
+from gpuplan.solvers.placement.state import NodeInfo, NodeState
 from gpuplan.solvers.problem import NodeSpec, PlacementProblem, ShapeSpec
 
 #: Weights of the CPU and GPU leftovers.
@@ -33,7 +34,7 @@ class BestFitScorer:
         """Normalised by the largest CPU and GPU capacity of any node."""
         return cls(
             max((n.cpu_milli for n in nodes), default=1),
-            max((MILLI * len(n.gpus) for n in nodes), default=1),
+            max((MILLI_PER_GPU * len(n.gpus) for n in nodes), default=1),
         )
 
     def score(

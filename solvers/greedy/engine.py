@@ -9,7 +9,7 @@ from __future__ import annotations
 import logging
 import time
 from abc import ABC, abstractmethod
-from collections.abc import Callable, Sequence
+from collections.abc import Callable, Mapping, Sequence
 from dataclasses import dataclass, field, replace
 
 from gpuplan.models.plan import Assignment, PlanStatus, Unplaced
@@ -19,7 +19,7 @@ from gpuplan.solvers.evaluate import reported
 from gpuplan.solvers.greedy.orders import best_order
 from gpuplan.solvers.placement import GANG, Fragmentation, Placer, Scorer, problem_mix
 from gpuplan.solvers.placement.options import describe
-from gpuplan.solvers.problem import PlacementProblem, Request
+from gpuplan.solvers.problem import PlacementProblem, Request, running_members
 from gpuplan.solvers.run_options import RunOptions
 
 log = logging.getLogger(__name__)
@@ -78,7 +78,8 @@ class GreedySolver(ABC):
         orders: int = 1,
         orders_until: float | None = None,
     ) -> SolveResult:
-        """Keep running replicas, then place the queue in order; gangs all together or not at all.
+        """Keep running replicas, then place the queue in order; gangs all together or not at all (the
+        waiting members of a gang that runs in part: all together beside its running ones, or none).
 
         ``on_kept`` sees the placer once running work is kept and before the queue is placed (an exact
         solver reads its candidate rankings there). With ``orders`` above 1 the queue is placed in the
@@ -96,9 +97,10 @@ class GreedySolver(ABC):
         if on_kept is not None:
             on_kept(placer)
         queue = [r for r in problem.queue_order() if r.running is None]
+        running = running_members(problem.requests)
 
         def loop(order: Sequence[Request]) -> _Outcome:
-            return _place_queue(placer, order, deadline, now)
+            return _place_queue(placer, order, deadline, now, running)
 
         if orders > 1 and len(queue) > 1:
             measure = Fragmentation(problem_mix(problem))
@@ -156,9 +158,16 @@ class _Outcome:
     not_reached: list[Request] = field(default_factory=list)
 
 
-def _place_queue(placer: Placer, queue: Sequence[Request], deadline: float | None, now: Clock) -> _Outcome:
+def _place_queue(
+    placer: Placer,
+    queue: Sequence[Request],
+    deadline: float | None,
+    now: Clock,
+    running: Mapping[str, Sequence[tuple[Request, str]]],
+) -> _Outcome:
     """Place ``queue`` in order on ``placer``: single replicas one at a time, a gang's members all
-    together (at its first member) or not at all; stop at ``deadline``."""
+    together (at its first member, beside its ``running`` members kept where they run) or not at all;
+    stop at ``deadline``."""
     gangs: dict[str, list[Request]] = {}
     for r in queue:
         if r.gang is not None:
@@ -180,7 +189,7 @@ def _place_queue(placer: Placer, queue: Sequence[Request], deadline: float | Non
         members = gangs.pop(r.gang, None)
         if members is None:
             continue
-        done, blocker = placer.place_gang(members)
+        done, blocker = placer.place_gang(members, running.get(r.gang, ()))
         out.placed.extend(done)
         if blocker is not None:
             out.unplaced.extend(gang_failure(r.gang, members, blocker, placer))

@@ -12,6 +12,7 @@ from __future__ import annotations
 import math
 from collections.abc import Sequence
 
+from gpuplan.models.hardware import MILLI_PER_GPU
 from gpuplan.solvers.greedy.engine import GreedySolver
 from gpuplan.solvers.placement import Scorer
 from gpuplan.solvers.placement.fragmentation import Fragmentation, Target, problem_mix
@@ -25,7 +26,7 @@ MAX_NODE_SCORE = 100
 
 def fgd_score(decrease: float) -> int:
     """Score of a fragmentation decrease (milli-GPU): the simulator's quantised sigmoid."""
-    x = max(decrease / 1000.0, -700.0)
+    x = max(decrease / MILLI_PER_GPU, -700.0)
     return int(1.0 / (1.0 + math.exp(-x)) * MAX_NODE_SCORE)
 
 

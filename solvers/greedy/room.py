@@ -29,7 +29,9 @@ from collections import Counter, defaultdict
 from collections.abc import Hashable
 from dataclasses import dataclass, field, replace
 
-from gpuplan.models.plan import Assignment
+from gpuplan.models.hardware import MILLI_PER_GPU
+from gpuplan.models.plan import MIGRATE, Assignment
+from gpuplan.models.rules.disruption import moves_allowed, stop_kind, team_moves_allowed
 from gpuplan.solvers.base import SolveResult
 from gpuplan.solvers.formulation.objective import queue_penalty
 from gpuplan.solvers.placement import NodeInfo, NodeState, Placer
@@ -50,9 +52,6 @@ RANKED_ABOVE = 64
 CANDIDATES = 12
 #: Trials a waiting replica gets on a large fleet, chains included (the cheapest places come first).
 TRIALS_PER_REPLICA = 40
-#: Milli-GPU of a whole GPU.
-_WHOLE = 1000
-
 Key = tuple[str, int]
 #: A replica and where the plan puts it.
 _Entry = tuple[Request, Assignment]
@@ -182,7 +181,7 @@ class _Search:
 
     def moves_left(self, team: str | None) -> int:
         left = self.budget - self.plan.moves
-        cap = self.problem.policy.disruption.max_moves_per_team
+        cap = team_moves_allowed(self.problem.policy.disruption)
         if team is not None and cap is not None:
             left = min(left, cap - self.plan.moved[team])
         return left
@@ -226,7 +225,7 @@ class _Search:
             out.mem += a.memory_mib
             for g in a.gpus:
                 p = info.position_of[g.index]
-                out.milli[p] += _WHOLE if g.milli is None else g.milli
+                out.milli[p] += MILLI_PER_GPU if g.milli is None else g.milli
                 out.count[p] += 1
         self._use[n] = (version, out)
         return out
@@ -253,7 +252,7 @@ class _Search:
         ):
             return None
         wanted = shape.gpus or (1 if shape.milli else 0)
-        need = _WHOLE if shape.gpus else shape.milli
+        need = MILLI_PER_GPU if shape.gpus else shape.milli
         costs = []
         if wanted:
             for p, free in enumerate(state.free):
@@ -423,13 +422,20 @@ class _Search:
 
 def _gang(search: _Search, members: list[Request]) -> bool:
     """Place every member of a waiting gang in turn where it fits, or make room for it, inside one value
-    of its domain labels if it has any (values in node-rank order, as the kernel tries them), in one
-    transaction kept only if all were placed and the queue term dropped; whether it was kept."""
+    of its domain labels if it has any (values in node-rank order, as the kernel tries them; for a gang
+    that runs in part, the value of its members the plan places, which stay), in one transaction kept
+    only if all were placed and the queue term dropped; whether it was kept."""
     if any(search.placer.never_fits(m) for m in members):
         return False
-    domains = sorted({m.gang_domain for m in members if m.gang_domain})
+    gang = members[0].gang
+    beside = [(q, a.node) for q, a in search.plan.placed.values() if q.gang == gang]
+    domains = sorted({m.gang_domain for m in [*members, *(q for q, _ in beside)] if m.gang_domain})
     infos = sorted(search.placer.infos, key=lambda i: search.placer.cluster.rank[i.pos])
     values = dict.fromkeys(tuple(i.spec.labels.get(d) for d in domains) for i in infos)
+    if beside:
+        by_name = {i.name: i for i in infos}
+        values = dict.fromkeys(tuple(by_name[node].spec.labels.get(d) for d in domains) for _, node in beside)
+        values = values if len(values) == 1 else {}
     for value in (v for v in values if None not in v):
         outside = frozenset(i.pos for i in infos if tuple(i.spec.labels.get(d) for d in domains) != value)
         used = search.begin()
@@ -459,7 +465,7 @@ def _gang(search: _Search, members: list[Request]) -> bool:
 
 
 def _milli(a: Assignment) -> int:
-    return sum(_WHOLE if g.milli is None else g.milli for g in a.gpus)
+    return sum(MILLI_PER_GPU if g.milli is None else g.milli for g in a.gpus)
 
 
 def _at(run: Running, a: Assignment) -> bool:
@@ -468,12 +474,14 @@ def _at(run: Running, a: Assignment) -> bool:
 
 
 def moved_running(problem: PlacementProblem, plan: SolveResult) -> int:
-    """Running replicas ``plan`` places elsewhere than where they run."""
+    """Running replicas ``plan`` places elsewhere than where they run: its moves
+    (:func:`~gpuplan.models.rules.disruption.stop_kind`)."""
     by_key = {q.key: q for q in problem.requests}
     return sum(
         1
         for a in plan.assignments
-        if (run := by_key[(a.workload, a.replica)].running) is not None and not _at(run, a)
+        if (run := by_key[(a.workload, a.replica)].running) is not None
+        and stop_kind(placed=True, stays=_at(run, a)) == MIGRATE
     )
 
 
@@ -506,7 +514,7 @@ def make_room(
     movable = {
         q.key for q in problem.requests if single(q) and (q.running is None or may_move(problem.policy, q))
     }
-    budget = problem.policy.disruption.max_moves_per_round if moves is None else moves
+    budget = moves_allowed(problem.policy.disruption) if moves is None else moves
     ranked = len(placer.infos) > RANKED_ABOVE
     search = _Search(problem, placer, plan, movable, budget, deadline, steps, ranked)
     keyed = [(q.key, q) for q in problem.requests if single(q)]
@@ -528,7 +536,7 @@ def make_room(
         for unit in units:
             if search.out_of_time():
                 break
-            if len(unit) > 1:
+            if not single(unit[0]):
                 if _gang(search, unit):
                     failed.clear()
                 continue

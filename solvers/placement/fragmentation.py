@@ -19,10 +19,11 @@ from collections.abc import Hashable, Iterable, Sequence
 from dataclasses import dataclass, replace
 from fractions import Fraction
 
+from gpuplan.models.hardware import MILLI_PER_GPU
 from gpuplan.models.workload import TopologyNeed
 from gpuplan.solvers.placement.options import fraction_fits, gpu_ok, mig_starts, whole_groups
-from gpuplan.solvers.placement.state import MILLI, NodeInfo, NodeState, frag_key, slice_milli
-from gpuplan.solvers.problem import PlacementProblem, Request, ShapeSpec
+from gpuplan.solvers.placement.state import NodeInfo, NodeState, frag_key, slice_milli
+from gpuplan.solvers.problem import PlacementProblem, Request, ShapeSpec, admitted
 
 #: Share of the demand the target mix covers (the simulator's ``podPopularityThreshold`` of 95%).
 COVERAGE = 0.95
@@ -36,9 +37,9 @@ class Target:
     weight: float
 
 
-def _rank(shape: ShapeSpec) -> tuple[int, int, int, str, str, str, str]:
+def _rank(shape: ShapeSpec) -> tuple[int, int, int, str, str, str, str, str]:
     """Order among equally popular shapes: larger CPU, per-GPU share and GPU count first."""
-    per_gpu = MILLI if shape.kind == "whole" else shape.milli
+    per_gpu = MILLI_PER_GPU if shape.kind == "whole" else shape.milli
     count = shape.gpus if shape.kind == "whole" else int(shape.kind in ("fraction", "mig"))
     return (
         shape.cpu_milli,
@@ -48,6 +49,7 @@ def _rank(shape: ShapeSpec) -> tuple[int, int, int, str, str, str, str]:
         shape.kind,
         shape.mig_profile or "",
         str(shape.topology),
+        "|".join(sorted(shape.refused)),
     )
 
 
@@ -160,7 +162,7 @@ class Fragmentation:
             targets: list[tuple[float, int, int]] = []
             for t in self.targets:
                 s = t.shape
-                if s.kind == "cpu" or (s.models and names.isdisjoint(s.models)):
+                if s.kind == "cpu" or (s.models and names.isdisjoint(s.models)) or not admitted(s, info.name):
                     continue
                 k = bare.setdefault(replace(s, cpu_milli=0), len(bare))
                 targets.append((t.weight, s.cpu_milli, k))
@@ -179,6 +181,7 @@ class Fragmentation:
                     not info.models
                     or (s.models and info.models[0].name not in s.models)
                     or not info.spec.gpus[0].offers(s.kind)
+                    or not admitted(s, info.name)
                 ):
                     continue
                 if s.kind == "fraction":
@@ -204,10 +207,10 @@ class Fragmentation:
         for c, m, w in plan.fractions:
             if cpu >= c:
                 used += w * suffix[bisect.bisect_left(ordered, m)]
-        full = len(ordered) - bisect.bisect_left(ordered, MILLI)
+        full = len(ordered) - bisect.bisect_left(ordered, MILLI_PER_GPU)
         for c, k, w in plan.wholes:
             if cpu >= c and full >= k:
-                used += w * MILLI * full
+                used += w * MILLI_PER_GPU * full
         return used
 
 
@@ -221,7 +224,7 @@ def usable(info: NodeInfo, state: NodeState, shape: ShapeSpec) -> int:
     if shape.kind == "cpu" or state.cpu < shape.cpu_milli:
         return 0
     if shape.kind == "whole":
-        return MILLI * len({p for g in whole_groups(info, state, shape) for p in g})
+        return MILLI_PER_GPU * len({p for g in whole_groups(info, state, shape) for p in g})
     if state.mem < shape.memory_mib:
         return 0
     # The GPUs and instances ``options`` would offer (without sharing tags), without building them.

@@ -7,10 +7,10 @@ import logging
 from dataclasses import dataclass
 
 from gpuplan.models.cluster import MigInstance, check_mig_layout
+from gpuplan.models.hardware import MILLI_PER_GPU
 from gpuplan.models.plan import GpuUse
 from gpuplan.models.workload import TopologyNeed
 from gpuplan.solvers.placement.state import (
-    MILLI,
     MigSlot,
     NodeInfo,
     NodeState,
@@ -21,7 +21,7 @@ from gpuplan.solvers.placement.state import (
     with_share,
     with_tags,
 )
-from gpuplan.solvers.problem import ShapeSpec, memory_room
+from gpuplan.solvers.problem import ShapeSpec, admitted, memory_room
 
 log = logging.getLogger(__name__)
 
@@ -67,9 +67,12 @@ def describe(shape: ShapeSpec) -> str:
 
 
 def gpu_ok(info: NodeInfo, pos: int, shape: ShapeSpec) -> bool:
-    """Whether the GPU at ``pos`` is of a model the shape accepts, in a sharing mode that offers it."""
-    return (not shape.models or info.models[pos].name in shape.models) and info.spec.gpus[pos].offers(
-        shape.kind
+    """Whether the GPU at ``pos`` is of a model the shape accepts, in a sharing mode that offers it, on a
+    node kube-scheduler's filters admit the shape to (:func:`~gpuplan.solvers.problem.admitted`)."""
+    return (
+        (not shape.models or info.models[pos].name in shape.models)
+        and info.spec.gpus[pos].offers(shape.kind)
+        and admitted(shape, info.spec.name)
     )
 
 
@@ -90,7 +93,9 @@ def whole_groups(info: NodeInfo, state: NodeState, shape: ShapeSpec) -> list[lis
     clique or one NUMA node, as the topology need says; only groups with enough GPUs are returned."""
     k = shape.gpus
     cand = [
-        p for p, f in enumerate(state.free) if f == MILLI and state.mig[p] is None and gpu_ok(info, p, shape)
+        p
+        for p, f in enumerate(state.free)
+        if f == MILLI_PER_GPU and state.mig[p] is None and gpu_ok(info, p, shape)
     ]
     if len(cand) < k:
         return []
@@ -216,7 +221,7 @@ def options(info: NodeInfo, state: NodeState, shape: ShapeSpec, tags: tuple[str,
 
     ``tags`` are the request's sharing tags: a shared GPU serving a conflicting team or tier is skipped.
     """
-    if state.cpu < shape.cpu_milli or state.mem < shape.memory_mib:
+    if state.cpu < shape.cpu_milli or state.mem < shape.memory_mib or not admitted(shape, info.spec.name):
         return []
     if shape.kind == "whole":
         return _whole_sets(info, state, shape)
@@ -283,7 +288,7 @@ def uses(info: NodeInfo, option: Option) -> tuple[GpuUse, ...]:
 def demand_milli(info: NodeInfo, option: Option) -> int:
     """GPU capacity an option takes, in milli-GPU (a MIG instance by its memory slices)."""
     if option.kind == "whole":
-        return MILLI * len(option.gpus)
+        return MILLI_PER_GPU * len(option.gpus)
     if option.kind == "fraction":
         return option.milli
     if option.kind == "mig":
@@ -315,7 +320,7 @@ def keep(
             mig[p] = slots
             free[p] = mig_free(model, slots)
             continue
-        take = MILLI if use.milli is None else use.milli
+        take = MILLI_PER_GPU if use.milli is None else use.milli
         short_memory = use.milli is not None and memory_room(shape, gmem[p]) == 0
         if free[p] < take or slots is not None or short_memory:
             log.warning("node %s GPU %d is over-committed by running work", info.name, use.index)

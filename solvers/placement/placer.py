@@ -218,14 +218,18 @@ class Placer:
             alternative=k,
         )
 
-    def place_gang(self, members: Sequence[Request]) -> tuple[list[Assignment], Request | None]:
+    def place_gang(
+        self, members: Sequence[Request], placed: Sequence[tuple[Request, str]] = ()
+    ) -> tuple[list[Assignment], Request | None]:
         """Place every member or none; on failure return no assignment and the member that failed.
 
         A gang with a domain label (``gang_domain``) goes inside one value of that label (never to a
         node without it): the values are tried in node-rank order and the first one holding the whole
-        gang wins.
+        gang wins. ``placed``: the gang's other members that stay placed (request, node name: the
+        running members of a gang that runs in part, kept where they run), whose value the members
+        join (none is placed when those sit outside one value).
         """
-        domains = sorted({m.gang_domain for m in members if m.gang_domain})
+        domains = sorted({m.gang_domain for m in [*members, *(r for r, _ in placed)] if m.gang_domain})
         if not domains:
             return self._place_all(members, None)
 
@@ -236,11 +240,16 @@ class Placer:
             return lambda info: value(info) == v
 
         ordered = sorted(self.infos, key=lambda i: self.cluster.rank[i.pos])
+        values = dict.fromkeys(value(i) for i in ordered if None not in value(i))
+        if placed:
+            at = [self._by_name.get(node) for _, node in placed]
+            joined = {(None,) if n is None else value(self.infos[n]) for n in at}
+            values = dict.fromkeys(v for v in joined if None not in v) if len(joined) == 1 else {}
         first_blocker: Request | None = None
-        for v in dict.fromkeys(value(i) for i in ordered if None not in value(i)):
-            placed, blocker = self._place_all(members, inside(v))
+        for v in values:
+            got, blocker = self._place_all(members, inside(v))
             if blocker is None:
-                return placed, None
+                return got, None
             first_blocker = first_blocker or blocker
         return [], first_blocker or members[0]
 

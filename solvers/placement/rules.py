@@ -1,19 +1,21 @@
 """The policy rules a greedy placement must keep: team-exclusive nodes, GPU sharing isolation, quotas.
 
-Gang domains are kept by :meth:`gpuplan.solvers.placement.Placer.place_gang`.
+The rules themselves (who is allowed where, who may share a GPU, what a GPU use charges, which quota
+charges it, a quota's limit) are in :mod:`gpuplan.models.rules`; this module keeps their bookkeeping for
+one placement run, in the catalog's exact quota unit. Gang domains are kept by
+:meth:`gpuplan.solvers.placement.Placer.place_gang`.
 """
 
 from __future__ import annotations
 
-import math
 from collections.abc import Sequence
 from dataclasses import dataclass
-from fractions import Fraction
 
 from gpuplan.models.hardware import HardwareCatalog
-from gpuplan.models.policy import IsolationKind, Policy
+from gpuplan.models.policy import Policy
+from gpuplan.models.rules import isolation, quota
 from gpuplan.solvers.placement.options import Option
-from gpuplan.solvers.placement.state import MILLI, NodeInfo
+from gpuplan.solvers.placement.state import NodeInfo
 from gpuplan.solvers.problem import NodeSpec, Request, ShapeSpec
 
 
@@ -31,36 +33,24 @@ class Demand:
 
 
 def reserved_teams(policy: Policy, node: NodeSpec) -> frozenset[str] | None:
-    """Teams allowed on ``node`` by the team-exclusive rules covering it (``None``: any team)."""
-    teams: frozenset[str] | None = None
-    for rule in policy.isolation:
-        if rule.kind is not IsolationKind.TEAM_EXCLUSIVE or rule.team is None:
-            continue
-        if node.name in rule.nodes or (rule.pool is not None and node.pool == rule.pool):
-            mine = frozenset({rule.team})
-            teams = mine if teams is None else teams & mine
-    return teams
+    """Teams allowed on ``node`` by the team-exclusive rules covering it (``None``: any team;
+    :func:`gpuplan.models.rules.isolation.reserved_teams`)."""
+    return isolation.reserved_teams(policy.isolation, node.name, node.pool)
 
 
 class Rules:
     """Isolation and quota bookkeeping for one placement run (quota usage is mutable)."""
 
     def __init__(self, policy: Policy, catalog: HardwareCatalog) -> None:
-        self.sharing = tuple(
-            (i, r)
-            for i, r in enumerate(policy.isolation)
-            if r.kind in (IsolationKind.NO_SHARED_GPU_ACROSS_TEAMS, IsolationKind.TIERS_NO_SHARE)
-        )
-        # Integer quota sums in a unit that divides milli-GPU and every MIG compute geometry exactly.
-        self.unit = MILLI * math.lcm(*(m.compute_slices for m in catalog.models))
+        self.sharing = tuple((i, r) for i, r in enumerate(policy.isolation) if isolation.keeps_apart(r))
+        # Integer quota sums in the catalog's quota unit, which every share divides exactly.
+        self.unit = quota.quota_unit(catalog)
         self.quotas = policy.quotas
-        self.models = tuple(
-            None if q.gpu_model is None else catalog.canonical(q.gpu_model) for q in self.quotas
-        )
-        # An infinite quota never binds (its limit is never read: it charges nothing).
-        self.limits = tuple(
-            0 if math.isinf(q.gpus) else int(Fraction(repr(q.gpus)) * self.unit) for q in self.quotas
-        )
+        self.models = tuple(quota.quota_model(q, catalog) for q in self.quotas)
+        limits = tuple(quota.limit_units(q.gpus, self.unit) for q in self.quotas)
+        # An infinite quota never binds: it charges nothing (its limit, 0 here, is never read).
+        self.binding = tuple(limit is not None for limit in limits)
+        self.limits = tuple(limit or 0 for limit in limits)
         self.used = [0] * len(self.quotas)
 
     @property
@@ -72,14 +62,13 @@ class Rules:
         """The request's team, sharing tags and the quotas that charge it."""
         tags = []
         for i, rule in self.sharing:
-            if rule.kind is IsolationKind.NO_SHARED_GPU_ACROSS_TEAMS:
-                tags.append(f"{i}={request.team}")
-            elif request.tier in rule.tiers:
-                tags.append(f"{i}={request.tier}")
+            group = isolation.sharing_group(rule, request.team, request.tier)
+            if group is not None:
+                tags.append(f"{i}={group}")
         charged = tuple(
             i
             for i, q in enumerate(self.quotas)
-            if q.team == request.team and not (q.borrow and request.preemptible) and not math.isinf(q.gpus)
+            if self.binding[i] and quota.charges_replica(q, request.team, request.preemptible)
         )
         return Demand(request.team, tuple(sorted(tags)), charged)
 
@@ -89,25 +78,19 @@ class Rules:
 
     def _units(self, info: NodeInfo, shape: ShapeSpec, pos: int) -> int:
         """Quota units of one GPU use of ``shape`` on the GPU at ``pos``."""
-        if shape.kind == "whole":
-            return self.unit
-        if shape.kind == "fraction":
-            return self.unit * shape.milli // MILLI
-        model = info.models[pos]
-        assert shape.mig_profile is not None
-        return self.unit * model.profile(shape.mig_profile).compute_slices // model.compute_slices
+        return quota.use_units(shape.kind, shape.milli, shape.mig_profile, info.models[pos], self.unit)
 
     def charges(self, info: NodeInfo, shape: ShapeSpec, gpus: Sequence[int], demand: Demand) -> list[int]:
         """Units each charging quota would take for ``shape`` on GPU positions ``gpus`` of the node."""
         out = []
+        pool = info.spec.pool
         for i in demand.quotas:
             q, model = self.quotas[i], self.models[i]
-            if q.pool is not None and info.spec.pool != q.pool:
-                out.append(0)
-                continue
             out.append(
                 sum(
-                    self._units(info, shape, p) for p in gpus if model is None or info.models[p].name == model
+                    self._units(info, shape, p)
+                    for p in gpus
+                    if quota.charges_gpu(q, model, pool, info.models[p].name)
                 )
             )
         return out

@@ -18,9 +18,6 @@ from gpuplan.solvers.problem import NodeSpec
 
 log = logging.getLogger(__name__)
 
-#: Capacity of one GPU in milli-GPU.
-MILLI = MILLI_PER_GPU
-
 #: One MIG instance on a GPU: (start, profile, size in memory slices, occupied by a replica).
 MigSlot = tuple[int, str, int, bool]
 
@@ -88,13 +85,13 @@ class NodeInfo:
 
 
 def initial_shares(spec: NodeSpec) -> tuple[int, ...] | None:
-    """Fractions each GPU of an idle node may take: its time-slicing replicas, :data:`MILLI` (no limit
-    beyond the milli capacity: a fraction takes at least 1 milli) for the others; ``None`` when no GPU
-    of the node has a limit."""
+    """Fractions each GPU of an idle node may take: its time-slicing replicas, :data:`MILLI_PER_GPU` (no
+    limit beyond the milli capacity: a fraction takes at least 1 milli) for the others; ``None`` when no
+    GPU of the node has a limit."""
     limits = [g.shares for g in spec.gpus]
     if all(r is None for r in limits):
         return None
-    return tuple(MILLI if r is None else r for r in limits)
+    return tuple(MILLI_PER_GPU if r is None else r for r in limits)
 
 
 def has_share(state: NodeState, pos: int) -> bool:
@@ -111,7 +108,7 @@ def with_share(shares: tuple[int, ...] | None, pos: int, taken: int = 1) -> tupl
 
 def slice_milli(model: GpuModelSpec, slices: int) -> int:
     """Milli-GPU of ``slices`` memory slices of ``model`` (exact for 4- and 8-slice geometries)."""
-    return MILLI * slices // model.memory_slices
+    return MILLI_PER_GPU * slices // model.memory_slices
 
 
 def mig_free(model: GpuModelSpec, slots: tuple[MigSlot, ...]) -> int:
@@ -149,6 +146,7 @@ def node_info(
         allow_create,
         spec.pool,
         tuple(sorted(spec.labels.items())),
+        (spec.taints, spec.resources),
         None if reserved is None else tuple(sorted(reserved)),
         tagged,
     )
@@ -188,7 +186,7 @@ def initial_state(info: NodeInfo) -> NodeState:
     for g, model in zip(info.spec.gpus, info.models, strict=True):
         if g.mig is None:
             migs.append(None)
-            free.append(MILLI)
+            free.append(MILLI_PER_GPU)
             continue
         slots = tuple(
             sorted((start, prof, model.profile(prof).size_at(start), False) for prof, start in g.mig)
@@ -210,7 +208,9 @@ def initial_state(info: NodeInfo) -> NodeState:
 
 def conflicts(state: NodeState, pos: int, tags: tuple[str, ...]) -> bool:
     """Whether the GPU at ``pos`` serves a team or tier that an isolation rule keeps apart from ``tags``,
-    or already serves two that one keeps apart (running work that breaks it: nothing new joins)."""
+    or already serves two that one keeps apart (running work that breaks it: nothing new joins). A tag is
+    ``"<rule>=<group>"``, the group of :func:`gpuplan.models.rules.isolation.sharing_group`: two users
+    may share the GPU unless one rule gives them different groups (``may_share``)."""
     if state.tags is None:
         return False
     held = state.tags[pos]
@@ -312,7 +312,7 @@ class ClusterState:
         self.groups: dict[tuple[Hashable, int], Group] = {}
         for n, sig in enumerate(self.sigs):
             self.groups.setdefault(sig, Group()).add(n, self.rank[n])
-        self.capacity_gpu_milli = sum(MILLI * len(i.spec.gpus) for i in self.infos)
+        self.capacity_gpu_milli = sum(MILLI_PER_GPU * len(i.spec.gpus) for i in self.infos)
         self.free_gpu_milli = sum(sum(s.free) for s in self.states)
         self._journal: list[tuple[int, NodeState]] | None = None
         #: Where each open transaction starts in the journal, innermost last.

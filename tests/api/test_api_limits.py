@@ -258,6 +258,7 @@ def test_validation_without_workloads_lists_what_it_skipped(client: TestClient) 
         "gpu-models",
         "gangs",
         "topology",
+        "scheduling",
         "disruption",
         "min-runtime",
     ]

@@ -1,4 +1,4 @@
-"""The per-GPU rules (``models.gpu_rules``): hand-made cases with the rule each must break, and the
+"""The per-GPU rules (``models.rules.gpu``): hand-made cases with the rule each must break, and the
 agreement of the occupancy's start check with the validator's check of the whole set."""
 
 from __future__ import annotations
@@ -8,8 +8,8 @@ from hypothesis import strategies as st
 
 from gpuplan.models.catalog import default_catalog
 from gpuplan.models.cluster import EXCLUSIVE, Sharing, TimeSliced
-from gpuplan.models.gpu_rules import GpuState, GpuUser, gpu_breaches
 from gpuplan.models.plan import GpuUse
+from gpuplan.models.rules.gpu import GpuState, GpuUser, gpu_breaches
 
 CATALOG = default_catalog()
 H100 = CATALOG.model("H100-80GB")  # 81920 MiB; 3g.40gb starts at 0 or 4, 1g.10gb at 0-6

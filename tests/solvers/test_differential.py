@@ -5,9 +5,15 @@ For each path the plan must be valid, its report's objective the queue term of i
 bound never above the true optimum, and ``OPTIMAL`` only at the true optimum. Instances are drawn by
 feature (:data:`tests._brute.FEATURES`): plain waiting work first, then running work, drifted running
 states, GPUs with MIG disabled, MIG re-partitions and sharing-mode changes, one feature at a time so
-that a disagreement of one feature does not hide the others. The smallest instance of each class of
-disagreement the harness found is a test of its own: strict for the classes fixed, a strict ``xfail``
-with its cause for those still known.
+that a disagreement of one feature does not hide the others; then by stratum
+(:data:`tests._brute.STRATA`), instances made so that one family of rules binds (disruption budgets,
+minimum runtime, higher-tier preemption, quotas by fractions and MIG slices, MIG starts and overlaps,
+time-sliced replicas, isolation, gangs, sharing and MIG mode changes), and the stratum of the classes
+still known, apart. Each rule also has a hand-computed instance on which it binds (:data:`RULES`): the
+brute force and every path must reach that optimum, which also catches a rule changed on both sides at
+once. The smallest instance of each class of disagreement the harness found is a test of its own: strict
+for the classes fixed, a strict ``xfail`` with its cause for those still known. That the brute force's
+cuts keep every valid plan is proved in ``tests/solvers/test_brute_force.py``.
 """
 
 from __future__ import annotations
@@ -20,15 +26,16 @@ from hypothesis import HealthCheck, Phase, given, settings
 
 from gpuplan.models.inputs import PlanningInput
 from gpuplan.planner.planning import make_plan
-from gpuplan.planner.validation.validate import validate_plan
+from gpuplan.planner.validation.validate import check_plan, validate_plan
 from tests._brute import (
     CATALOG,
+    KNOWN_STRATUM,
     NOW,
     PATHS,
+    STRATA,
     NoValidPlan,
     Optimum,
     TooLarge,
-    _Search,
     current_plan,
     forced,
     instances,
@@ -57,24 +64,51 @@ DRIFT_GANG_CRASH = (
     "pass (planner/pipeline/timeline.py) starts the kept replicas again and raises OverCommitError on "
     "every path"
 )
+TEAM_MOVES = (
+    "the validator checks max_moves_per_team per round only, so a plan that spreads one team's moves over "
+    "rounds passes it (the brute force, judging by the validator, finds 0; the fleet engine and the "
+    "large-cluster path make such plans), while the README says spreading buys no more and the exact "
+    "model keeps the limit over the whole plan (10800)"
+)
+TEAM_MOVES_ZERO = (
+    "the fleet engine and the large-cluster path do not keep max_moves_per_team: with 0 they move a "
+    "replica anyway, the action schedule defers the move, and the plan is invalid "
+    "(disruption-unscheduled)"
+)
+KNOWN = (
+    "the stratum of the classes still known: a gang partly running (see the drift-gang and "
+    "drift-gang-crash cases below), a sharing change that needs a busy node drained (busy-sharing) and "
+    "a binding max_moves_per_team (" + TEAM_MOVES + "; " + TEAM_MOVES_ZERO + ")"
+)
 #: The features drawn one at a time (``+`` joins features drawn together).
 BY_FEATURE = ("running", "drift", "mig-off", "repartition", "sharing-change", "running+sharing-change")
+#: Instances per stratum and path (the same instances for every path: derandomised).
+STRATUM_EXAMPLES = 10
+
+#: Brute-force optima by input, shared by the paths judged on the same instances.
+_OPTIMA: dict[str, Optimum | None] = {}
 
 
 def _optimum(inp: PlanningInput) -> Optimum | None:
     """The brute-force optimum, or None when the validator accepts no plan or the search is too large."""
-    try:
-        return optimum(inp)
-    except (NoValidPlan, TooLarge):
-        return None
+    key = inp.model_dump_json()
+    if key not in _OPTIMA:
+        try:
+            _OPTIMA[key] = optimum(inp)
+        except (NoValidPlan, TooLarge):
+            _OPTIMA[key] = None
+    return _OPTIMA[key]
 
 
-def _agrees(inp: PlanningInput, path: str) -> None:
+def _agrees(inp: PlanningInput, path: str) -> bool:
+    """Whether the brute force judged ``inp`` (it has a valid plan and is small enough); if so, ``path``
+    must agree with it."""
     best = _optimum(inp)
     if best is None:
-        return
+        return False
     verdict = judge(inp, best.cost, path)
     assert not verdict.problems, (verdict, inp.model_dump_json(exclude_defaults=True))
+    return True
 
 
 def _inp(
@@ -199,18 +233,198 @@ def test_the_brute_force_finds_hand_computed_optima(
     assert validate_plan(found.plan, _inp(nodes, workloads, policy), CATALOG) == []
 
 
-@settings(max_examples=60, **SETTINGS)
-@given(instances(max_replicas=3))
-def test_the_cuts_never_change_the_optimum(inp: PlanningInput) -> None:
-    """The enumeration's cuts restate validator rules: on the smallest inputs, plain enumeration (the
-    bound only) finds the same optimum."""
-    cut, plain = _Search(inp, CATALOG, prune=True), _Search(inp, CATALOG, prune=False)
-    try:
-        cut.run()
-        plain.run()
-    except TooLarge:
-        return
-    assert cut.best == plain.best
+def _on(node: str, index: int, wid: str, **extra: Any) -> dict[str, Any]:
+    """A one-GPU replica running on GPU ``index`` of ``node`` for 5 h (not preemptible unless said)."""
+    return {
+        "id": wid, "gpus": 1, "started_at": STARTED,
+        "running_on": [{"node": node, "gpus": [{"index": index}]}], **extra,
+    }  # fmt: skip
+
+
+#: Four nodes of two GPUs, one not preemptible background replica on GPU 0 of each: each two-GPU replica
+#: placed needs one move.
+FOUR_NODES = [{"name": f"n{i}", "gpus": _gpus("L4-24GB", 2)} for i in range(4)]
+FRAGMENTED = [_on(f"n{i}", 0, f"r{i}", tier="background", team="a") for i in range(4)]
+TWO_BIG = {"id": "w", "gpus": 2, "replicas": 2, "queued_since": QUEUED}
+#: A full node of two GPUs, each running a preemptible background replica.
+FULL = [_on("n", g, f"r{g}", tier="background", preemptible=True) for g in range(2)]
+ONE_L4 = [{"name": "n", "gpus": _gpus("L4-24GB", 1)}]
+TWO_L4 = [{"name": "n", "gpus": _gpus("L4-24GB", 2)}]
+MIG_0_3 = {"instances": [{"profile": "1g.6gb", "start": s} for s in (0, 3)]}
+FOUR_1G = {"instances": [{"profile": "1g.6gb", "start": s} for s in range(4)]}
+RACKS = [{"name": f"n{i}", "labels": {"rack": f"r{i}"}, "gpus": _gpus("L4-24GB", 1)} for i in range(2)]
+YOUNG = (NOW - timedelta(hours=1)).isoformat()
+
+#: One instance per rule on which the rule decides the optimum, computed by hand: (nodes, workloads,
+#: policy, optimum). Penalty of a waiting replica: tier weight (latency-sensitive 10, standard 3,
+#: background 1) x demand (100 per GPU, milli / 10, a MIG slice's share) x (8 + hours waited).
+RULES: dict[str, tuple[list[dict[str, Any]], list[dict[str, Any]], dict[str, Any], int]] = {
+    # Two moves place both two-GPU replicas; one is allowed: one waits 10 h, 3 x 200 x 18.
+    "max-moves-per-round": (
+        FOUR_NODES, [*FRAGMENTED, TWO_BIG], {"disruption": {"max_moves_per_round": 1}}, 10800,
+    ),
+    "max-moves-per-round-2": (
+        FOUR_NODES, [*FRAGMENTED, TWO_BIG], {"disruption": {"max_moves_per_round": 2}}, 0,
+    ),
+    "max-moves-per-team": (
+        FOUR_NODES, [*FRAGMENTED, TWO_BIG],
+        {"disruption": {"max_moves_per_round": 2, "max_moves_per_team": 1}}, 10800,
+    ),
+    # No move of team a: both two-GPU replicas wait, 2 x 3 x 200 x 18.
+    "max-moves-per-team-0": (
+        FOUR_NODES, [*FRAGMENTED, TWO_BIG],
+        {"disruption": {"max_moves_per_round": 2, "max_moves_per_team": 0}}, 21600,
+    ),
+    # Two standard replicas wait 10 h for a node of two background ones: one preemption allowed, so one
+    # background replica waits (1 x 100 x 8) and one standard (3 x 100 x 18).
+    "max-preemptions-per-round": (
+        TWO_L4, [*FULL, {"id": "w", "gpus": 1, "replicas": 2, "queued_since": QUEUED}],
+        {"disruption": {"max_preemptions_per_round": 1}}, 6200,
+    ),
+    "max-preemptions-per-round-2": (
+        TWO_L4, [*FULL, {"id": "w", "gpus": 1, "replicas": 2, "queued_since": QUEUED}],
+        {"disruption": {"max_preemptions_per_round": 2}}, 1600,
+    ),
+    # The newcomers are background too: no preemption for them (2 x 1 x 100 x 18).
+    "preempt-only-for-higher-tier": (
+        TWO_L4, [*FULL, {"id": "w", "tier": "background", "gpus": 1, "replicas": 2, "queued_since": QUEUED}],
+        {"disruption": {"max_preemptions_per_round": 1}}, 3600,
+    ),
+    "preempt-for-any-tier": (
+        TWO_L4, [*FULL, {"id": "w", "tier": "background", "gpus": 1, "replicas": 2, "queued_since": QUEUED}],
+        {"disruption": {"max_preemptions_per_round": 1, "preempt_only_for_higher_tier": False}}, 2600,
+    ),
+    # r started 1 h ago: under a 2 h minimum runtime it stays and w waits (3 x 100 x 18); under 30 min it
+    # is preempted (1 x 100 x 8).
+    "min-runtime": (
+        ONE_L4,
+        [_on("n", 0, "r", tier="background", preemptible=True, started_at=YOUNG),
+         {"id": "w", "gpus": 1, "queued_since": QUEUED}],
+        {"disruption": {"max_preemptions_per_round": 1, "min_runtime_s": 7200}}, 5400,
+    ),
+    "min-runtime-met": (
+        ONE_L4,
+        [_on("n", 0, "r", tier="background", preemptible=True, started_at=YOUNG),
+         {"id": "w", "gpus": 1, "queued_since": QUEUED}],
+        {"disruption": {"max_preemptions_per_round": 1, "min_runtime_s": 1800}}, 800,
+    ),
+    # Latency-sensitive work is preempted only when the policy opens that tier (10 x 100 x 8 beats the
+    # newcomer's 10 x 100 x 18).
+    "preempt-latency-sensitive": (
+        ONE_L4,
+        [_on("n", 0, "r", tier="latency-sensitive", preemptible=True),
+         {"id": "w", "tier": "latency-sensitive", "gpus": 1, "queued_since": QUEUED}],
+        {"disruption": {"max_preemptions_per_round": 1, "preempt_only_for_higher_tier": False,
+                        "preempt_latency_sensitive": True}}, 8000,
+    ),
+    "latency-sensitive-not-preempted": (
+        ONE_L4,
+        [_on("n", 0, "r", tier="latency-sensitive", preemptible=True),
+         {"id": "w", "tier": "latency-sensitive", "gpus": 1, "queued_since": QUEUED}],
+        {"disruption": {"max_preemptions_per_round": 1, "preempt_only_for_higher_tier": False}}, 18000,
+    ),
+    "not-preemptible": (
+        ONE_L4,
+        [_on("n", 0, "r", tier="background"),
+         {"id": "w", "tier": "latency-sensitive", "gpus": 1, "queued_since": QUEUED}],
+        {"disruption": {"max_preemptions_per_round": 1}}, 18000,
+    ),
+    # Team a's half GPU holds two quarter GPUs (or two 1g.6gb of an A30, a quarter each): the third waits,
+    # 3 x 25 x 8.
+    "quota-fractions": (
+        ONE_L4, [{"id": "a", "team": "a", "gpu_milli": 250, "replicas": 3}],
+        {"teams": ["a"], "quotas": [{"team": "a", "gpus": 0.5}]}, 600,
+    ),
+    "quota-mig-slices": (
+        [{"name": "n", "gpus": _gpus("A30-24GB", 1, mig=FOUR_1G)}],
+        [{"id": "a", "team": "a", "mig_profile": "1g.6gb", "replicas": 3}],
+        {"teams": ["a"], "quotas": [{"team": "a", "gpus": 0.5}]}, 600,
+    ),
+    # A borrowing quota of 0 runs preemptible work only: the other replica waits, 3 x 100 x 8.
+    "quota-borrow": (
+        TWO_L4,
+        [{"id": "p", "team": "a", "gpus": 1, "preemptible": True}, {"id": "f", "team": "a", "gpus": 1}],
+        {"teams": ["a"], "quotas": [{"team": "a", "gpus": 0, "borrow": True}]}, 2400,
+    ),
+    # A quota of 0 on L4s: one replica on the A30 (MIG off), the other waits.
+    "quota-gpu-model": (
+        [{"name": "n0", "gpus": _gpus("L4-24GB", 1)}, {"name": "n1", "gpus": _gpus("A30-24GB", 1)}],
+        [{"id": "a", "team": "a", "gpus": 1, "replicas": 2}],
+        {"teams": ["a"], "quotas": [{"team": "a", "gpus": 0, "gpu_model": "L4-24GB"}]}, 2400,
+    ),
+    # The 1g.6gb at 0 and 3 run and may not stop: a 2g.12gb fits only at memory slice 1 (not a valid
+    # start) or over them, so it waits, 3 x 50 x 8.
+    "mig-start-and-overlap": (
+        [{"name": "n", "gpus": _gpus("A30-24GB", 1, mig=MIG_0_3)}],
+        [
+            {"id": f"r{s}", "mig_profile": "1g.6gb", "started_at": STARTED,
+             "running_on": [{"node": "n", "gpus": [{"index": 0, "mig_profile": "1g.6gb", "mig_start": s}]}]}
+            for s in (0, 3)
+        ] + [{"id": "w", "mig_profile": "2g.12gb"}],
+        {"mig": {"allow_repartition": True}}, 1200,
+    ),
+    "mig-create-forbidden": (
+        [{"name": "n", "gpus": _gpus("A30-24GB", 1, mig={"instances": []})}],
+        [{"id": "m", "mig_profile": "1g.6gb"}], {"mig": {"allow_create": False}}, 600,
+    ),
+    # Time-sliced two ways: two of the three quarter GPUs, 3 x 25 x 8.
+    "time-slicing-replicas": (
+        [{"name": "n", "sharing": {"time-slicing": {"replicas": 2}}, "gpus": _gpus("L4-24GB", 1)}],
+        [{"id": "f", "gpu_milli": 250, "replicas": 3}], {}, 600,
+    ),
+    # A gang of two in one rack, but each rack has one GPU: both wait, 2 x 3 x 100 x 8.
+    "gang-domain": (
+        RACKS, [{"id": "g", "gpus": 1, "replicas": 2, "gang": "true", "gang_domain": "rack"}], {}, 4800,
+    ),
+    "no-shared-gpu-across-teams": (
+        ONE_L4, [{"id": "a", "team": "a", "gpu_milli": 500}, {"id": "b", "team": "b", "gpu_milli": 500}],
+        {"teams": ["a", "b"], "isolation": [{"kind": "no-shared-gpu-across-teams"}]}, 1200,
+    ),
+    # The background half waits (1 x 50 x 8), not the latency-sensitive one.
+    "tiers-no-share": (
+        ONE_L4,
+        [{"id": "l", "tier": "latency-sensitive", "gpu_milli": 500},
+         {"id": "b", "tier": "background", "gpu_milli": 500}],
+        {"isolation": [{"kind": "tiers-no-share", "tiers": ["latency-sensitive", "background"]}]}, 400,
+    ),
+    "team-exclusive": (
+        ONE_L4, [{"id": "a", "team": "a", "gpus": 1}],
+        {"teams": ["a", "b"], "isolation": [{"kind": "team-exclusive", "team": "b", "nodes": ["n"]}]}, 2400,
+    ),
+    "gpu-model": (ONE_L4, [{"id": "w", "gpus": 1, "gpu_models": ["A30-24GB"]}], {}, 2400),
+    "gpu-memory": (ONE_L4, [{"id": "f", "gpu_milli": 500, "gpu_memory_mib": 20000, "replicas": 2}], {}, 1200),
+    "topology-nvlink": (
+        [{"name": "n", "gpus": _gpus("L4-24GB", 2), "links": [{"a": 0, "b": 1, "kind": "PIX"}]}],
+        [{"id": "w", "gpus": 2, "topology": "nvlink"}], {}, 4800,
+    ),
+    # CPU only: 1 unit of demand each, 3 x 1 x 8 for the one that does not fit.
+    "cpu": (
+        [{"name": "n", "cpu_milli": 4000, "gpus": []}],
+        [{"id": "c", "cpu_milli": 4000, "replicas": 2}], {}, 24,
+    ),
+}  # fmt: skip
+
+
+#: Rule instances on which the brute force (the validator) and the documented rule still disagree.
+RULE_GAPS = {"max-moves-per-team": TEAM_MOVES, "max-moves-per-team-0": TEAM_MOVES_ZERO}
+
+
+@pytest.mark.parametrize(
+    "case",
+    [
+        pytest.param(k, marks=[pytest.mark.xfail(strict=True, reason=RULE_GAPS[k])] if k in RULE_GAPS else [])
+        for k in sorted(RULES)
+    ],
+)
+def test_each_rule_binds_on_its_own_instance(case: str) -> None:
+    """The brute force finds the hand-computed optimum of the rule's instance and every path agrees with
+    it: a rule loosened or tightened in the validator moves the first, in a solver the second, and a rule
+    changed in a predicate both sides share moves both."""
+    nodes, workloads, policy, expected = RULES[case]
+    inp = _inp(nodes, workloads, policy)
+    assert optimum(inp).cost == expected
+    problems = {path: judge(inp, expected, path).problems for path in PATHS}
+    assert not any(problems.values()), problems
 
 
 @settings(max_examples=40, **SETTINGS)
@@ -225,6 +439,37 @@ def test_legal_running_states_are_valid_plans(inp: PlanningInput) -> None:
 @given(inp=instances(features=frozenset()))
 def test_every_path_agrees_with_the_brute_force_on_waiting_work(inp: PlanningInput, path: str) -> None:
     _agrees(inp, path)
+
+
+@pytest.mark.parametrize("path", PATHS)
+@pytest.mark.parametrize("stratum", sorted(STRATA))
+def test_every_path_agrees_with_the_brute_force_by_stratum(stratum: str, path: str) -> None:
+    """Each stratum makes its rules bind: a path that breaks one makes an invalid plan, and a path that
+    keeps a rule the validator (hence the brute force) no longer has says OPTIMAL above the optimum or
+    bounds above it. Most instances must have a valid plan (a validator that rejects everything would
+    otherwise pass)."""
+    judged: list[bool] = []
+
+    @settings(max_examples=STRATUM_EXAMPLES, **SETTINGS)
+    @given(inp=STRATA[stratum])
+    def check(inp: PlanningInput) -> None:
+        judged.append(_agrees(inp, path))
+
+    check()
+    assert sum(judged) >= len(judged) // 2, f"{sum(judged)} of {len(judged)} instances judged"
+
+
+@pytest.mark.xfail(strict=False, reason=KNOWN)
+@pytest.mark.parametrize("path", PATHS)
+def test_every_path_agrees_with_the_brute_force_on_the_known_stratum(path: str) -> None:
+    """Drawn apart so that the other strata stay strict; green once the fixes land (then drop the mark)."""
+
+    @settings(max_examples=STRATUM_EXAMPLES, **SETTINGS)
+    @given(inp=KNOWN_STRATUM)
+    def check(inp: PlanningInput) -> None:
+        _agrees(inp, path)
+
+    check()
 
 
 @pytest.mark.slow
@@ -339,15 +584,18 @@ SMALLEST: dict[str, tuple[list[dict[str, Any]], list[dict[str, Any]], dict[str, 
         0,
         None,
     ),
-    # A gang with one of its two replicas running (drift); preempting it is valid (2 x 3 x 100 x 8).
+    # A gang with one of its two replicas running (drift) on the only GPU: a plan may keep the running
+    # replica where it runs (the gang stays broken) while the other waits, 3 x 100 x 8 = 2400, which beats
+    # preempting it (both wait, 2 x 3 x 100 x 8 = 4800); completing it needs a second GPU.
     "drift-gang": (
         [{"name": "n", "gpus": _gpus("L4-24GB", 1)}],
         [_running("g", replicas=2, gang="true")],
         {"disruption": {"max_preemptions_per_round": 1, "preempt_only_for_higher_tier": False}},
-        4800,
-        DRIFT_GANG,
+        2400,
+        None,
     ),
-    # The same with CPU-only replicas and one more waiting: all run (0).
+    # The same with CPU-only replicas and one more waiting: the gang is completed beside its running
+    # replica and all run (0).
     "drift-gang-crash": (
         [{"name": "n", "cpu_milli": 4000, "gpus": _gpus("L4-24GB", 1)}],
         [
@@ -359,7 +607,7 @@ SMALLEST: dict[str, tuple[list[dict[str, Any]], list[dict[str, Any]], dict[str, 
         ],
         {},
         0,
-        DRIFT_GANG_CRASH,
+        None,
     ),
     # Legal input on which the large-cluster path (forced) raised KeyError in the fleet transition: its
     # re-pack of n1 took the gang member w3 off and found it no place again. Valid everywhere now.
@@ -414,12 +662,14 @@ def test_the_transition_keeps_gang_members_in_place() -> None:
     assert placed[("w1", 0)] == "n0" and ("w3", 0) in placed
 
 
-def test_a_drifted_state_that_no_plan_repairs_has_no_valid_plan() -> None:
-    """Half of gang g runs and no preemption is allowed: the gang rule is not one a plan may keep, so the
-    validator accepts no plan at all."""
+def test_a_gang_running_in_part_that_no_plan_completes_is_kept() -> None:
+    """Half of gang g runs, no preemption is allowed and no GPU is free for its other half: keeping it as
+    it runs is the one valid plan (the README's rule for a gang running in part), with the gang listed as
+    staying broken and its other half waiting (3 x 100 x 8)."""
     inp = _inp([{"name": "n", "gpus": _gpus("L4-24GB", 1)}], [_running("g", replicas=2, gang="true")], {})
-    with pytest.raises(NoValidPlan):
-        optimum(inp)
+    found = optimum(inp)
+    assert found.cost == 2400 and found.plan.actions == ()
+    assert [k.rule for k in check_plan(found.plan, inp, CATALOG).kept] == ["gang"]
 
 
 def test_a_drifted_quota_is_kept_not_cut() -> None:

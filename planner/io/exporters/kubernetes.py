@@ -8,26 +8,29 @@ into up to five steps, each finished before the next one is applied; each step i
 ``round-01.yaml`` (objects for ``kubectl apply``) or ``round-02.sh`` (a shell script of ``kubectl`` calls,
 for what ``apply`` cannot do: :data:`SCRIPTS`), ...:
 
-0. ``sharing``: the device plugin's configs as the ConfigMap :data:`DEVICE_PLUGIN_CONFIGMAP` in
-   :data:`MIG_NAMESPACE` (the GPU Operator's ClusterPolicy ``devicePlugin.config.name`` names it; one
-   config per mode: ``exclusive`` and ``time-slicing-<r>``, time-slicing with ``renameByDefault``) and,
-   per node whose mode the round changes (every node with a mode in the first such step), a minimal
-   Node with the ``nvidia.com/device-plugin.config`` label. A plan changes the mode of a node only when
-   its non-MIG GPUs are drained at the start of the round, so this step comes first;
+0. ``sharing`` (script): a merge patch adding the device plugin's config of each node whose mode the
+   round changes (``exclusive`` or ``time-slicing-<r>``, time-slicing with ``renameByDefault``, and the
+   node's ``nvidia.com/mig.strategy`` when its label says one) to the ConfigMap the GPU Operator's
+   ClusterPolicy names (:class:`ExportOptions`; its other keys stay), and a merge patch of each such
+   node's ``nvidia.com/device-plugin.config`` label. A plan changes the mode of a node only when its
+   non-MIG GPUs are drained at the start of the round, so this step comes first;
 1. ``evict`` (script): a ``policy/v1`` Eviction of each preempted, moved or drained replica's pod,
    posted to the pod's eviction subresource (``kubectl create --raw ... -f -``);
-2. ``mig``: the MIG manager's config as the ConfigMap :data:`MIG_CONFIGMAP` in :data:`MIG_NAMESPACE`
-   (every node's config as it stands after the step; a GPU whose MIG mode the round turns off
-   (``set-mig-mode``) is ``mig-enabled: false``, one it turns on ``mig-enabled: true``) and, per node
-   re-partitioned or switched in the round (every MIG node in the first such step), a minimal Node
-   (name and the ``nvidia.com/mig.config`` label, a strategic-merge patch);
+2. ``mig`` (script): for the nodes whose MIG layout or mode the round changes, and only from device
+   truth (never a node the import marked ``gpuplan.io/mig-layout: guessed``), one JSON patch of the GPU
+   Operator's own mig-parted ConfigMap (:class:`ExportOptions`: as it was read, tested before it is
+   replaced by the same configs plus one per such node, every GPU of the node as it stands after the
+   step) and a merge patch per such node of its ``nvidia.com/mig.config`` label and the annotation that
+   notes the config's entries; without the ConfigMap no MIG change is written (a warning says so);
 3. ``start``: a ``scheduling.x-k8s.io/v1alpha1`` PodGroup per gang (coscheduling, ``minMember`` the
    gang's placed replicas) the first time it appears, and a Pod per replica gpuplan creates
    (:func:`creates_pod`);
-4. ``place`` (script): the pending pods imported from Kubernetes, placed where they are: a gated pod
-   gets its node selection narrowed and its gates removed (:class:`Ungate`, Kueue's convention), a pod
-   whose ``schedulerName`` is the policy's ``kubernetes.scheduler_name`` a ``v1 Binding``; a pod of
-   another scheduler is left to it (named in the round's comments).
+4. ``place`` (script): the pending pods imported from Kubernetes, placed where they are: a pod behind
+   gpuplan's own gate (the policy's ``kubernetes.scheduling_gate``) gets its node selection narrowed and
+   that gate removed (:class:`Ungate`), then, when its ``schedulerName`` is the policy's
+   ``kubernetes.scheduler_name`` and no other gate remains, a ``v1 Binding``; an ungated pod of that
+   scheduler a ``v1 Binding``; a pod behind another controller's gate only, or of another scheduler, is
+   left to it (named in the round's comments and a warning).
 
 Empty steps are left out. The PriorityClasses of the tiers of the pods gpuplan creates come first, alone
 in ``round-01.yaml``. Work that stays where it runs gets no object. A plan without actions (an older
@@ -84,7 +87,9 @@ from gpuplan.models.plan import (
 )
 from gpuplan.models.workload import Workload, where
 from gpuplan.planner.io.exporters.migparted import config_document, config_name, node_configs
-from gpuplan.planner.io.importers.kubernetes import mig_resource
+from gpuplan.planner.io.exporters.scheduling import binding_refusal, pod_filters
+from gpuplan.planner.io.importers.kubernetes import MigPartedConfig, mig_resource
+from gpuplan.planner.io.importers.kubernetes.mig_configs import CONFIG_KEY as MIG_CONFIG_KEY
 from gpuplan.planner.pipeline.actions import (
     PHASE,
     instance,
@@ -98,8 +103,7 @@ SHARED_GPU = "nvidia.com/gpu.shared"
 MIG_CONFIG_LABEL = "nvidia.com/mig.config"
 HOSTNAME = "kubernetes.io/hostname"
 POD_GROUP_LABEL = "scheduling.x-k8s.io/pod-group"
-#: The MIG manager's config: the GPU Operator's ClusterPolicy ``migManager.config.name`` names it.
-MIG_CONFIGMAP = "gpuplan-mig-parted-config"
+#: The GPU Operator's namespace (its ConfigMaps).
 MIG_NAMESPACE = "gpu-operator"
 #: The device plugin's configs: the GPU Operator's ClusterPolicy ``devicePlugin.config.name`` names it.
 DEVICE_PLUGIN_CONFIGMAP = "gpuplan-device-plugin-config"
@@ -109,21 +113,30 @@ DEVICE_PLUGIN_CONFIG_LABEL = "nvidia.com/device-plugin.config"
 PRIORITY_PER_WEIGHT = 1000
 #: The largest value a user-defined PriorityClass may have.
 MAX_PRIORITY = 1_000_000_000
+#: The node label GPU Feature Discovery sets to the device plugin's MIG strategy (``none``, ``single``,
+#: ``mixed``): a MIG instance is ``nvidia.com/gpu`` under ``single``, ``nvidia.com/mig-<profile>`` under
+#: ``mixed``, and the device-plugin configs the export writes keep the node's strategy.
+MIG_STRATEGY_LABEL = "nvidia.com/mig.strategy"
+#: The Node annotation that notes the mig-parted config gpuplan named on the node (its entries), so that a
+#: re-import knows which GPU indices are in MIG mode without the GPU Operator's ConfigMap.
+MIG_CONFIG_ANNOTATION = "gpuplan.io/mig-config"
+#: The cluster-file label the importer sets on a node whose MIG layout is a guess: never re-partitioned.
+MIG_LAYOUT_LABEL, GUESSED = "gpuplan.io/mig-layout", "guessed"
 #: Step kinds: the PriorityClasses first, then inside each plan round in the order they are applied.
 SETUP, SHARING, EVICT, MIG, STARTS, PLACE = "setup", "sharing", "evict", "mig", "start", "place"
 #: Steps that are a shell script of ``kubectl`` calls (``round-NN.sh``), not objects to apply: Evictions
-#: and Bindings are posted to a pod's subresource, and a gated pod is patched.
-SCRIPTS = (EVICT, PLACE)
+#: and Bindings are posted to a pod's subresource, and ConfigMaps, Nodes and gated pods are patched (only
+#: the entries gpuplan owns: a ConfigMap is never replaced, a node keeps every other label).
+SCRIPTS = (SHARING, EVICT, MIG, PLACE)
 #: What to do after applying a step of each kind, written at the top of its file.
 AFTER = {
     SETUP: "kubectl apply -f",
     SHARING: (
-        f"kubectl apply -f (the ClusterPolicy's devicePlugin.config.name must be {DEVICE_PLUGIN_CONFIGMAP}); "
-        "wait until each node listed offers nvidia.com/gpu.shared (time-slicing) "
-        "or nvidia.com/gpu (exclusive)"
+        "wait until each node listed offers nvidia.com/gpu.shared (time-slicing) or nvidia.com/gpu "
+        "(exclusive); the ClusterPolicy's devicePlugin.config.name must name the ConfigMap patched"
     ),
     EVICT: "wait until those pods are gone",
-    MIG: f"kubectl apply -f; wait until each node listed has label {MIG_CONFIG_LABEL}.state=success",
+    MIG: f"wait until each node listed has label {MIG_CONFIG_LABEL}.state=success",
     STARTS: "kubectl apply -f; wait until the pods run",
     PLACE: "wait until those pods run",
 }
@@ -177,6 +190,19 @@ class Images:
                 )
 
 
+@dataclass(frozen=True)
+class ExportOptions:
+    """Where the export merges gpuplan's configs: the GPU Operator's mig-parted ConfigMap as it stands
+    (``mig_parted``, from ``kubectl get configmap -n gpu-operator default-mig-parted-config -o json``:
+    gpuplan adds its per-node configs to it and never replaces it; without it no MIG change is exported),
+    and the device plugin's ConfigMap (the ClusterPolicy's ``devicePlugin.config.name``), whose keys
+    gpuplan adds to."""
+
+    mig_parted: MigPartedConfig | None = None
+    device_plugin_configmap: str = DEVICE_PLUGIN_CONFIGMAP
+    namespace: str = MIG_NAMESPACE
+
+
 def priority_class_name(tier: str) -> str:
     """The PriorityClass of a tier: ``gpuplan-<tier>``."""
     return dns_name(f"gpuplan-{tier}", 253)
@@ -200,12 +226,15 @@ def imported(w: Workload) -> bool:
     return w.pod_name is not None
 
 
-def gpu_resources(a: Assignment) -> dict[str, str]:
-    """The device-plugin resources of one placed replica."""
+def gpu_resources(a: Assignment, strategy: str | None = None) -> dict[str, str]:
+    """The device-plugin resources of one placed replica (a MIG instance is ``nvidia.com/gpu`` on a node
+    whose MIG ``strategy`` is ``single``, else ``nvidia.com/mig-<profile>``)."""
     if not a.gpus:
         return {}
     first = a.gpus[0]
     if first.mig_profile is not None:
+        if strategy == "single":
+            return {GPU: str(len(a.gpus))}
         return {mig_resource(first.mig_profile): str(len(a.gpus))}
     if first.milli is not None:
         return {SHARED_GPU: "1"}
@@ -230,20 +259,25 @@ def pod(a: Assignment, inp: PlanningInput, namespace: str, image: str, name: str
         labels[POD_GROUP_LABEL] = dns_name(w.gang_id)
     labels = {**dict(w.labels), **labels} if imported(w) else labels
     scheduler = inp.policy.kubernetes.gang_scheduler_name if w.gang_id is not None else None
+    filters = pod_filters(w)  # its own tolerations, node selector and required node affinity
+    gpu_taint = {"key": GPU, "operator": "Exists", "effect": "NoSchedule"}
+    node = next((n for n in inp.cluster.nodes if n.name == a.node), None)
+    strategy = node.labels.get(MIG_STRATEGY_LABEL) if node is not None else None
     return {
         "apiVersion": "v1",
         "kind": "Pod",
         "metadata": {"name": name, "namespace": namespace, "labels": labels, "annotations": annotations},
         "spec": {
             **({"schedulerName": scheduler} if scheduler else {}),
-            "nodeSelector": {HOSTNAME: a.node},
+            "nodeSelector": {**filters.get("nodeSelector", {}), HOSTNAME: a.node},
+            **({"affinity": filters["affinity"]} if "affinity" in filters else {}),
             "priorityClassName": priority_class_name(w.tier),
-            "tolerations": [{"key": GPU, "operator": "Exists", "effect": "NoSchedule"}],
+            "tolerations": [gpu_taint, *(t for t in filters.get("tolerations", []) if t != gpu_taint)],
             "containers": [
                 {
                     "name": "main",
                     "image": image,
-                    "resources": {"requests": requests, "limits": {**requests, **gpu_resources(a)}},
+                    "resources": {"requests": requests, "limits": {**requests, **gpu_resources(a, strategy)}},
                 }
             ],
         },
@@ -292,28 +326,74 @@ def subresource_path(doc: Mapping[str, Any]) -> str:
 
 
 @dataclass(frozen=True)
+class Patch:
+    """One ``kubectl patch`` of an object gpuplan changes in place: ``kind`` (``configmap``, ``node``,
+    ``pod``), its namespace (``None`` for a node), name, patch type (``merge``, ``json``, ``strategic``)
+    and body. Only what gpuplan owns is in the body: a ConfigMap's own keys (or, for the MIG manager's
+    ``config.yaml``, a JSON patch that tests the text it read before replacing it), a node's own labels."""
+
+    kind: str
+    name: str
+    type: str
+    body: Any
+    namespace: str | None = None
+
+    def command(self) -> str:
+        """The ``kubectl patch`` call."""
+        ns = f" -n {shlex.quote(self.namespace)}" if self.namespace else ""
+        body = shlex.quote(json.dumps(self.body, separators=(",", ":")))
+        return f"kubectl patch {self.kind}{ns} {shlex.quote(self.name)} --type={self.type} -p {body}"
+
+
+@dataclass(frozen=True)
 class Ungate:
-    """A gated pending pod placed where it is: narrow its node selection to ``node`` (a ``nodeSelector``
-    entry, which a gated pod may gain), then remove the gates it had when imported (the test fails, and
-    the pod is left as it is, when they changed since)."""
+    """A pending pod behind gpuplan's own scheduling gate placed where it is: narrow its node selection to
+    ``node`` (a ``nodeSelector`` entry, which a gated pod may gain), then remove gpuplan's gate only (entry
+    ``index`` of ``spec.schedulingGates``, tested to be ``gate`` first: the patch fails, and the pod is left
+    as it is, when the gates changed since the import), and when the pod's ``schedulerName`` is
+    gpuplan's and no other gate remains, post its Binding (``bind``). Another controller's gate is never
+    removed: the pod then waits for that controller too (``others``)."""
 
     namespace: str
     name: str
     node: str
     gates: tuple[str, ...]
+    gate: str = "gpuplan.io/placement"
+    bind: bool = False
+
+    @property
+    def index(self) -> int:
+        """gpuplan's gate's position in the pod's gates."""
+        return self.gates.index(self.gate)
+
+    @property
+    def others(self) -> tuple[str, ...]:
+        """The gates of other controllers, left on the pod."""
+        return tuple(g for g in self.gates if g != self.gate)
+
+    def patches(self) -> list[Patch]:
+        """The node pin, then the removal of gpuplan's gate."""
+        pin = {"spec": {"nodeSelector": {HOSTNAME: self.node}}}
+        path = f"/spec/schedulingGates/{self.index}"
+        ungate = [
+            {"op": "test", "path": f"{path}/name", "value": self.gate},
+            {"op": "remove", "path": path},
+        ]
+        return [
+            Patch("pod", self.name, "strategic", pin, self.namespace),
+            Patch("pod", self.name, "json", ungate, self.namespace),
+        ]
 
     def commands(self) -> list[str]:
-        """The two ``kubectl patch`` calls, in order."""
-        pin = {"spec": {"nodeSelector": {HOSTNAME: self.node}}}
-        ungate = [
-            {"op": "test", "path": "/spec/schedulingGates", "value": [{"name": g} for g in self.gates]},
-            {"op": "remove", "path": "/spec/schedulingGates"},
-        ]
-        target = f"kubectl patch pod -n {shlex.quote(self.namespace)} {shlex.quote(self.name)}"
-        return [
-            f"{target} --type=strategic -p {shlex.quote(json.dumps(pin, separators=(',', ':')))}",
-            f"{target} --type=json -p {shlex.quote(json.dumps(ungate, separators=(',', ':')))}",
-        ]
+        """The ``kubectl`` calls, in order: pin, ungate, and the Binding when ``bind``."""
+        out = [p.command() for p in self.patches()]
+        if self.bind:
+            doc = binding(self.namespace, self.name, self.node)
+            out.append(
+                f"printf '%s\\n' {shlex.quote(json.dumps(doc))} | kubectl create --raw "
+                f"{shlex.quote(subresource_path(doc))} -f -"
+            )
+        return out
 
 
 def priority_class(tier: str, weight: int) -> dict[str, Any]:
@@ -340,17 +420,23 @@ def pod_group(gang: str, members: int, namespace: str) -> dict[str, Any]:
     }
 
 
-def mig_objects(
+def mig_patches(
     inp: PlanningInput,
     layouts: Mapping[tuple[str, int], frozenset[tuple[str, int]]],
-    nodes: Sequence[str] | None = None,
-) -> list[dict[str, Any]]:
-    """The MIG manager's ConfigMap for ``layouts`` (the instances of each GPU in MIG mode; a GPU the
-    cluster has in MIG mode and ``layouts`` lacks has MIG turned off) and a label patch per node of
-    ``nodes`` (default: every node in the ConfigMap)."""
+    nodes: Sequence[str],
+    current: MigPartedConfig,
+) -> tuple[list[Patch], MigPartedConfig]:
+    """The MIG changes of ``nodes`` (each re-partitioned or switched in the step, with ``layouts``: the
+    instances of each GPU in MIG mode after it; a GPU the cluster has in MIG mode and ``layouts`` lacks
+    has MIG turned off): one JSON patch of the GPU Operator's mig-parted ConfigMap that adds a config per
+    node (every GPU of the node, as it is or as the plan leaves it) to the document as ``current`` holds
+    it, testing that text first, then per node a merge patch of its ``nvidia.com/mig.config`` label and
+    the annotation that notes the config. Returns the patches and the ConfigMap as they leave it."""
+    wanted = set(nodes)
     off = [
         MigMode(node=n.name, gpu=g.index, enabled=False)
         for n in inp.cluster.nodes
+        if n.name in wanted
         for g in n.gpus
         if g.mig is not None and (n.name, g.index) not in layouts
     ]
@@ -359,37 +445,56 @@ def mig_objects(
         tuple(
             MigLayout(node=n, gpu=g, instances=tuple(MigInstance(profile=p, start=s) for p, s in sorted(i)))
             for (n, g), i in layouts.items()
+            if n in wanted
         ),
         off,
     )
-    config_map = {
-        "apiVersion": "v1",
-        "kind": "ConfigMap",
-        "metadata": {"name": MIG_CONFIGMAP, "namespace": MIG_NAMESPACE},
-        "data": {"config.yaml": yaml.safe_dump(config_document(configs), sort_keys=False)},
-    }
-    labels = [
-        {
-            "apiVersion": "v1",
-            "kind": "Node",
-            "metadata": {"name": n, "labels": {MIG_CONFIG_LABEL: config_name(n, configs[n])}},
-        }
-        for n in (configs if nodes is None else nodes)
+    configs = {n: configs[n] for n in nodes if n in configs}
+    ours = config_document(configs)["mig-configs"]
+    document = {**current.document, "version": current.document.get("version", "v1")}
+    document["mig-configs"] = {**(current.document.get("mig-configs") or {}), **ours}
+    text = yaml.safe_dump(document, sort_keys=False)
+    path = f"/data/{MIG_CONFIG_KEY}"
+    patches = [
+        Patch(
+            "configmap",
+            current.name or "",
+            "json",
+            [
+                {"op": "test", "path": path, "value": current.text},
+                {"op": "replace", "path": path, "value": text},
+            ],
+            current.namespace,
+        )
     ]
-    return [config_map, *labels]
+    for n, entries in configs.items():
+        name = config_name(n, entries)
+        note = json.dumps({"name": name, "entries": entries}, separators=(",", ":"))
+        meta = {"labels": {MIG_CONFIG_LABEL: name}, "annotations": {MIG_CONFIG_ANNOTATION: note}}
+        patches.append(Patch("node", n, "merge", {"metadata": meta}))
+    after = replace(
+        current,
+        text=text,
+        document=document,
+        configs={k: tuple(v) for k, v in document["mig-configs"].items()},
+    )
+    return patches, after
 
 
-def device_plugin_config_name(sharing: Sharing) -> str:
-    """The device-plugin config of a mode: ``exclusive`` or ``time-slicing-<replicas>``."""
-    if isinstance(sharing, TimeSliced):
-        return f"time-slicing-{sharing.time_slicing.replicas}"
-    return "exclusive"
+def device_plugin_config_name(sharing: Sharing, strategy: str | None = None) -> str:
+    """The device-plugin config of a mode (and of the node's MIG strategy, when its label says one):
+    ``exclusive`` or ``time-slicing-<replicas>``, ``-mig-<strategy>`` appended."""
+    base = f"time-slicing-{sharing.time_slicing.replicas}" if isinstance(sharing, TimeSliced) else "exclusive"
+    return f"{base}-mig-{strategy}" if strategy else base
 
 
-def device_plugin_config(sharing: Sharing) -> dict[str, Any]:
-    """The device plugin's config file for a mode (MIG GPUs keep the ``mixed`` strategy the pods' MIG
-    resources use; time-sliced GPUs are renamed ``nvidia.com/gpu.shared``, as the pods ask)."""
-    config: dict[str, Any] = {"version": "v1", "flags": {"migStrategy": "mixed"}}
+def device_plugin_config(sharing: Sharing, strategy: str | None = None) -> dict[str, Any]:
+    """The device plugin's config file for a mode: the node's MIG ``strategy`` (from its
+    ``nvidia.com/mig.strategy`` label; without one the flag is left out and the GPU Operator's own
+    applies); time-sliced GPUs are renamed ``nvidia.com/gpu.shared``, as the pods ask."""
+    config: dict[str, Any] = {"version": "v1"}
+    if strategy:
+        config["flags"] = {"migStrategy": strategy}
     if isinstance(sharing, TimeSliced):
         config["sharing"] = {
             "timeSlicing": {
@@ -400,44 +505,48 @@ def device_plugin_config(sharing: Sharing) -> dict[str, Any]:
     return config
 
 
-def sharing_objects(modes: Mapping[str, Sharing], nodes: Sequence[str]) -> list[dict[str, Any]]:
-    """The device plugin's ConfigMap with the config of every mode in ``modes`` (by node) and a label
-    patch per node of ``nodes`` selecting its config."""
-    configs = {device_plugin_config_name(m): m for m in modes.values()}
-    config_map = {
-        "apiVersion": "v1",
-        "kind": "ConfigMap",
-        "metadata": {"name": DEVICE_PLUGIN_CONFIGMAP, "namespace": MIG_NAMESPACE},
-        "data": {
-            name: yaml.safe_dump(device_plugin_config(m), sort_keys=False)
-            for name, m in sorted(configs.items())
-        },
-    }
-    labels = [
-        {
-            "apiVersion": "v1",
-            "kind": "Node",
-            "metadata": {
-                "name": n,
-                "labels": {DEVICE_PLUGIN_CONFIG_LABEL: device_plugin_config_name(modes[n])},
-            },
-        }
+def sharing_patches(
+    modes: Mapping[str, tuple[Sharing, str | None]], nodes: Sequence[str], configmap: str, namespace: str
+) -> list[Patch]:
+    """A merge patch adding the config of each switched node's mode (and MIG strategy) to the device
+    plugin's ConfigMap (its other keys stay), and a merge patch per node of ``nodes`` of its
+    ``nvidia.com/device-plugin.config`` label."""
+    data = {
+        device_plugin_config_name(*modes[n]): yaml.safe_dump(device_plugin_config(*modes[n]), sort_keys=False)
         for n in nodes
-    ]
-    return [config_map, *labels]
+    }
+    out = [Patch("configmap", configmap, "merge", {"data": dict(sorted(data.items()))}, namespace)]
+    out.extend(
+        Patch(
+            "node",
+            n,
+            "merge",
+            {"metadata": {"labels": {DEVICE_PLUGIN_CONFIG_LABEL: device_plugin_config_name(*modes[n])}}},
+        )
+        for n in nodes
+    )
+    return out
 
 
 @dataclass(frozen=True)
 class Step:
     """One file of the export: the objects of one step (``kind``) of plan round ``plan_round``; a step of
-    :data:`SCRIPTS` is a shell script posting its objects (Evictions, Bindings) and patching gated pods
-    (``ungates``), with ``notes`` on what is left to controllers and schedulers."""
+    :data:`SCRIPTS` is a shell script posting its objects (Evictions, Bindings), patching what gpuplan
+    changes in place (``patches``: ConfigMap entries, node labels; ``ungates``: gated pods) after the
+    ``prelude`` calls, with ``notes`` on what is left to controllers and schedulers."""
 
     plan_round: int
     kind: str
     objects: tuple[dict[str, Any], ...]
     ungates: tuple[Ungate, ...] = ()
     notes: tuple[str, ...] = ()
+    patches: tuple[Patch, ...] = ()
+    prelude: tuple[str, ...] = ()
+
+    @property
+    def size(self) -> int:
+        """The objects the step applies, posts or patches (a gated pod counts once)."""
+        return len(self.objects) + len(self.patches) + len(self.ungates)
 
     def file_name(self, number: int) -> str:
         """``round-NN.yaml``, or ``round-NN.sh`` for a script."""
@@ -459,18 +568,19 @@ class Step:
             "#!/bin/sh",
             *head,
             "# Each call stands alone: a refused one (an Eviction a PodDisruptionBudget forbids answers 429",
-            "# TooManyRequests; a patch whose test finds other gates fails) is reported, the others still",
-            "# run, and the script exits 1: run it again later for those.",
+            "# TooManyRequests; a patch whose test finds the object changed since the import fails) is",
+            "# reported, the others still run, and the script exits 1: run it again later for those.",
             "failed=0",
             'post() { kubectl create --raw "$1" -f - || failed=1; }',
         ]
+        lines.extend(f"{c} || failed=1" for c in self.prelude)
         for d in self.objects:
             lines.append(f"post {shlex.quote(subresource_path(d))} <<'EOF'")
             lines.append(json.dumps(d, sort_keys=False))
             lines.append("EOF")
+        lines.extend(f"{p.command()} || failed=1" for p in self.patches)
         for u in self.ungates:
-            first, second = u.commands()
-            lines.append(f"{first} && \\\n  {second} || failed=1")
+            lines.append(" && \\\n  ".join(u.commands()) + " || failed=1")
         lines.append('exit "$failed"')
         return "\n".join(lines) + "\n"
 
@@ -480,9 +590,18 @@ def plan_digest(plan: Plan) -> str:
     return hashlib.sha256(plan.model_dump_json().encode()).hexdigest()[:6]
 
 
-def steps(plan: Plan, inp: PlanningInput, images: Images, namespace: str = "default") -> list[Step]:
+def steps(
+    plan: Plan,
+    inp: PlanningInput,
+    images: Images,
+    namespace: str = "default",
+    options: ExportOptions | None = None,
+) -> list[Step]:
     """The plan as steps (see the module docstring); raises :class:`InputError` when a pod to create has
-    no image or an object would break the API's rules (a node name Kubernetes does not allow)."""
+    no image or an object would break the API's rules (a node name Kubernetes does not allow). What the
+    export leaves alone (a MIG change it cannot write from device truth, a pod behind another
+    controller's gate) is logged as a warning and noted in the round's file."""
+    opts = options or ExportOptions()
     actions = list(plan.actions) or ordered_actions(
         inp, plan.assignments, plan.mig_layouts, plan.sharing, plan.mig_modes
     )
@@ -500,7 +619,10 @@ def steps(plan: Plan, inp: PlanningInput, images: Images, namespace: str = "defa
         for g in n.gpus
         if g.mig is not None
     }
+    nodes = {n.name: n for n in inp.cluster.nodes}
+    strategy = {n.name: n.labels.get(MIG_STRATEGY_LABEL) or None for n in inp.cluster.nodes}
     modes = {n.name: n.sharing for n in inp.cluster.nodes if n.sharing is not None}
+    mig_parted = opts.mig_parted
     out: list[Step] = []
     gangs_done: set[str] = set()
     for rnd in sorted({a.round for a in actions}):
@@ -530,7 +652,7 @@ def steps(plan: Plan, inp: PlanningInput, images: Images, namespace: str = "defa
                 if a.node not in repartitioned:
                     repartitioned.append(a.node)
         pods: list[dict[str, Any]] = []
-        placed = _Placing(inp.policy.kubernetes.scheduler_name)
+        placed = _Placing(inp.policy.kubernetes.scheduler_name, inp.policy.kubernetes.scheduling_gate)
         for a in stops:
             w = inp.workload_by_id[a.workload or ""]
             if a.kind == PREEMPT and imported(w) and w.owner is not None:
@@ -543,6 +665,11 @@ def steps(plan: Plan, inp: PlanningInput, images: Images, namespace: str = "defa
             assignment = target[(a.workload or "", a.replica or 0)]
             w = inp.workload_by_id[assignment.workload]
             if not creates_pod(w):
+                bound_to = nodes.get(assignment.node)
+                refused = binding_refusal(bound_to, w, assignment, modes.get(assignment.node))
+                if refused is not None:  # a Binding skips the scheduler: never one its filters refuse
+                    placed.left.append(refused)
+                    continue
                 placed.add(w, a, assignment.node)
                 continue
             gang = w.gang_id
@@ -555,27 +682,57 @@ def steps(plan: Plan, inp: PlanningInput, images: Images, namespace: str = "defa
                 pod_namespace, name = namespace, dns_name(f"{assignment.workload}-{assignment.replica}-{tag}")
             image = images.of(w.id, w.image)
             pods.append(pod(assignment, inp, pod_namespace, image, name))
-        # The first MIG step labels every MIG node, so that all of them select a config of this ConfigMap
-        # (the MIG manager does nothing on a node whose layout is already the one selected).
-        first_mig = not any(s.kind == MIG for s in out)
-        mig = mig_objects(inp, mig_state, None if first_mig else repartitioned) if repartitioned else []
-        # Likewise the first sharing step labels every node with a mode.
-        first_sharing = not any(s.kind == SHARING for s in out)
-        sharing = sharing_objects(modes, sorted(modes) if first_sharing else switched) if switched else []
+        # MIG configs only for the nodes this round re-partitions or switches, and only from device truth.
+        left_alone: list[str] = []
+        guessed = [n for n in repartitioned if nodes[n].labels.get(MIG_LAYOUT_LABEL) == GUESSED]
+        if guessed:
+            left_alone.append(
+                f"MIG changes on {', '.join(guessed)} not written: the import only guessed their MIG layout "
+                "(label gpuplan.io/mig-layout=guessed), and a config written from a guess would make the MIG "
+                "manager re-partition busy GPUs; pods planned on their new instances stay pending"
+            )
+        known = [n for n in repartitioned if n not in guessed]
+        if known and (mig_parted is None or not mig_parted.name):
+            left_alone.append(
+                f"MIG changes on {', '.join(known)} not written: give the GPU Operator's mig-parted "
+                "ConfigMap (--mig-parted-config FILE: kubectl get configmap -n gpu-operator "
+                "default-mig-parted-config -o json; a bare mig-parted file does not say which ConfigMap to "
+                "patch), which gpuplan adds its configs to and never replaces"
+            )
+            known = []
+        mig: list[Patch] = []
+        if known and mig_parted is not None:
+            mig, mig_parted = mig_patches(inp, mig_state, known, mig_parted)
+        sharing = (
+            sharing_patches(
+                {n: (modes[n], strategy.get(n)) for n in switched},
+                switched,
+                opts.device_plugin_configmap,
+                opts.namespace,
+            )
+            if switched
+            else []
+        )
+        for note in left_alone:
+            log.warning("plan round %d: %s", rnd, note)
         if sharing:
-            out.append(Step(rnd, SHARING, tuple(sharing)))
+            cm = f"-n {shlex.quote(opts.namespace)} {shlex.quote(opts.device_plugin_configmap)}"
+            ensure = f"kubectl get configmap {cm} >/dev/null 2>&1 || kubectl create configmap {cm}"
+            out.append(Step(rnd, SHARING, (), patches=tuple(sharing), prelude=(ensure,)))
         if evictions:
             out.append(Step(rnd, EVICT, tuple(evictions), notes=tuple(placed.recreated)))
         if mig:
-            out.append(Step(rnd, MIG, tuple(mig)))
+            out.append(Step(rnd, MIG, (), patches=tuple(mig)))
         if pods:
-            out.append(Step(rnd, STARTS, tuple(pods)))
+            out.append(Step(rnd, STARTS, tuple(pods), notes=tuple(left_alone)))
+            left_alone = []
+        notes = (*left_alone, *placed.left)
         if placed.bindings or placed.ungates:
-            out.append(Step(rnd, PLACE, tuple(placed.bindings), tuple(placed.ungates), tuple(placed.left)))
-        elif placed.left and out and out[-1].plan_round == rnd:
-            out[-1] = replace(out[-1], notes=(*out[-1].notes, *placed.left))
-        elif placed.left:
-            log.warning("plan round %d: %s", rnd, "; ".join(placed.left))
+            out.append(Step(rnd, PLACE, tuple(placed.bindings), tuple(placed.ungates), notes))
+        elif notes and out and out[-1].plan_round == rnd:
+            out[-1] = replace(out[-1], notes=(*out[-1].notes, *notes))
+        for note in placed.left:
+            log.warning("plan round %d: %s", rnd, note)
     tiers = sorted({w.tier for w in created})
     classes = [priority_class(t, inp.policy.tier(t).weight) for t in tiers]
     if classes:
@@ -599,9 +756,11 @@ def creates_pod(w: Workload) -> bool:
 @dataclass
 class _Placing:
     """What one round does with imported pods it does not create: Bindings and ungating patches of
-    pending pods, and notes on pods left to their controller or scheduler."""
+    pending pods, and notes on pods left to their controller or scheduler. Only pods whose
+    ``schedulerName`` is gpuplan's (``scheduler``) are bound, and only gpuplan's own ``gate`` is removed."""
 
     scheduler: str
+    gate: str = "gpuplan.io/placement"
     bindings: list[dict[str, Any]] = field(default_factory=list)
     ungates: list[Ungate] = field(default_factory=list)
     recreated: list[str] = field(default_factory=list)
@@ -611,17 +770,36 @@ class _Placing:
         """Place the imported pod of ``w`` that action ``a`` starts or moves to ``node``."""
         assert w.namespace is not None and w.pod_name is not None
         what = f"{w.namespace}/{w.pod_name}"
+        ours = w.scheduler_name == self.scheduler
         if w.running_on:
             restart = "restarted in place" if action_label(a) == "restart" else f"planned on {node}"
-            self.recreated.append(f"{what}: its controller {w.owner} re-creates it ({restart})")
+            self.recreated.append(
+                f"{what}: its controller {w.owner} re-creates it ({restart}; the replacement lands there "
+                f"only behind gpuplan's gate {self.gate} with the planned node injected at admission, and "
+                "waits in the next plan until it does)"
+            )
+        elif self.gate in w.scheduling_gates:
+            others = tuple(g for g in w.scheduling_gates if g != self.gate)
+            self.ungates.append(
+                Ungate(w.namespace, w.pod_name, node, w.scheduling_gates, self.gate, bind=ours and not others)
+            )
+            if others:
+                self.left.append(
+                    f"{what}: gpuplan's gate removed, but it still waits for {', '.join(others)} "
+                    f"(planned on {node})"
+                )
         elif w.scheduling_gates:
-            self.ungates.append(Ungate(w.namespace, w.pod_name, node, w.scheduling_gates))
-        elif w.scheduler_name == self.scheduler:
+            self.left.append(
+                f"{what}: gated by {', '.join(w.scheduling_gates)}, not gpuplan's gate {self.gate}: left to "
+                f"that controller (planned on {node}; gpuplan never removes another controller's gate)"
+            )
+        elif ours:
             self.bindings.append(binding(w.namespace, w.pod_name, node))
         else:
             self.left.append(
-                f"{what}: pending without a scheduling gate, left to its scheduler "
-                f"'{w.scheduler_name or 'default-scheduler'}' (planned on {node})"
+                f"{what}: pending without gpuplan's gate, left to its scheduler "
+                f"'{w.scheduler_name or 'default-scheduler'}' (planned on {node}; only pods of "
+                f"schedulerName '{self.scheduler}' are bound)"
             )
 
 

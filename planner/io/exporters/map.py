@@ -61,7 +61,6 @@ INDEX_H, LAYOUT_H = 11, 11
 #: Replica ticks are drawn on time-sliced GPUs of at most this many replicas (more would be a grey bar).
 MAX_TICKS = 16
 QUEUE_W, LEGEND_W = 520, 620
-_FRACTION_FULL = MILLI_PER_GPU
 
 _STYLE = f"""
 svg.gpumap {{ font: 12px sans-serif; }}
@@ -250,19 +249,19 @@ class _Map:
             return
         used = 0
         for who, g in uses:
-            milli = _FRACTION_FULL if g.milli is None else g.milli
+            milli = MILLI_PER_GPU if g.milli is None else g.milli
             kind = "whole" if g.milli is None else "fraction"
             c.rect(
-                x + used * CELL_W / _FRACTION_FULL, y, milli * CELL_W / _FRACTION_FULL, CELL_H,
+                x + used * CELL_W / MILLI_PER_GPU, y, milli * CELL_W / MILLI_PER_GPU, CELL_H,
                 f"{who.classes} {kind}", f"{milli} milli-GPU · {who.title(start)}" if kind == "fraction"
                 else who.title(start), node=node.name, gpu=gpu.index, milli=milli,
                 **({"workload": who.workload} if who.workload else {}),
             )  # fmt: skip
             used += milli
-        if 0 < used < _FRACTION_FULL:
+        if 0 < used < MILLI_PER_GPU:
             c.rect(
-                x + used * CELL_W / _FRACTION_FULL, y, (_FRACTION_FULL - used) * CELL_W / _FRACTION_FULL,
-                CELL_H, "stranded", f"{_FRACTION_FULL - used} milli-GPU free on a shared GPU",
+                x + used * CELL_W / MILLI_PER_GPU, y, (MILLI_PER_GPU - used) * CELL_W / MILLI_PER_GPU,
+                CELL_H, "stranded", f"{MILLI_PER_GPU - used} milli-GPU free on a shared GPU",
             )  # fmt: skip
         replicas = sharing_replicas(node.sharing)
         if replicas is not None and 1 < replicas <= MAX_TICKS:

@@ -30,6 +30,7 @@ from gpuplan.models import (
     Workload,
     default_catalog,
 )
+from gpuplan.models.hardware import MILLI_PER_GPU
 
 log = logging.getLogger(__name__)
 
@@ -79,7 +80,7 @@ class OpenbSummary:
     @property
     def gpu_request(self) -> float:
         """Total GPU request in GPUs (``num_gpu * gpu_milli / 1000`` summed over pods)."""
-        return self.gpu_request_milli / 1000
+        return self.gpu_request_milli / MILLI_PER_GPU
 
     def describe(self) -> str:
         """A short human-readable report of the import."""
@@ -233,9 +234,9 @@ def _read_pods(path: Path, resolve: _ModelCodes) -> tuple[list[dict[str, Any]], 
             values["gpu_models"] = "|".join(dict.fromkeys(models))
         if num_gpu == 0:
             kinds["cpu"] += 1
-        elif not 1 <= milli <= 1000:
+        elif not 1 <= milli <= MILLI_PER_GPU:
             raise rows.fail(number, row, "gpu_milli", f"{milli} is not a share of 1-1000 milli-GPU")
-        elif milli < 1000:
+        elif milli < MILLI_PER_GPU:
             if num_gpu > 1:
                 raise rows.fail(
                     number,
@@ -252,7 +253,7 @@ def _read_pods(path: Path, resolve: _ModelCodes) -> tuple[list[dict[str, Any]], 
                 values["topology"] = "same-node"
                 multi += 1
             kinds["whole"] += 1
-            request += 1000 * num_gpu
+            request += MILLI_PER_GPU * num_gpu
         out.append(values)
     return out, kinds, multi, request
 

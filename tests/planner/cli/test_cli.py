@@ -80,7 +80,7 @@ def test_plan_then_validate(
     assert code == 0
     assert out == (
         f"{out_plan}: valid (2 assignments, 1 waiting); not checked without the workloads: "
-        "shapes, starts, gpu-models, gangs, topology, disruption, min-runtime\n"
+        "shapes, starts, gpu-models, gangs, topology, scheduling, disruption, min-runtime\n"
     )
     args = ["validate", "--cluster", str(cluster), "--plan", str(out_plan), "--workloads", str(workloads)]
     code, out, _ = run(args, capsys)
@@ -173,8 +173,8 @@ def test_demo_plans_the_example(tmp_path: Path, capsys: pytest.CaptureFixture[st
     )
     assert code == 0, out
     assert out.rstrip().endswith(
-        "; not checked without the workloads: shapes, starts, gpu-models, gangs, topology, disruption, "
-        "min-runtime"
+        "; not checked without the workloads: shapes, starts, gpu-models, gangs, topology, scheduling, "
+        "disruption, min-runtime"
     )
 
 

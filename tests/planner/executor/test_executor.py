@@ -405,10 +405,9 @@ def test_kubernetes_export_parses_and_carries_the_planned_resources() -> None:
         }[a.workload]
         assert gpu_keys == expected
         assert limits["cpu"] == "1000m"
-    labels = {d["metadata"]["name"]: d["metadata"]["labels"] for d in docs if d["kind"] == "Node"}
-    config = yaml.safe_load(migparted.render(inp.cluster, plan.mig_layouts))
-    assert set(labels) == {"n0", "n1"}
-    assert {v["nvidia.com/mig.config"] for v in labels.values()} == set(config["mig-configs"])
+    # Without the GPU Operator's mig-parted ConfigMap to merge into, no node is relabelled for MIG (the
+    # export never replaces the operator's configs: tests/planner/io/test_kubernetes_ownership.py).
+    assert not [d for d in docs if d["kind"] == "Node" and "nvidia.com/mig.config" in d["metadata"]["labels"]]
     assert all(not kubernetes.check_object(d) for d in docs)
 
 

@@ -217,12 +217,6 @@ def _break(nodes: dict[str, Any], pods: dict[str, Any], case: str) -> None:
 @pytest.mark.parametrize(
     ("case", "message"),
     [
-        ("quantity", "pod 'notebooks/jupyter-bob': container 'main' resources.requests.cpu: 'two' is not"),
-        (
-            "two-kinds",
-            "pod 'notebooks/vscode-kim': resources.requests: asks for nvidia.com/gpu and nvidia.com/gpu",
-        ),
-        ("overbooked", "pod 'llm-train/sft-13b-0': spec.nodeName 'l40s-02': the node cannot hold it"),
         (
             "mig-config",
             "node 'dgx-a100-01': label nvidia.com/mig.config: the MIG devices offered (16x 1g.10gb",
@@ -231,17 +225,9 @@ def _break(nodes: dict[str, Any], pods: dict[str, Any], case: str) -> None:
             "mig-profile",
             "node 'dgx-a100-01': status.allocatable.nvidia.com/mig-9g.99gb: A100-SXM4-80GB does not offer",
         ),
-        (
-            "node-name",
-            "pod 'llm-train/eval-h100-0': spec.nodeName: 'cpu-01' is not a GPU node of the node list",
-        ),
-        (
-            "selector",
-            "pod 'llm-train/eval-h100-0': spec.nodeSelector.nvidia.com/gpu.product: unknown GPU product",
-        ),
     ],
 )
-def test_input_errors_are_one_line_naming_object_and_field(
+def test_node_errors_are_one_line_naming_object_and_field(
     case: str, message: str, tmp_path: Path, capsys: pytest.CaptureFixture[str]
 ) -> None:
     nodes, pods = _load("nodes.json"), _load("pods.json")
@@ -252,6 +238,56 @@ def test_input_errors_are_one_line_naming_object_and_field(
     )
     assert code == 2
     assert err.startswith(f"gpuplan: error: {message}") and err.count("\n") == 1, err
+
+
+@pytest.mark.parametrize(
+    ("case", "pod", "message"),
+    [
+        (
+            "quantity",
+            "notebooks/jupyter-bob",
+            "pod 'notebooks/jupyter-bob': container 'main' resources.requests.cpu: 'two' is not",
+        ),
+        (
+            "two-kinds",
+            "notebooks/vscode-kim",
+            "pod 'notebooks/vscode-kim': resources.requests: asks for nvidia.com/gpu and nvidia.com/gpu",
+        ),
+        (
+            "overbooked",
+            "llm-train/sft-13b-0",
+            "pod 'llm-train/sft-13b-0': spec.nodeName 'l40s-02': the node cannot hold it",
+        ),
+        (
+            "node-name",
+            "llm-train/eval-h100-0",
+            "pod 'llm-train/eval-h100-0': spec.nodeName: 'cpu-01' is not a GPU node of the node list",
+        ),
+        (
+            "selector",
+            "llm-train/eval-h100-0",
+            "pod 'llm-train/eval-h100-0': spec.nodeSelector.nvidia.com/gpu.product: unknown GPU product",
+        ),
+    ],
+)
+def test_an_unreadable_pod_is_left_out_and_named_and_the_rest_imports(
+    case: str, pod: str, message: str, tmp_path: Path, capsys: pytest.CaptureFixture[str]
+) -> None:
+    """One bad pod never stops the import: it is left out with a warning naming it and the field, listed
+    among the pods left out, and every other pod is imported as without it."""
+    nodes, pods = _load("nodes.json"), _load("pods.json")
+    whole = read_state(*_dump(tmp_path / "whole", nodes, pods))
+    _break(nodes, pods, case)
+    n, p = _dump(tmp_path, nodes, pods)
+    code, out, err = _run(
+        ["import", "kubernetes", "--nodes", str(n), "--pods", str(p), "--out", str(tmp_path / "out")], capsys
+    )
+    assert code == 0, err
+    assert f"warning: {message}" in out
+    assert f"unreadable (a warning names the field): 1: {pod}" in out
+    state = read_state(n, p)
+    assert pod not in {w.id for w in state.workloads}
+    assert {w.id for w in state.workloads} == {w.id for w in whole.workloads} - {pod}
 
 
 def test_one_node_object_and_a_yaml_pod_list_are_read(tmp_path: Path) -> None:
@@ -339,7 +375,7 @@ def test_pod_resources_say_which_pods_share_a_gpu(tmp_path: Path, capsys: pytest
         0,
         0,
     ]
-    # Go field names are read too; a pod whose device count disagrees with its request is one line
+    # Go field names are read too; a pod whose device count disagrees with its request is left out, named
     ids = [f"GPU-0000000{i}-aaaa-bbbb-cccc-dddddddddddd" for i in range(3)]
     devices = [{"resource_name": "nvidia.com/gpu", "device_ids": ids}]
     pod = {"name": "pretrain-7b-worker-1", "namespace": "llm-train", "containers": [{"devices": devices}]}
@@ -354,12 +390,13 @@ def test_pod_resources_say_which_pods_share_a_gpu(tmp_path: Path, capsys: pytest
         "--out",
         str(tmp_path),
     ]
-    code, _, err = _run(bad, capsys)
-    assert code == 2
-    assert err == (
-        "gpuplan: error: pod 'llm-train/pretrain-7b-worker-1': PodResources lists 3 GPU(s) for it, "
-        "but it asks for 4\n"
-    )
+    code, out, _ = _run(bad, capsys)
+    assert code == 0
+    assert (
+        "warning: pod 'llm-train/pretrain-7b-worker-1': PodResources lists 3 GPU(s) for it, "
+        "but it asks for 4; its GPUs count as free in the plan; the pod is left out"
+    ) in out
+    assert "unreadable (a warning names the field): 1: llm-train/pretrain-7b-worker-1" in out
 
 
 @pytest.mark.parametrize(

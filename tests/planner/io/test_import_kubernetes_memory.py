@@ -192,13 +192,15 @@ BAD_SHARES: list[tuple[str, str]] = [
 
 
 @pytest.mark.parametrize(("case", "message"), BAD_SHARES)
-def test_bad_shares_are_one_line_naming_pod_and_field(
+def test_bad_shares_are_left_out_naming_pod_and_field(
     case: str, message: str, tmp_path: Path, capsys: pytest.CaptureFixture[str]
 ) -> None:
+    """A bad share is one warning naming the pod and the field; the pod is left out, the rest imports."""
     nodes, pods = _fleet()
     _break(nodes, pods, case)
     n, p = _dump(tmp_path, nodes, pods)
     code = main(["import", "kubernetes", "--nodes", str(n), "--pods", str(p), "--out", str(tmp_path / "o")])
-    err = capsys.readouterr().err
-    assert code == 2
-    assert err.startswith(f"gpuplan: error: {message}") and err.count("\n") == 1, err
+    out, err = capsys.readouterr()
+    assert code == 0, err
+    assert f"warning: {message}" in out
+    assert f"unreadable (a warning names the field): 1: {message.split(chr(39))[1]}" in out

@@ -6,6 +6,7 @@ from __future__ import annotations
 
 import json
 import re
+import shlex
 from collections import Counter
 from datetime import UTC, datetime
 from pathlib import Path
@@ -19,14 +20,19 @@ from gpuplan.models import Cluster, Plan, PlanningInput, Policy, Workload, data_
 from gpuplan.models.base import InputError
 from gpuplan.planner.cli import main
 from gpuplan.planner.io.exporters import kubernetes, migparted
+from gpuplan.planner.io.importers.kubernetes import load_mig_parted
 from gpuplan.planner.pipeline.actions import CREATE, DESTROY, MIGRATE, PREEMPT, START, plan_actions
 from gpuplan.planner.pipeline.files import load_plan
 from gpuplan.planner.planning import make_plan
 from gpuplan.planner.store.history import PlanHistory
 from gpuplan.planner.validation.validate import validate_plan
+from tests._paths import TESTS_DATA
 
 NOW = datetime(2026, 11, 29, 12, tzinfo=UTC)
 EXAMPLES = data_dir() / "examples"
+#: The GPU Operator's mig-parted ConfigMap, which the export adds its MIG configs to.
+OPERATOR_MIG = TESTS_DATA / "kubernetes" / "operator" / "mig-parted-config.json"
+OPTIONS = kubernetes.ExportOptions(mig_parted=load_mig_parted(OPERATOR_MIG))
 IMAGE = "registry.example/run:1"
 #: The Kubernetes versions the objects must validate against.
 VERSIONS = ("1.29", "1.30", "1.31")
@@ -107,8 +113,39 @@ def _round_paths(directory: Path) -> list[Path]:
     return paths
 
 
+_KINDS = {"configmap": "ConfigMap", "node": "Node", "pod": "Pod"}
+
+
+def patches(text: str) -> list[dict[str, Any]]:
+    """The ``kubectl patch`` calls of a round script, each as ``{kind, metadata: {name, namespace},
+    patchType, patch}`` (what gpuplan changes in place: never a whole object)."""
+    out = []
+    for line in text.splitlines():
+        line = line.strip().removesuffix(" || failed=1").removesuffix(" && \\").strip()
+        if not line.startswith("kubectl patch "):
+            continue
+        words = shlex.split(line)[2:]
+        kind, rest = words[0], words[1:]
+        namespace = None
+        if rest[0] == "-n":
+            namespace, rest = rest[1], rest[2:]
+        name, kind_of_patch, flag, body = rest
+        assert kind_of_patch.startswith("--type=") and flag == "-p"
+        meta = {"name": name, **({"namespace": namespace} if namespace else {})}
+        out.append(
+            {
+                "kind": _KINDS[kind],
+                "metadata": meta,
+                "patchType": kind_of_patch[7:],
+                "patch": json.loads(body),
+            }
+        )
+    return out
+
+
 def _objects(path: Path) -> list[dict[str, Any]]:
-    """The objects of one round file: applied (YAML) or posted by the script (each to its subresource)."""
+    """The objects of one round file: applied (YAML), or posted by the script (each to its subresource)
+    and patched by it (:func:`patches`)."""
     text = path.read_text()
     if path.suffix == ".yaml":
         return [d for d in yaml.safe_load_all(text) if d is not None]
@@ -118,7 +155,7 @@ def _objects(path: Path) -> list[dict[str, Any]]:
         doc = json.loads(body)
         assert url == kubernetes.subresource_path(doc)
         posted.append(doc)
-    return posted
+    return posted + patches(text)
 
 
 def _files(directory: Path) -> list[list[dict[str, Any]]]:
@@ -127,7 +164,7 @@ def _files(directory: Path) -> list[list[dict[str, Any]]]:
 
 
 def _exported(inp: PlanningInput, plan: Plan, tmp_path: Path) -> list[list[dict[str, Any]]]:
-    steps = kubernetes.steps(plan, inp, kubernetes.Images(default=IMAGE), namespace="ml")
+    steps = kubernetes.steps(plan, inp, kubernetes.Images(default=IMAGE), namespace="ml", options=OPTIONS)
     kubernetes.write_rounds(steps, tmp_path / "k8s")
     return _files(tmp_path / "k8s")
 
@@ -205,7 +242,7 @@ def _check_schemas(rounds: list[list[dict[str, Any]]]) -> int:
     """Every built-in object validates (strict: no unknown fields) for each version; PodGroups by hand."""
     checked = 0
     pod_groups = [d for r in rounds for d in r if d["kind"] == "PodGroup"]
-    for d in (d for r in rounds for d in r if d["kind"] != "PodGroup"):
+    for d in (d for r in rounds for d in r if d["kind"] != "PodGroup" and "patch" not in d):
         for version in VERSIONS:
             kubernetes_validate.validate(d, version, strict=True)
             checked += 1
@@ -246,17 +283,30 @@ def test_the_hand_made_cluster_exports_in_the_plan_s_order(
     assert _first(rounds, lambda d: d["kind"] == "PodGroup") <= _first(
         rounds, lambda d: d["kind"] == "Pod" and d["metadata"]["labels"]["gpuplan.io/workload"] == "big"
     )
-    # The MIG manager's config names n2's new layout, three 1g.10gb, and the label selects it.
-    cm = next(d for d in objs if d["kind"] == "ConfigMap")
+    # The MIG manager's config names n2's new layout, three 1g.10gb, and the label selects it. It is
+    # added to the GPU Operator's own ConfigMap by a patch that first tests the text read: the operator's
+    # configs all stay, and no other node is relabelled.
+    operator = OPTIONS.mig_parted
+    assert operator is not None
+    (cm,) = [d for d in objs if d["kind"] == "ConfigMap"]
     assert (cm["metadata"]["name"], cm["metadata"]["namespace"]) == (
-        kubernetes.MIG_CONFIGMAP,
-        kubernetes.MIG_NAMESPACE,
+        "default-mig-parted-config",
+        "gpu-operator",
     )
-    config = yaml.safe_load(cm["data"]["config.yaml"])
+    test, put = cm["patch"]
+    assert test == {"op": "test", "path": "/data/config.yaml", "value": operator.text}
+    assert put["op"] == "replace" and put["path"] == "/data/config.yaml"
+    config = yaml.safe_load(put["value"])
     assert not migparted.check_config(config)
-    label = next(d for d in objs if d["kind"] == "Node")["metadata"]["labels"][kubernetes.MIG_CONFIG_LABEL]
+    operator_configs = operator.document["mig-configs"]
+    assert {k: config["mig-configs"][k] for k in operator_configs} == operator_configs
+    (node,) = [d for d in objs if d["kind"] == "Node"]
+    assert node["metadata"]["name"] == "n2" and node["patchType"] == "merge"
+    label = node["patch"]["metadata"]["labels"][kubernetes.MIG_CONFIG_LABEL]
     entries = config["mig-configs"][label]
     assert {"devices": [0], "mig-enabled": True, "mig-devices": {"1g.10gb": 3}} in entries
+    noted = json.loads(node["patch"]["metadata"]["annotations"][kubernetes.MIG_CONFIG_ANNOTATION])
+    assert noted == {"name": label, "entries": entries}
     # The pods' tier maps to the documented PriorityClass (1000 per unit of tier weight): the new work
     # and "stay" are latency-sensitive, "mover" standard (weight 3).
     classes = {d["metadata"]["name"]: d["value"] for d in rounds[0] if d["kind"] == "PriorityClass"}
@@ -397,7 +447,8 @@ def test_export_kubernetes_writes_the_round_files(tmp_path: Path, capsys: pytest
     out = tmp_path / "k8s"
     (out).mkdir()
     (out / "round-09.yaml").write_text("stale: true\n")  # an earlier export's file goes
-    args = ["export", "--plan", str(plan_path), *files, "--kubernetes", str(out), "--namespace", "ml"]
+    args = ["export", "--plan", str(plan_path), *files, "--kubernetes", str(out), "--namespace", "ml",
+            "--mig-parted-config", str(OPERATOR_MIG)]  # fmt: skip
     assert main([*args, "--image", IMAGE, "--images", str(tmp_path / "images.yaml")]) == 0
     printed = capsys.readouterr().out
     rounds = _files(out)
@@ -469,6 +520,8 @@ def test_replan_without_an_image_stops_before_planning_or_storing(
         NOW.isoformat(),
         "--k8s-out",
         str(out),
+        "--mig-parted-config",
+        str(OPERATOR_MIG),
     ]
     assert main(args) == 2
     err = capsys.readouterr().err.strip().splitlines()
@@ -499,8 +552,8 @@ def test_evictions_name_the_pods_of_imported_workloads() -> None:
 
 def test_a_sharing_change_exports_the_device_plugin_config_and_label_first(tmp_path: Path) -> None:
     """A plan that switches the only free (exclusive) node to time-slicing for waiting notebooks: the
-    round's first step is the device plugin's ConfigMap and the ``nvidia.com/device-plugin.config``
-    labels (every node with a mode, in this first such step), then the notebooks' pods."""
+    round's first step adds the config of the new mode to the device plugin's ConfigMap (a merge patch of
+    that key: its other keys stay) and labels the switched node only, then the notebooks' pods come."""
     gpus = [{"index": i, "model": "L40S-48GB"} for i in range(2)]
     base = {"cpu_milli": 64000, "memory_mib": 262144, "gpus": gpus, "sharing": "exclusive"}
     inp = PlanningInput(
@@ -517,17 +570,17 @@ def test_a_sharing_change_exports_the_device_plugin_config_and_label_first(tmp_p
     assert _check_schemas(rounds) > 0
     assert [[d["kind"] for d in r] for r in rounds] == [
         ["PriorityClass"],
-        ["ConfigMap", "Node", "Node"],
+        ["ConfigMap", "Node"],
         ["Pod"] * 5,
     ]
-    config_map, *labels = rounds[1]
+    config_map, label = rounds[1]
     assert config_map["metadata"] == {"name": kubernetes.DEVICE_PLUGIN_CONFIGMAP, "namespace": "gpu-operator"}
-    configs = {k: yaml.safe_load(v) for k, v in config_map["data"].items()}
+    assert config_map["patchType"] == "merge" and set(config_map["patch"]) == {"data"}
+    configs = {k: yaml.safe_load(v) for k, v in config_map["patch"]["data"].items()}
+    # No nvidia.com/mig.strategy label on the node: the operator's own strategy stays (no flag written).
     assert configs == {
-        "exclusive": {"version": "v1", "flags": {"migStrategy": "mixed"}},
         "time-slicing-4": {
             "version": "v1",
-            "flags": {"migStrategy": "mixed"},
             "sharing": {
                 "timeSlicing": {
                     "renameByDefault": True,
@@ -536,16 +589,29 @@ def test_a_sharing_change_exports_the_device_plugin_config_and_label_first(tmp_p
             },
         },
     }
-    assert {d["metadata"]["name"]: d["metadata"]["labels"] for d in labels} == {
-        "busy": {"nvidia.com/device-plugin.config": "exclusive"},
-        "ex": {"nvidia.com/device-plugin.config": "time-slicing-4"},
+    assert label["metadata"] == {"name": "ex"} and label["patch"] == {
+        "metadata": {"labels": {"nvidia.com/device-plugin.config": "time-slicing-4"}}
     }
-    assert (
-        "devicePlugin.config.name must be gpuplan-device-plugin-config"
-        in (tmp_path / "k8s" / "round-02.yaml").read_text()
-    )
+    script = (tmp_path / "k8s" / "round-02.sh").read_text()
+    assert "kubectl create configmap -n gpu-operator gpuplan-device-plugin-config" in script
     pods = rounds[2]
     assert {p["spec"]["nodeSelector"][kubernetes.HOSTNAME] for p in pods} == {"ex"}
     assert all(
         p["spec"]["containers"][0]["resources"]["limits"]["nvidia.com/gpu.shared"] == "1" for p in pods
     )
+    # A node whose label says its MIG strategy keeps it in the config written for it.
+    labelled = inp.cluster.model_copy(
+        update={
+            "nodes": tuple(
+                n.model_copy(update={"labels": {"nvidia.com/mig.strategy": "mixed"}})
+                for n in inp.cluster.nodes
+            )
+        }
+    )
+    steps = kubernetes.steps(
+        plan, inp.model_copy(update={"cluster": labelled}), kubernetes.Images(default=IMAGE), "ml"
+    )
+    (sharing,) = [s for s in steps if s.kind == kubernetes.SHARING]
+    data = sharing.patches[0].body["data"]
+    assert list(data) == ["time-slicing-4-mig-mixed"]
+    assert yaml.safe_load(data["time-slicing-4-mig-mixed"])["flags"] == {"migStrategy": "mixed"}

@@ -227,9 +227,10 @@ def test_pending_pods_are_placed_where_they_are_without_duplicates(tmp_path: Pat
     assert selector == {"spec": {"nodeSelector": {"kubernetes.io/hostname": placed["ml/train-gated"]}}}
     _validate({"apiVersion": "v1", "kind": "Pod", "metadata": {"name": "train-gated"}, "spec": {
         "containers": [{"name": "main", "image": "x"}], **selector["spec"]}})  # fmt: skip
+    # Only gpuplan's own gate goes (tested by name at its index first), never another controller's.
     assert json.loads(remove.split(" -p ")[1].strip("'")) == [
-        {"op": "test", "path": "/spec/schedulingGates", "value": [{"name": "gpuplan.io/placement"}]},
-        {"op": "remove", "path": "/spec/schedulingGates"},
+        {"op": "test", "path": "/spec/schedulingGates/0/name", "value": "gpuplan.io/placement"},
+        {"op": "remove", "path": "/spec/schedulingGates/0"},
     ]
 
 

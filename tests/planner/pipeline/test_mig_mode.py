@@ -23,6 +23,7 @@ from gpuplan.models import MigMode, Plan, PlanningInput, Policy, Workload, defau
 from gpuplan.models.plan import CREATE, SET_MIG_MODE, START, Action
 from gpuplan.planner.executor import Executor, SimCluster, unfit
 from gpuplan.planner.io.exporters import kubernetes, migparted
+from gpuplan.planner.io.importers.kubernetes import MigPartedConfig
 from gpuplan.planner.pipeline import summary
 from gpuplan.planner.pipeline.actions import plan_actions
 from gpuplan.planner.planning import make_plan
@@ -269,25 +270,24 @@ def test_the_kubernetes_export_relabels_the_node_with_mig_off_on_that_gpu() -> N
     inp = two_idle_mig_gpus(ALLOWED, image="registry.example/train:1")
     p = make_plan(inp, solver="cpsat", now=NOW, time_limit_s=10)
     (m,) = p.mig_modes
-    steps = kubernetes.steps(p, inp, kubernetes.Images(default="registry.example/train:1"))
+    # The export adds its config to the GPU Operator's mig-parted ConfigMap (an empty one here).
+    operator = MigPartedConfig(name="default-mig-parted-config", namespace="gpu-operator", text="x",
+                               document={"version": "v1", "mig-configs": {}})  # fmt: skip
+    options = kubernetes.ExportOptions(mig_parted=operator)
+    steps = kubernetes.steps(p, inp, kubernetes.Images(default="registry.example/train:1"), options=options)
     kinds = [s.kind for s in steps]
     assert kinds.index("mig") < kinds.index("start")
     mig_step = steps[kinds.index("mig")]
-    config_map = next(d for d in mig_step.objects if d["kind"] == "ConfigMap")
-    doc = yaml.safe_load(config_map["data"]["config.yaml"])
+    config_map, node = mig_step.patches
+    assert config_map.body[0] == {"op": "test", "path": "/data/config.yaml", "value": "x"}
+    doc = yaml.safe_load(config_map.body[1]["value"])
     assert migparted.check_config(doc) == []
     (name,) = doc["mig-configs"]
     entries = doc["mig-configs"][name]
     assert {"devices": [m.gpu], "mig-enabled": False} in entries
     assert {"devices": [1 - m.gpu], "mig-enabled": True, "mig-devices": {"3g.40gb": 1}} in entries
-    labels = [d for d in mig_step.objects if d["kind"] == "Node"]
-    assert labels == [
-        {
-            "apiVersion": "v1",
-            "kind": "Node",
-            "metadata": {"name": "m1", "labels": {kubernetes.MIG_CONFIG_LABEL: name}},
-        }
-    ]
+    assert (node.kind, node.name) == ("node", "m1")
+    assert node.body["metadata"]["labels"] == {kubernetes.MIG_CONFIG_LABEL: name}
     for d in (d for s in steps for d in s.objects if d["kind"] != "PodGroup"):
         for version in ("1.29", "1.30", "1.31"):
             kubernetes_validate.validate(d, version, strict=True)

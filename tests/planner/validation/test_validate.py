@@ -888,6 +888,7 @@ def test_implied_workloads_skip_what_only_the_demand_says() -> None:
         "gpu-models",
         "gangs",
         "topology",
+        "scheduling",
         "isolation",
         "quotas",
         "disruption",

@@ -23,7 +23,7 @@ import pandas as pd
 from gpuplan.models.base import InputError
 from gpuplan.models.capacity import CapacityReport, NodeTypeCatalog, Served
 from gpuplan.models.cluster import Cluster, Node
-from gpuplan.models.hardware import HardwareCatalog
+from gpuplan.models.hardware import MILLI_PER_GPU, HardwareCatalog
 from gpuplan.models.inputs import PlanningInput
 from gpuplan.models.plan import Counterfactual, Plan, Unplaced
 from gpuplan.models.workload import where
@@ -146,7 +146,7 @@ class _Context:
     def equivalents(self, node: str, gpu: Any) -> float:
         model = self.model(node, gpu.index)
         if model is None:
-            return 1.0 if gpu.milli is None and gpu.mig_profile is None else (gpu.milli or 0) / 1000
+            return 1.0 if gpu.milli is None and gpu.mig_profile is None else (gpu.milli or 0) / MILLI_PER_GPU
         return gpu_equivalents(gpu, model, self.catalog)
 
 
@@ -239,9 +239,9 @@ def _gpu_rows(ctx: _Context) -> list[dict[str, Any]]:
             row["used_slices"] = sum(spec.profile(p).size_at(s) for p, s in used if p and s is not None)
             row["free_slices"] = spec.memory_slices - row["used_slices"]
         else:
-            used_milli = sum(1000 if g.milli is None else g.milli for g in parts)
+            used_milli = sum(MILLI_PER_GPU if g.milli is None else g.milli for g in parts)
             row["used_milli"] = used_milli
-            row["free_milli"] = 1000 - used_milli if model is not None or node is None else None
+            row["free_milli"] = MILLI_PER_GPU - used_milli if model is not None or node is None else None
         rows.append(row)
     return rows
 

@@ -18,6 +18,7 @@ from gpuplan.planner.io.importers.kubernetes.conventions import (
     HAMI_GPU_MEMORY_PERCENT,
     MIG_PREFIX,
     SHARED,
+    _mig_profile,
     mig_resource,
 )
 from gpuplan.planner.io.importers.kubernetes.shapes import _Selection
@@ -26,6 +27,7 @@ log = logging.getLogger(__name__)
 
 
 #: Why a pod is left out (the summary groups pods by these, in this order).
+UNREADABLE = "unreadable (a warning names the field)"
 FINISHED = "finished (Succeeded or Failed)"
 TERMINATING = "terminating"
 ON_UNAVAILABLE = "bound to a node that takes no new pods"
@@ -34,6 +36,7 @@ UNKNOWN_PROFILE = "asks for a MIG profile no GPU model of the catalog has"
 PENDING_NO_GPU = "pending, asks for no GPU"
 BOUND_NO_GPU = "runs without a GPU (its CPU and memory are taken off its node)"
 _REASONS = (
+    UNREADABLE,
     UNKNOWN_RESOURCE,
     UNKNOWN_PROFILE,
     PENDING_NO_GPU,
@@ -75,6 +78,30 @@ class _Audit:
         """Log a warning and keep it for the summary."""
         log.warning("%s", message)
         self.warnings.append(message)
+
+    def unreadable(self, pod: str, why: str) -> None:
+        """Leave out a pod one of whose fields gpuplan cannot read, with a warning naming it: one bad pod
+        never stops the import of the others."""
+        self.warn(f"{why}; the pod is left out")
+        self.leave(pod, UNREADABLE, why)
+
+    def extra_gpu_kinds(self, key: str, req: Mapping[str, Decimal]) -> list[str]:
+        """The GPU resources of a pod asking for more than one GPU kind that no node offers and (for a MIG
+        device) no model of the catalog has: typos, dropped (with a warning) when another kind remains."""
+        asked = [k for k, v in req.items() if v and (k in (GPU, SHARED) or k.startswith(MIG_PREFIX))]
+        if len(asked) < 2:
+            return []
+        unknown = [
+            k for k in asked
+            if k not in self.offered
+            and not (k.startswith(MIG_PREFIX) and self._known_profile(k))
+        ]  # fmt: skip
+        return sorted(unknown) if len(unknown) < len(asked) else []
+
+    def _known_profile(self, resource: str) -> bool:
+        """Whether a ``nvidia.com/mig-<profile>`` resource names a profile some catalog model has."""
+        profile = _mig_profile(resource.removeprefix(MIG_PREFIX))
+        return any(profile in m.profile_map for m in self.catalog.models)
 
     def check(
         self,

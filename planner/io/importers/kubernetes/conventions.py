@@ -18,7 +18,18 @@ COUNT = "nvidia.com/gpu.count"
 MEMORY = "nvidia.com/gpu.memory"
 MACHINE = "nvidia.com/gpu.machine"
 MIG_CONFIG = "nvidia.com/mig.config"
+#: The MIG manager's progress on the node's ``nvidia.com/mig.config`` (``pending``, ``rebooting``,
+#: ``success``, ``failed``): only ``success`` (or no label) says the named layout is the GPUs' own.
+MIG_CONFIG_STATE = "nvidia.com/mig.config.state"
 MIG_STRATEGY = "nvidia.com/mig.strategy"
+#: The Node annotation gpuplan's export writes beside ``nvidia.com/mig.config``: the mig-parted config it
+#: named there (JSON ``{"name": ..., "entries": [...]}``), so that a re-import knows which GPUs are in MIG
+#: mode without the GPU Operator's ConfigMap.
+GPUPLAN_MIG_CONFIG = "gpuplan.io/mig-config"
+#: The cluster-file node label the importer sets when a node's MIG layout is a guess (``guessed``): the
+#: Kubernetes export then never writes a MIG configuration for that node.
+MIG_LAYOUT_LABEL = "gpuplan.io/mig-layout"
+GUESSED = "guessed"
 SHARING = "nvidia.com/gpu.sharing-strategy"
 REPLICAS = "nvidia.com/gpu.replicas"
 #: KAI Scheduler's pod annotations for a share of one GPU: its memory in MiB, or a fraction of the GPU.

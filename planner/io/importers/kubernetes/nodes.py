@@ -30,10 +30,14 @@ from gpuplan.planner.io.importers.kubernetes.conventions import (
     _MIG_SUFFIX,
     COUNT,
     GPU,
+    GPUPLAN_MIG_CONFIG,
+    GUESSED,
     HAMI_REGISTER,
     MACHINE,
     MEMORY,
     MIG_CONFIG,
+    MIG_CONFIG_STATE,
+    MIG_LAYOUT_LABEL,
     MIG_PREFIX,
     MIG_STRATEGY,
     PRODUCT,
@@ -47,12 +51,14 @@ from gpuplan.planner.io.importers.kubernetes.conventions import (
     memory_mib,
     quantity,
 )
+from gpuplan.planner.io.importers.kubernetes.mig_configs import MigPartedConfig, annotated_config, gpu_counts
 from gpuplan.planner.io.importers.kubernetes.mig_layouts import (
     _config_profiles,
     _fit_layout,
     _max_layout,
     _mig_layouts,
 )
+from gpuplan.planner.io.importers.kubernetes.scheduling import node_scheduling
 from gpuplan.planner.io.importers.nvidia_smi import lookup_gpu_model
 
 #: Node labels kept in the cluster file: topology, and the GPU Operator's view of the node.
@@ -62,10 +68,13 @@ KEPT_LABEL_PREFIXES: tuple[str, ...] = (
     "nvidia.com/gpu.clique",
     PRODUCT,
     MIG_CONFIG,
+    MIG_CONFIG_STATE,
     MIG_STRATEGY,
     SHARING,
     REPLICAS,
 )
+#: ``nvidia.com/mig.config.state`` values that say the named layout is not (yet) the GPUs' own.
+_IN_FLUX = ("pending", "rebooting", "failed")
 
 _SHARING_MODES = ("time-slicing", "mps")
 
@@ -84,6 +93,16 @@ class _NodeInfo:
     #: Whether a scheduler (HAMi) shares the GPUs, whatever the device plugin's mode.
     scheduler_shared: bool = False
     entry: dict[str, Any] = field(default_factory=dict)
+    #: The GPU index of each of ``layouts`` (default: the first ones, ``0 .. len(layouts)-1``).
+    mig_indices: tuple[int, ...] | None = None
+    #: Why the MIG layouts are a guess (``None``: they follow the devices and the MIG manager's config).
+    mig_guess: str | None = None
+
+    @property
+    def mig_at(self) -> dict[int, tuple[MigInstance, ...]]:
+        """The MIG layout of each GPU in MIG mode, by GPU index."""
+        indices = self.mig_indices if self.mig_indices is not None else range(len(self.layouts))
+        return dict(zip(indices, self.layouts, strict=True))
 
     @property
     def time_sliced(self) -> bool:
@@ -135,8 +154,63 @@ def _offers_gpus(raw: Mapping[str, Any]) -> bool:
     return PRODUCT in labels or any(str(alloc[k]).strip() not in ("0", "") for k in devices)
 
 
-def _node(raw: Mapping[str, Any], catalog: HardwareCatalog) -> _NodeInfo | None:
-    """The GPU node of a ``kubectl get nodes`` item (``None`` for a node without GPUs)."""
+def _named_entries(
+    config: str, mig_parted: MigPartedConfig | None, annotations: Mapping[str, Any], where: str
+) -> tuple[Any, ...] | None:
+    """The entries of the mig-parted config the node's ``nvidia.com/mig.config`` names: from the GPU
+    Operator's ConfigMap when given and it holds that config, else from gpuplan's own annotation when it
+    names the same config."""
+    if mig_parted is not None and config in mig_parted.configs:
+        return tuple(mig_parted.configs[config])
+    found = annotated_config(annotations, GPUPLAN_MIG_CONFIG, where)
+    return found[1] if found is not None and found[0] == config else None
+
+
+def _from_entries(
+    name: str,
+    spec: GpuModelSpec,
+    entries: tuple[Any, ...],
+    counts: Counter[str],
+    full: int,
+    total: int | None,
+) -> tuple[tuple[int, ...], list[tuple[MigInstance, ...]]] | None:
+    """The MIG GPUs (indices) and layouts a named config gives the node, when they agree with what it
+    offers (its whole or shared GPUs and its MIG devices); ``None`` when they do not."""
+    given = [len(e.get("devices") or ()) if isinstance(e.get("devices"), list) else 0 for e in entries]
+    highest = max(
+        (
+            d
+            for e in entries
+            if isinstance(e.get("devices"), list)
+            for d in e["devices"]
+            if isinstance(d, int)
+        ),
+        default=-1,
+    )
+    gpus = total if total is not None else max(highest + 1, full + sum(given))
+    per = gpu_counts(entries, gpus, f"node '{name}': mig-parted config")
+    if len(per) != gpus:
+        return None  # a GPU the config does not name keeps whatever it has: not known here
+    mig = {i: c for i, c in per.items() if c is not None}
+    if gpus - len(mig) != full or sum(mig.values(), Counter()) != counts:
+        return None
+    layouts = []
+    for i in sorted(mig):
+        if any(p not in spec.profile_map for p in mig[i]):
+            return None
+        layout = _fit_layout(spec, list(mig[i].elements()))
+        if layout is None:
+            return None
+        layouts.append(layout)
+    return tuple(sorted(mig)), layouts
+
+
+def _node(
+    raw: Mapping[str, Any], catalog: HardwareCatalog, mig_parted: MigPartedConfig | None = None
+) -> _NodeInfo | None:
+    """The GPU node of a ``kubectl get nodes`` item (``None`` for a node without GPUs). MIG layouts follow
+    the devices and the MIG manager's config the node names (a default one, one of ``mig_parted``, or the
+    one gpuplan's export noted on it); otherwise they are a guess, said in ``mig_guess``."""
     meta = raw.get("metadata") or {}
     name = str(meta.get("name") or "")
     if not name:
@@ -185,27 +259,73 @@ def _node(raw: Mapping[str, Any], catalog: HardwareCatalog) -> _NodeInfo | None:
     label_count = labels.get(COUNT, "")
     label_total = int(label_count) if label_count.isdigit() else None
     replicas = _replicas(name, labels, gpu_alloc + shared_alloc, label_total, shared=bool(shared_alloc))
+    state = labels.get(MIG_CONFIG_STATE, "")
+    guess: str | None = None
+    indices: tuple[int, ...] | None = None
     if single is not None:
         # The single strategy offers every MIG device as nvidia.com/gpu (and counts them in gpu.count).
         per_gpu = _config_profiles(config, spec)
         layout = _fit_layout(spec, per_gpu) if per_gpu and set(per_gpu) == {single} else None
+        if layout is None:
+            guess = f"label {MIG_CONFIG} '{config}' is not a MIG manager default of profile {single}"
         layout = layout or _max_layout(spec, single)
         devices = gpu_alloc or label_total or 0
         layouts, full = [layout] * -(-devices // len(layout)), 0
     else:
         full = -(-(gpu_alloc + shared_alloc) // replicas)
         mig_gpus = label_total - full if label_total is not None and label_total > full else None
-        layouts = _mig_layouts(name, spec, config, counts, mig_gpus) if mig_on else []
+        entries = _named_entries(config, mig_parted, meta.get("annotations") or {}, f"node '{name}'")
+        found = _from_entries(name, spec, entries, counts, full, label_total) if mig_on and entries else None
+        if found is not None:
+            indices, layouts = found
+        else:
+            layouts = _mig_layouts(name, spec, config, counts, mig_gpus) if mig_on else []
+            guess = _mig_guess(spec, config, counts, layouts, full, entries is not None) if mig_on else None
         if not full and not layouts and not mig_on:
             full = label_total or 0
     if not full and not layouts:
         return None
+    if guess is None and layouts and state in _IN_FLUX:
+        guess = f"label {MIG_CONFIG_STATE} is '{state}': the MIG manager is still applying '{config}'"
     info = _NodeInfo(
         name=name, model=spec, gpus=len(layouts) + full, layouts=layouts, single_profile=single,
-        replicas=replicas, shared_renamed=bool(shared_alloc), scheduler_shared=hami,
+        replicas=replicas, shared_renamed=bool(shared_alloc), scheduler_shared=hami, mig_indices=indices,
+        mig_guess=guess if layouts else None,
     )  # fmt: skip
     info.entry = _entry(info, labels, alloc, catalog)
+    info.entry.update(node_scheduling(raw, f"node '{name}'", hami=hami))
     return info
+
+
+def _mig_guess(
+    spec: GpuModelSpec,
+    config: str,
+    counts: Counter[str],
+    layouts: list[tuple[MigInstance, ...]],
+    full: int,
+    named: bool,
+) -> str | None:
+    """Why the MIG layouts read from the offered devices are a guess, ``None`` when the label names a MIG
+    manager default configuration (``all-<profile>``, ``all-balanced``: every GPU alike) that the devices
+    match."""
+    per_gpu = _config_profiles(config, spec)
+    if per_gpu is not None:
+        want = Counter(per_gpu)
+        total = sum((Counter(i.profile for i in lay) for lay in layouts), Counter())
+        if (
+            counts
+            and not full
+            and total == counts
+            and all(Counter(i.profile for i in lay) == want for lay in layouts)
+        ):
+            return None
+        return f"the devices offered do not match label {MIG_CONFIG} '{config}' on every GPU"
+    if named:
+        return f"the devices offered do not match the mig-parted config '{config}' names"
+    return (
+        f"label {MIG_CONFIG} names '{config}', a config that is neither a MIG manager default nor in the "
+        "given mig-parted ConfigMap (--mig-parted-config)"
+    )
 
 
 def _hami_gpus(name: str, labels: Mapping[str, str], register: Any) -> int:
@@ -248,6 +368,8 @@ def _entry(
     if "cpu" not in alloc or "memory" not in alloc:
         raise InputError(f"{where}: cpu and memory are required")
     kept = {k: v for k, v in sorted(labels.items()) if k.startswith(KEPT_LABEL_PREFIXES)}
+    if info.mig_guess is not None:
+        kept[MIG_LAYOUT_LABEL] = GUESSED
     entry: dict[str, Any] = {
         "name": info.name,
         "pool": info.model.name,
@@ -264,20 +386,22 @@ def _entry(
         (t for t in catalog.topologies if machine.startswith(re.sub(r"[^0-9a-z]", "", t.name.lower()))), None
     )
 
+    at = info.mig_at
+
     def mig(i: int) -> dict[str, Any]:
-        return {"instances": [inst.model_dump() for inst in info.layouts[i]]}
+        return {"instances": [inst.model_dump() for inst in at[i]]}
 
     if ref is not None and catalog.canonical(ref.gpu_model) == info.model.name and len(ref.gpus) == info.gpus:
         entry["topology"] = ref.name
-        if info.layouts:
-            entry["gpus"] = [{"index": i, "mig": mig(i)} for i in range(len(info.layouts))]
+        if at:
+            entry["gpus"] = [{"index": i, "mig": mig(i)} for i in sorted(at)]
         return entry
     entry["gpus"] = [
         {
             "index": i,
             "model": info.model.name,
             "numa": 0,
-            **({"mig": mig(i)} if i < len(info.layouts) else {}),
+            **({"mig": mig(i)} if i in at else {}),
         }
         for i in range(info.gpus)
     ]

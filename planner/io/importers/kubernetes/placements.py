@@ -105,13 +105,15 @@ def complete_placements(
     nodes: Mapping[str, _NodeInfo],
     catalog: HardwareCatalog,
     devices: Mapping[str, list[str]] | None = None,
-) -> None:
-    """Give every bound pod GPU indices on its node (``running_on``), never double booking a GPU.
+) -> dict[str, str]:
+    """Give every bound pod GPU indices on its node (``running_on``), never double booking a GPU; return
+    the pods that do not fit (by key, with why), which the caller leaves out.
 
     Pods are placed node by node, whole GPUs first, then MIG instances, then time-sliced shares; in each
     group the pods whose GPU device IDs kubelet reported (``devices``, by pod) come first and keep the
     grouping those IDs give, then the rest, oldest first, on the lowest indices the occupancy rules
-    allow. A pod that does not fit is an input error (the node offers fewer devices than its pods hold).
+    allow. A pod that does not fit (the node offers fewer devices than its pods hold, or its PodResources
+    entry disagrees with its request) is returned, not placed.
     """
     known = devices or {}
     occ = Occupancy.empty(cluster, catalog)
@@ -120,18 +122,25 @@ def complete_placements(
     def order(p: _Pod) -> tuple[str, int, bool, str, str]:
         return (p.node or "", _KIND_ORDER[p.kind], p.key not in known, p.created, p.key)
 
+    failed: dict[str, str] = {}
     for pod in sorted((p for p in pods if p.node), key=order):
         node = nodes[pod.node or ""]
         ids = known.get(pod.key) if pod.kind != "mig" else None
-        uses = _pinned_uses(pod, occ, node, ids, pinned[node.name]) if ids else _uses(pod, occ, node)
+        try:
+            uses = _pinned_uses(pod, occ, node, ids, pinned[node.name]) if ids else _uses(pod, occ, node)
+        except InputError as exc:
+            failed[pod.key] = str(exc)
+            continue
         hold = _hold(pod, node.name, uses, cpu=pod.values["cpu_milli"], memory=pod.values["memory_mib"])
         why = occ.problem((pod.key, 0), hold) if uses else _no_room(pod, occ, node)
         if why is not None:
-            raise InputError(f"pod '{pod.key}': spec.nodeName '{node.name}': the node cannot hold it ({why})")
+            failed[pod.key] = f"pod '{pod.key}': spec.nodeName '{node.name}': the node cannot hold it ({why})"
+            continue
         occ.start((pod.key, 0), hold)
         pod.values["running_on"] = where(node.name, uses)
         # The API names the node, not the GPUs: the indices are this function's choice.
         pod.values["gpus_guessed"] = "true"
+    return failed
 
 
 def load_pod_resources(paths: Iterable[Path]) -> dict[str, list[str]]:

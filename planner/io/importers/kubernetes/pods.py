@@ -21,6 +21,7 @@ from gpuplan.models.base import InputError
 from gpuplan.planner.io.importers.kubernetes.audit import FINISHED, ON_UNAVAILABLE, TERMINATING, _Audit
 from gpuplan.planner.io.importers.kubernetes.conventions import cpu_milli, memory_mib, quantity
 from gpuplan.planner.io.importers.kubernetes.nodes import _NodeInfo
+from gpuplan.planner.io.importers.kubernetes.scheduling import pod_scheduling
 from gpuplan.planner.io.importers.kubernetes.shapes import (
     _Offers,
     _scheduler_share,
@@ -120,86 +121,124 @@ def _pods(
     pods were left out with their node (``absent``: cordoned or NotReady). Finished pods (Succeeded,
     Failed) and terminating ones (``metadata.deletionTimestamp``: their devices are released when they end)
     are skipped. Every pod left out, and every GPU resource or MIG profile no node can offer, is noted
-    in ``audit``."""
+    in ``audit``; a pod with a field gpuplan cannot read is left out with a warning naming it
+    (:meth:`_Audit.unreadable`), and the others are imported."""
     held: dict[str, list[int]] = {name: [0, 0] for name in nodes}
     offers = _Offers(nodes.values())
     pods: list[_Pod] = []
     seen: set[str] = set()
     with_absent = 0
-    for raw in items:
+    for n, raw in enumerate(items):
         meta = raw.get("metadata") or {}
-        spec = raw.get("spec") or {}
-        status = raw.get("status") or {}
         key = f"{meta.get('namespace', 'default')}/{meta.get('name', '')}"
-        where = f"pod '{key}'"
         if not meta.get("name"):
-            raise InputError("a pod has no metadata.name")
+            audit.unreadable(f"items[{n}]", f"pods items[{n}]: no metadata.name")
+            continue
         if key in seen:
-            raise InputError(f"{where}: appears more than once")
+            audit.unreadable(key, f"pod '{key}': appears more than once (the first is imported)")
+            continue
         seen.add(key)
-        phase = status.get("phase", "Pending")
-        node_name = spec.get("nodeName") or None
-        if phase in _SKIPPED_PHASES or meta.get("deletionTimestamp"):
-            audit.leave(key, FINISHED if phase in _SKIPPED_PHASES else TERMINATING, phase)
+        try:
+            found = _pod(raw, key, nodes, audit, offers, team_label, catalog, absent)
+        except InputError as exc:
+            audit.unreadable(key, str(exc))
             continue
-        if node_name in absent:
-            audit.leave(key, ON_UNAVAILABLE, str(node_name))
+        if found is None:
+            continue
+        if isinstance(found, _Pod):
+            pods.append(found)
+        elif found[0] == "absent":
             with_absent += 1
-            continue
-        req = _requests(spec, where)
-        node = nodes.get(node_name) if node_name else None
-        selection = _selection(spec, where, catalog) if node is None else _Selection()
-        scheduled_share = _scheduler_share(meta, req, where)
-        shape: tuple[str, dict[str, Any]] | None = (
-            ("fraction", dict(scheduled_share))
-            if scheduled_share
-            else _shape(req, node, selection, offers, where)
-        )
-        cpu = cpu_milli(req.get("cpu", Decimal(0)))
-        mem = memory_mib(req.get("memory", Decimal(0)))
-        imported = audit.check(key, req, shape, node_name, selection)
-        if shape is None:
-            if node is not None:
-                held[node.name][0] += cpu
-                held[node.name][1] += mem
-            continue
-        if not imported:
-            continue
-        if node_name and node is None:
-            raise InputError(f"{where}: spec.nodeName: '{node_name}' is not a GPU node of the node list")
-        kind, values = shape
-        labels = meta.get("labels") or {}
-        team = str(labels.get(team_label) or "") if team_label else ""
-        values = {
-            "id": key,
-            "team": team or meta.get("namespace", "default"),
-            "priority": spec.get("priority") or 0,
-            **values,
-            "cpu_milli": cpu,
-            "memory_mib": mem,
-        }
-        if selection.models:
-            values["gpu_models"] = "|".join(selection.models)
-        gang = _gang(meta)
-        if gang:
-            values["gang"] = gang
-        created = str(meta.get("creationTimestamp") or "")
-        if created:
-            values["queued_since"] = created
-        values.update(pod_identity(meta, spec))
-        pods.append(
-            _Pod(
-                key,
-                node_name,
-                values,
-                kind,
-                created,
-                scheduler_share=scheduled_share is not None,
-                klass=str(spec.get("priorityClassName") or ""),
-                spec_priority=_priority(spec, where),
-            )
-        )
+        else:
+            held[found[0]][0] += found[1]
+            held[found[0]][1] += found[2]
     return pods, held, with_absent
+
+
+def _pod(
+    raw: Mapping[str, Any],
+    key: str,
+    nodes: Mapping[str, _NodeInfo],
+    audit: _Audit,
+    offers: _Offers,
+    team_label: str | None,
+    catalog: HardwareCatalog,
+    absent: Container[str],
+) -> _Pod | tuple[str, int, int] | None:
+    """One pod: the workload it becomes, or ``(node, cpu, memory)`` for a bound pod without a GPU (what it
+    takes off its node), ``("absent", 0, 0)`` for one bound to a node left out, ``None`` for a pod left
+    out otherwise. Raises :class:`InputError` naming the field gpuplan cannot read, before anything is
+    noted about the pod."""
+    meta = raw.get("metadata") or {}
+    spec = raw.get("spec") or {}
+    status = raw.get("status") or {}
+    where = f"pod '{key}'"
+    phase = status.get("phase", "Pending")
+    node_name = spec.get("nodeName") or None
+    if phase in _SKIPPED_PHASES or meta.get("deletionTimestamp"):
+        audit.leave(key, FINISHED if phase in _SKIPPED_PHASES else TERMINATING, phase)
+        return None
+    if node_name in absent:
+        audit.leave(key, ON_UNAVAILABLE, str(node_name))
+        return ("absent", 0, 0)
+    req = _requests(spec, where)
+    node = nodes.get(node_name) if node_name else None
+    selection = _selection(spec, where, catalog) if node is None else _Selection()
+    scheduled_share = _scheduler_share(meta, req, where)
+    typos = [] if scheduled_share else audit.extra_gpu_kinds(key, req)
+    asked = {k: v for k, v in req.items() if k not in typos}
+    shape: tuple[str, dict[str, Any]] | None = (
+        ("fraction", dict(scheduled_share))
+        if scheduled_share
+        else _shape(asked, node, selection, offers, where)
+    )
+    priority = _priority(spec, where)
+    filters = pod_scheduling(spec, asked, scheduled_share is not None, where) if shape is not None else {}
+    if shape is not None and node_name and node is None:
+        raise InputError(f"{where}: spec.nodeName: '{node_name}' is not a GPU node of the node list")
+    cpu = cpu_milli(req.get("cpu", Decimal(0)))
+    mem = memory_mib(req.get("memory", Decimal(0)))
+    for resource in typos:
+        audit.warn(
+            f"pod '{key}': resources.requests.{resource}: no node offers it and no GPU model has it; "
+            "gpuplan plans the pod's other GPU request, but Kubernetes will not bind it"
+        )
+    imported = audit.check(key, asked, shape, node_name, selection)
+    if shape is None:
+        return (node.name, cpu, mem) if node is not None else None
+    if not imported:
+        return None
+    kind, values = shape
+    labels = meta.get("labels") or {}
+    team = str(labels.get(team_label) or "") if team_label else ""
+    values = {
+        "id": key,
+        "team": team or meta.get("namespace", "default"),
+        "priority": spec.get("priority") or 0,
+        **values,
+        "cpu_milli": cpu,
+        "memory_mib": mem,
+    }
+    if selection.models:
+        values["gpu_models"] = "|".join(selection.models)
+    gang = _gang(meta)
+    if gang:
+        values["gang"] = gang
+    created = str(meta.get("creationTimestamp") or "")
+    if created:
+        values["queued_since"] = created
+    values.update(pod_identity(meta, spec))
+    values.update(filters)
+    return _Pod(
+        key,
+        node_name,
+        values,
+        kind,
+        created,
+        scheduler_share=scheduled_share is not None,
+        klass=str(spec.get("priorityClassName") or ""),
+        spec_priority=priority,
+    )
 
 
 def _priority(spec: Mapping[str, Any], where: str) -> int | None:

@@ -12,6 +12,7 @@ from typing import Any
 
 from gpuplan.models import HardwareCatalog
 from gpuplan.models.base import InputError
+from gpuplan.models.hardware import MILLI_PER_GPU
 from gpuplan.planner.io.importers.kubernetes.conventions import (
     _MIG_SUFFIX,
     GPU,
@@ -31,7 +32,6 @@ from gpuplan.planner.io.importers.kubernetes.conventions import (
 )
 from gpuplan.planner.io.importers.kubernetes.nodes import _NodeInfo
 from gpuplan.planner.io.importers.nvidia_smi import lookup_gpu_model
-from gpuplan.planner.pipeline.occupancy import FULL_MILLI
 
 
 @dataclass(frozen=True)
@@ -96,7 +96,7 @@ def _percent_milli(value: Decimal, where: str) -> int:
     """A percentage of one GPU (1-100) as milli-GPU of a share (at most 999: a share is not the GPU)."""
     if not 0 < value <= 100:
         raise InputError(f"{where}: '{value}' is not a percentage between 1 and 100")
-    return min(int((value * 10).to_integral_value(ROUND_CEILING)), FULL_MILLI - 1)
+    return min(int((value * 10).to_integral_value(ROUND_CEILING)), MILLI_PER_GPU - 1)
 
 
 def _scheduler_share(
@@ -167,7 +167,8 @@ class _Offers:
                 n for n in sharing if n.shared_renamed == renamed and (not models or n.model.name in models)
             ]
             replicas = min((n.replicas for n in fits or sharing), default=None)
-            self._shares[key] = None if replicas is None else min(FULL_MILLI // replicas, FULL_MILLI - 1)
+            share = None if replicas is None else min(MILLI_PER_GPU // replicas, MILLI_PER_GPU - 1)
+            self._shares[key] = share
         return self._shares[key]
 
     def implied(self, selection: _Selection) -> _Selection:
@@ -230,7 +231,7 @@ def _shape(
     shared_gpu = node.time_sliced and not node.shared_renamed if node is not None else selection.shared
     if resource == SHARED or (resource == GPU and shared_gpu):
         milli = (
-            FULL_MILLI // node.replicas
+            MILLI_PER_GPU // node.replicas
             if node is not None
             else offers.share(selection.models, renamed=resource == SHARED)
         )
@@ -240,7 +241,7 @@ def _shape(
             raise InputError(
                 f"{field_of}.{resource}: {n} time-sliced shares; gpuplan places one share per pod"
             )
-        return "fraction", {"gpu_milli": min(milli, FULL_MILLI - 1)}
+        return "fraction", {"gpu_milli": min(milli, MILLI_PER_GPU - 1)}
     values: dict[str, Any] = {"gpus": n}
     if n > 1:
         values["topology"] = "same-node"

@@ -9,7 +9,13 @@ from dataclasses import dataclass
 from typing import Any
 
 from gpuplan.models import Cluster, Workload
-from gpuplan.planner.io.importers.kubernetes.audit import _REASONS, UNKNOWN_PROFILE, UNKNOWN_RESOURCE, LeftOut
+from gpuplan.planner.io.importers.kubernetes.audit import (
+    _REASONS,
+    UNKNOWN_PROFILE,
+    UNKNOWN_RESOURCE,
+    UNREADABLE,
+    LeftOut,
+)
 from gpuplan.planner.io.importers.kubernetes.conventions import MACHINE
 from gpuplan.planner.io.importers.kubernetes.tiers import TierChoice
 
@@ -38,8 +44,14 @@ class KubernetesState:
     #: reference topologies that fit them.
     no_topology: tuple[str, ...] = ()
     topology_hint: str = ""
-    #: Warnings about resources and MIG profiles no node can offer.
+    #: Warnings: resources and MIG profiles no node can offer, pods left out as unreadable, MIG layouts
+    #: guessed, tiers that changed since the previous run, PodDisruptionBudgets.
     warnings: tuple[str, ...] = ()
+    #: Whether some class was ranked over the classes of today's pods (no ``--priority-classes``): the
+    #: mapping may then change when a class loses its last pod.
+    ranked_by_pods: bool = False
+    #: Pods kept where they run for a PodDisruptionBudget (``disruptible: false``).
+    disruptible_kept: int = 0
 
     def describe(self) -> str:
         """A short human-readable report of what was read."""
@@ -72,12 +84,23 @@ class KubernetesState:
     def _audit_lines(self) -> list[str]:
         """The summary's lines on tiers, preemptibility, topology, warnings and pods left out."""
         lines = []
-        if self.tiers:
+        with_pods = [c for c in self.tiers if c.pods]
+        if with_pods:
             mapped = "; ".join(
                 f"{c.klass or '(no class)'} -> {c.tier} ({c.why}; {_plural(c.pods, 'pod')})"
-                for c in self.tiers
+                for c in with_pods
             )
-            lines.append(f"tiers by priority class: {mapped}")
+            idle = len(self.tiers) - len(with_pods)
+            more = (
+                f"; {_plural(idle, 'other class', 'other classes')} without pods mapped too" if idle else ""
+            )
+            how = (
+                " (ranked over the classes of today's pods: give --priority-classes for a mapping that does "
+                "not change when a class loses its pods)"
+                if self.ranked_by_pods
+                else ""
+            )
+            lines.append(f"tiers by priority class: {mapped}{more}{how}")
         rows = self.rows
         flagged = [r for r in rows if r.get("preemptible")]
         why = []
@@ -90,6 +113,11 @@ class KubernetesState:
         lines.append(
             f"preemptible: {len(flagged)} of {len(rows)} pods" + (f" ({'; '.join(why)})" if why else "")
         )
+        if self.disruptible_kept:
+            lines.append(
+                f"kept in place for PodDisruptionBudgets: {_plural(self.disruptible_kept, 'pod')} "
+                "(disruptible: false)"
+            )
         if self.no_topology:
             lines.append(
                 f"no topology: {_plural(len(self.no_topology), 'node')} ({', '.join(self.no_topology)}) "
@@ -101,9 +129,9 @@ class KubernetesState:
         return lines + _left_out_lines(self.left_out)
 
 
-def _plural(n: int, noun: str) -> str:
+def _plural(n: int, noun: str, nouns: str | None = None) -> str:
     """``1 pod``, ``2 pods``."""
-    return f"{n} {noun}" if n == 1 else f"{n} {noun}s"
+    return f"{n} {noun}" if n == 1 else f"{n} {nouns or noun + 's'}"
 
 
 def _left_out_lines(left_out: Sequence[LeftOut]) -> list[str]:
@@ -113,6 +141,10 @@ def _left_out_lines(left_out: Sequence[LeftOut]) -> list[str]:
     groups: dict[str, list[str]] = {}
     for item in left_out:
         shown = item.detail and item.reason in (UNKNOWN_RESOURCE, UNKNOWN_PROFILE)
+        if item.reason == UNREADABLE:
+            text = item.pod
+            groups.setdefault(item.reason, []).append(text)
+            continue
         text = f"{item.pod} ({item.detail})" if shown else item.pod
         groups.setdefault(item.reason, []).append(text)
     lines = [f"pods left out: {len(left_out)}"]

@@ -1,6 +1,9 @@
-"""Tiers and preemptibility: tiers come from the priority class, named in the tier map, else ranked by
-``spec.priority`` onto the policy's tiers; pods of the least important tier are preemptible unless the
-tier map says otherwise.
+"""Tiers and preemptibility: tiers come from the priority class, named in the tier map (or gpuplan's own
+``gpuplan-<tier>`` class), else ranked by priority onto the policy's tiers: over every PriorityClass of
+the cluster when ``kubectl get priorityclasses -o json`` is given (:func:`load_priority_classes`), so that
+the mapping does not depend on which classes have pods today, else over the classes of the pods. Pods of
+the least important tier are preemptible unless the tier map says otherwise. A mapping that differs from
+the previous run's is a warning (:func:`mapping_changes`).
 """
 
 from __future__ import annotations
@@ -48,6 +51,56 @@ class TierChoice:
     pods: int
 
 
+@dataclass(frozen=True)
+class PriorityClass:
+    """A ``scheduling.k8s.io/v1`` PriorityClass: its value, whether its pods may preempt others
+    (``preemptionPolicy``), and whether pods without a class get it (``globalDefault``)."""
+
+    name: str
+    value: int
+    preemption_policy: str = "PreemptLowerPriority"
+    global_default: bool = False
+
+
+#: gpuplan's own PriorityClasses (the export's ``gpuplan-<tier>``) map back to their tier.
+OWN_CLASS_PREFIX = "gpuplan-"
+#: The largest value a user-defined PriorityClass may have (larger ones are Kubernetes' system classes).
+MAX_USER_PRIORITY = 1_000_000_000
+
+
+def load_priority_classes(path: Path) -> tuple[PriorityClass, ...]:
+    """The PriorityClasses of ``kubectl get priorityclasses -o json`` (a list with ``items``, or a bare
+    list); a bad value is one line naming the class and the field."""
+    raw = read_structured(Path(path))
+    items = raw.get("items") if isinstance(raw, dict) else raw
+    if not isinstance(items, list) or not all(isinstance(i, dict) for i in items):
+        raise InputError(f"{path}: expected the output of `kubectl get priorityclasses -o json`")
+    out = []
+    for i, item in enumerate(items):
+        if item.get("kind", "PriorityClass") != "PriorityClass":
+            raise InputError(f"{path}: items[{i}]: a {item.get('kind')}, expected a PriorityClass")
+        name = str((item.get("metadata") or {}).get("name") or "")
+        value = item.get("value")
+        if not name:
+            raise InputError(f"{path}: items[{i}]: no metadata.name")
+        if isinstance(value, bool) or not isinstance(value, int):
+            raise InputError(f"{path}: PriorityClass '{name}': value: '{value}' is not a whole number")
+        policy = str(item.get("preemptionPolicy") or "PreemptLowerPriority")
+        out.append(PriorityClass(name, value, policy, bool(item.get("globalDefault"))))
+    return tuple(out)
+
+
+def mapping_changes(previous: Mapping[str, str], current: Mapping[str, str], source: str) -> list[str]:
+    """A warning per priority class that maps to another tier than in the previous run (``source`` says
+    where that mapping was read)."""
+    return [
+        f"priority class '{c}' now maps to tier '{current[c]}', to '{previous[c]}' in {source}: the "
+        "tiers (and which pods are preemptible) changed although the class did not"
+        for c in sorted(current.keys() & previous.keys())
+        if c and current[c] != previous[c]
+    ]
+
+
 def _tier_order(tiers: Sequence[Tier]) -> list[str]:
     """The policy's tier names, most important (highest weight) first."""
     return [t.name for t in sorted(tiers, key=lambda t: -t.weight)]
@@ -72,13 +125,22 @@ def _ranked_tier(value: int, levels: Sequence[int], anchors: Sequence[tuple[int,
     return max(low, min(spread, high))
 
 
-def assign_tiers(pods: Sequence[_Pod], tier_map: TierMap, tiers: Sequence[Tier]) -> tuple[TierChoice, ...]:
-    """Set each pod's ``tier`` and ``preemptible`` and say how each priority class was mapped.
+def assign_tiers(
+    pods: Sequence[_Pod],
+    tier_map: TierMap,
+    tiers: Sequence[Tier],
+    classes: Sequence[PriorityClass] | None = None,
+) -> tuple[TierChoice, ...]:
+    """Set each pod's ``tier`` and ``preemptible`` and say how each priority class was mapped (every class
+    of ``classes`` too, those without pods with ``pods`` 0).
 
-    A class the tier map names keeps its tier. Without a ``*`` entry the other classes are ranked by their
-    pods' ``spec.priority`` onto the policy's tiers (:func:`_ranked_tier`); a class without one, and pods
-    without a class, get ``standard`` (or the middle tier). A pod is preemptible when the tier map says
-    so for its class (or ``*``), else when its tier is the policy's least important one: Kubernetes
+    A class the tier map names keeps its tier, and so does gpuplan's own ``gpuplan-<tier>``. Without a
+    ``*`` entry the other classes are ranked by priority onto the policy's tiers (:func:`_ranked_tier`):
+    by the ``value`` of every PriorityClass in ``classes`` when given (the mapping is then a function of
+    the cluster's classes, not of which have pods), else by the pods' ``spec.priority``. A class without
+    a value, and pods without a class, get ``standard`` (or the middle tier), unless ``classes`` has a
+    ``globalDefault`` class: pods without a class get its tier. A pod is preemptible when the tier map
+    says so for its class (or ``*``), else when its tier is the policy's least important one: Kubernetes
     preempts any pod for one of higher priority (``preemptionPolicy: Never`` only stops a pod from
     preempting others), and the lowest tier is the one every other tier outranks.
     """
@@ -87,23 +149,38 @@ def assign_tiers(pods: Sequence[_Pod], tier_map: TierMap, tiers: Sequence[Tier])
     default = STANDARD if STANDARD in index else order[(len(order) - 1) // 2]
     values: dict[str, int | None] = {}
     counts: Counter[str] = Counter()
+    known = {c.name: c for c in classes or ()}
+    for c in known.values():
+        values[c.name] = c.value
+    fallback = next((c for c in known.values() if c.global_default), None)
     for pod in pods:
-        counts[pod.klass] += 1
-        seen = values.get(pod.klass)
-        if pod.klass and pod.spec_priority is not None:
-            values[pod.klass] = pod.spec_priority if seen is None else max(seen, pod.spec_priority)
+        klass = pod.klass or (fallback.name if fallback is not None else "")
+        counts[klass] += 1
+        seen = values.get(klass)
+        if klass in known:
+            continue
+        if klass and pod.spec_priority is not None:
+            values[klass] = pod.spec_priority if seen is None else max(seen, pod.spec_priority)
         else:
-            values.setdefault(pod.klass, None)
+            values.setdefault(klass, None)
+    own = {f"{OWN_CLASS_PREFIX}{t}": t for t in order}
     named = {c: tier_map.tiers[c] for c in values if c and c in tier_map.tiers}
+    named.update({c: own[c] for c in values if c in own and c not in named})
     rest = tier_map.tiers.get("*")
+    # Kubernetes' own classes (above the largest user value, system-node-critical and
+    # system-cluster-critical) are named, and do not take a rank from the user classes.
     anchors = [
-        (v, index[named[c]]) for c, v in values.items() if c in named and v is not None and named[c] in index
+        (v, index[named[c]])
+        for c, v in values.items()
+        if c in named and v is not None and v <= MAX_USER_PRIORITY and named[c] in index
     ]
-    levels = sorted({v for c, v in values.items() if c and v is not None}, reverse=True)
+    levels = sorted(
+        {v for c, v in values.items() if c and v is not None and v <= MAX_USER_PRIORITY}, reverse=True
+    )
     chosen: dict[str, tuple[str, str]] = {}
     for klass, value in values.items():
         if klass in named:
-            chosen[klass] = (named[klass], "tier map")
+            chosen[klass] = (named[klass], "tier map" if klass in tier_map.tiers else "gpuplan's own class")
         elif rest is not None:
             chosen[klass] = (rest, "tier map '*'")
         elif not klass:
@@ -112,15 +189,22 @@ def assign_tiers(pods: Sequence[_Pod], tier_map: TierMap, tiers: Sequence[Tier])
             chosen[klass] = (default, "no spec.priority to rank it by")
         else:
             k = _ranked_tier(value, levels, anchors, len(order))
-            chosen[klass] = (order[k], f"spec.priority {value}, ranked")
+            by = "value" if klass in known else "spec.priority"
+            chosen[klass] = (order[k], f"{by} {value}, ranked")
+        if klass in known and known[klass].global_default:
+            chosen[klass] = (chosen[klass][0], chosen[klass][1] + "; globalDefault")
+        if klass in known and known[klass].preemption_policy == "Never":
+            # Its pods never preempt others; that says nothing about whether they may be preempted.
+            chosen[klass] = (chosen[klass][0], chosen[klass][1] + "; preemptionPolicy Never")
     lowest = order[-1] if len(order) > 1 else None
     for pod in pods:
-        tier = chosen[pod.klass][0]
+        klass = pod.klass or (fallback.name if fallback is not None else "")
+        tier = chosen[klass][0]
         pod.values["tier"] = tier
-        own = tier_map.preemptible.get(pod.klass)
-        if own is None and pod.klass not in named:
-            own = tier_map.preemptible.get("*")
-        if (tier == lowest) if own is None else own:
+        flag = tier_map.preemptible.get(klass)
+        if flag is None and klass not in named:
+            flag = tier_map.preemptible.get("*")
+        if (tier == lowest) if flag is None else flag:
             pod.values["preemptible"] = True
 
     def rank(klass: str) -> tuple[int, int, str]:
