@@ -23,8 +23,8 @@ more instances or fewer kept ones). Every change has its action: preempt, migrat
 of its own, everything else in round 1. The validator counts the budget per round and over the plan
 (one round's worth, the plan made for one round), so one stop per round breaks no rule another layout
 of rounds keeps, and lets through what the validator lets through (``max_moves_per_team`` is checked
-per round only). Instances use the default lexicographic objective only (the weighted mode's terms are
-not enumerated).
+per round and over the plan, as the other budgets). Instances use the default lexicographic objective
+only (the weighted mode's terms are not enumerated).
 
 Cuts (``prune=True``; :func:`optimum` with ``prune=False`` enumerates every plan above, with the bound
 only, and the tests check on every stratum that both find the same optimum):
@@ -977,8 +977,7 @@ def _disruption(draw: st.DrawFn, **fixed: Any) -> dict[str, Any]:
     out: dict[str, Any] = {
         "max_moves_per_round": draw(st.sampled_from([0, 1, 1, 2])),
         "max_preemptions_per_round": draw(st.sampled_from([0, 1, 1, 2])),
-        # A per-team limit binds only in the known stratum (see there).
-        "max_moves_per_team": None,
+        "max_moves_per_team": draw(st.sampled_from([None, None, 0, 1])),
         "min_runtime_s": 0,
         "preempt_latency_sensitive": draw(st.integers(0, 4)) == 0,
         "preempt_only_for_higher_tier": draw(st.booleans()),
@@ -1357,11 +1356,11 @@ def sharing_stratum(draw: st.DrawFn) -> PlanningInput:
 
 @st.composite
 def known_stratum(draw: st.DrawFn) -> PlanningInput:
-    """The classes of disagreement still known (``tests/solvers/test_differential.py``'s strict xfails):
-    a gang partly running (drift), a sharing change that pays only once a busy node is drained (its
-    running work preempted or moved within the budget), and ``max_moves_per_team`` binding (the validator
-    checks it per round only, so moves of one team spread over rounds pass it; the exact model keeps it
-    over the whole plan, the fleet engine and the large-cluster path not at all)."""
+    """The classes of disagreement found last (each a strict xfail of
+    ``tests/solvers/test_differential.py`` until fixed): a gang partly running (drift), a sharing change
+    that pays only once a busy node is drained (its running work preempted or moved within the budget),
+    and ``max_moves_per_team`` binding (the validator used to check it per round only and the fleet
+    engine and the large-cluster path not at all)."""
     kind = draw(st.sampled_from(["gang", "sharing", "team-moves"]))
     if kind == "team-moves":
         n = draw(st.sampled_from([3, 4]))

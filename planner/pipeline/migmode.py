@@ -106,7 +106,9 @@ def changeable(inp: PlanningInput, catalog: HardwareCatalog, problem: PlacementP
     """The GPUs whose MIG mode a plan of ``inp`` (compiled as ``problem``) may change to do better: every
     MIG-capable GPU the policy lets switch that no running replica holds which may neither move nor be
     preempted (the others can be drained within the budget), whose other mode offers some replica's
-    shape a kind of GPU (in weighted mode, where other terms count too, any)."""
+    shape a kind of GPU (in weighted mode, where other terms count too, any), in the node's sharing mode
+    or, when a plan may change that mode too (:func:`~gpuplan.planner.pipeline.sharing.changeable`), in
+    either."""
     held = {
         (r.running.node, g.index)
         for r in problem.requests
@@ -115,6 +117,7 @@ def changeable(inp: PlanningInput, catalog: HardwareCatalog, problem: PlacementP
     }
     shapes = [s for w in inp.workloads for s in w.shapes]
     weighted = inp.policy.objective is ObjectiveMode.WEIGHTED
+    either = {n.name for n in sharing_changeable(inp, problem)}
     return [
         (n.name, g.index)
         for n in sorted(inp.cluster.nodes, key=lambda n: n.name)
@@ -122,7 +125,19 @@ def changeable(inp: PlanningInput, catalog: HardwareCatalog, problem: PlacementP
         if (n.name, g.index) not in held
         and catalog.model(g.model).mig_capable
         and may_switch(inp.policy, g.mig is None)
-        and (weighted or any(serves(n, g, g.mig is None, s, catalog) for s in shapes))
+        and (
+            weighted
+            or any(
+                serves(
+                    n if n.name not in either else n.model_copy(update={"sharing": None}),
+                    g,
+                    g.mig is None,
+                    s,
+                    catalog,
+                )
+                for s in shapes
+            )
+        )
     ]
 
 

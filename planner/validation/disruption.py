@@ -161,8 +161,9 @@ def _rounds(ctx: CheckContext) -> int:
 def check_disruption_total(ctx: CheckContext, stopped: Sequence[Stopped]) -> None:
     """Rule 13: over the whole plan, the migrations and preemptions its assignments imply (drains for
     a re-partition excluded: rounds space them out) stay within the per-round budget times the rounds
-    the plan was made for (:data:`ROUNDS_KEY`); spreading actions over more rounds does not buy more
-    of them. (``max_moves_per_team`` is checked per round only.)"""
+    the plan was made for (:data:`ROUNDS_KEY`), and each team's migrations within
+    ``max_moves_per_team`` times those rounds; spreading actions over more rounds does not buy more
+    of them."""
     budget = ctx.inp.policy.disruption
     rounds = _rounds(ctx)
     made_for = f"{rounds} round(s)" + (f" (provenance {ROUNDS_KEY})" if rounds > 1 else "")
@@ -187,6 +188,23 @@ def check_disruption_total(ctx: CheckContext, stopped: Sequence[Stopped]) -> Non
             "plan",
             f"The plan {verb} {len(group)} running replica(s) ({names}), more than "
             f"disruption.{name} ({limit}) times the {made_for} it was made for.",
+        )
+    per_team = team_moves_allowed(budget)
+    if per_team is None:
+        return
+    by_team: defaultdict[str, list[str]] = defaultdict(list)
+    for s in stopped:
+        if s.how == MIGRATE:
+            by_team[s.workload.team].append(f"{s.workload.id}#{s.replica}")
+    for team, moved in sorted(by_team.items()):
+        if len(moved) <= per_team * rounds:
+            continue
+        names = ", ".join(moved[:MISSING_NAMED]) + (", ..." if len(moved) > MISSING_NAMED else "")
+        ctx.add(
+            "disruption-budget",
+            f"team {team}",
+            f"The plan moves {len(moved)} running replica(s) of team '{team}' ({names}), more than "
+            f"disruption.max_moves_per_team ({per_team}) times the {made_for} it was made for.",
         )
 
 

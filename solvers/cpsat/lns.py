@@ -15,13 +15,14 @@ from __future__ import annotations
 import logging
 import random
 import time
-from collections import defaultdict
+from collections import Counter, defaultdict
 from collections.abc import Callable
 from dataclasses import dataclass, replace
 
 from gpuplan.models.hardware import MILLI_PER_GPU
 from gpuplan.models.plan import Assignment
 from gpuplan.models.policy import DisruptionBudget, ObjectiveMode, ObjectiveWeights, Quota
+from gpuplan.models.rules.disruption import team_moves_allowed
 from gpuplan.models.rules.quota import gpus_for_units, limit_units, quota_unit
 from gpuplan.solvers.base import CUT, SolveResult
 from gpuplan.solvers.formulation.constraints import charged_units
@@ -257,7 +258,7 @@ def improve(
             if (g := by_key[k].gang) is not None
             and any(m not in state.placed and m not in seen for m in gang_members[g])
         }
-        may_move = _movable(problem, moving, by_key, moved, moves - len(moved)) - {
+        may_move = _movable(problem, moving, by_key, moved, moves - len(moved), state.placed) - {
             k for k in moving if by_key[k].gang in held
         }
         requests: list[Request] = []
@@ -330,11 +331,31 @@ def _movable(
     by_key: dict[tuple[str, int], Request],
     moved: set[tuple[str, int]],
     budget: int,
+    placed: dict[tuple[str, int], Assignment],
 ) -> set[tuple[str, int]]:
     """The replicas of a neighbourhood a step may move: those the search placed, those already moved
     (counted once), and up to ``budget`` more that were running before the plan (smallest first:
-    moving little frees the most room per move)."""
+    moving little frees the most room per move), no more of a team than the moves its team has left
+    (``disruption.max_moves_per_team``, counted over the plan so far, ``placed``: a step's own model sees
+    only its neighbourhood's moves)."""
     out = {k for k in keys if by_key[k].running is None or k in moved}
     fresh = [k for k in keys if k not in out and disturbable(problem.policy, by_key[k])]
     fresh.sort(key=lambda k: (min(s.gpu_milli_total for s in by_key[k].shapes), k))
-    return out | set(fresh[: max(0, budget)])
+    cap = team_moves_allowed(problem.policy.disruption)
+    displaced = {k for k, a in placed.items() if _displaced(by_key[k], a)}
+    used = Counter(by_key[k].team for k in displaced)
+    chosen: list[tuple[str, int]] = []
+    for k in fresh:
+        if len(chosen) >= budget:
+            break
+        if k in displaced:  # moved already (by the plan the search started from): counted
+            chosen.append(k)
+        elif cap is None or used[by_key[k].team] < cap:
+            used[by_key[k].team] += 1
+            chosen.append(k)
+    return out | set(chosen)
+
+
+def _displaced(q: Request, a: Assignment) -> bool:
+    """Whether ``a`` takes running replica ``q`` elsewhere than where it runs."""
+    return q.running is not None and Running(a.node, a.gpus, a.alternative) != q.running

@@ -21,7 +21,7 @@ from dataclasses import dataclass, replace
 from gpuplan.models.hardware import MILLI_PER_GPU
 from gpuplan.models.plan import Unplaced
 from gpuplan.models.policy import DisruptionBudget, Quota
-from gpuplan.models.rules.disruption import moves_allowed, preemptions_allowed
+from gpuplan.models.rules.disruption import moves_allowed, preemptions_allowed, team_moves_allowed
 from gpuplan.models.rules.quota import gpus_for_units, limit_units, quota_unit
 from gpuplan.solvers.base import SolveResult
 from gpuplan.solvers.formulation.constraints import charged_units
@@ -143,14 +143,19 @@ def _shares(total: int, weights: Sequence[int]) -> list[int]:
 
 
 def _split_budget(problem: PlacementProblem, movable: Sequence[int]) -> list[DisruptionBudget]:
-    """Each part's disruption budget: the round's moves and preemptions shared out (more to parts with
-    more running replicas that may be disturbed), so that the merged plan keeps the whole budget."""
+    """Each part's disruption budget: the round's moves and preemptions, and each team's moves, shared
+    out (more to parts with more running replicas that may be disturbed), so that the merged plan keeps
+    the whole budget."""
     budget = problem.policy.disruption
     moves = _shares(moves_allowed(budget), movable)
     preempts = _shares(preemptions_allowed(budget), movable)
+    cap = team_moves_allowed(budget)
+    teams = [None] * len(moves) if cap is None else _shares(cap, movable)
     return [
-        budget.model_copy(update={"max_moves_per_round": m, "max_preemptions_per_round": k})
-        for m, k in zip(moves, preempts, strict=True)
+        budget.model_copy(
+            update={"max_moves_per_round": m, "max_preemptions_per_round": k, "max_moves_per_team": t}
+        )
+        for m, k, t in zip(moves, preempts, teams, strict=True)
     ]
 
 

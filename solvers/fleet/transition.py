@@ -33,6 +33,7 @@ import highspy
 import numpy as np
 
 from gpuplan.models.plan import Assignment
+from gpuplan.models.rules.disruption import team_moves_allowed
 from gpuplan.solvers.base import SolveResult
 from gpuplan.solvers.fleet.classes import NodeClass, RequestClass, node_classes, request_classes
 from gpuplan.solvers.fleet.generation import generate
@@ -438,16 +439,21 @@ def _realise(
                 log.info("transition undone: running replica %s#%d found no place", *key)
                 return start, report
             placed[key] = got
-    moved = sum(
-        1
+    movers = [
+        key
         for key, a in placed.items()
         if by_key[key].running is not None and Running(a.node, a.gpus, a.alternative) != by_key[key].running
-    )
-    if moved > moves:
+    ]
+    moved, cap = len(movers), team_moves_allowed(problem.policy.disruption)
+    team_over = cap is not None and any(n > cap for n in Counter(by_key[k].team for k in movers).values())
+    if moved > moves or team_over:
         placer.cluster.rollback()
         placer.rules.used = used
         report.undone, report.moved = True, moved
-        log.info("transition undone: it would move %d running replicas, over the budget of %d", moved, moves)
+        log.info(
+            "transition undone: it would move %d running replicas, over the budget of %d (or a team's %s)",
+            moved, moves, cap,
+        )  # fmt: skip
         return start, report
     placer.cluster.commit()
     before = {(a.workload, a.replica) for a in start.assignments}

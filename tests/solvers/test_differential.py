@@ -53,33 +53,6 @@ SETTINGS: dict[str, Any] = {
     "suppress_health_check": list(HealthCheck),
 }
 
-#: Known disagreements on today's code, by cause.
-DRIFT_GANG = (
-    "a gang partly running (a broken gang rule is not one a plan may keep) is repaired only by the exact "
-    "paths, which may preempt it: the greedy back-ends, the fleet engine and the large-cluster path never "
-    "preempt, keep it as it runs, and the plan is invalid (InvalidPlanError)"
-)
-DRIFT_GANG_CRASH = (
-    "a gang partly running, its running replicas kept and the others left waiting: the predicted-start "
-    "pass (planner/pipeline/timeline.py) starts the kept replicas again and raises OverCommitError on "
-    "every path"
-)
-TEAM_MOVES = (
-    "the validator checks max_moves_per_team per round only, so a plan that spreads one team's moves over "
-    "rounds passes it (the brute force, judging by the validator, finds 0; the fleet engine and the "
-    "large-cluster path make such plans), while the README says spreading buys no more and the exact "
-    "model keeps the limit over the whole plan (10800)"
-)
-TEAM_MOVES_ZERO = (
-    "the fleet engine and the large-cluster path do not keep max_moves_per_team: with 0 they move a "
-    "replica anyway, the action schedule defers the move, and the plan is invalid "
-    "(disruption-unscheduled)"
-)
-KNOWN = (
-    "the stratum of the classes still known: a gang partly running (see the drift-gang and "
-    "drift-gang-crash cases below), a sharing change that needs a busy node drained (busy-sharing) and "
-    "a binding max_moves_per_team (" + TEAM_MOVES + "; " + TEAM_MOVES_ZERO + ")"
-)
 #: The features drawn one at a time (``+`` joins features drawn together).
 BY_FEATURE = ("running", "drift", "mig-off", "repartition", "sharing-change", "running+sharing-change")
 #: Instances per stratum and path (the same instances for every path: derandomised).
@@ -405,17 +378,7 @@ RULES: dict[str, tuple[list[dict[str, Any]], list[dict[str, Any]], dict[str, Any
 }  # fmt: skip
 
 
-#: Rule instances on which the brute force (the validator) and the documented rule still disagree.
-RULE_GAPS = {"max-moves-per-team": TEAM_MOVES, "max-moves-per-team-0": TEAM_MOVES_ZERO}
-
-
-@pytest.mark.parametrize(
-    "case",
-    [
-        pytest.param(k, marks=[pytest.mark.xfail(strict=True, reason=RULE_GAPS[k])] if k in RULE_GAPS else [])
-        for k in sorted(RULES)
-    ],
-)
+@pytest.mark.parametrize("case", sorted(RULES))
 def test_each_rule_binds_on_its_own_instance(case: str) -> None:
     """The brute force finds the hand-computed optimum of the rule's instance and every path agrees with
     it: a rule loosened or tightened in the validator moves the first, in a solver the second, and a rule
@@ -459,10 +422,10 @@ def test_every_path_agrees_with_the_brute_force_by_stratum(stratum: str, path: s
     assert sum(judged) >= len(judged) // 2, f"{sum(judged)} of {len(judged)} instances judged"
 
 
-@pytest.mark.xfail(strict=False, reason=KNOWN)
 @pytest.mark.parametrize("path", PATHS)
 def test_every_path_agrees_with_the_brute_force_on_the_known_stratum(path: str) -> None:
-    """Drawn apart so that the other strata stay strict; green once the fixes land (then drop the mark)."""
+    """The classes of disagreement found last (a gang partly running, a sharing change that needs a busy
+    node drained, a binding max_moves_per_team), drawn apart: each was a strict xfail until fixed."""
 
     @settings(max_examples=STRATUM_EXAMPLES, **SETTINGS)
     @given(inp=KNOWN_STRATUM)
@@ -607,6 +570,51 @@ SMALLEST: dict[str, tuple[list[dict[str, Any]], list[dict[str, Any]], dict[str, 
         ],
         {},
         0,
+        None,
+    ),
+    # w1's two whole GPUs fit n0 only once the node goes exclusive and MIG is turned off on GPU 0 (both
+    # allowed): w0 then waits, 10 x 25 x 8 = 2000. The MIG-mode bound counted GPU 0 as switchable only
+    # for shapes the node's current mode (time-slicing) offers, and every path's bound was w1's 352,000
+    # (B14, seed 39).
+    "mig-and-sharing-switch": (
+        [
+            {
+                "name": "n0", "labels": {"rack": "r1"}, "cpu_milli": 4000,
+                "sharing": {"time-slicing": {"replicas": 2}},
+                "gpus": [
+                    {
+                        "index": 0, "model": "A30-24GB",
+                        "mig": {"instances": [
+                            {"profile": "1g.6gb", "start": 0}, {"profile": "1g.6gb", "start": 1},
+                            {"profile": "2g.12gb", "start": 2},
+                        ]},
+                    },
+                    {"index": 1, "model": "A30-24GB"},
+                ],
+                "links": [{"a": 0, "b": 1, "kind": "PIX"}],
+            }
+        ],
+        [
+            {
+                "id": "w0", "team": "a", "tier": "latency-sensitive", "mig_profile": "1g.6gb",
+                "cpu_milli": 1000, "queued_since": NOW.isoformat(),
+            },
+            {
+                "id": "w1", "team": "b", "tier": "latency-sensitive", "preemptible": True,
+                "queued_since": (NOW - timedelta(days=20, hours=20)).isoformat(),
+                "alternatives": [{"gpus": 2, "gpu_models": ["A30-24GB"], "topology": "numa"}] * 2,
+            },
+        ],
+        {
+            "teams": ["a", "b"],
+            "isolation": [{"kind": "tiers-no-share", "tiers": ["latency-sensitive", "background"]}],
+            "disruption": {
+                "max_moves_per_round": 2, "max_moves_per_team": 1, "preempt_only_for_higher_tier": False
+            },
+            "mig": {"allow_create": False, "allow_repartition": True},
+            "sharing": {"replicas": 2},
+        },
+        2000,
         None,
     ),
     # Legal input on which the large-cluster path (forced) raised KeyError in the fleet transition: its
