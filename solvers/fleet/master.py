@@ -21,6 +21,13 @@ from gpuplan.solvers.fleet.classes import NodeClass, RequestClass
 from gpuplan.solvers.fleet.pricing import Pattern
 
 
+def _stopped_scheduler() -> None:
+    """Stop HiGHS' task scheduler, and wait for its threads, before a fork: a child forked while one of
+    them held the scheduler's lock waited for it for ever (seen in a pricing pool forked by
+    ``capacity-gap``); the parent's next solve starts the scheduler again."""
+    highspy.Highs.resetGlobalScheduler(True)
+
+
 def _fresh_scheduler() -> None:
     """Drop HiGHS' task scheduler in a forked child: the child inherits the parent's scheduler but not its
     threads, so a MIP's parallel root tasks would wait for them for ever (fleet parts are forked from
@@ -28,7 +35,7 @@ def _fresh_scheduler() -> None:
     highspy.Highs.resetGlobalScheduler(False)
 
 
-os.register_at_fork(after_in_child=_fresh_scheduler)
+os.register_at_fork(before=_stopped_scheduler, after_in_child=_fresh_scheduler)
 
 
 @dataclass(frozen=True)
