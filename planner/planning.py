@@ -362,7 +362,7 @@ def make_plan(
     result = without_idle_moves(planned, problem, result, catalog)  # linear: never cut
     watch.lap("idle_moves")
     # The report describes the plan returned, after every pass that changed it, in the modes it leaves.
-    kept = used_changes(changes, inp, result.assignments, result.unplaced)
+    kept = used_changes(changes, result.assignments, result.unplaced)
     problem = modes_left(inp, problem, changes, kept)
     kept_switches = used_modes(switches, result.assignments, result.mig_layouts, result.unplaced)
     problem = mig_modes_left(inp, problem, switches, kept_switches)

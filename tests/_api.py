@@ -10,7 +10,9 @@ import signal
 import socket
 import subprocess
 import sys
+import threading
 import time
+from collections.abc import Callable
 from pathlib import Path
 from typing import Any
 
@@ -221,3 +223,24 @@ def drain(server: Server) -> None:
         for state in ("queued", "running"):
             for job in c.get("/v1/plans", params={"status": state, "limit": 200}).json()["items"]:
                 c.delete(f"/v1/plans/{job['id']}")
+
+
+def at_once(n: int, call: Callable[[int], Any]) -> list[Any]:
+    """``call(i)`` for ``i`` in ``range(n)`` on ``n`` threads released together; what each returned or
+    raised."""
+    start = threading.Barrier(n)
+    out: list[Any] = [None] * n
+
+    def run(i: int) -> None:
+        start.wait()
+        try:
+            out[i] = call(i)
+        except Exception as exc:
+            out[i] = exc
+
+    threads = [threading.Thread(target=run, args=(i,)) for i in range(n)]
+    for t in threads:
+        t.start()
+    for t in threads:
+        t.join(timeout=120)
+    return out

@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import uuid
 from collections.abc import Iterator
+from contextlib import contextmanager
 from pathlib import Path
 
 import pytest
@@ -18,6 +19,13 @@ def db_url(request: pytest.FixtureRequest, tmp_path: Path) -> Iterator[str]:
     if request.param == "sqlite":
         yield str(tmp_path / "gpuplan.db")
         return
+    with fresh_postgres() as url:
+        yield url
+
+
+@contextmanager
+def fresh_postgres() -> Iterator[str]:
+    """A new database on the CI PostgreSQL (the test skips without one), dropped afterwards."""
     base = postgres_test_url()
     if base is None:
         pytest.skip("no PostgreSQL server (set GPUPLAN_TEST_POSTGRES_URL; .ci/run starts one)")
@@ -25,9 +33,8 @@ def db_url(request: pytest.FixtureRequest, tmp_path: Path) -> Iterator[str]:
     admin = make_engine(base).execution_options(isolation_level="AUTOCOMMIT")
     with admin.connect() as conn:
         conn.execute(text(f'CREATE DATABASE "{name}"'))
-    url = base.rsplit("/", 1)[0] + "/" + name
     try:
-        yield url
+        yield base.rsplit("/", 1)[0] + "/" + name
     finally:
         with admin.connect() as conn:
             conn.execute(text(f'DROP DATABASE IF EXISTS "{name}" WITH (FORCE)'))

@@ -254,23 +254,26 @@ def keeps_busy(problem: PlacementProblem, result: SolveResult, changes: Sequence
 
 def used_changes(
     changes: Sequence[NodeSharing],
-    inp: PlanningInput,
     assignments: Iterable[Assignment],
     waiting: Iterable[Unplaced] = (),
 ) -> tuple[NodeSharing, ...]:
     """The ``changes`` the plan uses: some replica takes (or a waiting one has reserved) a non-MIG GPU of
-    the node as only the new mode offers it; the others are dropped: the node stays as it is."""
+    the node as only the new mode offers it; the others are dropped: the node stays as it is. A GPU
+    used whole or in a fraction is out of MIG mode in the plan, whatever its mode in the input (the MIG
+    pre-pass may have turned it off)."""
     uses = [(a.node, g) for a in assignments for g in a.gpus if g.mig_profile is None]
-    uses += [(u.reserved_node, g) for u in waiting if u.reserved_node for g in u.reserved_gpus]
-    kept = []
-    for change in changes:
-        node = inp.cluster.node_by_name[change.node]
-        plain = {g.index for g in node.gpus if g.mig is None}
-        if any(
-            n == change.node and g.index in plain and sharing_offers(change.sharing, g.kind) for n, g in uses
-        ):
-            kept.append(change)
-    return tuple(kept)
+    uses += [
+        (u.reserved_node, g)
+        for u in waiting
+        if u.reserved_node
+        for g in u.reserved_gpus
+        if g.mig_profile is None
+    ]
+    return tuple(
+        change
+        for change in changes
+        if any(n == change.node and sharing_offers(change.sharing, g.kind) for n, g in uses)
+    )
 
 
 def modes_left(

@@ -3,41 +3,20 @@ lock, so that simultaneous submissions (on one server or several) never admit mo
 
 from __future__ import annotations
 
-import threading
 from collections.abc import Iterator
 from pathlib import Path
-from typing import Any
 
 import httpx
 import pytest
 
 from gpuplan.api.store import ActiveLimitReached, Actor, JobInput, JobStatus, Store
-from tests._api import PLANNER, Server, auth, drain, example_body
+from tests._api import PLANNER, Server, at_once, auth, drain, example_body
 from tests._factories import queued_job
 
 LIMIT = 4
 CALLERS = 40
 
 
-def _at_once(n: int, call: Any) -> list[Any]:
-    """``call(i)`` for ``i`` in ``range(n)`` on ``n`` threads released together; what each returned or
-    raised."""
-    start = threading.Barrier(n)
-    out: list[Any] = [None] * n
-
-    def run(i: int) -> None:
-        start.wait()
-        try:
-            out[i] = call(i)
-        except Exception as exc:
-            out[i] = exc
-
-    threads = [threading.Thread(target=run, args=(i,)) for i in range(n)]
-    for t in threads:
-        t.start()
-    for t in threads:
-        t.join()
-    return out
 
 
 @pytest.fixture
@@ -49,7 +28,7 @@ def store(db_url: str) -> Iterator[Store]:
 
 def test_concurrent_creates_admit_exactly_the_limit(store: Store) -> None:
     data = JobInput("f" * 64, "{}", {})
-    out = _at_once(
+    out = at_once(
         CALLERS,
         lambda i: store.create_job(
             queued_job(f"{i:032x}"), data, Actor("abc", "planner"), {}, max_active=LIMIT
@@ -83,7 +62,7 @@ def test_forty_simultaneous_posts_with_a_limit_of_four_accept_four(db_url: str, 
     body = example_body(time_limit_s=60)
     try:
         with httpx.Client(base_url=server.url, headers=auth(PLANNER), timeout=60.0) as c:
-            out = _at_once(CALLERS, lambda _: c.post("/v1/plans", json=body))
+            out = at_once(CALLERS, lambda _: c.post("/v1/plans", json=body))
         codes = sorted(r.status_code for r in out)
         assert codes == [202] * LIMIT + [429] * (CALLERS - LIMIT), codes
         refused = [r for r in out if r.status_code == 429]

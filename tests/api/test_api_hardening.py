@@ -10,6 +10,7 @@ and a not-ready ``/readyz`` within the database time limit, logged once.
 from __future__ import annotations
 
 import asyncio
+import contextlib
 import json
 import socket
 import threading
@@ -23,18 +24,18 @@ from typing import Any
 import httpx
 import pytest
 import uvicorn
-from sqlalchemy import make_url, text
+from sqlalchemy import make_url
 
 from gpuplan.api import create_app
 from gpuplan.api.keys import KeyStore, key_hash
 from gpuplan.api.serving import uvicorn_options
 from gpuplan.api.settings import Limits, Settings
 from gpuplan.api.store import Actor, JobInput, JobStatus, Store
-from gpuplan.planner.store.db import make_engine, postgres_test_url
 from tests._api import (
     KEYS,
     PLANNER,
     Server,
+    at_once,
     auth,
     drain,
     example_body,
@@ -44,6 +45,7 @@ from tests._api import (
     wait_status,
 )
 from tests._factories import queued_job
+from tests.conftest import fresh_postgres
 
 __all__ = ["live"]
 
@@ -53,25 +55,6 @@ LIMIT = 4
 CALLERS = 40
 
 
-def _at_once(n: int, call: Callable[[int], Any]) -> list[Any]:
-    """``call(i)`` for ``i`` in ``range(n)`` on ``n`` threads released together; what each returned or
-    raised."""
-    start = threading.Barrier(n)
-    out: list[Any] = [None] * n
-
-    def run(i: int) -> None:
-        start.wait()
-        try:
-            out[i] = call(i)
-        except Exception as exc:
-            out[i] = exc
-
-    threads = [threading.Thread(target=run, args=(i,)) for i in range(n)]
-    for t in threads:
-        t.start()
-    for t in threads:
-        t.join(timeout=120)
-    return out
 
 
 def _connect(port: int) -> socket.socket:
@@ -175,7 +158,7 @@ def test_concurrent_resubmits_admit_at_most_the_limit(db_url: str, tmp_path: Pat
         ids = _cancelled_jobs(db_url, CALLERS)
         clients = [s.client(PLANNER) for s in servers]
         try:
-            out = _at_once(CALLERS, lambda i: clients[i % len(clients)].post(f"/v1/plans/{ids[i]}/resubmit"))
+            out = at_once(CALLERS, lambda i: clients[i % len(clients)].post(f"/v1/plans/{ids[i]}/resubmit"))
         finally:
             for c in clients:
                 c.close()
@@ -247,11 +230,11 @@ def test_unknown_keys_are_looked_up_at_most_burst_times(
     limits = Limits(auth_failure_burst=BURST, auth_failures_per_minute=1)
     settings = Settings(database=database, api_keys=KEYS, limits=limits, solver_processes=0)
     with _in_process(settings) as url, httpx.Client(base_url=url, timeout=PROMPT_S) as c:
-        same = _at_once(30, lambda _: c.get("/v1/plans", headers=auth(stored)))
+        same = at_once(30, lambda _: c.get("/v1/plans", headers=auth(stored)))
         assert [r.status_code for r in same] == [200] * 30
         assert 1 <= len(looked_up) < 30
         looked_up.clear()
-        out = _at_once(60, lambda i: c.get("/v1/plans", headers=auth(f"unknown-key-{i:020d}")))
+        out = at_once(60, lambda i: c.get("/v1/plans", headers=auth(f"unknown-key-{i:020d}")))
     codes = [r.status_code for r in out]
     assert len(looked_up) == BURST, len(looked_up)
     assert codes.count(401) == BURST and codes.count(429) == 60 - BURST, codes
@@ -380,12 +363,11 @@ class PausableProxy:
 
     async def _pipe(self, reader: asyncio.StreamReader, writer: asyncio.StreamWriter) -> None:
         try:
-            while data := await reader.read(65536):
-                await self.forwarding.wait()
-                writer.write(data)
-                await writer.drain()
-        except OSError:
-            pass
+            with contextlib.suppress(OSError):  # a side that hung up ends the pipe
+                while data := await reader.read(65536):
+                    await self.forwarding.wait()
+                    writer.write(data)
+                    await writer.drain()
         finally:
             writer.close()
 
@@ -414,19 +396,8 @@ class PausableProxy:
 @pytest.fixture
 def postgres_database() -> Iterator[str]:
     """A new database on the CI PostgreSQL (skip without one), dropped after the test."""
-    base = postgres_test_url()
-    if base is None:
-        pytest.skip("no PostgreSQL server (set GPUPLAN_TEST_POSTGRES_URL; .ci/run starts one)")
-    name = f"t_{uuid.uuid4().hex[:12]}"
-    admin = make_engine(base).execution_options(isolation_level="AUTOCOMMIT")
-    with admin.connect() as conn:
-        conn.execute(text(f'CREATE DATABASE "{name}"'))
-    try:
-        yield base.rsplit("/", 1)[0] + "/" + name
-    finally:
-        with admin.connect() as conn:
-            conn.execute(text(f'DROP DATABASE IF EXISTS "{name}" WITH (FORCE)'))
-        admin.dispose()
+    with fresh_postgres() as url:
+        yield url
 
 
 #: The database time limit of the frozen-database test (psycopg waits at least 2 s to connect).
@@ -456,7 +427,7 @@ def test_a_frozen_postgresql_gives_503_and_not_ready(postgres_database: str, tmp
                 lambda: c.get("/readyz"),
             ]
             first = calls[0]()
-            together = _at_once(12, lambda i: calls[i % len(calls)]())
+            together = at_once(12, lambda i: calls[i % len(calls)]())
             proxy.resume()
             answers = [first, *(r for r in together if r.url.path != "/readyz")]
             readies = [r for r in together if r.url.path == "/readyz"]

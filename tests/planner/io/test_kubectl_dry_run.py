@@ -69,7 +69,7 @@ class _Api(BaseHTTPRequestHandler):
     exist: list[bool]
 
     def log_message(self, *args: Any) -> None:
-        pass
+        """Log nothing: kubectl's requests are recorded in ``calls``."""
 
     def _send(self, code: int, body: dict[str, Any]) -> None:
         data = json.dumps(body).encode()

@@ -350,3 +350,40 @@ def test_a_busy_node_the_budget_could_drain_is_never_a_false_optimum(solver: str
         assert len(p.sharing) == n and {a.kind for a in p.actions} == {"preempt", "set-sharing", "start"}
     else:
         assert {u.code for u in p.unplaced if u.workload == "f"} == {"SHARING_MODE"}
+
+
+def test_a_mode_change_is_kept_for_work_on_a_gpu_the_mig_pre_pass_turned_off() -> None:
+    """An exclusive node whose GPU 1 is in MIG mode and GPU 0 idle: the sharing pre-pass makes it
+    time-sliced, the MIG pre-pass turns MIG off on GPU 1 (and on for GPU 0), and the fraction lands on
+    GPU 1. The change was dropped as unused (GPU 1 was a MIG GPU in the input), which left a fraction on
+    an exclusive node (a hypothesis draw of test_solvers_valid)."""
+    inp = planning_input(
+        [
+            node(
+                "n0",
+                sharing="exclusive",
+                gpus=[
+                    {"index": 0, "model": "H100-80GB"},
+                    {
+                        "index": 1,
+                        "model": "H100-80GB",
+                        "mig": {"instances": [{"profile": "7g.80gb", "start": 0}]},
+                    },
+                ],
+            )
+        ],
+        [
+            Workload.model_validate({"id": "f", "gpu_memory_mib": 16384, "cpu_milli": 1000}),
+            Workload.model_validate({"id": "m", "mig_profile": "7g.80gb", "cpu_milli": 1000}),
+        ],
+        Policy.model_validate({"mig": {"allow_repartition": True}}),
+    )
+    for solver in ("first-fit", "greedy-fgd", "cpsat"):
+        p = make_plan(inp, solver=solver, now=NOW, time_limit_s=10, deterministic=True)
+        assert validate_plan(p, inp) == []
+        fractions = [a for a in p.assignments if a.workload == "f"]
+        assert all(
+            any(c.node == a.node for c in p.sharing)
+            for a in fractions
+            if a.gpus and a.gpus[0].milli is not None
+        )
