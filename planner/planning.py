@@ -259,6 +259,7 @@ def make_plan(
     explain_budget_s: float = 3.0,
     previous: Plan | None = None,
     ray: str | None = None,
+    work_limit_s: float | None = None,
 ) -> Plan:
     """Plan ``inp`` with the named solver; the result is validated before it is returned.
 
@@ -274,6 +275,9 @@ def make_plan(
     ``ray`` runs the solver's independent pieces on that Ray cluster (``local``: a Ray instance here)
     instead of local processes; the plan is the same. The seed, workers, determinism and Ray address
     reach the solver as its :class:`RunOptions`, with the solve's share of the time limit.
+    ``work_limit_s`` (default ``time_limit_s``) is the limit the searches' work budgets are sized from: a
+    command whose start-up cut its time limit passes the limit it was given, so that the solve does the
+    same work, later, on a busy machine (:attr:`RunOptions.work_s`).
     """
     options = RunOptions(
         time_limit_s=time_limit_s, seed=seed, num_workers=num_workers, deterministic=deterministic, ray=ray
@@ -283,6 +287,7 @@ def make_plan(
     explain_s = min(explain_budget_s, EXPLAIN_SHARE * time_limit_s) if explain else 0.0
     post_s = post_solve_s(time_limit_s, sum(w.replicas for w in inp.workloads))
     solve_s = max(MIN_SOLVE_S, time_limit_s - post_s - explain_s)
+    work_s = solve_s * (work_limit_s or time_limit_s) / time_limit_s if time_limit_s > 0 else solve_s
     catalog = catalog or default_catalog()
     now = now or datetime.now(UTC)
     # The input's digests first: the solve's share then leaves out what they take (1.5 s for 66k
@@ -330,7 +335,8 @@ def make_plan(
         log.info(
             "planning %d replicas on %d nodes with %s", len(problem.requests), len(problem.nodes), solver
         )
-        result = get_solver(solver).solve(problem, replace(options, time_limit_s=max(MIN_SOLVE_S, share)))
+        run = replace(options, time_limit_s=max(MIN_SOLVE_S, share), work_s=work_s / len(compiled))
+        result = get_solver(solver).solve(problem, run)
         solved[modes] = (problem, result)
     # The pre-pass's greedy trials neither move nor preempt work; a solver that does may do better with
     # the GPUs as they are, or with busy nodes drained and changed, so on a small input each variant is

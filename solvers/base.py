@@ -13,6 +13,14 @@ from gpuplan.solvers.run_options import RunOptions
 
 #: Term set when the wall clock stopped a deterministic solve (its plan may then differ between runs).
 CUT = "deterministic_cut_by_wall"
+#: Terms of an exact solve that starts from a greedy hint: the queue term of the greedy start and of the
+#: hint after the searches before the exact model (re-pack, make room, neighbourhood search), which say
+#: how far the search got before it.
+HINT_QUEUE_FGD = "hint_queue_fgd"
+HINT_QUEUE = "hint_queue"
+#: Term of a plan whose exact solve found nothing in time but whose searches before it beat the greedy
+#: start (the plan is theirs, ``FEASIBLE``); a plan no search improved is ``FALLBACK`` (term ``fallback``).
+NO_EXACT_SOLUTION = "exact_found_nothing"
 
 
 @dataclass(frozen=True)

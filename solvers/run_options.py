@@ -22,3 +22,12 @@ class RunOptions:
     #: Ray address the independent pieces (pricing problems, parts of a split fleet) run on (``local``:
     #: a Ray instance started here); ``None``: the local process pool (:mod:`gpuplan.solvers.parallel`).
     ray: str | None = None
+    #: Seconds the work budgets of the searches (trials, deterministic time) are sized from: the share the
+    #: limit gives the solve before a slow start-up cut it (``None``: ``time_limit_s``), so that a busy
+    #: machine does the same work, later, rather than less of it.
+    work_s: float | None = None
+
+    @property
+    def work_limit_s(self) -> float:
+        """Seconds the work budgets are sized from (:attr:`work_s`, else the time limit)."""
+        return self.time_limit_s if self.work_s is None else self.work_s

@@ -16,7 +16,7 @@ from gpuplan.models.policy import Policy
 from gpuplan.models.workload import Workloads
 from gpuplan.planner.cli import common
 from gpuplan.planner.pipeline import summary
-from gpuplan.planner.pipeline.deadline import Stopwatch, solve_share
+from gpuplan.planner.pipeline.deadline import Stopwatch, fixed_solve_share, solve_share
 from gpuplan.planner.pipeline.files import (
     load_cluster,
     load_plan,
@@ -56,6 +56,7 @@ def _run_plan(inp: PlanningInput, args: argparse.Namespace, files: dict[str, Pat
         deterministic=args.deterministic,
         explain=True,
         ray=ray,
+        work_limit_s=fixed_solve_share(args.time_limit),
     )
     inputs = {part: str(path.resolve()) for part, path in files.items() if path is not None}
     plan = plan.model_copy(update={"provenance": {**plan.provenance, "inputs": inputs}})

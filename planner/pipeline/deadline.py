@@ -123,6 +123,13 @@ class Phases:
         return Deadline(self.deadline.clock() + self.share(phase), self.deadline.clock)
 
 
+def fixed_solve_share(time_limit_s: float) -> float:
+    """The seconds a command's solve gets of ``time_limit_s`` when the start-up took no time: what its
+    work budgets (trials, deterministic time) are sized from, so that a slow start-up on a busy machine
+    leaves the solve less time but not less work to do (:attr:`RunOptions.work_s`)."""
+    return max(MIN_SOLVE_S, time_limit_s - min(RESERVE_MAX_S, RESERVE_SHARE * time_limit_s))
+
+
 def solve_share(time_limit_s: float, deadline: Deadline, *, deterministic: bool = False) -> float:
     """The seconds a command's solve (``make_plan``) may take: the time limit less a part kept for the
     start-up and the output. The share depends on the limit alone, so a deterministic solve gets the

@@ -6,7 +6,7 @@ from collections import Counter
 
 from gpuplan.models.inputs import PlanningInput
 from gpuplan.models.plan import MIGRATE, Plan, PlanStatus
-from gpuplan.solvers.base import CUT
+from gpuplan.solvers.base import CUT, HINT_QUEUE, HINT_QUEUE_FGD, NO_EXACT_SOLUTION
 from gpuplan.solvers.greedy.engine import GREEDY_CUT
 
 
@@ -112,6 +112,13 @@ def not_optimal_because(plan: Plan) -> list[str]:
         why.append(f"the fleet was split into {int(t['parts'])} parts solved apart")
     if t.get("drains"):
         why.append("it drains running work for a MIG re-partition (the exact model does not count drains)")
+    if t.get(NO_EXACT_SOLUTION):
+        why.append("CP-SAT found no plan in its time; this is the best plan of the searches before it")
+    if HINT_QUEUE in t and t[HINT_QUEUE] < t.get(HINT_QUEUE_FGD, 0):
+        why.append(
+            f"the re-pack, make-room and neighbourhood searches took the FGD start's queue term from "
+            f"{t[HINT_QUEUE_FGD]:,.0f} to {t[HINT_QUEUE]:,.0f} before CP-SAT"
+        )
     if t.get("kept_hint"):
         why.append("the search ended worse than its FGD hint, which is returned")
     if t.get("timeline_changed"):

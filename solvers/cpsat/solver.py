@@ -19,7 +19,7 @@ from ortools.sat.python import cp_model
 
 from gpuplan.models.plan import Assignment, PlanStatus
 from gpuplan.models.policy import ObjectiveMode
-from gpuplan.solvers.base import CUT, SolveResult, instead_of
+from gpuplan.solvers.base import CUT, HINT_QUEUE, HINT_QUEUE_FGD, SolveResult, instead_of
 from gpuplan.solvers.bounds import never_fitting, objective_bound, queue_lower_bound
 from gpuplan.solvers.cpsat.builder import CpSatBuilder
 from gpuplan.solvers.cpsat.candidates import Rankings, is_large
@@ -36,6 +36,7 @@ from gpuplan.solvers.formulation.objective import build_terms, queue_penalty
 from gpuplan.solvers.formulation.staged import StageResult, Values, fallback, result, run_stages
 from gpuplan.solvers.formulation.variables import Variables, build_variables
 from gpuplan.solvers.greedy import Fgd, make_room, moved_running
+from gpuplan.solvers.greedy.repack import repack_shared
 from gpuplan.solvers.placement import NEVER_FITS, NO_CAPACITY, Placer
 from gpuplan.solvers.problem import PlacementProblem, Running, disturbable
 from gpuplan.solvers.run_options import RunOptions
@@ -69,9 +70,13 @@ HINT_SEARCH_STALL = 6
 #: Share of the time the transition towards the target configuration leaves that the make-room search
 #: gets on a large cluster whose running work may move (the neighbourhood search gets the rest).
 ROOM_MOVES_SHARE = 0.8
-#: Trials of the make-room search per second of its share, in a deterministic solve (about a second's
-#: worth on a busy 2-core machine); the wall clock still stops it at twice its share, flagged.
+#: Trials of the make-room search on a whole-cluster model per second of its share (about half a
+#: second's worth on a quiet 2-core machine: 1,500 trials took 0.75 CPU seconds on the bundled example
+#: at 10 s); the wall clock still stops it once ``ROOM_WALL_SHARE`` of the solve's time has passed
+#: (flagged in a deterministic solve): the trials are the best use of a busy machine's CPU (with four
+#: other busy processes on 2 cores they took 2 s of wall time on the bundled example).
 ROOM_STEPS_PER_S = 1000
+ROOM_WALL_SHARE = 0.5
 #: Deterministic seconds a deterministic solve gets per second of its wall-clock share: CP-SAT's
 #: deterministic time ran 0.3-0.5x the wall time on a busy 2-core machine, so a quarter leaves room for
 #: slower machines to finish on deterministic time (and so give the same plan) within the time limit.
@@ -263,6 +268,7 @@ class CpSat:
             return self._repack(problem, options, seen.placer, greedy, never, start)
         room_cut = False
         search: LnsReport | None = None
+        first = greedy
         if not large:
             greedy, room_cut = _with_room(problem, options, greedy, start)
             if self.decompose and _worth_searching(problem, greedy, never):
@@ -293,9 +299,20 @@ class CpSat:
         )
         reports, solution, n_stages = run_stages(problem, options, v, terms, stages, start)
         wall = time.perf_counter() - start
+        searched = {
+            HINT_QUEUE_FGD: float(queue_term(problem, first)),
+            HINT_QUEUE: float(queue_term(problem, greedy)),
+        }
         if solution is None:
-            log.warning("CP-SAT found no solution in %.1f s; returning the FGD plan", wall)
-            out = fallback(self.name, greedy, reports, wall, size)
+            # Anytime: the best plan so far is returned; FALLBACK only when no search beat the FGD start.
+            better = searched[HINT_QUEUE] < searched[HINT_QUEUE_FGD]
+            # A neighbourhood step's model (no decomposition) is the search's business: said at INFO.
+            log.log(
+                logging.WARNING if self.decompose else logging.INFO,
+                "CP-SAT found no solution in %.1f s; returning the %s plan",
+                wall, "searches' best" if better else "FGD",
+            )  # fmt: skip
+            out = fallback(self.name, greedy, reports, wall, size, improved=better)
         else:
             positions = {r for r, q in enumerate(problem.requests) if q.key in never}
             out = result(
@@ -306,6 +323,7 @@ class CpSat:
                 out = _better_of(
                     problem, seen, out, greedy, lambda: fits_model(problem, candidates, movable, greedy)
                 )
+        out = replace(out, terms={**out.terms, **(searched if not large else {})})
         if search is not None:
             out = replace(out, terms={**out.terms, **_search_terms(search)})
         search_cut = search is not None and search.cut
@@ -497,16 +515,17 @@ def _searched(
 def _with_room(
     problem: PlacementProblem, options: RunOptions, greedy: SolveResult, start: float
 ) -> tuple[SolveResult, bool]:
-    """The FGD plan improved by making room for waiting replicas (on a placer of its own, so that the
-    candidate rankings keep the FGD state), and whether the wall clock cut that search short. A
-    deterministic solve bounds the search by trials, not time."""
-    share = ROOM_SHARE * options.time_limit_s
+    """The FGD plan improved by re-packing shared GPUs and making room for waiting replicas (on a placer
+    of its own, so that the candidate rankings keep the FGD state), and whether the wall clock cut that
+    search short. The search is bounded by trials (work), so that a busy machine gets the same plan
+    later rather than a worse one; the wall clock stops it only past :data:`ROOM_WALL_SHARE` of the
+    solve's time."""
+    share = ROOM_SHARE * options.work_limit_s
     held: list[Placer] = []
-    again = Fgd().place(problem, options, on_kept=held.append)
-    if not options.deterministic:
-        return make_room(problem, held[0], again, start + share)
+    greedy = Fgd().place(problem, options, on_kept=held.append)
+    again = repack_shared(problem, held[0], greedy)
     steps = max(1, round(ROOM_STEPS_PER_S * share))
-    return make_room(problem, held[0], again, start + 2 * share, steps)
+    return make_room(problem, held[0], again, start + ROOM_WALL_SHARE * options.time_limit_s, steps)
 
 
 def _room_with_moves(

@@ -15,7 +15,7 @@ from typing import Protocol
 from gpuplan.models.cluster import MigInstance
 from gpuplan.models.plan import Assignment, GpuUse, MigLayout, PlanStatus, Unplaced
 from gpuplan.models.policy import ObjectiveMode
-from gpuplan.solvers.base import SolveResult
+from gpuplan.solvers.base import NO_EXACT_SOLUTION, SolveResult
 from gpuplan.solvers.formulation.builder import Expr, Var
 from gpuplan.solvers.formulation.objective import Terms
 from gpuplan.solvers.formulation.variables import Candidate, Variables
@@ -189,17 +189,28 @@ def result(
 
 
 def fallback(
-    name: str, greedy: SolveResult, reports: list[StageResult], wall: float, size: dict[str, int]
+    name: str,
+    greedy: SolveResult,
+    reports: list[StageResult],
+    wall: float,
+    size: dict[str, int],
+    *,
+    improved: bool = False,
 ) -> SolveResult:
-    """The greedy plan, labelled ``FALLBACK``, when the exact back-end found nothing in time."""
+    """The best plan before the exact solve, when the exact back-end found nothing in time: labelled
+    ``FALLBACK`` when it is the greedy start, ``FEASIBLE`` when a search before the exact solve
+    (``improved``) beat that start."""
     return SolveResult(
-        status=PlanStatus.FALLBACK,
+        status=PlanStatus.FEASIBLE if improved else PlanStatus.FALLBACK,
         solver=name,
         assignments=greedy.assignments,
         unplaced=greedy.unplaced,
         mig_layouts=greedy.mig_layouts,
         wall_s=wall,
-        terms={"fallback": 1.0, **{f"stage_{r.stage}_wall_s": round(r.wall_s, 3) for r in reports}},
+        terms={
+            (NO_EXACT_SOLUTION if improved else "fallback"): 1.0,
+            **{f"stage_{r.stage}_wall_s": round(r.wall_s, 3) for r in reports},
+        },
         model_size=size,
     )
 

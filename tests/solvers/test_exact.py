@@ -14,6 +14,7 @@ import pytest
 
 from gpuplan.models import Plan, PlanningInput, PlanStatus
 from gpuplan.planner.planning import make_plan
+from gpuplan.solvers.base import HINT_QUEUE, HINT_QUEUE_FGD, NO_EXACT_SOLUTION
 from tests._factories import node_data
 
 NOW = datetime(2026, 11, 29, 12, tzinfo=UTC)
@@ -323,9 +324,17 @@ def test_timeout_returns_valid_fallback() -> None:
     nodes = [node_data(f"n{i}", gpus=l40s(8), memory_mib=524_288) for i in range(12)]
     work = [{"id": f"w{i}", "gpu_milli": 100 + 37 * (i % 20), "replicas": 2} for i in range(150)]
     plan = solve(nodes, work, time_limit_s=0.001)
-    assert plan.status is PlanStatus.FALLBACK
+    # Nothing of CP-SAT's: the FGD start (FALLBACK), or the better plan of the searches before CP-SAT
+    # (the re-pack of shared GPUs takes milliseconds), labelled FEASIBLE with how far they got.
+    terms = plan.solver.terms
+    if plan.status is PlanStatus.FEASIBLE:
+        assert terms[NO_EXACT_SOLUTION] == 1.0 and terms[HINT_QUEUE] < terms[HINT_QUEUE_FGD]
+    else:
+        assert plan.status is PlanStatus.FALLBACK and terms[HINT_QUEUE] == terms[HINT_QUEUE_FGD]
     assert plan.solver.name == "cpsat"
-    assert len(plan.assignments) + len(plan.unplaced) == 300 and len(plan.assignments) > 200
+    assert len(plan.assignments) + len(plan.unplaced) == 300
+    # 135 GPUs of fractions asked for on 96: a plan of either kind fills nine tenths of them at least.
+    assert sum(g.milli or 1000 for a in plan.assignments for g in a.gpus) >= 0.9 * 96_000
 
 
 def test_same_seed_same_plan_in_deterministic_mode() -> None:
