@@ -15,27 +15,15 @@ from gpuplan.models.hardware import MILLI_PER_GPU
 from gpuplan.models.policy import ObjectiveMode
 from gpuplan.models.rules.quota import fleet_wide, limit_units
 from gpuplan.solvers.formulation.objective import queue_penalty
-from gpuplan.solvers.placement import FirstFitScorer, Placer
-from gpuplan.solvers.problem import PlacementProblem, Request, admitting, disturbable
-
-
-def never_fits(problem: PlacementProblem, req: Request, placer: Placer) -> bool:
-    """Whether no node of the whole fleet open to the request could host any of its alternatives even
-    if it were empty (``placer`` is any placer over ``problem``'s nodes: its empty node states are
-    used). A MIG shape counts as fitting somewhere when re-partitioning is allowed, since the placer's
-    empty states keep today's MIG layouts. A running replica may always stay where it runs, even where
-    a rule now forbids new work (the validator keeps such a place), so it never counts."""
-    if req.running is not None:
-        return False
-    if problem.policy.mig.allow_repartition and any(s.kind == "mig" for s in req.shapes):
-        return False
-    return placer.never_fits(req)
+from gpuplan.solvers.placement import Placer, never
+from gpuplan.solvers.problem import PlacementProblem, admitting, disturbable
 
 
 def never_fitting(problem: PlacementProblem, placer: Placer | None = None) -> frozenset[tuple[str, int]]:
-    """The replicas (by key) that :func:`never_fits`: checked against the whole fleet, empty."""
-    placer = placer or Placer(problem.nodes, problem.catalog, FirstFitScorer(), policy=problem.policy)
-    return frozenset(q.key for q in problem.requests if never_fits(problem, q, placer))
+    """The replicas (by key) that never fit, checked against the whole fleet, empty
+    (:func:`~gpuplan.solvers.placement.never.never_fitting`: a replica whose alternatives fit no node,
+    or a member of a gang that can never be placed whole)."""
+    return frozenset(never.never_fitting(problem, placer))
 
 
 def _team_caps(problem: PlacementProblem) -> dict[str, int]:
@@ -134,7 +122,7 @@ def with_modes_free(problem: PlacementProblem, nodes: Collection[str]) -> Placem
 def with_mig_free(problem: PlacementProblem, gpus: Collection[tuple[str, int]]) -> PlacementProblem:
     """``problem`` with the GPUs ``gpus`` (node, index) out of MIG mode and in no sharing mode: whole GPUs
     and fractions alike. A MIG shape is never counted as never fitting when re-partitioning is allowed
-    (:func:`never_fits`), which a MIG mode change needs, so its bounds hold whichever MIG modes a plan
+    (:func:`never_fitting`), which a MIG mode change needs, so its bounds hold whichever MIG modes a plan
     gives those GPUs."""
     free = set(gpus)
     return replace(

@@ -9,9 +9,16 @@ it (every running member preempted, where the policy allows). A plan never place
 does not run in part now. The validator judges a plan with :func:`kept_in_part`; the exact formulation,
 the placement kernel's callers, the decompositions and the explanations keep the same rule through
 :func:`runs_in_part` (with ``solvers.problem``'s requests: ``gangs_in_part``).
+
+A gang placed whole or not at all can never be placed when no value of its domain label (the whole
+cluster, for a gang without one) could hold all its replicas even with every node empty
+(:func:`never_fits`; ``solvers.placement.never`` counts the room for the solvers, the bounds and the
+explanations).
 """
 
 from __future__ import annotations
+
+from collections.abc import Iterable
 
 #: Rule name, as the validator reports it.
 GANG = "gang"
@@ -28,3 +35,10 @@ def kept_in_part(total: int, running: int, placed: int, staying: int) -> bool:
     plan places exactly those, each where it runs (``staying`` of the placed replicas stay where they
     run)."""
     return runs_in_part(running, total) and placed == staying == running
+
+
+def never_fits(replicas: int, room: Iterable[int]) -> bool:
+    """Whether a gang of ``replicas`` can never be placed: ``room`` holds, per value of its domain label
+    (one entry, the whole cluster, without a label), at most how many of its replicas that value's nodes
+    could hold were they all empty; none holds them all (no value at all: never)."""
+    return all(r < replicas for r in room)

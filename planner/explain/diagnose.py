@@ -255,6 +255,13 @@ def _sharing_mode(st: PlanState, shape: ShapeSpec) -> Finding | None:
     )
 
 
+def mode_may_serve(st: PlanState, req: Request) -> bool:
+    """Whether some node, were it empty, could host an alternative of ``req`` once its GPUs changed MIG
+    mode or its sharing mode changed (what ``MIG_MODE`` and ``SHARING_MODE`` name instead of
+    ``NEVER_FITS``)."""
+    return any(st.switched_hosts(s, req.team) or _sharing_mode(st, s) is not None for s in req.shapes)
+
+
 def diagnose(st: PlanState, target: Target, req: Request, k: int) -> Finding:
     """Why alternative ``k`` of ``req`` cannot be placed on the current state."""
     shape = req.shapes[k]

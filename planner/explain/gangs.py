@@ -1,7 +1,8 @@
-"""Findings for a gang as a whole: all its waiting members fit on the state the plan leaves
-(``SOLVER_LIMIT``), or it fits only across several values of its domain label (``GANG_DOMAIN``; for a
-gang that runs in part and that the plan keeps so, only outside the value its running members hold). A
-gang is placed together, so it is diagnosed together before its members one by one.
+"""Findings for a gang as a whole: it can never be placed whole, even on the empty cluster
+(``NEVER_FITS``), all its waiting members fit on the state the plan leaves (``SOLVER_LIMIT``), or it
+fits only across several values of its domain label (``GANG_DOMAIN``; for a gang that runs in part and
+that the plan keeps so, only outside the value its running members hold). A gang is placed together, so
+it is diagnosed together before its members one by one.
 """
 
 from __future__ import annotations
@@ -13,11 +14,38 @@ from gpuplan.models.hardware import MILLI_PER_GPU
 from gpuplan.models.plan import Counterfactual
 from gpuplan.planner.explain import counterfactual as cfs
 from gpuplan.planner.explain.counterfactual import Target
-from gpuplan.planner.explain.findings import GANG_DOMAIN, SOLVER_LIMIT, Finding, listed
+from gpuplan.planner.explain.diagnose import mode_may_serve
+from gpuplan.planner.explain.findings import GANG_DOMAIN, NEVER_FITS, SOLVER_LIMIT, Finding, Search, listed
 from gpuplan.planner.explain.state import PlanState
+from gpuplan.solvers.placement import never
 from gpuplan.solvers.placement.options import describe
 from gpuplan.solvers.placement.state import NodeInfo
 from gpuplan.solvers.problem import Request
+
+
+def gang_never_fits(st: PlanState, req: Request) -> Finding | None:
+    """NEVER_FITS for the gang of ``req`` when it can never be placed whole, even on the empty cluster
+    (the solvers' rule, :func:`gpuplan.solvers.placement.never.gang_never_fits`), unless a MIG or
+    sharing mode change could give one of its replicas a node (the member's own diagnosis names it)."""
+    members = st.gang_members(req.gang) if req.gang is not None else []
+    if len(members) < 2:
+        return None
+    short = never.gang_never_fits(st.problem.policy, st.placer, members)
+    kinds = {(m.shapes, m.team): m for m in members}.values()
+    if short is None or any(mode_may_serve(st, m) for m in kinds):
+        return None
+    search = _new_node_beside(frozenset(short.nodes))
+    return Finding(NEVER_FITS, short.reason, list(short.nodes[:4]), [search])
+
+
+def _new_node_beside(hosts: frozenset[str]) -> Search:
+    """:func:`~gpuplan.planner.explain.counterfactual.new_nodes`, re-solved together with ``hosts``
+    (the nodes that could already host a replica: the gang needs them too)."""
+
+    def search(st: PlanState, target: Target, req: Request, k: int) -> list[cfs.Candidate]:
+        return [replace(c, nodes=c.nodes | hosts) for c in cfs.new_nodes(st, target, req, k)]
+
+    return search
 
 
 def gang_fits(target: Target, req: Request, nodes: list[str]) -> Finding:

@@ -40,7 +40,7 @@ from gpuplan.planner.explain.findings import (
     TRADE_OFF,
     Finding,
 )
-from gpuplan.planner.explain.gangs import gang_fits, gang_in_domain
+from gpuplan.planner.explain.gangs import gang_fits, gang_in_domain, gang_never_fits
 from gpuplan.planner.explain.reservations import fits_but_waits, reserved_note
 from gpuplan.planner.explain.state import Key, PlanState
 from gpuplan.planner.pipeline.deadline import Deadline
@@ -96,10 +96,10 @@ class Explainer:
             extra: set[str] = set()
             gang_note = ""
             blocker = req
-            whole_gang: Finding | None = None
+            whole_gang = gang_never_fits(st, req) if target.alternatives is None else None
             # The rest of a gang the plan keeps as it runs, in part, may only join its running members.
             joins = target.alternatives is None and req.gang is not None and bool(st.gang_placed(req.gang))
-            if len(target.members) > 1 or joins:
+            if whole_gang is None and (len(target.members) > 1 or joins):
                 whole_gang = gang_in_domain(st, target, req)
             if len(target.members) > 1 and whole_gang is None:
                 placed_before = 0

@@ -116,6 +116,7 @@ class PlanState:
         self._capable: dict[bool, list[tuple[int, list[int]]]] = {}
         self._depth = 0
         self._gangs: dict[str, list[tuple[Request, str]]] | None = None
+        self._members: dict[str, list[Request]] | None = None
         for key, a in sorted(self.assigned.items()):
             self.placer.keep(self.held(key, a))
             self.occupants[self.pos[a.node]].append(key)
@@ -134,6 +135,15 @@ class PlanState:
                 if g is not None:
                     self._gangs.setdefault(g, []).append((self.requests[key], a.node))
         return self._gangs.get(gang, [])
+
+    def gang_members(self, gang: str) -> list[Request]:
+        """Every replica of ``gang``, running or not, as the input has it."""
+        if self._members is None:
+            self._members = {}
+            for q in self.problem.requests:
+                if q.gang is not None:
+                    self._members.setdefault(q.gang, []).append(q)
+        return self._members.get(gang, [])
 
     @property
     def infos(self) -> tuple[NodeInfo, ...]:

@@ -134,28 +134,41 @@ def solve_share(time_limit_s: float, deadline: Deadline, *, deterministic: bool 
     """The seconds a command's solve (``make_plan``) may take: the time limit less a part kept for the
     start-up and the output. The share depends on the limit alone, so a deterministic solve gets the
     same share (and gives the same plan) every run; only when the start-up has eaten into that part is
-    it cut to what the deadline leaves, and never below :data:`MIN_SOLVE_S` (the command then says the
-    limit was raised). A ``deterministic`` solve keeps its share whatever the start-up took: its plan
-    must not depend on the clock, so the command may then end later than the limit (and says so)."""
+    it cut to what the deadline leaves, and never below :data:`MIN_SOLVE_S` (the command then says how
+    late it will end). A ``deterministic`` solve keeps its share whatever the start-up took: its plan
+    must not depend on the clock, so the command may then end later than the limit (and says so).
+    ``deadline`` is the command's: ``time_limit_s`` after it started."""
     reserve = min(RESERVE_MAX_S, RESERVE_SHARE * time_limit_s)
     fixed = time_limit_s - reserve
-    left = deadline.reserve(OUTPUT_S).remaining()
+    remaining = deadline.end - deadline.clock()  # negative once the start-up has run past the limit
+    left = max(0.0, remaining - OUTPUT_S)
     if left >= fixed - START_UP_SLACK_S:
         return max(MIN_SOLVE_S, fixed)
-    late = f"the start-up took {time_limit_s - reserve - left:.2f} s of the solve's {fixed:.2f} s"
+    taken = time_limit_s - remaining
+    within = "of the" if taken <= time_limit_s else "past the"
+    start_up = f"start-up took {taken:.1f} s {within} {time_limit_s:g} s limit"
     if deterministic:
-        log.warning("%s; a deterministic solve keeps its share: the command ends up to that much late", late)
-        return max(MIN_SOLVE_S, fixed)
+        solve_s = max(MIN_SOLVE_S, fixed)
+        log.warning(
+            "%s; a deterministic solve keeps its %.1f s share, so the command will end %s",
+            start_up, solve_s, _late(solve_s + OUTPUT_S - remaining),
+        )  # fmt: skip
+        return solve_s
     if left < MIN_SOLVE_S:
         log.warning(
-            "%s: the time limit of %g s is raised to the shortest solve (%g s) and the output",
-            late, time_limit_s, MIN_SOLVE_S,
+            "%s; the solve gets the shortest run (%g s) and the command will end %s",
+            start_up, MIN_SOLVE_S, _late(MIN_SOLVE_S + OUTPUT_S - remaining),
         )  # fmt: skip
         return MIN_SOLVE_S
     # A small cut changes little that the user sees: said at INFO, a warning only past a share.
     level = logging.WARNING if left < (1 - START_UP_WARN_SHARE) * fixed else logging.INFO
-    log.log(level, "%s: its share is cut to %.2f s", late, left)
+    log.log(level, "%s; the solve's share is cut from %.1f s to %.1f s to end on time", start_up, fixed, left)
     return left
+
+
+def _late(seconds: float) -> str:
+    """How late a command will end, for a warning: ``about 0.6 s late`` (never ``about 0.0 s``)."""
+    return f"about {seconds:.1f} s late" if seconds >= 0.05 else "less than 0.1 s late"
 
 
 class Stopwatch:

@@ -340,7 +340,7 @@ def plan_fleet(problem: PlacementProblem, options: RunOptions, deadline: float) 
         got, blocker = placer.place_gang(members, running.get(gang, ()))
         placed.extend(got)
         if blocker is not None:
-            unplaced.extend(gang_failure(gang, members, blocker, placer))
+            unplaced.extend(gang_failure(gang, members, blocker, placer, running.get(gang, ())))
     more, left = fill(problem, placer, _queue_order(problem, [r for r in singles if r not in done]))
     placed.extend(more)
     unplaced.extend(left)

@@ -6,6 +6,7 @@ found, and the next term is minimised. The result is ``OPTIMAL`` only if every s
 
 from __future__ import annotations
 
+import logging
 import math
 import time
 from collections.abc import Callable, Collection
@@ -19,9 +20,12 @@ from gpuplan.solvers.base import NO_EXACT_SOLUTION, SolveResult
 from gpuplan.solvers.formulation.builder import Expr, Var
 from gpuplan.solvers.formulation.objective import Terms
 from gpuplan.solvers.formulation.variables import Candidate, Variables
+from gpuplan.solvers.placement.never import never_fitting
 from gpuplan.solvers.placement.options import describe
 from gpuplan.solvers.problem import PlacementProblem
 from gpuplan.solvers.run_options import RunOptions
+
+log = logging.getLogger(__name__)
 
 #: Share of the time limit given to each lexicographic stage (unused time rolls over).
 STAGE_SHARES = {"queue": 0.6, "fragmentation": 0.25, "disruption+topology": 0.15, "weighted": 1.0}
@@ -57,10 +61,12 @@ class StageSolver(Protocol):
 
 
 def stages(problem: PlacementProblem, v: Variables, t: Terms) -> list[tuple[str, Expr]]:
-    """The objective stages the policy asks for."""
+    """The objective stages the policy asks for; logged with their names and, for one weighted stage,
+    its weights (the progress lines label each stage's values: ``planner.pipeline.progress``)."""
     m = v.model
+    weights = None
     if problem.policy.objective is ObjectiveMode.WEIGHTED:
-        w = problem.policy.weights
+        w = weights = problem.policy.weights
         weighted = m.sum(
             [
                 w.queue * t.queue,
@@ -69,12 +75,16 @@ def stages(problem: PlacementProblem, v: Variables, t: Terms) -> list[tuple[str,
                 w.topology * t.topology,
             ]
         )
-        return [("weighted", weighted)]
-    return [
-        ("queue", t.queue),
-        ("fragmentation", t.fragmentation),
-        ("disruption+topology", m.sum([DISRUPTION_OVER_TOPOLOGY * t.disruption, t.topology])),
-    ]
+        todo = [("weighted", weighted)]
+    else:
+        todo = [
+            ("queue", t.queue),
+            ("fragmentation", t.fragmentation),
+            ("disruption+topology", m.sum([DISRUPTION_OVER_TOPOLOGY * t.disruption, t.topology])),
+        ]
+    names = tuple(name for name, _ in todo)
+    log.debug("objective stages: %s", ", ".join(names), extra={"stages": names, "weights": weights})
+    return todo
 
 
 def run_stages(
@@ -247,6 +257,10 @@ def _unplaced(problem: PlacementProblem, v: Variables, r: int, never: bool) -> U
     what = " or ".join(describe(s) for s in req.shapes)
     if never:
         code, why = "NEVER_FITS", f"no node of the cluster could host {what}, even if empty"
+        if req.gang is not None:  # perhaps its gang as a whole (worked out once per model)
+            if v.never_fitting is None:
+                v.never_fitting = never_fitting(problem)
+            why = v.never_fitting.get(req.key, why)
     elif req.gang is not None:
         code, why = "GANG", f"gang '{req.gang}' cannot be placed entirely ({what})"
     else:

@@ -122,6 +122,9 @@ class Variables:
     #: Per gang with a running member: 1 only when the plan keeps it as it runs (every running member
     #: where it runs, no other member placed; ``constraints.gang_kept``).
     gang_kept: dict[str, Var | int] = field(default_factory=dict)
+    #: Why each replica that never fits waits (``solvers.placement.never``), worked out when a result
+    #: first needs it.
+    never_fitting: dict[tuple[str, int], str] | None = None
 
     def free_milli(self, key: GpuKey) -> int:
         """Milli-GPU of a GPU not held by fixed work."""

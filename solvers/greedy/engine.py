@@ -17,7 +17,8 @@ from gpuplan.solvers.base import CUT, SolveResult
 from gpuplan.solvers.bounds import never_fitting, objective_bound, queue_lower_bound
 from gpuplan.solvers.evaluate import reported
 from gpuplan.solvers.greedy.orders import best_order
-from gpuplan.solvers.placement import GANG, Fragmentation, Placer, Scorer, problem_mix
+from gpuplan.solvers.placement import GANG, NEVER_FITS, Fragmentation, Placer, Scorer, problem_mix
+from gpuplan.solvers.placement.never import gang_never_fits
 from gpuplan.solvers.placement.options import describe
 from gpuplan.solvers.problem import PlacementProblem, Request, running_members
 from gpuplan.solvers.run_options import RunOptions
@@ -192,7 +193,7 @@ def _place_queue(
         done, blocker = placer.place_gang(members, running.get(r.gang, ()))
         out.placed.extend(done)
         if blocker is not None:
-            out.unplaced.extend(gang_failure(r.gang, members, blocker, placer))
+            out.unplaced.extend(gang_failure(r.gang, members, blocker, placer, running.get(r.gang, ())))
             out.waiting.extend(members)
     return out
 
@@ -211,8 +212,21 @@ def _not_reached(requests: Sequence[Request]) -> list[Unplaced]:
     ]
 
 
-def gang_failure(gang: str, members: Sequence[Request], blocker: Request, placer: Placer) -> list[Unplaced]:
-    """One GANG entry per member, naming the replica that did not fit."""
+def gang_failure(
+    gang: str,
+    members: Sequence[Request],
+    blocker: Request,
+    placer: Placer,
+    running: Sequence[tuple[Request, str]] = (),
+) -> list[Unplaced]:
+    """One entry per waiting member: NEVER_FITS when the gang (``members`` and its ``running`` ones) can
+    never be placed whole, else GANG naming the replica that did not fit."""
+    short = gang_never_fits(placer.policy, placer, [*members, *(q for q, _ in running)])
+    if short is not None:
+        return [
+            Unplaced(workload=m.workload, replica=m.replica, code=NEVER_FITS, reason=short.reason)
+            for m in members
+        ]
     what = " or ".join(describe(s) for s in blocker.shapes)
     why = "could never fit" if placer.never_fits(blocker) else "found no room"
     reason = (

@@ -100,6 +100,7 @@ class Placer:
         policy: Policy | None = None,
     ) -> None:
         policy = policy or Policy()
+        self.policy = policy
         self.rules = Rules(policy, catalog)
         layouts: LayoutCache = {}
         starts: MigStartCache = {}
@@ -124,9 +125,12 @@ class Placer:
             tuple[ShapeSpec, tuple[str, ...], tuple[int, ...]], dict[Hashable, float | None]
         ] = {}
         self._empty: dict[Hashable, tuple[NodeInfo, NodeState]] = {}
+        self._classes: dict[Hashable, tuple[NodeInfo, NodeState, list[NodeInfo]]] = {}
         for info in self.infos:
             state = initial_state(info)
-            self._empty.setdefault(signature(info, state), (info, state))
+            sig = signature(info, state)
+            self._empty.setdefault(sig, (info, state))
+            self._classes.setdefault((sig, info.reserved), (info, state, []))[2].append(info)
         self._never: dict[tuple[ShapeSpec, str], bool] = {}
         self._bare: dict[ShapeSpec, ShapeSpec] = {}
 
@@ -305,6 +309,11 @@ class Placer:
             )
             self._never[key] = found
         return found
+
+    def empty_classes(self) -> Iterator[tuple[NodeInfo, NodeState, Sequence[NodeInfo]]]:
+        """The nodes in classes that accept the same placements when empty (equal signatures, reserved
+        for the same teams): each class's first node, its empty state and the class's nodes."""
+        yield from self._classes.values()
 
     def unplaced(self, request: Request) -> Unplaced:
         """Why a replica could not be placed now."""

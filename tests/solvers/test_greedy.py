@@ -27,7 +27,7 @@ from gpuplan.models import (
 from gpuplan.planner.pipeline.compile import compile_problem
 from gpuplan.solvers.base import SolveResult, get_solver
 from gpuplan.solvers.greedy import BestFit, Fgd, FirstFit, FirstFitScorer, fgd_score
-from gpuplan.solvers.placement import GANG, NEVER_FITS, NO_CAPACITY, Placer, target_mix
+from gpuplan.solvers.placement import NEVER_FITS, NO_CAPACITY, Placer, target_mix
 from gpuplan.solvers.problem import NodeSpec, PlacementProblem, ShapeSpec
 from gpuplan.solvers.run_options import RunOptions
 from tests._factories import node_data
@@ -321,7 +321,8 @@ def test_gang_is_all_or_nothing(name: str) -> None:
     result = solve(name, prob)
     where = placed(result)
     assert not any(w == "big" for w, _ in where)
-    assert {u.code for u in result.unplaced if u.workload == "big"} == {GANG}
+    # Three 2-GPU replicas on two 2-GPU nodes: the gang can never be placed whole, even on empty nodes.
+    assert {u.code for u in result.unplaced if u.workload == "big"} == {NEVER_FITS}
     assert len([u for u in result.unplaced if u.workload == "big"]) == 3
     assert {("fits", 0), ("fits", 1), ("also", 0), ("also", 1)} <= set(where)
     assert [(u.workload, u.code) for u in result.unplaced if u.workload != "big"] == [("solo", NO_CAPACITY)]

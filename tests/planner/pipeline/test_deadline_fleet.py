@@ -5,6 +5,7 @@ cut anyway says so in words. Clocks are fakes: no test waits or measures time.""
 from __future__ import annotations
 
 import itertools
+import logging
 import random
 import time
 from dataclasses import replace
@@ -178,15 +179,63 @@ def test_a_deterministic_solve_keeps_its_share_after_a_slow_start_up() -> None:
     assert solve_share(20.0, deadline, deterministic=True) == pytest.approx(17.0)
 
 
-def test_the_command_says_when_the_limit_was_raised_to_the_shortest_solve(
+# A 10 s limit keeps 1.5 s (15%) for start-up and output, 0.5 s of it after the solve: the solve's
+# share is 8.5 s. Each case: the start-up's seconds, deterministic, the share, the level, the text.
+SHARE_NOTES = [
+    (1.0, False, 8.5, None, None),
+    (1.0, True, 8.5, None, None),
+    (
+        1.5, False, 8.0, logging.INFO,
+        "start-up took 1.5 s of the 10 s limit; the solve's share is cut from 8.5 s to 8.0 s to end on time",
+    ),
+    (
+        6.0, False, 3.5, logging.WARNING,
+        "start-up took 6.0 s of the 10 s limit; the solve's share is cut from 8.5 s to 3.5 s to end on time",
+    ),
+    (
+        6.0, True, 8.5, logging.WARNING,
+        "start-up took 6.0 s of the 10 s limit; a deterministic solve keeps its 8.5 s share, so the command"
+        " will end about 5.0 s late",
+    ),
+    (
+        9.5, False, MIN_SOLVE_S, logging.WARNING,
+        "start-up took 9.5 s of the 10 s limit; the solve gets the shortest run (0.1 s) and the command will"
+        " end about 0.1 s late",
+    ),
+    (
+        9.42, False, MIN_SOLVE_S, logging.WARNING,
+        "start-up took 9.4 s of the 10 s limit; the solve gets the shortest run (0.1 s) and the command will"
+        " end less than 0.1 s late",
+    ),
+    (
+        12.0, False, MIN_SOLVE_S, logging.WARNING,
+        "start-up took 12.0 s past the 10 s limit; the solve gets the shortest run (0.1 s) and the command"
+        " will end about 2.6 s late",
+    ),
+    (
+        12.0, True, 8.5, logging.WARNING,
+        "start-up took 12.0 s past the 10 s limit; a deterministic solve keeps its 8.5 s share, so the"
+        " command will end about 11.0 s late",
+    ),
+]  # fmt: skip
+
+
+@pytest.mark.parametrize(("start_up_s", "deterministic", "share", "level", "text"), SHARE_NOTES)
+def test_the_command_says_what_a_slow_start_up_did_to_the_solve_and_the_end(
+    start_up_s: float,
+    deterministic: bool,
+    share: float,
+    level: int | None,
+    text: str | None,
     caplog: pytest.LogCaptureFixture,
 ) -> None:
     clock = FakeClock()
-    deadline = Deadline.after(2.0, clock)
-    clock.advance(3.0)
-    with caplog.at_level("WARNING"):
-        assert solve_share(2.0, deadline) == MIN_SOLVE_S
-    assert any("time limit of 2 s is raised" in r.getMessage() for r in caplog.records)
+    deadline = Deadline.after(10.0, clock)
+    clock.advance(start_up_s)
+    with caplog.at_level(logging.INFO, logger="gpuplan"):
+        assert solve_share(10.0, deadline, deterministic=deterministic) == pytest.approx(share)
+    notes = [(r.levelno, r.getMessage()) for r in caplog.records]
+    assert notes == ([] if level is None else [(level, text)])
 
 
 @pytest.mark.parametrize("stopped", [False, True])

@@ -7,16 +7,24 @@ import io
 import logging
 import re
 import time
+from datetime import UTC, datetime
 
+from gpuplan.models import PlanningInput, default_catalog
+from gpuplan.models.policy import ObjectiveWeights
+from gpuplan.planner.pipeline.compile import compile_problem
 from gpuplan.planner.pipeline.progress import (
     CPSAT_LOGGER,
     PLANNING_LOGGER,
+    STAGES_LOGGER,
     SearchLine,
     SolveProgress,
     TerminalProgress,
     reporting,
     search_lines,
 )
+from gpuplan.solvers.cpsat import CpSat
+from gpuplan.solvers.cpsat.lns import STEP_WEIGHTS
+from gpuplan.solvers.run_options import RunOptions
 
 LOG = """#Bound   0.22s best:inf   next:[-5927718,2273410] initial_domain
 #Model   0.22s var:7502/7502 constraints:2927/2927
@@ -74,3 +82,89 @@ def test_terminal_progress_prints_each_new_incumbent_with_its_gap() -> None:
         "progress <t> s  solve: incumbent 540652  bound -5927718",
         "progress <t> s  solve: incumbent 521260  bound 146400  gap 71.91%",
     ]
+
+
+QUEUE_LOG = """#1       0.25s best:540652 next:[-5927718,540651] fj_restart_decay_compound_perturb_obj
+#Done    1.91s best:521260 next:[146400,521259] graph_var_lns"""
+FRAGMENTATION_LOG = """#1       0.10s best:-207200 next:[-3401900,-207201] complete_hint
+#2       0.30s best:-210400 next:[-3401900,-210401] default_lp"""
+TOPOLOGY_LOG = "#1       0.05s best:12 next:[0,11] complete_hint"
+
+
+def _printed(out: io.StringIO) -> list[str]:
+    """The lines printed, each without its ``progress <elapsed> s`` start."""
+    lines = out.getvalue().splitlines()
+    assert all(re.match(r"progress +[\d.]+ s  ", t) for t in lines)
+    return [re.sub(r"^progress +[\d.]+ s  ", "", t) for t in lines]
+
+
+def _model(stages: tuple[str, ...], weights: object = None) -> None:
+    """What an exact model logs when its stages are set (``solvers.formulation.staged.stages``)."""
+    logging.getLogger(STAGES_LOGGER).debug(
+        "objective stages: %s", ", ".join(stages), extra={"stages": stages, "weights": weights}
+    )
+
+
+def test_each_progress_line_names_the_stage_its_values_are_of() -> None:
+    """The queue stage's values are the plan's queue term; a later stage's are its own (negative for
+    fragmentation, with a negative bound: no gap), printed beside the queue term the plan keeps."""
+    out = io.StringIO()
+    cpsat = logging.getLogger(CPSAT_LOGGER)
+    with reporting(TerminalProgress(out, started=time.monotonic(), interval_s=0.0)):
+        _model(("queue", "fragmentation", "disruption+topology"))
+        for log in (QUEUE_LOG, FRAGMENTATION_LOG, TOPOLOGY_LOG):
+            cpsat.debug("Starting CP-SAT solver v9.15.6755")
+            cpsat.debug(log)
+    assert _printed(out) == [
+        "solve, queue stage: queue term 540652  bound -5927718",
+        "solve, queue stage: queue term 521260  bound 146400  gap 71.91%",
+        "solve, fragmentation stage: stage value -207200  bound -3401900  (queue term at most 521260)",
+        "solve, fragmentation stage: stage value -210400  bound -3401900  (queue term at most 521260)",
+        "solve, disruption+topology stage: stage value 12  bound 0  (queue term at most 521260)",
+    ]
+
+
+def test_a_weighted_objective_and_a_neighbourhood_step_are_labelled_as_such() -> None:
+    """A weighted policy's one stage is the plan's objective; a neighbourhood-search step (one stage
+    weighted as the search weighs) is the step's own value, with no gap (a second step with the same
+    values prints nothing new); a solve outside a model's stages prints the bare incumbent."""
+    out = io.StringIO()
+    cpsat = logging.getLogger(CPSAT_LOGGER)
+    with reporting(TerminalProgress(out, started=time.monotonic(), interval_s=0.0)):
+        for weights, log in (
+            (STEP_WEIGHTS, TOPOLOGY_LOG),
+            (STEP_WEIGHTS, TOPOLOGY_LOG),
+            (ObjectiveWeights(), QUEUE_LOG),
+        ):
+            _model(("weighted",), weights)
+            cpsat.debug("Starting CP-SAT solver v9.15.6755")
+            cpsat.debug(log)
+        cpsat.debug("Starting CP-SAT solver v9.15.6755")  # a solve past the model's stages: no stage
+        cpsat.debug(TOPOLOGY_LOG)
+    assert _printed(out) == [
+        "solve, neighbourhood search: step value 12  bound 0",
+        "solve, weighted stage: objective 540652  bound -5927718",
+        "solve, weighted stage: objective 521260  bound 146400  gap 71.91%",
+        "solve: incumbent 12  bound 0  gap 100.00%",
+    ]
+
+
+def test_a_real_solve_prints_its_stages_in_order() -> None:
+    """CP-SAT on a small lexicographic plan: every line names a stage, in the order they run, and only
+    the queue stage's lines speak of the queue term."""
+    nodes = [
+        {"name": f"n{i}", "cpu_milli": 64000, "memory_mib": 100_000,
+         "gpus": [{"index": g, "model": "L4-24GB"} for g in range(4)]}
+        for i in range(4)
+    ]  # fmt: skip
+    work = [{"id": f"w{i}", "gpus": 1 + i % 3, "replicas": 2, "priority": i} for i in range(10)]
+    inp = PlanningInput.model_validate({"cluster": {"nodes": nodes}, "workloads": work, "policy": {}})
+    problem = compile_problem(inp, default_catalog(), datetime(2026, 11, 29, 12, tzinfo=UTC))
+    out = io.StringIO()
+    with reporting(TerminalProgress(out, started=time.monotonic(), interval_s=0.0)):
+        CpSat().solve(problem, RunOptions(time_limit_s=2.0, num_workers=1))
+    order = ["queue", "fragmentation", "disruption+topology"]
+    stages = [re.match(r"solve, (\S+) stage: ", t) for t in _printed(out)]
+    assert stages and all(m is not None for m in stages)
+    seen = [order.index(m.group(1)) for m in stages if m is not None]
+    assert seen == sorted(seen) and seen[0] == 0
