@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import math
 from collections import Counter
 from typing import Annotated, Any
 
@@ -149,12 +150,16 @@ class Served(Strict):
 class Purchase(Strict):
     """Nodes of one type to add, what they serve and how much of them stays idle.
 
-    ``gpus_idle`` is ``gpus`` minus the GPU-equivalents the placement check put on these nodes.
+    ``unit_cost`` is the price of one node (``cost`` is ``count`` x ``unit_cost``); ``gpus_idle`` is
+    ``gpus`` minus the GPU-equivalents the placement check put on these nodes. ``use_note`` says, when
+    they serve less than the run's minimum share of their GPUs (``--min-use``), how much they serve and
+    what to consider instead; empty otherwise.
     """
 
     node_type: str
     gpu_model: str = ""
     count: int = Field(ge=1)
+    unit_cost: float = Field(default=0.0, ge=0)
     gpus: int = Field(ge=0)
     gpus_idle: float = Field(default=0.0, ge=0)
     mig_gpus: int = Field(default=0, ge=0)
@@ -163,6 +168,7 @@ class Purchase(Strict):
     nodes: tuple[str, ...] = ()
     serves: tuple[Served, ...] = ()
     gpu_hours: float = Field(default=0.0, ge=0)
+    use_note: str = ""
 
 
 class Repartition(Strict):
@@ -188,6 +194,9 @@ class GapLine(Strict):
     """The gap of one tier or team: demand, how it is served, and its share of the additions.
 
     ``still_unplaced`` counts replicas bought for that the placement check could not place.
+    ``gpus_added`` and ``cost`` are its shares (each new node's GPUs and price shared among the replicas
+    on it by GPU-equivalents); ``node_share`` its share of the nodes, a fraction; ``nodes_added`` the
+    new nodes that hold at least one of its replicas (a node shared by groups counts in each).
     """
 
     key: str
@@ -198,8 +207,21 @@ class GapLine(Strict):
     still_unplaced: int = Field(default=0, ge=0)
     gpu_equivalents: float = Field(default=0.0, ge=0)
     gpus_added: float = Field(default=0.0, ge=0)
-    nodes_added: float = Field(default=0.0, ge=0)
+    nodes_added: int = Field(default=0, ge=0)
+    node_share: float = Field(default=0.0, ge=0)
     cost: float = Field(default=0.0, ge=0)
+
+    @model_validator(mode="before")
+    @classmethod
+    def _share_of_old_files(cls, data: Any) -> Any:
+        """A gap written before ``node_share`` existed kept the share in ``nodes_added``: it moves there,
+        and ``nodes_added`` becomes the fewest nodes that hold it."""
+        if not isinstance(data, dict) or "node_share" in data:
+            return data
+        share = data.get("nodes_added")
+        if isinstance(share, float) and not share.is_integer():
+            return {**data, "node_share": share, "nodes_added": math.ceil(share)}
+        return data
 
 
 class Unservable(Strict):
@@ -215,8 +237,16 @@ class Unservable(Strict):
 class CapacityGap(Strict):
     """What to re-partition and buy so that the demand the fleet cannot serve in time is served.
 
-    ``lower_bound`` is the optimum (or proven bound) of the purchase MILP, a relaxation of exact
-    per-node placement; ``gap`` is ``(cost - lower_bound) / cost``. ``verified`` says whether the real
+    ``lower_bound`` is a lower bound on the cheapest purchase under which all demand meets its tier
+    targets, whatever the placement of the existing fleet: the optimum (or LP bound) of the purchase MILP
+    with the fleet's nodes pooled in at no cost and every replica that must run now as demand
+    (:mod:`gpuplan.planner.capacity.bound`); ``bound_note`` says in words what it covers. ``gap`` is
+    ``(cost - lower_bound) / cost``; ``solver_status`` is ``OPTIMAL`` only when that bound meets the
+    cost of a verified purchase (proved for the whole question), else ``FEASIBLE`` (or ``NO_SOLUTION``
+    when the purchase MILP found none). ``purchase_lower_bound`` and ``purchase_status`` are those of
+    the purchase itself: a bound (and status) for serving only the demand this fleet plan left waiting,
+    on new nodes. ``input_replicas`` counts the replicas of the inputs (running and waiting), the demand
+    the gap was computed for. ``verified`` says whether the real
     placement solver placed all purchased-for demand on the purchased nodes (the plan passes the
     validator). ``cut_short`` names the phases the time limit stopped before they finished (the
     fleet plan, the re-partition re-plan, the purchase MILP, the placement check, the repair rounds):
@@ -236,6 +266,10 @@ class CapacityGap(Strict):
     currency: str = "USD"
     lower_bound: float = Field(default=0.0, ge=0)
     gap: float = Field(default=0.0, ge=0)
+    bound_note: str = ""
+    purchase_lower_bound: float = Field(default=0.0, ge=0)
+    purchase_status: str = ""
+    input_replicas: int = Field(default=0, ge=0)
     max_lead_time_days: int = Field(default=0, ge=0)
     verified: bool = True
     still_unplaced: int = Field(default=0, ge=0)

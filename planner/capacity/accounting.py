@@ -7,12 +7,13 @@ from __future__ import annotations
 
 from collections import defaultdict
 from collections.abc import Iterable
+from dataclasses import dataclass
 
 from gpuplan.models.capacity import ClassMove, GapLine, Purchase, Served
 from gpuplan.models.inputs import PlanningInput
 from gpuplan.models.plan import Plan
 from gpuplan.planner.capacity.check import Bought, Fleet
-from gpuplan.planner.capacity.demand import Key, home_models
+from gpuplan.planner.capacity.demand import Key, home_models, names_models
 from gpuplan.planner.capacity.options import GapOptions
 from gpuplan.planner.pipeline.metrics import gpu_equivalents
 from gpuplan.solvers.problem import Request
@@ -23,26 +24,41 @@ DAY_H = 24.0
 #: Summed fields of a gap line.
 _FIELDS = (
     "replicas", "served_by_repartition", "served_by_purchase", "unservable", "still_unplaced",
-    "gpu_equivalents", "gpus_added", "nodes_added", "cost",
+    "gpu_equivalents", "gpus_added", "node_share", "cost",
 )  # fmt: skip
 
 
+@dataclass(frozen=True)
+class Share:
+    """What one placed replica is charged: its GPU-equivalents, its share of its new node's GPUs, of
+    the node itself and of its price, and the node's name."""
+
+    gpu_equivalents: float
+    gpus: float
+    node_share: float
+    cost: float
+    node: str
+
+
 def gap_lines(
-    groups: Iterable[tuple[str, Key]],
-    outcome: dict[Key, str],
-    share: dict[Key, tuple[float, float, float, float]],
+    groups: Iterable[tuple[str, Key]], outcome: dict[Key, str], share: dict[Key, Share]
 ) -> tuple[GapLine, ...]:
-    """Per-group totals: demand, how it was served and the share of GPUs, nodes and cost added."""
+    """Per-group totals: demand, how it was served, the share of GPUs, nodes and cost added, and the
+    new nodes its replicas are on."""
     acc: dict[str, dict[str, float]] = {}
+    nodes: dict[str, set[str]] = defaultdict(set)
     for group, key in groups:
         line = acc.setdefault(group, dict.fromkeys(_FIELDS, 0.0))
         line["replicas"] += 1
         line[outcome[key]] += 1
-        gpu_eq, gpus, nodes, cost = share.get(key, (0.0, 0.0, 0.0, 0.0))
-        line["gpu_equivalents"] += gpu_eq
-        line["gpus_added"] += gpus
-        line["nodes_added"] += nodes
-        line["cost"] += cost
+        mine = share.get(key)
+        if mine is None:
+            continue
+        line["gpu_equivalents"] += mine.gpu_equivalents
+        line["gpus_added"] += mine.gpus
+        line["node_share"] += mine.node_share
+        line["cost"] += mine.cost
+        nodes[group].add(mine.node)
     return tuple(
         GapLine(
             key=group,
@@ -53,16 +69,15 @@ def gap_lines(
             still_unplaced=int(v["still_unplaced"]),
             gpu_equivalents=round(v["gpu_equivalents"], 4),
             gpus_added=round(v["gpus_added"], 4),
-            nodes_added=round(v["nodes_added"], 4),
+            nodes_added=len(nodes[group]),
+            node_share=round(v["node_share"], 4),
             cost=round(v["cost"], 2),
         )
         for group, v in sorted(acc.items())
     )
 
 
-def node_shares(
-    plan: Plan, sub: PlanningInput, back: dict[Key, Key], fleet: Fleet
-) -> dict[Key, tuple[float, float, float, float]]:
+def node_shares(plan: Plan, sub: PlanningInput, back: dict[Key, Key], fleet: Fleet) -> dict[Key, Share]:
     """Each placed replica's GPU-equivalents and its share of its node's GPUs, the node and its cost."""
     nodes = sub.cluster.node_by_name
     type_of = {n.name: k for k, n in fleet.nodes}
@@ -80,7 +95,7 @@ def node_shares(
         t_eq, t_cpu = totals[name]
         part = eq / t_eq if t_eq else (cpu / t_cpu if t_cpu else 0.0)
         t = fleet.types.node_type(type_of[name])
-        out[key] = (eq, part * t.gpus, part, part * t.unit_cost)
+        out[key] = Share(eq, part * t.gpus, part, part * t.unit_cost, name)
     return out
 
 
@@ -127,7 +142,7 @@ def class_moves(
             r = by_key[key]
             if not opts.other_models(r.workload):
                 continue
-            home = {m for s in r.shapes if not s.named_models for m in home_models(inp, s, r.workload)}
+            home = {m for s in r.shapes if not names_models(s) for m in home_models(inp, s, r.workload)}
             if not home or model in home:
                 continue
             models, n = moved.get((r.workload, model), (home, 0))
@@ -138,9 +153,20 @@ def class_moves(
     )
 
 
-def purchased(bought: Bought, inp: PlanningInput) -> tuple[Purchase, ...]:
-    """Purchased nodes per type, with the workloads they serve and their idle GPUs (nodes the check
-    left empty are not bought)."""
+def use_note(gpus: int, used: float, min_use: float) -> str:
+    """What a purchase line says when its replicas use less than ``min_use`` of its ``gpus`` (empty
+    otherwise)."""
+    if gpus == 0 or used >= min_use * gpus:
+        return ""
+    return (
+        f"serves {round(used, 2):g} of {gpus} GPUs ({used / gpus:.0%}, below the {min_use:.0%} minimum use): "
+        "consider waiting, renting or re-partitioning"
+    )
+
+
+def purchased(bought: Bought, inp: PlanningInput, min_use: float) -> tuple[Purchase, ...]:
+    """Purchased nodes per type, with the workloads they serve, their idle GPUs and a note when they
+    serve less than ``min_use`` of their GPUs (nodes the check left empty are not bought)."""
     placed = _placed_eq(bought)
     by_type: dict[str, list[str]] = defaultdict(list)
     for type_name, node in bought.fleet.nodes:
@@ -153,19 +179,22 @@ def purchased(bought: Bought, inp: PlanningInput) -> tuple[Purchase, ...]:
         node_of = {n.name: n for _, n in bought.fleet.nodes}
         mig = sum(1 for n in nodes for g in node_of[n].gpus if g.mig is not None)
         serves = served_by(inp, on)
+        gpus, used = len(nodes) * t.gpus, sum(eq for _, eq in on)
         out.append(
             Purchase(
                 node_type=name,
                 gpu_model=t.gpu_model,
                 count=len(nodes),
-                gpus=len(nodes) * t.gpus,
-                gpus_idle=round(max(0.0, len(nodes) * t.gpus - sum(eq for _, eq in on)), 4),
+                unit_cost=t.unit_cost,
+                gpus=gpus,
+                gpus_idle=round(max(0.0, gpus - used), 4),
                 mig_gpus=mig,
                 cost=round(len(nodes) * t.unit_cost, 2),
                 lead_time_days=t.lead_time_days,
                 nodes=tuple(nodes),
                 serves=serves,
                 gpu_hours=round(sum(s.gpu_hours for s in serves), 2),
+                use_note=use_note(gpus, used, min_use),
             )
         )
     return tuple(out)

@@ -7,15 +7,24 @@ from __future__ import annotations
 
 from collections import defaultdict
 from dataclasses import replace
-from datetime import datetime
+from datetime import datetime, timedelta
 
+from gpuplan.models.hardware import HardwareCatalog
 from gpuplan.models.inputs import PlanningInput
 from gpuplan.models.plan import Plan, Unplaced
 from gpuplan.planner.capacity.options import GapOptions
 from gpuplan.planner.capacity.purchase import TypeSpec, shape_fits
+from gpuplan.planner.pipeline.compile import compile_problem
+from gpuplan.planner.pipeline.deadline import Deadline
+from gpuplan.planner.pipeline.layouts import cluster_with_mig_modes, cluster_with_sharing
+from gpuplan.planner.pipeline.timeline import roll_forward
+from gpuplan.solvers.base import SolveResult
 from gpuplan.solvers.problem import PlacementProblem, Request, ShapeSpec, gangs_in_part
 
 Key = tuple[str, int]
+
+#: The pass of a plan that gives waiting replicas their predicted start, as ``cut_short`` names it.
+PREDICTED_STARTS = "predicted starts"
 
 
 def planning_now(plan: Plan, given: datetime | None) -> datetime | None:
@@ -41,6 +50,39 @@ def gap_demand(plan: Plan, inp: PlanningInput, now: datetime | None = None) -> l
     return out
 
 
+def with_predictions(
+    plan: Plan, inp: PlanningInput, catalog: HardwareCatalog, now: datetime | None, deadline: Deadline
+) -> tuple[Plan, bool]:
+    """``plan`` with a predicted start for the waiting replicas its predicted-start pass did not reach
+    (the time limit cut it), and whether that finished within ``deadline``.
+
+    Without it the gap demand would count those replicas although they may start within their target,
+    and so depend on how far the pass got rather than on the inputs: two runs of the same fleet, or a
+    scenario and the baseline, would not be comparable. The plan itself is not changed otherwise.
+    """
+    cut = plan.provenance.get("cut_short")
+    if now is None or not isinstance(cut, list | tuple) or PREDICTED_STARTS not in cut:
+        return plan, True
+    cluster = cluster_with_sharing(cluster_with_mig_modes(inp.cluster, plan.mig_modes), plan.sharing)
+    planned = inp.model_copy(update={"cluster": cluster})
+    problem = compile_problem(planned, catalog, now)
+    result = SolveResult(
+        status=plan.status, solver=plan.solver.name, assignments=plan.assignments,
+        unplaced=plan.unplaced, mig_layouts=plan.mig_layouts,
+    )  # fmt: skip
+    timeline = roll_forward(planned, problem, result, catalog, now, {}, deadline)
+    unplaced = []
+    for u in plan.unplaced:
+        key = (u.workload, u.replica)
+        r = timeline.reservations.get(key)
+        # A replica the roll would start now fits now: its predicted start is now.
+        start = r.start_s if r is not None else 0.0 if key in timeline.starts else None
+        if u.predicted_start is None and start is not None:
+            u = u.model_copy(update={"predicted_start": (now + timedelta(seconds=start)).isoformat()})
+        unplaced.append(u)
+    return plan.model_copy(update={"unplaced": tuple(unplaced)}), not timeline.cut
+
+
 def home_models(inp: PlanningInput, shape: ShapeSpec, workload: str) -> frozenset[str]:
     """The GPU class a shape without a named GPU model keeps: the models the workload's replicas run
     on, else the models of the fleet's GPUs, each narrowed to what the shape allows (its GPU memory
@@ -59,6 +101,13 @@ def home_models(inp: PlanningInput, shape: ShapeSpec, workload: str) -> frozense
     return shape.models
 
 
+def names_models(shape: ShapeSpec) -> bool:
+    """Whether the workload names the GPU models of ``shape``: the compiled shape keeps them in
+    ``named_models`` when a GPU memory ask narrowed them, else in ``models`` (which the memory ask alone
+    fills otherwise)."""
+    return bool(shape.named_models) or bool(shape.models and not shape.gpu_memory_mib)
+
+
 def like_for_like(inp: PlanningInput, requests: list[Request], opts: GapOptions) -> list[Request]:
     """``requests`` with each shape that names no GPU model kept to its class (:func:`home_models`),
     except for workloads the options let buy other models."""
@@ -68,7 +117,7 @@ def like_for_like(inp: PlanningInput, requests: list[Request], opts: GapOptions)
             out.append(r)
             continue
         shapes = tuple(
-            s if s.named_models or s.kind == "cpu" else replace(s, models=home_models(inp, s, r.workload))
+            s if names_models(s) or s.kind == "cpu" else replace(s, models=home_models(inp, s, r.workload))
             for s in r.shapes
         )
         out.append(replace(r, shapes=shapes))

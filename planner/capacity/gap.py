@@ -14,7 +14,10 @@
    GPU-equivalents), giving GPUs, nodes and cost per tier and per team.
 
 The purchased nodes serve only the gap demand: free capacity left in the existing fleet is not
-counted, so the answer never relies on capacity the plan could not use.
+counted, so the answer never relies on capacity the plan could not use. The lower bound reported is
+not the purchase MILP's (a bound for that demand alone, which a better placement of the fleet may
+shrink) but one for the whole question, the fleet pooled with what is bought
+(:mod:`planner.capacity.bound`); the answer is ``OPTIMAL`` only when its cost meets that bound.
 
 Like-for-like: a GPU *class* is a GPU model of the hardware catalog. A replica whose workload names
 no GPU model is bought for in its own class (:func:`~gpuplan.planner.capacity.demand.home_models`)
@@ -22,7 +25,8 @@ unless the options allow other models for it; then the gap lists the workloads t
 
 This module runs the steps in order (:func:`capacity_gap`); their parts live beside it: ``options`` and
 ``phases`` (the run's settings and time shares), ``demand`` (steps 1 and 3), ``repartition`` (the input
-of step 2), ``node_types`` and ``purchase`` (step 4), ``check`` (step 5) and ``accounting`` (step 6).
+of step 2), ``node_types`` and ``purchase`` (step 4), ``check`` (step 5), ``accounting`` (step 6) and
+``bound`` (the lower bound).
 """
 
 from __future__ import annotations
@@ -38,9 +42,18 @@ from gpuplan.models.catalog import default_catalog
 from gpuplan.models.hardware import HardwareCatalog
 from gpuplan.models.inputs import PlanningInput
 from gpuplan.models.plan import SET_SHARING, Plan
-from gpuplan.planner.capacity.accounting import class_moves, gap_lines, node_shares, purchased, served_by
+from gpuplan.planner.capacity.accounting import (
+    Share,
+    class_moves,
+    gap_lines,
+    node_shares,
+    purchased,
+    served_by,
+)
+from gpuplan.planner.capacity.bound import WholeBound, by_type, whole_bound
 from gpuplan.planner.capacity.check import Bought, Fleet, check_purchase
 from gpuplan.planner.capacity.demand import (
+    PREDICTED_STARTS,
     Key,
     gap_demand,
     joined_in_domain,
@@ -48,10 +61,12 @@ from gpuplan.planner.capacity.demand import (
     like_for_like,
     planning_now,
     unservable_reasons,
+    with_predictions,
 )
 from gpuplan.planner.capacity.node_types import node_for, type_specs
 from gpuplan.planner.capacity.options import GapOptions
 from gpuplan.planner.capacity.phases import (
+    BOUND,
     CHECK,
     FLEET,
     MIN_PHASE_S,
@@ -82,6 +97,9 @@ CONFIGURED = "configuration-lp"
 
 #: The solver label of a purchase taken over from the baseline.
 WARM = "warm start"
+
+#: Of the run's time left after the fleet plan, at most this share completes its predicted starts.
+PREDICTIONS_SHARE = 0.25
 
 #: What the price source says for the bundled catalog.
 EXAMPLE_SOURCE = (
@@ -146,13 +164,33 @@ class _Run:
                 by_gpu[(act.node, act.gpu)].append(f"{act.kind} {act.detail} on {act.node} GPU {act.gpu}")
             elif act.kind == SET_SHARING and act.node is not None:
                 by_gpu[(act.node, None)].append(f"{act.kind} {act.to or act.detail} on {act.node}")
+        # A change that frees room for no gap replica serves nobody here: it is not proposed.
         actions = tuple(
             Repartition(
                 node=node, gpu=gpu, actions=tuple(steps), serves=served_by(self.inp, on_gpu[(node, gpu)])
             )
             for (node, gpu), steps in by_gpu.items()
+            if on_gpu[(node, gpu)]
         )
         return [k for k in demand if k in left], actions
+
+    def bound(
+        self,
+        problem: PlacementProblem,
+        plan: Plan,
+        deferred: set[Key],
+        excluded: set[Key],
+        specs: list[TypeSpec],
+    ) -> WholeBound:
+        """The lower bound on the whole question within its share (:mod:`planner.capacity.bound`)."""
+        seconds = max(MIN_PHASE_S, min(self.opts.milp_time_limit_s, self.phases.share(BOUND)))
+        found = whole_bound(self.inp, problem, plan, deferred, excluded, specs, self.opts, seconds)
+        if found.status != "OPTIMAL":
+            self.labels.cut_short(
+                BOUND, f"the {BOUND} MILP stopped at its {seconds:.1f} s share; the bound is its LP "
+                "relaxation's, lower than it may be"
+            )  # fmt: skip
+        return found
 
     def _milp(self, requests: list[Request], specs: list[TypeSpec], seconds: float) -> PurchaseSolution:
         return solve_purchase(
@@ -351,6 +389,13 @@ def capacity_gap(
     now = planning_now(plan, opts.now)
     run = _Run(inp, opts, catalog, now, run_phases(inp, deadline, fleet=False))
     run.labels.plan(FLEET, plan, "the gap demand may count replicas a longer solve would place")
+    plan, complete = with_predictions(plan, inp, catalog, now, deadline.sub(PREDICTIONS_SHARE))
+    if not complete:
+        run.labels.cut_short(
+            FLEET, f"the fleet plan's {PREDICTED_STARTS} were not completed; the gap demand counts the "
+            "replicas left without one, some of which may start within their target"
+        )  # fmt: skip
+    waiting = {(u.workload, u.replica) for u in plan.unplaced}
     demand = [(u.workload, u.replica) for u in gap_demand(plan, inp, now)]
     outcome: dict[Key, str] = {}
     rest = list(demand)
@@ -385,18 +430,23 @@ def capacity_gap(
     buyable = [r for r in requests if r.key not in bad]
 
     purchases: tuple[Purchase, ...] = ()
-    share: dict[Key, tuple[float, float, float, float]] = {}
+    share: dict[Key, Share] = {}
     bought = Bought(Fleet(types, catalog, {}))
+    whole: WholeBound | None = None
     if buyable:
+        whole = run.bound(problem, plan, waiting - set(demand), set(bad), specs)
         bought = run.buy(buyable, specs, types, warm)
         if bought.check is not None and bought.sub is not None:
             share = node_shares(bought.check, bought.sub, bought.back, bought.fleet)
-            purchases = purchased(bought, inp)
+            purchases = purchased(bought, inp, opts.min_use)
         keys = [r.key for r in buyable]
         outcome.update({k: "served_by_purchase" for k in keys if k in share})
         outcome.update({k: "still_unplaced" for k in keys if k not in share})
     counts = {k: outcome.get(k, "unservable") for k in demand}
-    cost = sum(p.cost for p in purchases)
+    cost = round(sum(p.cost for p in purchases), 2)
+    lower = round(whole.value, 2) if whole is not None else 0.0
+    verified = not bought.waiting
+    proved = verified and meets(cost, lower)
     moves = class_moves(inp, bought, by_key, opts) if purchases else ()
     return CapacityGap(
         demand_replicas=len(demand),
@@ -407,15 +457,19 @@ def capacity_gap(
         purchases=purchases,
         nodes_added=sum(p.count for p in purchases),
         gpus_added=sum(p.gpus for p in purchases),
-        cost=round(cost, 2),
+        cost=cost,
         currency=types.currency,
-        lower_bound=round(bought.lower, 2),
-        gap=round(max(0.0, cost - bought.lower) / cost, 6) if cost > 0 else 0.0,
+        lower_bound=lower,
+        gap=round(max(0.0, cost - lower) / cost, 6) if cost > 0 else 0.0,
+        bound_note=bound_note(cost, lower, whole, plan, bought, types.currency),
+        purchase_lower_bound=round(bought.lower, 2),
+        purchase_status=bought.status,
+        input_replicas=sum(w.replicas for w in inp.workloads),
         max_lead_time_days=max((p.lead_time_days for p in purchases), default=0),
-        verified=not bought.waiting,
+        verified=verified,
         still_unplaced=len(bought.waiting),
         solver=bought.solver,
-        solver_status=bought.status,
+        solver_status=NO_SOLUTION if bought.status == NO_SOLUTION else "OPTIMAL" if proved else "FEASIBLE",
         wall_s=round(time.perf_counter() - t0, 3),
         by_tier=gap_lines(((by_key[k].tier, k) for k in demand), counts, share),
         by_team=gap_lines(((by_key[k].team, k) for k in demand), counts, share),
@@ -428,3 +482,38 @@ def capacity_gap(
         allow_other_models=("*",) if opts.allow_other_models else tuple(sorted(opts.other_models_for)),
         class_moves=moves,
     )
+
+
+def meets(cost: float, lower: float) -> bool:
+    """Whether a cost equals its lower bound within rounding (a cent, or a millionth of the cost)."""
+    return cost - lower <= max(0.01, 1e-6 * cost)
+
+
+def bound_note(
+    cost: float, lower: float, whole: WholeBound | None, plan: Plan, bought: Bought, currency: str
+) -> str:
+    """What the lower bound covers, in words: proved, what the fleet could host if perfectly packed,
+    what must be bought even so, or why it is above an incomplete purchase."""
+    if whole is None:
+        return "nothing to buy: no purchase is needed for the demand"
+    money = f"{lower:,.0f} {currency}"
+    if bought.waiting and lower > cost:
+        return (
+            f"lower bound {money} is above the total: the purchase leaves {len(bought.waiting)} replica(s) "
+            "waiting, so it is no answer to the whole question yet"
+        )
+    if not bought.waiting and meets(cost, lower):
+        return (
+            "proved: no purchase under which all demand meets its tier targets costs less, however the "
+            "existing fleet is packed"
+        )
+    head = (
+        f"lower bound {money}: the existing fleet could host this demand if perfectly packed"
+        if lower < 0.005
+        else f"lower bound {money}: even with the existing fleet perfectly packed (capacity pooled per GPU "
+        f"class), at least this much must be bought (the cheapest such purchase: {by_type(whole.buys)})"
+    )
+    limit = plan.provenance.get("time_limit_s")
+    placement = f"a {limit:.1f} s placement" if isinstance(limit, int | float) else "the fleet plan"
+    lp = "" if whole.status == "OPTIMAL" else "; the bound is an LP relaxation's, its MILP stopped early"
+    return f"{head}; the purchase covers what {placement} ({plan.status.value}) left waiting{lp}"

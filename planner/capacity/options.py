@@ -13,7 +13,8 @@ class GapOptions:
     """Solver settings of one capacity-gap run.
 
     ``time_limit_s`` bounds the whole run (without an explicit deadline): every phase takes a share of
-    it. ``milp_time_limit_s`` caps each purchase MILP within its share.
+    it. ``milp_time_limit_s`` caps each purchase MILP within its share. A purchase line whose replicas
+    use less than ``min_use`` of its GPUs says so (:attr:`~gpuplan.models.capacity.Purchase.use_note`).
     """
 
     solver: str = "cpsat"
@@ -30,6 +31,7 @@ class GapOptions:
     #: (:func:`~gpuplan.planner.capacity.demand.home_models`).
     allow_other_models: bool = False
     other_models_for: frozenset[str] = frozenset()
+    min_use: float = 0.25
 
     def other_models(self, workload: str) -> bool:
         """Whether ``workload`` may be bought for in another GPU class than its own."""

@@ -18,12 +18,15 @@ from gpuplan.planner.pipeline.deadline import Deadline, Phases
 from gpuplan.planner.planning import make_plan
 
 #: The phases of one capacity-gap run.
-FLEET, REPARTITION, PURCHASE, CHECK, REPAIR = (
-    "fleet plan", "re-partition re-plan", "purchase MILP", "placement check", "repair",
+FLEET, REPARTITION, BOUND, PURCHASE, CHECK, REPAIR = (
+    "fleet plan", "re-partition re-plan", "lower bound", "purchase MILP", "placement check", "repair",
 )  # fmt: skip
-#: Their weights (see :class:`Phases`): placement solves weigh more than MILPs; the repair rounds (a
-#: MILP and a check each, only when the check leaves replicas waiting) share the last part.
-PHASE_WEIGHTS: dict[str, float] = {FLEET: 4.0, REPARTITION: 3.0, PURCHASE: 1.0, CHECK: 2.0, REPAIR: 1.5}
+#: Their weights (see :class:`Phases`): placement solves weigh more than MILPs (the lower bound's and
+#: the purchase's); the repair rounds (a MILP and a check each, only when the check leaves replicas
+#: waiting) share the last part.
+PHASE_WEIGHTS: dict[str, float] = {
+    FLEET: 4.0, REPARTITION: 3.0, BOUND: 1.0, PURCHASE: 1.0, CHECK: 2.0, REPAIR: 1.5,
+}  # fmt: skip
 #: With less time than this an optional phase (the re-partition re-plan, a repair round) is skipped and
 #: a required one (a placement solve, a MILP) gets this much: the deadline has as good as passed.
 MIN_PHASE_S = 0.1

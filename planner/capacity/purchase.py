@@ -7,6 +7,11 @@ bounds how many large or NVLink/NUMA-bound replicas one node can hold. It is a r
 per-node placement (capacity is pooled over the nodes of a type), so its optimum is a lower bound on
 the cost of any purchase that serves the demand; the caller checks the purchase with the real
 placement solver.
+
+A type may also stand for nodes the fleet already has (``TypeSpec.available``: that many, free of
+charge), and a replica may have alternatives for those nodes apart from the ones a purchase may serve
+(``fleet_shapes``): the same model then bounds the cost of the whole question, the existing fleet
+pooled with what is bought (:mod:`planner.capacity.bound`).
 """
 
 from __future__ import annotations
@@ -14,6 +19,7 @@ from __future__ import annotations
 import logging
 import time
 from collections import defaultdict
+from collections.abc import Mapping
 from dataclasses import dataclass
 from typing import Any
 
@@ -26,6 +32,8 @@ from gpuplan.models.workload import TopologyNeed
 from gpuplan.solvers.milp.engine import engine_name, pulp_engine
 from gpuplan.solvers.problem import NodeSpec, Request, ShapeSpec
 
+Key = tuple[str, int]
+
 log = logging.getLogger(__name__)
 
 
@@ -35,12 +43,17 @@ TIE = 1e-3
 
 @dataclass(frozen=True)
 class TypeSpec:
-    """A purchasable node type as the MILP sees it: one compiled node and its price."""
+    """A node type as the MILP sees it: one compiled node, its price and GPU model (``None``: no GPUs).
+
+    ``available`` is ``None`` for a purchasable type (as many as bought), else how many nodes of it the
+    fleet has: they are all there, at ``cost`` 0.
+    """
 
     name: str
     cost: float
     node: NodeSpec
-    spec: GpuModelSpec
+    spec: GpuModelSpec | None
+    available: int | None = None
 
     @property
     def gpus(self) -> int:
@@ -61,6 +74,8 @@ class TypeSpec:
 
 def shape_fits(shape: ShapeSpec, t: TypeSpec) -> str | None:
     """Why ``shape`` can never run on a node of type ``t`` (``None`` when it can)."""
+    if t.spec is None:
+        return None if shape.kind == "cpu" else "the node has no GPUs"
     model = t.spec.name
     if shape.kind != "cpu" and shape.models and model not in shape.models:
         return f"GPU model {model} is not among {sorted(shape.models)}"
@@ -94,7 +109,12 @@ class PurchaseSolution:
     wall_s: float
 
 
-Class = tuple[tuple[ShapeSpec, ...], tuple[str, ...]]
+#: Where an alternative of a replica may be served: on any type, only on the fleet's nodes, or only on
+#: purchasable types.
+ANY, FLEET, BOUGHT = "any", "fleet", "bought"
+
+#: A replica class: its alternatives, its GPU-sharing tags and where each alternative may be served.
+Class = tuple[tuple[ShapeSpec, ...], tuple[str, ...], tuple[str, ...]]
 
 
 def sharing_tags(policy: Policy, request: Request) -> tuple[str, ...]:
@@ -104,12 +124,26 @@ def sharing_tags(policy: Policy, request: Request) -> tuple[str, ...]:
     return tuple(f"{i}={group}" for i, group in groups if group is not None)
 
 
-def _classes(requests: list[Request], policy: Policy | None) -> dict[Class, int]:
-    """Replica counts per tuple of alternative shapes and GPU-sharing tags."""
+def _classes(
+    requests: list[Request], policy: Policy | None, fleet_shapes: Mapping[Key, tuple[ShapeSpec, ...]]
+) -> dict[Class, int]:
+    """Replica counts per tuple of alternative shapes, GPU-sharing tags and where the shapes may go: a
+    replica in ``fleet_shapes`` has those alternatives on the fleet's types and its own on purchasable
+    ones; any other has its own alternatives anywhere."""
     counts: dict[Class, int] = defaultdict(int)
     for r in requests:
-        counts[(r.shapes, sharing_tags(policy, r) if policy else ())] += 1
+        tags = sharing_tags(policy, r) if policy else ()
+        fleet = fleet_shapes.get(r.key)
+        if fleet is None:
+            counts[(r.shapes, tags, (ANY,) * len(r.shapes))] += 1
+        else:
+            counts[(r.shapes + fleet, tags, (BOUGHT,) * len(r.shapes) + (FLEET,) * len(fleet))] += 1
     return dict(counts)
+
+
+def _serves(scope: str, t: TypeSpec) -> bool:
+    """Whether an alternative of ``scope`` may be served on type ``t``."""
+    return scope == ANY or (scope == FLEET) == (t.available is not None)
 
 
 class _Model:
@@ -119,20 +153,24 @@ class _Model:
         cat = self.cat = pulp.LpContinuous if relax else pulp.LpInteger
         self.prob = pulp.LpProblem("purchase", pulp.LpMinimize)
         self.types = types
-        self.buy = {t.name: self.prob.add_variable(f"buy[{t.name}]", 0, None, cat=cat) for t in types}
+        # The fleet's nodes are all there: their count is fixed.
+        self.buy = {
+            t.name: self.prob.add_variable(f"buy[{t.name}]", t.available or 0, t.available, cat=cat)
+            for t in types
+        }
         self.frac = {
             t.name: self.prob.add_variable(f"shared_gpus[{t.name}]", 0, None, cat=cat) for t in types
         }
         self.mig = {t.name: self.prob.add_variable(f"mig_gpus[{t.name}]", 0, None, cat=cat) for t in types}
         self.serve: dict[tuple[int, int, str], pulp.LpVariable] = {}
-        for c, (shapes, _) in enumerate(classes):
-            for a, shape in enumerate(shapes):
+        for c, (shapes, _, scopes) in enumerate(classes):
+            for a, (shape, scope) in enumerate(zip(shapes, scopes, strict=True)):
                 for t in types:
-                    if shape_fits(shape, t) is None:
+                    if _serves(scope, t) and shape_fits(shape, t) is None:
                         name = f"serve[c{c},a{a},{t.name}]"
                         self.serve[(c, a, t.name)] = self.prob.add_variable(name, 0, None, cat=cat)
-        self.shapes = {(c, a): s for c, (shapes, _) in enumerate(classes) for a, s in enumerate(shapes)}
-        self.tags = {c: tags for c, (_, tags) in enumerate(classes)}
+        self.shapes = {(c, a): s for c, (shapes, _, _) in enumerate(classes) for a, s in enumerate(shapes)}
+        self.tags = {c: tags for c, (_, tags, _) in enumerate(classes)}
         for c, n in enumerate(classes.values()):
             self.prob += (
                 pulp.lpSum(v for (cc, _, _), v in self.serve.items() if cc == c) == n,
@@ -156,12 +194,15 @@ class _Model:
         """Fractions within ``frac`` shared GPUs, MIG instances within ``mig`` MIG-mode GPUs."""
         p = self.prob
         p += pulp.lpSum(s.milli * v for s, v in on if s.kind == "fraction") <= MILLI_PER_GPU * frac
-        migs = [(t.spec.profile(s.mig_profile), v) for s, v in on if s.kind == "mig" and s.mig_profile]
+        spec = t.spec
+        if spec is None:  # a GPU-less node: no MIG instance fits it
+            return
+        migs = [(spec.profile(s.mig_profile), v) for s, v in on if s.kind == "mig" and s.mig_profile]
         if not migs:
             return
-        p += pulp.lpSum(pr.compute_slices * v for pr, v in migs) <= t.spec.compute_slices * mig
-        p += pulp.lpSum(pr.memory_slices * v for pr, v in migs) <= t.spec.memory_slices * mig
-        p += pulp.lpSum(v for _, v in migs) <= t.spec.max_gpu_instances * mig
+        p += pulp.lpSum(pr.compute_slices * v for pr, v in migs) <= spec.compute_slices * mig
+        p += pulp.lpSum(pr.memory_slices * v for pr, v in migs) <= spec.memory_slices * mig
+        p += pulp.lpSum(v for _, v in migs) <= spec.max_gpu_instances * mig
         for prof in {pr for pr, _ in migs}:
             p += pulp.lpSum(v for pr, v in migs if pr == prof) <= prof.max_instances * mig
 
@@ -227,15 +268,19 @@ def solve_purchase(
     backend: str = "highs",
     time_limit_s: float = 30.0,
     threads: int = 2,
+    fleet_shapes: Mapping[Key, tuple[ShapeSpec, ...]] | None = None,
 ) -> PurchaseSolution:
     """The cheapest node counts per type that the relaxation says can host ``requests``.
 
-    Every request must fit at least one type (the caller removes those that cannot). The lower bound
-    is the MILP optimum when proven, else the LP relaxation's optimum. The whole solve keeps within
-    ``time_limit_s``; a MILP that finds no purchase in time returns none, with status ``NO_SOLUTION``.
+    Every request must fit at least one purchasable type (the caller removes those that cannot). The
+    lower bound is the MILP optimum when proven, else the LP relaxation's optimum. The whole solve keeps
+    within ``time_limit_s``; a MILP that finds no purchase in time returns none, with status
+    ``NO_SOLUTION``. ``fleet_shapes`` gives replicas other alternatives on the fleet's types
+    (``TypeSpec.available``) than on purchasable ones (:func:`_classes`); counts and costs are of
+    purchasable types alone.
     """
     t0 = time.perf_counter()
-    classes = _classes(requests, policy)
+    classes = _classes(requests, policy, fleet_shapes or {})
     model = _Model(classes, types, relax=False)
     log.info(
         "purchase MILP: %d classes, %d types, %d variables",
@@ -245,16 +290,17 @@ def solve_purchase(
     if status not in (pulp.LpSolutionOptimal, pulp.LpSolutionIntegerFeasible, pulp.LpSolutionNoSolutionFound):
         raise RuntimeError(f"purchase MILP ended {pulp.LpStatus.get(model.prob.status, status)}")
     found = status != pulp.LpSolutionNoSolutionFound
-    counts = {t.name: round(model.buy[t.name].varValue or 0) if found else 0 for t in types}
-    mig = {t.name: round(model.mig[t.name].varValue or 0) if found else 0 for t in types}
-    objective = sum(t.cost * counts[t.name] for t in types)
+    bought = [t for t in types if t.available is None]
+    counts = {t.name: round(model.buy[t.name].varValue or 0) if found else 0 for t in bought}
+    mig = {t.name: round(model.mig[t.name].varValue or 0) if found else 0 for t in bought}
+    objective = sum(t.cost * counts[t.name] for t in bought)
     if status == pulp.LpSolutionOptimal:
         bound, label = objective, "OPTIMAL"
     else:
         lp = _Model(classes, types, relax=True)
         lp_status = lp.solve(backend, max(0.01, t0 + time_limit_s - time.perf_counter()), threads)
         solved = lp_status == pulp.LpSolutionOptimal
-        bound = sum(t.cost * (lp.buy[t.name].varValue or 0.0) for t in types) if solved else 0.0
+        bound = sum(t.cost * (lp.buy[t.name].varValue or 0.0) for t in bought) if solved else 0.0
         label = "FEASIBLE" if found else NO_SOLUTION
     name = engine_name(backend)
     return PurchaseSolution(

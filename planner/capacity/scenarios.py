@@ -308,30 +308,52 @@ def buys(gap: CapacityGap) -> str:
     return ", ".join(f"{p.count} x {p.node_type}" for p in gap.purchases) or "nothing"
 
 
-def _flat(mapping: dict[str, Any], prefix: str = "") -> list[str]:
-    """``a.b=value`` for every leaf of a nested mapping."""
+def _flat(mapping: dict[str, Any], prefix: str = "") -> list[tuple[str, Any]]:
+    """``(a.b, value)`` for every leaf of a nested mapping."""
     out = []
     for key, value in mapping.items():
         if isinstance(value, dict):
             out.extend(_flat(value, f"{prefix}{key}."))
         else:
-            out.append(f"{prefix}{key}={value}")
+            out.append((f"{prefix}{key}", value))
     return out
 
 
+#: Policy switches in words: what ``true`` and ``false`` say.
+POLICY_WORDS: dict[str, tuple[str, str]] = {
+    "mig.allow_repartition": ("MIG re-partitioning allowed", "MIG re-partitioning forbidden"),
+    "mig.allow_create": ("MIG instance creation allowed", "MIG instance creation forbidden"),
+    "sharing.allow_change": ("sharing-mode changes allowed", "sharing-mode changes forbidden"),
+}
+
+
+def policy_words(path: str, value: Any) -> str:
+    """A policy override in words: a known switch as it reads (``MIG re-partitioning allowed``), any
+    other as ``<field words> set to <value>`` (truth values as yes/no)."""
+    if path in POLICY_WORDS and isinstance(value, bool):
+        on, off = POLICY_WORDS[path]
+        return on if value else off
+    shown = ("yes" if value else "no") if isinstance(value, bool) else value
+    return f"policy {path.replace('.', ' ').replace('_', ' ')} set to {shown}"
+
+
 def changes(p: Prepared) -> list[str]:
-    """What a scenario changes from the inputs as given."""
+    """What a scenario changes from the inputs as given, in words."""
     s = p.scenario
     out = [f"team {k} x{v:g}" for k, v in s.growth.teams.items()]
     out += [f"tier {k} x{v:g}" for k, v in s.growth.tiers.items()]
     if s.catalog:
         out.append(f"node types from {s.catalog}")
     out += [f"{k} at {v:,.0f}" for k, v in s.prices.items()]
-    out += [f"policy {item}" for item in _flat(s.policy)]
+    out += [policy_words(path, value) for path, value in _flat(s.policy)]
     if s.allow_other_models:
         who = "every workload" if "*" in s.allow_other_models else ", ".join(s.allow_other_models)
         out.append(f"other GPU models for {who}")
     return out
+
+
+#: What a scenario that changes nothing says instead of a comparison with itself.
+IS_BASELINE = "this is the baseline: the inputs as given"
 
 
 def versus(p: Prepared, gap: CapacityGap, base: CapacityGap) -> str:
@@ -339,7 +361,7 @@ def versus(p: Prepared, gap: CapacityGap, base: CapacityGap) -> str:
     scenario changes, the demand each had to serve, how much re-partitions served, the solves the time
     limit cut short, and whether a cheaper mix was found for the same demand."""
     if p.same_gap:
-        return "the baseline's inputs: the baseline's answer"
+        return IS_BASELINE
     diff = gap.cost - base.cost
     head = (
         "the same cost as the baseline"
@@ -347,10 +369,17 @@ def versus(p: Prepared, gap: CapacityGap, base: CapacityGap) -> str:
         else f"{abs(diff):,.0f} {gap.currency} {'more' if diff > 0 else 'less'} than the baseline"
     )
     why = [f"it changes {', '.join(changes(p))}"] if changes(p) else []
+    if gap.input_replicas != base.input_replicas:
+        why.append(f"it asks for {gap.input_replicas} replicas (baseline {base.input_replicas})")
     if gap.demand_replicas != base.demand_replicas:
         why.append(
             f"{gap.demand_replicas} replicas wait beyond their target after its fleet plan "
             f"(baseline {base.demand_replicas})"
+        )
+    if gap.demand_replicas < base.demand_replicas and gap.input_replicas >= base.input_replicas:
+        why.append(
+            "fewer wait beyond their target for as much or more demand: its fleet plan packs the fleet "
+            "better, or predicts more starts within target"
         )
     if gap.served_by_repartition != base.served_by_repartition:
         why.append(f"re-partitions serve {gap.served_by_repartition} (baseline {base.served_by_repartition})")
@@ -386,10 +415,17 @@ def versus(p: Prepared, gap: CapacityGap, base: CapacityGap) -> str:
     return head + (": " + "; ".join(why) if why else "")
 
 
+def status(gap: CapacityGap) -> str:
+    """Whether the placement check placed all of a gap's demand on its purchase, in words."""
+    return "verified" if gap.verified else f"NOT verified ({gap.still_unplaced} waiting)"
+
+
 def scenario_row(name: str, gap: CapacityGap) -> dict[str, Any]:
     """The headline numbers of one scenario (one row of the side-by-side table)."""
     return {
         "scenario": name,
+        "status": status(gap),
+        "input_replicas": gap.input_replicas,
         "demand_replicas": gap.demand_replicas,
         "served_by_repartition": gap.served_by_repartition,
         "served_by_purchase": gap.served_by_purchase,
@@ -406,24 +442,56 @@ def scenario_row(name: str, gap: CapacityGap) -> dict[str, Any]:
     }
 
 
+#: The console's row labels of the side-by-side table (``{money}``: the currency).
+ROW_LABELS: dict[str, str] = {
+    "input_replicas": "replicas asked",
+    "demand_replicas": "waiting beyond target",
+    "served_by_repartition": "served by re-partition",
+    "served_by_purchase": "served by purchase",
+    "unservable": "cannot be served",
+    "nodes_added": "nodes to buy",
+    "gpus_added": "GPUs to buy",
+    "cost": "cost, {money}",
+    "lower_bound": "lower bound, {money}",
+    "gap": "gap to the bound",
+    "max_lead_time_days": "longest lead time, days",
+    "verified": "verified by placement",
+    "cut_short": "phases cut short",
+    "wall_s": "time, s",
+}
+
+
+def _cell(field: str, value: Any, gap: CapacityGap) -> str:
+    """One value of the side-by-side table as people read it: yes/no, money and counts without
+    decimals, the gap as a percentage (``-`` when the bound is above the cost of a purchase that
+    leaves replicas waiting: no gap to speak of)."""
+    if isinstance(value, bool):
+        return "yes" if value else "NO"
+    if field == "gap":
+        return "-" if gap.lower_bound > gap.cost else f"{100 * value:.1f}%"
+    if field == "wall_s":
+        return f"{value:.1f}"
+    if isinstance(value, float):
+        return f"{value:,.0f}"
+    return f"{value:,}" if isinstance(value, int) else str(value)
+
+
 def render_table(results: tuple[ScenarioResult, ...]) -> str:
     """Scenarios side by side (one column per scenario, one row per headline number), then each
     scenario's description, what it buys and why it differs from the baseline."""
     rows = [scenario_row(r.name, r.gap) for r in results]
-    fields = [f for f in rows[0] if f != "scenario"] if rows else []
+    money = results[0].gap.currency if results else ""
+    labels = {f: text.format(money=money) for f, text in ROW_LABELS.items()}
     names = [str(r["scenario"]) for r in rows]
-    width = max([len(f) for f in fields] + [6])
+    width = max(len(text) for text in labels.values())
     cols = [max(len(n), 12) for n in names]
     lines = ["".ljust(width) + "  " + "  ".join(n.rjust(c) for n, c in zip(names, cols, strict=True))]
-    for f in fields:
-        cells = []
-        for row, c in zip(rows, cols, strict=True):
-            value = row[f]
-            text = f"{value:,.2f}" if isinstance(value, float) else str(value)
-            cells.append(text.rjust(c))
-        lines.append(f.ljust(width) + "  " + "  ".join(cells))
+    for f, label in labels.items():
+        cells = [_cell(f, row[f], r.gap).rjust(c) for row, r, c in zip(rows, results, cols, strict=True)]
+        lines.append(label.ljust(width) + "  " + "  ".join(cells))
     for r in results:
-        lines.append(f"{r.name}: {r.description or '(no description)'}; buys {r.buys or buys(r.gap)}")
+        mark = "" if r.gap.verified else f" [{status(r.gap)}]"
+        lines.append(f"{r.name}{mark}: {r.description or '(no description)'}; buys {r.buys or buys(r.gap)}")
         if r.vs_baseline:
             lines.append(f"  vs baseline: {r.vs_baseline}")
         lines.extend(

@@ -45,11 +45,21 @@ def _served(items: tuple[Served, ...]) -> str:
     return text or "-"
 
 
+def number(value: float) -> str:
+    """A count or share as people read it: a whole number without decimals (``7``, never ``7.00``),
+    else at most two decimals (``3.86``, ``2.5``)."""
+    if float(value).is_integer():
+        return f"{int(value):,}"
+    return f"{value:,.2f}".rstrip("0").rstrip(".")
+
+
 def render_gap(gap: CapacityGap) -> str:
-    """The capacity gap as text: price source, demand, re-partitions and purchases with whom they
-    serve, per tier and team, class moves, unservable."""
+    """The capacity gap as text: price source, demand, re-partitions and purchases (unit price, count,
+    GPUs, idle GPUs, total, lead time) with whom they serve, the total with the lower bound and what it
+    covers, per tier and team, class moves, unservable."""
     lines = [
-        f"gap demand: {gap.demand_replicas} replicas waiting beyond their tier target",
+        f"gap demand: {gap.demand_replicas} replicas waiting beyond their tier target"
+        + (f" (of {gap.input_replicas} replicas asked)" if gap.input_replicas else ""),
         f"served by re-partitions (MIG layouts, sharing modes; no purchase): {gap.served_by_repartition}"
         + (f" ({len(gap.repartition_actions)} actions)" if gap.repartition_actions else ""),
         f"served by purchases: {gap.served_by_purchase}   cannot be served: {len(gap.unservable)}",
@@ -61,34 +71,42 @@ def render_gap(gap: CapacityGap) -> str:
     example = " (EXAMPLE price)" if gap.example_prices else ""
     for p in gap.purchases:
         lines.append(
-            f"  buy {p.count} x {p.node_type} "
-            f"({p.gpus} {p.gpu_model} GPUs bought, {round(p.gpus_idle, 2):g} idle) "
-            f"for {p.cost:,.0f} {gap.currency}{example}, lead time {p.lead_time_days} d, "
-            f"unlocks {p.gpu_hours:,.1f} GPU-h"
+            f"  buy {p.count} x {p.node_type} at {p.unit_cost:,.0f} {gap.currency} each{example} = "
+            f"{p.cost:,.0f} {gap.currency}: {p.gpus} {p.gpu_model} GPUs, {number(round(p.gpus_idle, 2))} "
+            f"idle, lead time {p.lead_time_days} d, unlocks {p.gpu_hours:,.1f} GPU-h"
         )
+        if p.use_note:
+            lines.append(f"    LOW USE: {p.use_note}")
         lines.append(f"    serves: {_served(p.serves)}")
     verdict = "verified by placement" if gap.verified else f"NOT verified: {gap.still_unplaced} still waiting"
     lines.append(
         f"total: {gap.nodes_added} nodes, {gap.gpus_added} GPUs, {gap.cost:,.0f} {gap.currency} "
-        f"(lower bound {gap.lower_bound:,.0f}, gap {100 * gap.gap:.2f}%, {gap.solver} {gap.solver_status}, "
-        f"{verdict})"
+        f"(lower bound {gap.lower_bound:,.0f}"
+        + ("" if gap.lower_bound > gap.cost else f", gap {100 * gap.gap:.2f}%")
+        + f", {gap.solver_status}; {verdict})"
     )
     if gap.example_prices:
         lines.append(f"PRICES ARE EXAMPLES: {gap.price_source}")
+    if gap.bound_note:
+        lines.append(f"  {gap.bound_note}")
+    if gap.solver:
+        lines.append(
+            f"  purchase by {gap.solver} ({gap.purchase_status}): at least "
+            f"{gap.purchase_lower_bound:,.0f} {gap.currency} for the demand this fleet plan left waiting"
+        )
     if gap.cut_short:
         lines.append(
             f"cut short by the time limit: {', '.join(gap.cut_short)} (best results so far; see the notes)"
         )
+    head = f"{'demand':>7} {'re-partition':>13} {'bought':>7} {'never':>6} {'GPUs (share)':>13} {'cost':>14}"
     for title, rows in (("tier", gap.by_tier), ("team", gap.by_team)):
         if not rows:
             continue
-        lines.append(
-            f"{title:<18} {'demand':>7} {'mig':>5} {'bought':>7} {'never':>6} {'GPUs':>8} {'cost':>14}"
-        )
+        lines.append(f"{title:<18} {head}")
         for r in rows:
             lines.append(
-                f"{r.key:<18} {r.replicas:>7} {r.served_by_repartition:>5} {r.served_by_purchase:>7} "
-                f"{r.unservable:>6} {r.gpus_added:>8.2f} {r.cost:>14,.0f}"
+                f"{r.key:<18} {r.replicas:>7} {r.served_by_repartition:>13} {r.served_by_purchase:>7} "
+                f"{r.unservable:>6} {number(round(r.gpus_added, 2)):>13} {r.cost:>14,.0f}"
             )
     if gap.allow_other_models:
         lines.append(
@@ -102,6 +120,17 @@ def render_gap(gap: CapacityGap) -> str:
     lines.extend(f"cannot be served: {u.message}" for u in gap.unservable)
     lines.extend(f"note: {n}" for n in gap.notes)
     return "\n".join(lines)
+
+
+def min_use(value: str) -> float:
+    """``--min-use``: a share of a purchase's GPUs between 0 and 1."""
+    try:
+        share = float(value)
+    except ValueError:
+        raise argparse.ArgumentTypeError(f"'{value}' is not a number") from None
+    if not 0.0 <= share <= 1.0:
+        raise argparse.ArgumentTypeError(f"{value} is not a share between 0 and 1")
+    return share
 
 
 def other_models(given: list[str] | None, inp: PlanningInput) -> dict[str, Any]:
@@ -144,6 +173,7 @@ def cmd_capacity_gap(args: argparse.Namespace) -> int:
         num_workers=args.workers,
         now=common.parse_now(args.now),
         ray=common.ray_from_args(args),
+        min_use=args.min_use,
         **other_models(args.allow_other_models, inp),
     )
     what_ifs = (
@@ -290,6 +320,13 @@ def add_parsers(sub: common.Subparsers) -> None:
     )
     p.add_argument(
         "--milp-time-limit", type=float, default=30.0, help="at most this many seconds per purchase MILP"
+    )
+    p.add_argument(
+        "--min-use",
+        type=min_use,
+        default=0.25,
+        metavar="SHARE",
+        help="a purchase line whose replicas use less than this share of its GPUs says so (default 0.25)",
     )
     p.set_defaults(func=cmd_capacity_gap)
 

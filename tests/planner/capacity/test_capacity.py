@@ -507,7 +507,10 @@ def test_a_milp_without_a_solution_in_time_buys_nothing_and_says_so(monkeypatch:
     six = [{"id": "emb", "team": "search", "replicas": 3, "gpus": 2, "gpu_models": "L40S-48GB"}]
     gap = run(planning(six), types("l40s-4", "l40s-8"))
     assert gap.cut_short == ("purchase MILP",) and gap.purchases == () and not gap.verified
-    assert gap.still_unplaced == 3 and gap.lower_bound == 35.0
+    assert gap.still_unplaced == 3 and gap.purchase_lower_bound == 35.0
+    # The whole question's bound is the relaxation's own: three L40S pairs need one 8-GPU node (70).
+    assert gap.lower_bound == 70.0 and gap.solver_status == NO_SOLUTION
+    assert "above the total" in gap.bound_note
     assert any("purchase MILP stopped at its" in n and "with no purchase" in n for n in gap.notes)
 
 

@@ -135,9 +135,19 @@ def test_a_purchase_shows_its_idle_gpus_whom_it_serves_and_the_gpu_hours() -> No
                gpu_hours=6.0),
         Served(workload="nb", team="ads", tier="background", replicas=1, gpu_equivalents=0.5, gpu_hours=1.0),
     )  # fmt: skip
-    assert p.gpu_hours == 7.0
+    assert p.gpu_hours == 7.0 and p.unit_cost == 20
+    # 0.75 of the 4 GPUs used: 19%, below the default minimum use of 25%.
+    assert p.use_note == (
+        "serves 0.75 of 4 GPUs (19%, below the 25% minimum use): consider waiting, renting or re-partitioning"
+    )
     text = render_gap(gap)
-    assert "4 L4-24GB GPUs bought, 3.25 idle" in text and "nb x1 (ads/background, 1.0 GPU-h)" in text
+    assert "buy 1 x l4-4 at 20 EUR each = 20 EUR: 4 L4-24GB GPUs, 3.25 idle, lead time 0 d" in text
+    assert f"LOW USE: {p.use_note}" in text and "nb x1 (ads/background, 1.0 GPU-h)" in text
+    # Teams' shares read as GPUs: the node's 4 GPUs shared 2:1 by GPU-equivalents (0.5 and 0.25).
+    teams = {line.split()[0]: line.split()[-2:] for line in text.splitlines()[-2:]}
+    assert teams == {"ads": ["2.67", "13"], "research": ["1.33", "7"]}
+    quiet = capacity_gap(planning(work, nodes), catalog(), replace(OPTS, min_use=0.1))
+    assert [q.use_note for q in quiet.purchases] == [""]
 
 
 def test_a_re_partition_names_what_it_frees_and_for_whom() -> None:
@@ -169,7 +179,7 @@ def test_a_scenario_that_costs_more_says_why() -> None:
     cut = CapacityGap(demand_replicas=4, cost=120.0, currency="EUR", cut_short=("purchase MILP",))
     text = versus(_prepared(allow, inp, same_input=False, same_types=True), cut, base)
     assert text.startswith("20 EUR more than the baseline")
-    assert "policy mig.allow_repartition=True" in text and "cut short its purchase MILP" in text
+    assert "it changes MIG re-partitioning allowed;" in text and "cut short its purchase MILP" in text
     full = CapacityGap(demand_replicas=5, cost=120.0, currency="EUR")
     text = versus(_prepared(allow, inp, same_input=False, same_types=True), full, base)
     assert "5 replicas wait beyond their target after its fleet plan (baseline 4)" in text
@@ -219,7 +229,8 @@ def test_cli_scenarios_carry_description_purchase_and_reason(
         "2 x l40s-4",
         "1 x l40s-4",
     )
-    assert rows["today"].vs_baseline == "the baseline's inputs: the baseline's answer"
+    assert rows["today"].vs_baseline == "this is the baseline: the inputs as given"
+    assert "the baseline's inputs" not in text
     assert rows["x2"].vs_baseline.startswith("40 EUR more than the baseline: it changes team search x2")
     assert rows["cheap"].vs_baseline.startswith("30 EUR less than the baseline: it changes l40s-4 at 10")
     assert "x2: search doubles; buys 2 x l40s-4" in text

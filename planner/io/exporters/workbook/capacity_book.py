@@ -42,7 +42,13 @@ def charts(sheets: dict[str, Worksheet], shown: dict[str, Shown]) -> None:
     scenarios = shown["Scenarios"]
     n = len(scenarios.frame) + 1
     if n > 1:
-        bar(sheets["Scenarios"], "GPUs to buy by scenario", below(scenarios), (1, 1, 2, n),
-            [("GPUs to buy", scenarios.col("gpus_added"), 2, n)], axes=("Scenario", "GPUs"))  # fmt: skip
-        bar(sheets["Scenarios"], "Purchase cost by scenario", below(scenarios, 1), (1, 1, 2, n),
-            [("Cost", scenarios.col("cost"), 2, n)], axes=("Scenario", f"Cost, {money}"))  # fmt: skip
+        # A purchase the placement check did NOT verify is drawn grey, never read as a verified one.
+        verified = scenarios.frame[scenarios.frame.columns[scenarios.col("verified") - 1]]
+        muted = tuple(i for i, v in enumerate(verified) if v not in (True, "yes"))
+        note = " (grey: NOT verified by placement)" if muted else ""
+        bar(sheets["Scenarios"], f"GPUs to buy by scenario{note}", below(scenarios), (1, 1, 2, n),
+            [("GPUs to buy", scenarios.col("gpus_added"), 2, n)], axes=("Scenario", "GPUs"),
+            muted=muted)  # fmt: skip
+        bar(sheets["Scenarios"], f"Purchase cost by scenario{note}", below(scenarios, 1), (1, 1, 2, n),
+            [("Cost", scenarios.col("cost"), 2, n)], axes=("Scenario", f"Cost, {money}"),
+            muted=muted)  # fmt: skip

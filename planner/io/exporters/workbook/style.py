@@ -18,6 +18,8 @@ import numpy as np
 import pandas as pd
 from openpyxl.chart import BarChart, Reference, Series
 from openpyxl.chart.data_source import AxDataSource, MultiLevelStrRef, StrRef
+from openpyxl.chart.marker import DataPoint
+from openpyxl.chart.shapes import GraphicalProperties
 from openpyxl.styles import Alignment, Border, Font, PatternFill, Side
 from openpyxl.utils import get_column_letter
 from openpyxl.worksheet.pagebreak import Break
@@ -62,9 +64,11 @@ HEADERS: dict[str, str] = {
     "served_by_purchase": "Served by purchase (replicas)", "unservable": "Cannot be served (replicas)",
     "still_unplaced": "Still waiting after purchase (replicas)", "nodes_added": "Nodes to buy",
     "gpus_added": "GPUs to buy", "cost": "Cost, {money}", "lead_time_days": "Lead time (days)",
+    "unit_cost": "Unit price, {money}", "gpus_charged": "GPUs charged (its share of those bought)",
+    "input_replicas": "Replicas asked", "status": "Placement check",
     "detail": "Detail", "gpus_idle": "GPUs idle", "gpu_hours": "GPU-hours",
     "replicas_placed": "Replicas placed", "hours": "Hours", "share": "Share of GPU-hours",
-    "scenario": "Scenario", "demand_replicas": "Demand (replicas)",
+    "scenario": "Scenario", "demand_replicas": "Waiting beyond target (replicas)",
     "max_lead_time_days": "Longest lead time (days)", "verified": "Verified by placement",
     "description": "Description", "buys": "Buys", "vs_baseline": "Compared with the baseline",
     "lower_bound": "Lower bound, {money}", "gap": "Gap to the bound",
@@ -79,6 +83,7 @@ SHEET_HEADERS: dict[str, dict[str, str]] = {"Pools": {"gpus": "GPUs"}}
 FORMATS: dict[str, str] = {
     "gpu_equivalents": DECIMAL_FORMAT, "gpu_equivalents_used": DECIMAL_FORMAT,
     "stranded_gpu_equivalents": DECIMAL_FORMAT, "gpus_idle": DECIMAL_FORMAT, "wait_h": TENTHS_FORMAT,
+    "gpus_charged": DECIMAL_FORMAT,
     "hours": TENTHS_FORMAT, "gpu_hours": TENTHS_FORMAT, "wall_s": DECIMAL_FORMAT,
 }  # fmt: skip
 
@@ -119,7 +124,8 @@ _NAMES = {
     "wall_s": "Wall time", "time_limit_s": "Time limit", "gpu_hours": "GPU-hours",
     "gpu_memory_allocated_mib": "GPU memory allocated", "gpu_memory_total_mib": "GPU memory total",
     "gap": "Gap to the bound", "solver_gap": "Gap to the bound",
-    "served_by_repartition": "Served by re-partition",
+    "served_by_repartition": "Served by re-partition", "input_replicas": "Replicas asked",
+    "demand_replicas": "Waiting beyond target",
     "max_lead_time_days": "Longest lead time", "cut_short": "Cut short by the time limit",
     "verified": "Verified by placement", "actions": "Actions to apply",
 }  # fmt: skip
@@ -354,10 +360,12 @@ def bar(
     axes: tuple[str, str],
     stacked: bool = False,
     percent: bool = False,
+    muted: tuple[int, ...] = (),
 ) -> None:
     """A native column chart with a title and axis labels: ``categories`` (first column, last column,
     first row, last row; two columns give two-level labels) and ``series`` (title, column, first row,
-    last row); ``axes`` the titles of the category and the value axis."""
+    last row); ``axes`` the titles of the category and the value axis. The bars of the categories
+    ``muted`` (0-based) are drawn grey, for values not to be read like the others (the title says why)."""
     c1, c2, r1, r2 = categories
     labels = str(Reference(ws, min_col=c1, max_col=c2, min_row=r1, max_row=r2))
     chart = BarChart()
@@ -379,9 +387,13 @@ def bar(
             strRef=StrRef(f=labels) if c1 == c2 else None,
             multiLvlStrRef=MultiLevelStrRef(f=labels) if c1 != c2 else None,
         )
+        s.dPt = [DataPoint(idx=i, spPr=GraphicalProperties(solidFill=MUTED_FILL)) for i in muted]
         chart.series.append(s)
     ws.add_chart(chart, anchor)
 
+
+#: The fill of a muted bar (see :func:`bar`).
+MUTED_FILL = "BFBFBF"
 
 #: A chart's height and width (cm), and the rows from one chart's top to the next one's (two charts fit
 #: one printed page).

@@ -49,7 +49,7 @@ FORMULA_START = ("=", "+", "-", "@", "\t", "\r")
 HOURS_PER_YEAR = 8760
 
 _PERCENT = ("utilisation", "share", "gap", "rate", "fraction")
-_MONEY = ("cost", "lower_bound", "price")
+_MONEY = ("cost", "lower_bound", "price", "unit_cost")
 
 #: The Summary's unit of a ratio (shown as a percentage in the workbook) and its total rows.
 FRACTION = "fraction"
@@ -89,13 +89,15 @@ _COLUMNS: dict[str, tuple[str, ...]] = {
     ),
     "CapacityGap": (
         "section", "key", "replicas", "served_by_repartition", "served_by_purchase", "unservable",
-        "still_unplaced", "gpu_equivalents", "nodes_added", "gpus_added", "cost", "lead_time_days", "detail",
+        "still_unplaced", "gpu_equivalents", "nodes_added", "unit_cost", "gpus_added", "gpus_idle",
+        "gpus_charged", "cost", "lead_time_days", "gpu_hours", "detail",
     ),
     "Teams": (
         "team", "tier", "replicas_placed", "gpu_equivalents", "hours", "gpu_hours", "share", "cost",
     ),
     "Scenarios": (
-        "scenario", "demand_replicas", "served_by_repartition", "served_by_purchase", "unservable",
+        "scenario", "status", "input_replicas", "demand_replicas", "served_by_repartition",
+        "served_by_purchase", "unservable",
         "nodes_added", "gpus_added", "cost", "lower_bound", "gap", "max_lead_time_days", "verified",
         "cut_short", "wall_s",
     ),
@@ -377,6 +379,9 @@ def _serves(items: tuple[Served, ...]) -> str:
 
 
 def _gap(ctx: _Context) -> list[dict[str, Any]]:
+    """The CapacityGap table: the total and what its lower bound covers, one row per purchase (unit
+    price, whole nodes and GPUs, idle GPUs, a note when it serves little), the tiers and teams with
+    their shares of GPUs and cost, re-partitions, class moves, unservable replicas and notes."""
     if ctx.report is None:
         return []
     gap = ctx.report.gap
@@ -390,7 +395,9 @@ def _gap(ctx: _Context) -> list[dict[str, Any]]:
             "cost": gap.cost, "lead_time_days": gap.max_lead_time_days,
             "detail": f"{'verified' if gap.verified else 'NOT verified'} by placement"
             + (f"; cut short by the time limit: {', '.join(gap.cut_short)}" if gap.cut_short else ""),
-        }
+        },
+        {"section": "bound", "key": "lower bound", "cost": gap.lower_bound,
+         "detail": gap.bound_note or "a lower bound on the cost of serving the demand"},
     ]  # fmt: skip
     for p in gap.purchases:
         rows.append(
@@ -398,16 +405,27 @@ def _gap(ctx: _Context) -> list[dict[str, Any]]:
                 "section": "purchase",
                 "key": p.node_type,
                 "nodes_added": p.count,
+                "unit_cost": p.unit_cost,
                 "gpus_added": p.gpus,
+                "gpus_idle": p.gpus_idle,
                 "cost": p.cost,
                 "lead_time_days": p.lead_time_days,
-                "gpus_idle": p.gpus_idle,
                 "gpu_hours": p.gpu_hours,
-                "detail": f"{p.gpu_model}: {' '.join(p.nodes)}; serves {_serves(p.serves)}",
+                "detail": (f"LOW USE: {p.use_note}; " if p.use_note else "")
+                + f"{p.gpu_model}: {' '.join(p.nodes)}; serves {_serves(p.serves)}",
             }
         )
     for section, lines in (("tier", gap.by_tier), ("team", gap.by_team)):
-        rows.extend({"section": section, **line.model_dump()} for line in lines)
+        rows.extend(
+            {
+                "section": section, "key": line.key, "replicas": line.replicas,
+                "served_by_repartition": line.served_by_repartition,
+                "served_by_purchase": line.served_by_purchase, "unservable": line.unservable,
+                "still_unplaced": line.still_unplaced, "gpu_equivalents": line.gpu_equivalents,
+                "gpus_charged": line.gpus_added, "cost": line.cost,
+            }
+            for line in lines
+        )  # fmt: skip
     if gap.repartitions:
         rows.extend(
             {
@@ -540,7 +558,7 @@ def _summary(ctx: _Context, teams: list[dict[str, Any]]) -> list[dict[str, Any]]
     if ctx.report is not None:
         currency = ctx.report.gap.currency
         gap = scenario_row("", ctx.report.gap)
-        rows.extend(("capacity gap", k, v) for k, v in gap.items() if k != "scenario")
+        rows.extend(("capacity gap", k, v) for k, v in gap.items() if k not in ("scenario", "status"))
     units = {"showback": ctx.types.currency if ctx.types else "", "capacity gap": currency}
     if _example(ctx.types, ctx.report):
         units = {k: f"{v} {EXAMPLE_LABEL}" if v else v for k, v in units.items()}
