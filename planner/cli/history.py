@@ -12,7 +12,6 @@ from typing import TYPE_CHECKING
 
 from gpuplan.models.base import InputError
 from gpuplan.planner.cli import common
-from gpuplan.planner.store.db import database_url, shown
 
 if TYPE_CHECKING:
     from gpuplan.planner.store.history import PlanHistory, StoredPlan
@@ -28,7 +27,7 @@ def _history(target: str | None) -> Iterator[PlanHistory]:
     that does not exist is not made: there is no history to read)."""
     from sqlalchemy.exc import SQLAlchemyError
 
-    from gpuplan.planner.store.db import driver_reason
+    from gpuplan.planner.store.db import database_url, driver_reason, shown
     from gpuplan.planner.store.history import PlanHistory
 
     url = database_url(target)
