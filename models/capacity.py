@@ -37,6 +37,9 @@ class NodeType(Strict):
     lead_time_days: int = Field(default=0, ge=0)
     pool: Name | None = None
     labels: dict[Name, Name] = Field(default_factory=dict)
+    #: Price of renting one GPU of this type for an hour, no lead time (``None``: not for rent); only
+    #: ``capacity-plan`` reads it.
+    rent_per_gpu_hour: float | None = Field(default=None, ge=0, le=MAX_PRICE, allow_inf_nan=False)
 
     @model_validator(mode="before")
     @classmethod
@@ -305,3 +308,162 @@ class CapacityReport(Strict):
 
     gap: CapacityGap
     scenarios: tuple[ScenarioResult, ...] = ()
+
+
+#: Price of one GPU-hour of waiting per unit of tier weight in a capacity plan over time, in the
+#: catalog's currency: with the default tiers, latency-sensitive work (weight 10) waits at 40 per
+#: GPU-hour, standard (3) at 12 and background (1) at 4 (the bundled catalog rents an H100 GPU-hour at
+#: 10 and an L40S one at 3).
+DEFAULT_WAIT_PRICE = 4.0
+#: Most planning periods of a capacity plan over time, and the longest period in days.
+MAX_PERIODS = 40
+MAX_PERIOD_DAYS = 3660
+
+#: Most replicas of one workload in one period.
+MAX_REPLICAS = 1_000_000
+#: Replicas of one workload in one period.
+_Count = Annotated[int, Field(ge=0, le=MAX_REPLICAS)]
+#: A growth rate per period: -1 (none left) up to :data:`MAX_GROWTH`.
+_Rate = Annotated[float, Field(ge=-1, le=MAX_GROWTH, allow_inf_nan=False)]
+#: An amount of money: finite, not negative.
+_Money = Annotated[float, Field(ge=0, le=MAX_PRICE, allow_inf_nan=False)]
+
+
+class GrowthFile(Strict):
+    """How demand grows over the periods of ``gpuplan capacity-plan`` (period 0 is today).
+
+    ``teams`` and ``tiers`` give a growth rate per period (``0.25``: a quarter more than the period
+    before), one number for every period or a list of one rate per period after today; the rates of a
+    workload's team and tier both apply, compounding. ``workloads`` gives explicit replica counts, one
+    per period from today, which win over the rates. ``periods``, ``period_days`` and ``budget`` (the
+    most spent per period on orders and rent: one amount, or one per period) may be given here; the
+    command's flags win over them.
+    """
+
+    description: str = ""
+    periods: int | None = Field(default=None, ge=1, le=MAX_PERIODS)
+    period_days: int | None = Field(default=None, ge=1, le=MAX_PERIOD_DAYS)
+    budget: _Money | tuple[_Money, ...] | None = None
+    teams: dict[Name, _Rate | tuple[_Rate, ...]] = Field(default_factory=dict)
+    tiers: dict[Name, _Rate | tuple[_Rate, ...]] = Field(default_factory=dict)
+    workloads: dict[Name, tuple[_Count, ...]] = Field(default_factory=dict)
+
+
+class ServedGroup(Strict):
+    """A team and tier that an order or a rental serves, with the GPU-equivalents it gets there."""
+
+    team: str
+    tier: str
+    gpu_equivalents: float = Field(ge=0)
+
+
+class HorizonOrder(Strict):
+    """Nodes of one type ordered at the start of a period: when they arrive (the first period that
+    starts after their lead time) and whom they serve in that period."""
+
+    period: int = Field(ge=0)
+    order_date: str
+    arrives_date: str
+    arrives_period: int = Field(ge=0)
+    node_type: str
+    gpu_model: str
+    count: int = Field(ge=1)
+    gpus: int = Field(ge=0)
+    unit_cost: float = Field(ge=0)
+    cost: float = Field(ge=0)
+    lead_time_days: int = Field(ge=0)
+    serves: tuple[ServedGroup, ...] = ()
+
+
+class HorizonRent(Strict):
+    """Nodes of one type rented for one period (no lead time), at a price per GPU-hour."""
+
+    period: int = Field(ge=0)
+    node_type: str
+    gpu_model: str
+    count: int = Field(ge=1)
+    gpus: int = Field(ge=0)
+    hours: float = Field(ge=0)
+    rent_per_gpu_hour: float = Field(ge=0)
+    cost: float = Field(ge=0)
+    serves: tuple[ServedGroup, ...] = ()
+
+
+class HorizonPeriod(Strict):
+    """One period of a capacity plan: its demand, what serves it and what waits, what it costs, and
+    the placement check of its fleet (``checked``: run; ``shortfall``: replicas the check left waiting
+    beyond those the plan lets wait)."""
+
+    period: int = Field(ge=0)
+    start: str
+    replicas: int = Field(ge=0)
+    gpu_equivalents: float = Field(ge=0)
+    served: int = Field(ge=0)
+    waiting: int = Field(ge=0)
+    waiting_gpu_hours: float = Field(ge=0)
+    buy_cost: float = Field(ge=0)
+    rent_cost: float = Field(ge=0)
+    wait_cost: float = Field(ge=0)
+    budget: float | None = None
+    nodes_arrived: int = Field(default=0, ge=0)
+    nodes_rented: int = Field(default=0, ge=0)
+    gpus_in_service: int = Field(default=0, ge=0)
+    checked: bool = False
+    check_status: str = ""
+    check_unplaced: int = Field(default=0, ge=0)
+    shortfall: int = Field(default=0, ge=0)
+    check_note: str = ""
+
+
+class TierWait(Strict):
+    """Demand of one tier served late over the plan: replica-periods and GPU-hours waiting, at the
+    tier's price of waiting per GPU-hour (its weight times the plan's price per weight)."""
+
+    tier: str
+    weight: int = Field(ge=0)
+    price_per_gpu_hour: float = Field(ge=0)
+    replica_periods: int = Field(ge=0)
+    gpu_hours: float = Field(ge=0)
+    cost: float = Field(ge=0)
+
+
+class HorizonPlan(Strict):
+    """What ``gpuplan capacity-plan`` answers: what to order when, what to rent in which period and
+    what waits, at the least purchase, rent and waiting cost over the periods.
+
+    ``objective`` is ``total_cost`` (purchases + rent + the tier-weighted cost of waiting, in whole
+    currency units); ``lower_bound`` is the multi-period MILP's proved bound on it and ``status`` is
+    ``OPTIMAL`` only when HiGHS proved the plan optimal (``gap`` 0). Capacity is pooled per node type
+    and, for the existing fleet, per group of identical nodes; ``per_period`` says which periods'
+    fleets the real placement solver checked and what it left waiting beyond the plan
+    (``verified``: every checked period placed all it should).
+    """
+
+    periods: int = Field(ge=1)
+    period_days: int = Field(ge=1)
+    start: str
+    currency: str = "USD"
+    example_prices: bool = False
+    price_source: str = ""
+    growth_description: str = ""
+    wait_price_per_gpu_hour: float = Field(ge=0)
+    orders: tuple[HorizonOrder, ...] = ()
+    rents: tuple[HorizonRent, ...] = ()
+    per_period: tuple[HorizonPeriod, ...] = ()
+    waiting_by_tier: tuple[TierWait, ...] = ()
+    buy_cost: float = Field(default=0.0, ge=0)
+    rent_cost: float = Field(default=0.0, ge=0)
+    wait_cost: float = Field(default=0.0, ge=0)
+    total_cost: float = Field(default=0.0, ge=0)
+    status: str = ""
+    objective: float = Field(default=0.0, ge=0)
+    lower_bound: float = Field(default=0.0, ge=0)
+    gap: float = Field(default=0.0, ge=0)
+    solver: str = ""
+    milp_wall_s: float = Field(default=0.0, ge=0)
+    wall_s: float = Field(default=0.0, ge=0)
+    verified: bool = False
+    unservable: tuple[Unservable, ...] = ()
+    cut_short: tuple[str, ...] = ()
+    notes: tuple[str, ...] = ()
+    inputs_sha256: str | None = None

@@ -17,9 +17,11 @@ from pathlib import Path
 from typing import Any
 
 import pytest
+from pydantic import TypeAdapter
 
 from gpuplan.models.capacity import CapacityReport, NodeTypeCatalog, ScenarioFile
 from gpuplan.models.catalog import default_catalog, extend_catalog
+from gpuplan.models.review import ReplayReport, RuleCost
 from gpuplan.planner.capacity.node_types import load_node_types
 from gpuplan.planner.capacity.scenarios import load_scenarios
 from gpuplan.planner.cli import main
@@ -38,6 +40,8 @@ SECTIONS = {
     "capacity-gap": "Capacity gap",
     "node-types": "Node-type catalog",
     "scenarios": "Scenarios",
+    "policy-cost": "Policy cost",
+    "replay": "Policy replay",
 }
 #: File suffix each example kind is written with before it is loaded.
 SUFFIX = {
@@ -50,6 +54,8 @@ SUFFIX = {
     "node-types": ".yaml",
     "scenarios": ".yaml",
     "hardware-catalog": ".yaml",
+    "policy-cost": ".json",
+    "replay": ".json",
 }
 
 _EXAMPLE = re.compile(r"<!-- example: ([\w-]+)(?: file: (\S+))? -->\n```\w*\n(.*?)\n```\n", re.S)
@@ -95,6 +101,8 @@ def schemas() -> dict[str, dict[str, Any]]:
         "capacity-gap": CapacityReport.model_json_schema(by_alias=True),
         "node-types": NodeTypeCatalog.model_json_schema(by_alias=True),
         "scenarios": ScenarioFile.model_json_schema(by_alias=True),
+        "policy-cost": TypeAdapter(list[RuleCost]).json_schema(by_alias=True),
+        "replay": ReplayReport.model_json_schema(by_alias=True),
     }
 
 
@@ -284,6 +292,15 @@ def test_capacity_examples_load(example_files: dict[str, Path]) -> None:
         t.name for t in load_node_types(example_files["node-types"]).node_types
     }
     assert load_scenarios(example_files["scenarios"]).scenarios
+
+
+def test_policy_review_examples_load(example_files: dict[str, Path]) -> None:
+    costs = TypeAdapter(list[RuleCost]).validate_json(
+        example_files["policy-cost"].read_text(encoding="utf-8")
+    )
+    assert costs and costs[0].given.solve.status
+    report = ReplayReport.model_validate_json(example_files["replay"].read_text(encoding="utf-8"))
+    assert report.plans and report.total.key == "total"
 
 
 def test_hardware_catalog_example_extends_the_catalog(example_files: dict[str, Path]) -> None:

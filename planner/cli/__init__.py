@@ -22,7 +22,18 @@ from pydantic import ValidationError
 
 from gpuplan.api import cli as api_cli
 from gpuplan.models.base import InputError
-from gpuplan.planner.cli import capacity, cluster_map, explain, history, imports, plan, request, rounds
+from gpuplan.planner.cli import (
+    capacity,
+    cluster_map,
+    explain,
+    history,
+    horizon,
+    imports,
+    plan,
+    policy,
+    request,
+    rounds,
+)
 from gpuplan.planner.cli.common import EXIT_INPUT, EXIT_OK, Subparsers, add_common_options, command_context
 from gpuplan.planner.cli.parser import Parser
 from gpuplan.planner.pipeline.deadline import command_start
@@ -42,7 +53,9 @@ COMMAND_GROUPS: tuple[tuple[str, tuple[tuple[str, str], ...]], ...] = (
             ("plan", "gpuplan plan --cluster cluster.yaml --workloads workloads.csv --out plan.json"),
             ("validate", "gpuplan validate --cluster cluster.yaml --workloads workloads.csv --plan p.json"),
             ("capacity-gap", "gpuplan capacity-gap --cluster cluster.yaml --workloads workloads.csv"),
+            ("capacity-plan", "gpuplan capacity-plan --cluster c.yaml --workloads w.csv --growth g.yaml"),
             ("simulate", "gpuplan simulate --rho 0.9 --hours 2"),
+            ("policy-cost", "gpuplan policy-cost --cluster cluster.yaml --workloads w.csv --policy p.yaml"),
         ),
     ),
     (
@@ -67,6 +80,7 @@ COMMAND_GROUPS: tuple[tuple[str, tuple[tuple[str, str], ...]], ...] = (
         (
             ("replan", "gpuplan replan --cluster cluster.yaml --workloads workloads.csv --db plans.db"),
             ("history", "gpuplan history list"),
+            ("replay", "gpuplan replay --db plans.db --policy new-policy.yaml --last 7"),
         ),
     ),
     (
@@ -90,6 +104,8 @@ GROUPS: tuple[Callable[[Subparsers], None], ...] = (
     api_cli.add_parsers,
     explain.add_parsers,
     cluster_map.add_parsers,
+    horizon.add_parsers,
+    policy.add_parsers,
 )
 
 

@@ -33,7 +33,9 @@ log = logging.getLogger(__name__)
 EXIT_OK, EXIT_FAIL, EXIT_INPUT = 0, 1, 2
 
 #: The commands whose solves show progress lines on a terminal.
-PROGRESS_COMMANDS = frozenset({"plan", "demo", "replan", "capacity-gap", "simulate", "explain"})
+PROGRESS_COMMANDS = frozenset(
+    {"plan", "demo", "replan", "capacity-gap", "simulate", "explain", "policy-cost", "replay"}
+)
 #: Catalog entries marked uncertain that this run has noted already (each is noted once per run).
 _noted: set[str] = set()
 

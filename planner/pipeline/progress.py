@@ -106,6 +106,9 @@ def progress_text(phase: str, stage: str | None, line: SearchLine, queue_term: s
     if stage is None:
         return f"{phase}: incumbent {line.best}  {bound}{gap}"
     if stage == QUEUE:
+        # The queue term is never negative: CP-SAT's early bounds on its model may be (a constant offset).
+        if line.lower is not None and line.lower < 0:
+            bound, gap = "bound 0", "  gap 100.00%" if (line.incumbent or 0) > 0 else ""
         return f"{phase}, queue stage: queue term {line.best}  {bound}{gap}"
     if stage == "weighted":
         return f"{phase}, weighted stage: objective {line.best}  {bound}{gap}"

@@ -113,11 +113,11 @@ def not_optimal_because(plan: Plan) -> list[str]:
     if t.get("drains"):
         why.append("it drains running work for a MIG re-partition (the exact model does not count drains)")
     if t.get(NO_EXACT_SOLUTION):
-        why.append("CP-SAT found no plan in its time; this is the best plan of the searches before it")
+        why.append("the exact model found no plan in its time: this is the best of the searches before it")
     if HINT_QUEUE in t and t[HINT_QUEUE] < t.get(HINT_QUEUE_FGD, 0):
         why.append(
             f"the re-pack, make-room and neighbourhood searches took the FGD start's queue term from "
-            f"{t[HINT_QUEUE_FGD]:,.0f} to {t[HINT_QUEUE]:,.0f} before CP-SAT"
+            f"{t[HINT_QUEUE_FGD]:,.0f} to {t[HINT_QUEUE]:,.0f} before the exact model"
         )
     if t.get("kept_hint"):
         why.append("the search ended worse than its FGD hint, which is returned")

@@ -29,8 +29,16 @@ EXAMPLE_FILES = [
     "--now", (EXAMPLES / "now.txt").read_text().strip(),
 ]  # fmt: skip
 #: A progress line names its phase; a gap only over a positive incumbent and a bound not below zero.
+#: A progress line names its stage (``planner/pipeline/progress.py``): the queue stage's value is the
+#: plan's queue term, with its gap; later stages and the neighbourhood search's steps show their own value.
 PROGRESS = re.compile(
-    r"^progress +[\d.]+ s  solve: (incumbent [1-9]\d*  bound \d+  gap [\d.]+%|incumbent -?\d+  bound -?\d+)$"
+    r"^progress +[\d.]+ s  solve, ("
+    r"queue stage: queue term \d+  bound \d+(  gap [\d.]+%)?"
+    r"|(fragmentation|disruption\+topology) stage: stage value -?\d+  bound -?\d+"
+    r"(  \(queue term at most \d+\))?"
+    r"|weighted stage: objective -?\d+  bound -?\d+(  gap [\d.]+%)?"
+    r"|neighbourhood search: step value -?\d+  bound -?\d+"
+    r")$"
 )
 CONSOLE = [sys.executable, "-c", "import sys; from gpuplan.planner.cli import main; sys.exit(main())"]
 

@@ -19,6 +19,7 @@ from gpuplan.planner.pipeline.progress import (
     SearchLine,
     SolveProgress,
     TerminalProgress,
+    progress_text,
     reporting,
     search_lines,
 )
@@ -116,7 +117,7 @@ def test_each_progress_line_names_the_stage_its_values_are_of() -> None:
             cpsat.debug("Starting CP-SAT solver v9.15.6755")
             cpsat.debug(log)
     assert _printed(out) == [
-        "solve, queue stage: queue term 540652  bound -5927718",
+        "solve, queue stage: queue term 540652  bound 0  gap 100.00%",
         "solve, queue stage: queue term 521260  bound 146400  gap 71.91%",
         "solve, fragmentation stage: stage value -207200  bound -3401900  (queue term at most 521260)",
         "solve, fragmentation stage: stage value -210400  bound -3401900  (queue term at most 521260)",
@@ -168,3 +169,10 @@ def test_a_real_solve_prints_its_stages_in_order() -> None:
     assert stages and all(m is not None for m in stages)
     seen = [order.index(m.group(1)) for m in stages if m is not None]
     assert seen == sorted(seen) and seen[0] == 0
+
+
+def test_a_negative_bound_of_the_queue_stage_reads_as_zero() -> None:
+    # CP-SAT's first bounds on the queue stage's model may be below zero; the queue term never is.
+    line = SearchLine(5.0, "103607", "-2212583")
+    expected = "solve, queue stage: queue term 103607  bound 0  gap 100.00%"
+    assert progress_text("solve", "queue", line) == expected
