@@ -77,6 +77,10 @@ ROOM_MOVES_SHARE = 0.8
 #: other busy processes on 2 cores they took 2 s of wall time on the bundled example).
 ROOM_STEPS_PER_S = 1000
 ROOM_WALL_SHARE = 0.5
+#: Trials the make-room search gets at least, whatever the limit (about 0.75 CPU seconds): per CPU
+#: second it is the best search there is (on the bundled example 1,100 trials take the queue term from
+#: 216,407 to 103,607, which CP-SAT's own search reaches after 20-30 s); the wall clock still stops it.
+ROOM_MIN_STEPS = 1500
 #: Deterministic seconds a deterministic solve gets per second of its wall-clock share: CP-SAT's
 #: deterministic time ran 0.3-0.5x the wall time on a busy 2-core machine, so a quarter leaves room for
 #: slower machines to finish on deterministic time (and so give the same plan) within the time limit.
@@ -524,7 +528,7 @@ def _with_room(
     held: list[Placer] = []
     greedy = Fgd().place(problem, options, on_kept=held.append)
     again = repack_shared(problem, held[0], greedy)
-    steps = max(1, round(ROOM_STEPS_PER_S * share))
+    steps = max(ROOM_MIN_STEPS, round(ROOM_STEPS_PER_S * share))
     return make_room(problem, held[0], again, start + ROOM_WALL_SHARE * options.time_limit_s, steps)
 
 
