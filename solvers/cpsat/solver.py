@@ -274,7 +274,7 @@ class CpSat:
         search: LnsReport | None = None
         first = greedy
         if not large:
-            greedy, room_cut = _with_room(problem, options, greedy, start)
+            greedy, room_cut = _with_room(problem, options, greedy, start, whole=self.decompose)
             if self.decompose and _worth_searching(problem, greedy, never):
                 greedy, search = _searched(problem, options, greedy)
         candidates = seen.candidates(greedy) if seen.rank else None
@@ -517,18 +517,19 @@ def _searched(
 
 
 def _with_room(
-    problem: PlacementProblem, options: RunOptions, greedy: SolveResult, start: float
+    problem: PlacementProblem, options: RunOptions, greedy: SolveResult, start: float, *, whole: bool
 ) -> tuple[SolveResult, bool]:
     """The FGD plan improved by re-packing shared GPUs and making room for waiting replicas (on a placer
     of its own, so that the candidate rankings keep the FGD state), and whether the wall clock cut that
     search short. The search is bounded by trials (work), so that a busy machine gets the same plan
     later rather than a worse one; the wall clock stops it only past :data:`ROOM_WALL_SHARE` of the
-    solve's time."""
+    solve's time. The ``whole`` problem (not a neighbourhood step's) gets at least
+    :data:`ROOM_MIN_STEPS` trials."""
     share = ROOM_SHARE * options.work_limit_s
     held: list[Placer] = []
     greedy = Fgd().place(problem, options, on_kept=held.append)
     again = repack_shared(problem, held[0], greedy)
-    steps = max(ROOM_MIN_STEPS, round(ROOM_STEPS_PER_S * share))
+    steps = max(ROOM_MIN_STEPS if whole else 1, round(ROOM_STEPS_PER_S * share))
     return make_room(problem, held[0], again, start + ROOM_WALL_SHARE * options.time_limit_s, steps)
 
 
