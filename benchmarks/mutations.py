@@ -152,7 +152,8 @@ MUTATIONS: tuple[tuple[str, str, str, str], ...] = (
         "        if 0 < n_placed < total:",
         "        if False:",
     ),
-    # --- predicates both sides share (only hand-computed optima can see these) --------------------------
+    # --- predicates both sides share (only hand-computed optima can see these; the fair share also the ---
+    # --- fair-share stratum, whose brute force restates the documented factor) ------------------------
     (
         "shared: quota limit +1 GPU",
         "models/rules/quota.py",
@@ -164,6 +165,12 @@ MUTATIONS: tuple[tuple[str, str, str, str], ...] = (
         "models/rules/runtime.py",
         "    return ran_s is None or ran_s >= min_runtime_s",
         "    return True",
+    ),
+    (
+        "shared: fair-share standing ignores usage",
+        "models/rules/fairness.py",
+        "        part = used / total_usage if total_usage > 0 else 0.0\n",
+        "        part = 0.0\n",
     ),
 )
 

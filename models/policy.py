@@ -1,10 +1,13 @@
-"""Policy: tiers and weights, team quotas, isolation rules, disruption budget, MIG and objective."""
+"""Policy: tiers and weights, team quotas, isolation rules, disruption budget, MIG, fair share and
+objective."""
 
 from __future__ import annotations
 
+import itertools
 from enum import StrEnum
+from typing import Annotated
 
-from pydantic import Field, StrictInt, model_validator
+from pydantic import AwareDatetime, Field, StrictInt, model_validator
 
 from gpuplan.models.base import Name, Seconds, Strict
 from gpuplan.models.hardware import MILLI_PER_GPU
@@ -123,6 +126,57 @@ class KubernetesPolicy(Strict):
     gang_scheduler_name: str | None = Field(default=None, min_length=1)
 
 
+#: The queue penalty's fair-share factors are whole hundredths (:func:`fair_units`).
+FAIR_FACTOR_SCALE = 100
+
+
+def fair_units(factor: float) -> int:
+    """A fair-share factor as the queue penalty's integer multiplier, in hundredths (at least 1)."""
+    return max(1, round(FAIR_FACTOR_SCALE * factor))
+
+
+#: GPU-hours of usage: a number of at most a billion, so that any sum of them stays finite.
+GpuHours = Annotated[float, Field(ge=0, le=1e9, allow_inf_nan=False)]
+
+
+class FairShare(Strict):
+    """Fair share with usage history: among replicas of equal tiers, a team that used less than its share
+    of the fleet lately is served first.
+
+    Each team's standing is Slurm's classic fair-share factor ``2 ** (-usage / share)`` over its
+    normalised share (``shares``, 1 each by default) and its share of the decayed usage (GPU-hours,
+    halved every ``half_life_h`` hours, Slurm's ``PriorityDecayHalfLife``); the queue penalty of its
+    waiting replicas is multiplied by ``min_factor + (max_factor - min_factor) * standing``
+    (:mod:`gpuplan.models.rules.fairness`, in whole hundredths: :func:`fair_units`). ``usage`` is usage
+    given directly (decayed GPU-hours at planning time, e.g. from another accounting system);
+    ``history_usage`` and ``history_until`` are what ``gpuplan replan`` reads from the plan history
+    (replaced on every replan); running work counts from its ``started_at`` (or ``history_until``, if
+    later) up to the planning time.
+    """
+
+    shares: dict[Name, float] = Field(default_factory=dict)
+    default_share: float = Field(default=1.0, gt=0, le=1e6, allow_inf_nan=False)
+    half_life_h: float = Field(default=168.0, gt=0, le=1e6, allow_inf_nan=False)
+    min_factor: float = Field(default=1.0, gt=0, le=100, allow_inf_nan=False)
+    max_factor: float = Field(default=2.0, gt=0, le=100, allow_inf_nan=False)
+    usage: dict[Name, GpuHours] = Field(default_factory=dict)
+    history_usage: dict[Name, GpuHours] = Field(default_factory=dict)
+    history_until: AwareDatetime | None = None
+
+    @model_validator(mode="after")
+    def _range(self) -> FairShare:
+        for team, share in self.shares.items():
+            if not 0 < share <= 1e6:
+                raise ValueError(f"shares: team '{team}' has share {share:g}; give a number in (0, 1e6]")
+        if self.max_factor < self.min_factor:
+            raise ValueError(f"max_factor {self.max_factor:g} is below min_factor {self.min_factor:g}")
+        return self
+
+    def share(self, team: str) -> float:
+        """The share weight of ``team`` (``default_share`` when not listed)."""
+        return self.shares.get(team, self.default_share)
+
+
 class ObjectiveMode(StrEnum):
     """Lexicographic (default) or weighted combination of the objective terms."""
 
@@ -152,6 +206,8 @@ class Policy(Strict):
     kubernetes: KubernetesPolicy = Field(default_factory=KubernetesPolicy)
     objective: ObjectiveMode = ObjectiveMode.LEXICOGRAPHIC
     weights: ObjectiveWeights = Field(default_factory=ObjectiveWeights)
+    #: Left out of the dump when absent, so a policy without it keeps its digest.
+    fair_share: FairShare | None = Field(default=None, exclude_if=lambda v: v is None)
 
     @model_validator(mode="after")
     def _references(self) -> Policy:
@@ -167,7 +223,30 @@ class Policy(Strict):
             for i, q in enumerate(self.quotas):
                 if q.team not in known:
                     raise ValueError(f"quotas[{i}] names unknown team '{q.team}'")
+        if self.fair_share is not None:
+            self._tiers_dominate(self.fair_share)
         return self
+
+    def _tiers_dominate(self, fair: FairShare) -> None:
+        """A standing never lifts a lower tier over a higher one: for every two tiers of different
+        weight, the higher one's penalty at the lowest factor exceeds the lower one's at the highest
+        (equal demand and wait; factors as the queue penalty's integers)."""
+        low, high = fair_units(fair.min_factor), fair_units(fair.max_factor)
+        weights = sorted({max(1, t.weight) for t in self.tiers})
+        for below, above in itertools.pairwise(weights):
+            if above * low <= below * high:
+                raise ValueError(
+                    f"fair_share: factors {fair.min_factor:g} to {fair.max_factor:g} would let a standing "
+                    f"lift a tier of weight {below} over one of weight {above}; keep max_factor / "
+                    f"min_factor below {above / below:.3g}"
+                )
+        ranks = {t.weight for t in self.tiers}
+        if high > low and len(ranks) > len({max(1, w) for w in ranks}):
+            raise ValueError(
+                "fair_share: tiers of weight 0 and 1 rank apart but weigh the same in the queue penalty, so "
+                "a standing would reorder them; give them distinct weights above 0 or set max_factor = "
+                "min_factor"
+            )
 
     def tier(self, name: str) -> Tier:
         """The tier called ``name``."""

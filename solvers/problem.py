@@ -12,8 +12,9 @@ from dataclasses import dataclass, field, replace
 from gpuplan.models.cluster import Sharing, sharing_offers, sharing_replicas
 from gpuplan.models.hardware import MILLI_PER_GPU, HardwareCatalog
 from gpuplan.models.plan import Assignment, GpuUse
-from gpuplan.models.policy import Policy
+from gpuplan.models.policy import Policy, fair_units
 from gpuplan.models.rules import disruption
+from gpuplan.models.rules.fairness import Standing
 from gpuplan.models.rules.gang import runs_in_part
 from gpuplan.models.scheduling import Taint
 from gpuplan.models.workload import TopologyNeed
@@ -202,11 +203,24 @@ class PlacementProblem:
     #: arrival mix that fragmentation is measured against. Empty: the requests' own mix
     #: (``solvers.placement.fragmentation.problem_mix``).
     arrivals: tuple[tuple[ShapeSpec, ...], ...] = ()
+    #: Each team's fair-share standing at planning time (empty without a fair-share policy).
+    fair_share: Mapping[str, Standing] = field(default_factory=dict)
+
+    def fair_units(self, team: str) -> int:
+        """The multiplier of ``team``'s queue penalty, in hundredths under a fair-share policy (a team
+        without a standing has used nothing: the largest factor), else 1."""
+        fair = self.policy.fair_share
+        if fair is None or not self.fair_share:
+            return 1
+        found = self.fair_share.get(team)
+        return fair_units(fair.max_factor) if found is None else found.units
 
     def queue_order(self) -> list[Request]:
-        """Requests by tier (best first), priority (high first), wait (long first), then in the order
-        they were given (arrival order)."""
-        return sorted(self.requests, key=lambda r: (r.tier_rank, -r.priority, -r.wait_s))
+        """Requests by tier (best first), priority (high first), fair-share standing (best first), wait
+        (long first), then in the order they were given (arrival order)."""
+        return sorted(
+            self.requests, key=lambda r: (r.tier_rank, -r.priority, -self.fair_units(r.team), -r.wait_s)
+        )
 
 
 def memory_models(

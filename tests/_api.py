@@ -22,6 +22,7 @@ import yaml
 from fastapi.testclient import TestClient
 
 from gpuplan.models.catalog import data_dir
+from tests.conftest import running_slow
 
 ADMIN = "admin-key-0123456789abcdef"
 PLANNER = "planner-key-0123456789abcdef"
@@ -95,6 +96,9 @@ class Server:
     """``gpuplan serve`` in a child process on a free loopback port."""
 
     def __init__(self, database: str, log: Path, env: dict[str, str] | None = None) -> None:
+        if running_slow() is False:
+            # The fast subset (-m "not slow") starts no server: in-process tests use TestClient.
+            raise RuntimeError("a test that starts a real gpuplan serve must be marked slow")
         self.database = database
         self.port = free_port()
         self.url = f"http://127.0.0.1:{self.port}"

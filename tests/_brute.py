@@ -179,11 +179,62 @@ def demand_units(shape: Shape, catalog: HardwareCatalog) -> int:
     return 1
 
 
+def _held(inp: PlanningInput, w: Workload, catalog: HardwareCatalog) -> float:
+    """GPU-equivalents ``w``'s running replicas hold: 1 per whole GPU, a fraction's milli-GPU over 1000, a
+    MIG instance's compute slices over its GPU model's."""
+    held = 0.0
+    for place in w.running_on:
+        node = inp.cluster.node_by_name[place.node]
+        for g in place.gpus:
+            if g.mig_profile is not None:
+                model = catalog.model(node.gpu_by_index[g.index].model)
+                held += model.profile_map[g.mig_profile].compute_slices / model.compute_slices
+            else:
+                held += 1.0 if g.milli is None else g.milli / 1000
+    return held
+
+
+def fair_units(inp: PlanningInput, team: str, catalog: HardwareCatalog, now: datetime = NOW) -> int:
+    """The fair-share multiplier of ``team``'s queue penalty (README, "Fair share"): 1 without
+    ``fair_share``; else ``round(100 x (min_factor + (max_factor - min_factor) x 2 ** (-U / S)))``, ``S``
+    the team's share over every team's (the policy's teams, the workloads', those with shares or usage),
+    ``U`` its usage over everyone's (given, from the history, and running work's GPU-equivalents from
+    ``started_at``, or ``history_until`` when later, to now, each hour weighted ``2 ** (-age / half-life)``:
+    ``h / ln 2 x (1 - 2 ** (-hours run / h))`` GPU-hours per GPU-equivalent)."""
+    fair = inp.policy.fair_share
+    if fair is None:
+        return 1
+    usage: dict[str, float] = defaultdict(float)
+    for given in (fair.usage, fair.history_usage):
+        for t, hours in given.items():
+            usage[t] += hours
+    h = fair.half_life_h
+    for w in inp.workloads:
+        starts = [t for t in (w.started_at, fair.history_until) if t is not None]
+        if w.running_on and starts:
+            ran = max(0.0, (now - max(starts)).total_seconds() / 3600)
+            usage[w.team] += _held(inp, w, catalog) * h / math.log(2) * (1 - 2 ** (-ran / h))
+    teams = set(inp.policy.teams) | {w.team for w in inp.workloads} | set(fair.shares)
+    teams |= {t for t, u in usage.items() if u > 0}
+    share = fair.shares.get(team, fair.default_share) / sum(
+        fair.shares.get(t, fair.default_share) for t in teams
+    )
+    total = sum(usage[t] for t in teams)
+    used = usage[team] / total if total > 0 else 0.0
+    return max(1, round(100 * (fair.min_factor + (fair.max_factor - fair.min_factor) * 2 ** (-used / share))))
+
+
 def penalty(inp: PlanningInput, w: Workload, catalog: HardwareCatalog, now: datetime = NOW) -> int:
-    """The queue penalty of one waiting replica of ``w``: tier weight x demand x (8 + hours waited)."""
+    """The queue penalty of one waiting replica of ``w``: tier weight x demand x (8 + hours waited) x its
+    team's fair-share multiplier."""
     hours = min(int(w.waited_s(now)) // 3600, CAP_HOURS)
     weight = max(1, inp.policy.tier(w.tier).weight)
-    return weight * demand_units(w.shapes[0], catalog) * (BASE_HOURS + hours)
+    return (
+        weight
+        * demand_units(w.shapes[0], catalog)
+        * (BASE_HOURS + hours)
+        * fair_units(inp, w.team, catalog, now)
+    )
 
 
 def queue_of(plan: Plan, inp: PlanningInput, catalog: HardwareCatalog = CATALOG) -> int:
@@ -1355,6 +1406,52 @@ def sharing_stratum(draw: st.DrawFn) -> PlanningInput:
 
 
 @st.composite
+def fair_share_stratum(draw: st.DrawFn) -> PlanningInput:
+    """The fair share binds: teams a and b (and c, in the shares only) have usage given (one of them more),
+    from the history and from their running work (not preemptible), and replicas of both, of one shape
+    and of equal or neighbouring tiers, wait for less room than they ask; shares, half-life and factor
+    range are drawn (ranges that keep the tiers in order)."""
+    nodes = [_node(f"n{i}", _l4(n)) for i, n in enumerate(draw(st.sampled_from([[1], [2], [1, 1]])))]
+    workloads: list[dict[str, Any]] = []
+    if draw(st.booleans()):
+        held = [{"index": 0}] if draw(st.booleans()) else [{"index": 0, "milli": 500}]
+        workloads.append(
+            _running(
+                "r", "n0", held, hours=draw(st.sampled_from([1, 5, 30])), team=draw(st.sampled_from(TEAMS)),
+                **({"gpus": 1} if "milli" not in held[0] else {"gpu_milli": 500}),
+            )
+        )  # fmt: skip
+    tiers = draw(
+        st.sampled_from([["standard"], ["standard", "background"], ["latency-sensitive", "standard"]])
+    )
+    ask = {"gpu_milli": 500} if draw(st.integers(0, 2)) == 0 else {"gpus": 1}
+    for j in range(3):
+        w: dict[str, Any] = {
+            "id": f"w{j}",
+            "team": TEAMS[j % 2],
+            "tier": draw(st.sampled_from(tiers)),
+            "replicas": draw(st.integers(1, 3 if "gpu_milli" in ask else 2)),
+            "queued_since": _ago(draw(st.sampled_from([0, 0, 0, 3, 30]))),
+            **ask,
+        }
+        workloads.append(w)
+    low, high = draw(st.sampled_from([(1.0, 2.0), (1.0, 2.9), (0.5, 1.0), (2.0, 2.0)]))
+    over = draw(st.sampled_from(TEAMS))
+    fair: dict[str, Any] = {
+        "half_life_h": draw(st.sampled_from([1, 24, 168])),
+        "min_factor": low,
+        "max_factor": high,
+        "usage": {over: draw(st.sampled_from([2, 40])), **({} if draw(st.booleans()) else {"b": 1})},
+    }
+    if draw(st.booleans()):
+        fair["shares"] = {"a": draw(st.sampled_from([1, 3])), "c": draw(st.sampled_from([1, 2]))}
+    if draw(st.booleans()):
+        fair["history_usage"] = {draw(st.sampled_from(TEAMS)): draw(st.sampled_from([1, 20]))}
+        fair["history_until"] = _ago(draw(st.sampled_from([0.5, 2])))
+    return stratum_input(nodes, workloads, {"fair_share": fair})
+
+
+@st.composite
 def known_stratum(draw: st.DrawFn) -> PlanningInput:
     """The classes of disagreement found last (each a strict xfail of
     ``tests/solvers/test_differential.py`` until fixed): a gang partly running (drift), a sharing change
@@ -1417,6 +1514,7 @@ def strata(*, small: bool = False) -> dict[str, st.SearchStrategy[PlanningInput]
         "isolation": isolation_stratum(),
         "gangs": gang_stratum(),
         "sharing": sharing_stratum(),
+        "fair-share": fair_share_stratum(),
     }
 
 

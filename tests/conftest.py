@@ -41,13 +41,32 @@ def fresh_postgres() -> Iterator[str]:
         admin.dispose()
 
 
-#: Test modules that run real servers on loopback or a Ray instance: slow as a whole.
-SLOW_MODULES = ("test_api_", "test_ray")
+#: Test modules that run a Ray instance: slow as a whole.
+SLOW_MODULES = ("test_ray",)
+#: The fixture of the shared real ``gpuplan serve`` (``tests._api.live``): every test that uses it is slow.
+LIVE_FIXTURE = "live"
 
 
 def pytest_collection_modifyitems(items: list[pytest.Item]) -> None:
-    """Mark the live-server and Ray tests ``slow``, so that ``pytest -m "not slow"`` is the fast subset
-    (long solves carry the mark themselves)."""
+    """Mark the Ray tests and the tests on the shared live server ``slow``, so that ``pytest -m "not slow"``
+    is the fast subset. The API tests in process (FastAPI's ``TestClient``) stay in it; a test that starts
+    its own server carries the mark itself (``tests._api.Server`` refuses to start in a test without it),
+    and so do long solves."""
     for item in items:
-        if item.path.name.startswith(SLOW_MODULES):
+        if item.path.name.startswith(SLOW_MODULES) or LIVE_FIXTURE in getattr(item, "fixturenames", ()):
             item.add_marker(pytest.mark.slow)
+
+
+#: Whether the test being set up, run or torn down is marked ``slow`` (``None`` outside a test).
+_running_slow: list[bool | None] = [None]
+
+
+@pytest.hookimpl(tryfirst=True)
+def pytest_runtest_setup(item: pytest.Item) -> None:
+    """Before the test's fixtures are set up: note whether it is marked ``slow``."""
+    _running_slow[0] = item.get_closest_marker("slow") is not None
+
+
+def running_slow() -> bool | None:
+    """Whether the current test is marked ``slow``; ``None`` when no test has been set up."""
+    return _running_slow[0]

@@ -16,6 +16,8 @@ preemptible, pool, GPU model name, a shape's kind, milli and MIG profile, a
   what counts against the disruption budget.
 - :mod:`~gpuplan.models.rules.runtime`: the minimum runtime before a running replica is stopped.
 - :mod:`~gpuplan.models.rules.gang`: gangs placed whole, and a gang that runs only in part now.
+- :mod:`~gpuplan.models.rules.fairness`: fair share: a team's decayed usage, its standing against its
+  share, and the factor its waiting replicas' queue penalty is weighed by.
 
 The capacity of one GPU in milli-GPU is :data:`gpuplan.models.hardware.MILLI_PER_GPU`, defined once.
 """

@@ -111,6 +111,9 @@ def cmd_replan(args: argparse.Namespace) -> int:
         images.require(w for w in inp.workloads if kubernetes.creates_pod(w))
     previous = history.latest()
     now = common.parse_now(args.now) or datetime.now(UTC)
+    catalog = default_catalog()
+    # Fair share weighs what each team used: the stored plans' placements until the latest of them.
+    inp = history.with_usage(inp, now, catalog)
     ray = common.ray_from_args(args)  # before the solve's share of the time limit is taken
     solve_s = solve_share(args.time_limit, deadline)
     solve_started = time.perf_counter()
@@ -130,7 +133,6 @@ def cmd_replan(args: argparse.Namespace) -> int:
             "the solve took %.1f s, past its %.1f s share: the command ends after --time-limit %g s",
             time.perf_counter() - solve_started, solve_s, args.time_limit,
         )  # fmt: skip
-    catalog = default_catalog()
     plan = plan.model_copy(
         update={
             "actions": plan_actions(

@@ -15,11 +15,13 @@ from dataclasses import replace
 from gpuplan.models.cluster import sharing_offers
 from gpuplan.models.hardware import MILLI_PER_GPU
 from gpuplan.models.plan import Counterfactual
+from gpuplan.models.rules.fairness import Standing
 from gpuplan.models.workload import TopologyNeed
 from gpuplan.planner.explain import counterfactual as cfs
 from gpuplan.planner.explain.counterfactual import Target
 from gpuplan.planner.explain.findings import (
     DISRUPTION_BUDGET,
+    FAIR_SHARE,
     GPU_MODEL,
     ISOLATION,
     MIG_LAYOUT,
@@ -65,6 +67,15 @@ def _capacity(st: PlanState, target: Target, req: Request, k: int) -> Finding:
         if removed:
             node = st.infos[n].name
             names = [cfs.replica_name(key, st) for key in removed]
+            standings = _fair_share_cause(st, req, removed)
+            if standings is not None:
+                return Finding(
+                    FAIR_SHARE,
+                    f"{standings}; the capacity on {node} that could hold {what} went to work of its tier "
+                    f"and priority from teams with a better standing, placed in this plan: {listed(names)}",
+                    [node, *names],
+                    [cfs.migrations, cfs.waits],
+                )
             return Finding(
                 OUTRANKED,
                 f"the capacity on {node} that could hold {what} went to higher-tier or older work "
@@ -103,6 +114,34 @@ def _capacity(st: PlanState, target: Target, req: Request, k: int) -> Finding:
         [cfs.waits],
         migrations,
     )
+
+
+def _standing(s: Standing) -> str:
+    return (
+        f"standing {s.factor:.2f}: {s.usage_gpu_hours:.4g} decayed GPU-hours, {s.usage_share:.0%} of the "
+        f"usage against a {s.share:.0%} share"
+    )
+
+
+def _fair_share_cause(st: PlanState, req: Request, removed: Sequence[Key]) -> str | None:
+    """The standings, in words, when the fair share alone put the replicas in ``req``'s way ahead of it:
+    each is of its tier and priority and of a team with a better standing (else ``None``: a higher tier,
+    a higher priority or a longer wait ranked them first, or no fair-share policy is set)."""
+    fair = st.problem.fair_share
+    mine = fair.get(req.team)
+    if mine is None:
+        return None
+    others = [st.requests[key] for key in removed]
+    if not all(
+        q.tier_rank == req.tier_rank
+        and q.priority == req.priority
+        and st.problem.fair_units(q.team) > mine.units
+        for q in others
+    ):
+        return None
+    above = "over" if mine.over_share else "within"
+    theirs = "; ".join(f"team {t}'s {_standing(fair[t])}" for t in sorted({q.team for q in others}))
+    return f"team {req.team} is {above} its fair share ({_standing(mine)}), below {theirs}"
 
 
 def _quota_sentence(st: PlanState, req: Request, k: int) -> tuple[str, list[str]]:

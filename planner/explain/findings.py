@@ -5,8 +5,9 @@ that chooses among them.
 Codes: ``NO_CAPACITY``, ``NO_NVLINK_CLIQUE`` (no node has, or has free, an all-to-all NVLink group of
 the size asked), ``NUMA``, ``GPU_MODEL``, ``MIG_LAYOUT``, ``MIG_MODE`` (no node could host it with its
 GPUs' MIG modes as the plan leaves them, but one could with MIG turned off, or on: never
-``NEVER_FITS``), ``QUOTA``, ``ISOLATION``, ``OUTRANKED``,
-``GANG``, ``GANG_DOMAIN`` (the gang fits only across several values of its domain label),
+``NEVER_FITS``), ``QUOTA``, ``ISOLATION``, ``OUTRANKED``, ``FAIR_SHARE`` (the room went to work of its
+tier and priority from teams with a better fair-share standing), ``GANG``, ``GANG_DOMAIN`` (the gang
+fits only across several values of its domain label),
 ``TAINT``, ``NODE_AFFINITY``, ``RESOURCE`` (kube-scheduler's filters refuse the nodes with room: an
 untolerated taint, a node selector or required node affinity not matched, an extended resource not
 advertised), ``DISRUPTION_BUDGET``, ``NEVER_FITS``; for a replica that fits on the state the plan leaves,
@@ -34,6 +35,7 @@ MIG_LAYOUT = "MIG_LAYOUT"
 QUOTA = "QUOTA"
 ISOLATION = "ISOLATION"
 OUTRANKED = "OUTRANKED"
+FAIR_SHARE = "FAIR_SHARE"
 GANG = "GANG"
 GANG_DOMAIN = "GANG_DOMAIN"
 DISRUPTION_BUDGET = "DISRUPTION_BUDGET"
@@ -55,7 +57,7 @@ FITS_NOW = frozenset({SOLVER_LIMIT, RESERVED, PLANNED_LATER})
 BLOCKED = frozenset(
     {
         NO_CAPACITY, NO_NVLINK_CLIQUE, NUMA, GPU_MODEL, MIG_LAYOUT, MIG_MODE, SHARING_MODE, QUOTA,
-        ISOLATION, OUTRANKED, GANG, GANG_DOMAIN, DISRUPTION_BUDGET, NEVER_FITS, TAINT_CODE,
+        ISOLATION, OUTRANKED, FAIR_SHARE, GANG, GANG_DOMAIN, DISRUPTION_BUDGET, NEVER_FITS, TAINT_CODE,
         NODE_AFFINITY_CODE, RESOURCE_CODE,
     }
 )  # fmt: skip

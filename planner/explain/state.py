@@ -33,9 +33,10 @@ from gpuplan.solvers.problem import PlacementProblem, Request, Running, ShapeSpe
 Key = tuple[str, int]
 
 
-def _queue_rank(q: Request) -> tuple[int, int, int, str, int]:
-    """A request's place in the canonical queue: tier, priority (high first), wait (long first), key."""
-    return (q.tier_rank, -q.priority, -q.wait_s, q.workload, q.replica)
+def _queue_rank(problem: PlacementProblem, q: Request) -> tuple[int, int, int, int, str, int]:
+    """A request's place in the canonical queue: tier, priority (high first), fair-share standing (best
+    first), wait (long first), key."""
+    return (q.tier_rank, -q.priority, -problem.fair_units(q.team), -q.wait_s, q.workload, q.replica)
 
 
 @dataclass(frozen=True)
@@ -78,10 +79,11 @@ class PlanState:
         self.problem: PlacementProblem = compile_problem(self.after, catalog, now)
         self.requests: dict[Key, Request] = {q.key: q for q in self.problem.requests}
         self.was_running = {q.key for q in self.problem.requests if q.running is not None}
-        #: Queue position by tier, priority and wait, then by workload id and replica: equals are
-        #: ranked by name, never by the input's row order, so "ahead of it" names the same replicas
-        #: however the workloads file is ordered.
-        self.queue_pos = {q.key: i for i, q in enumerate(sorted(self.problem.requests, key=_queue_rank))}
+        #: Queue position by tier, priority, fair-share standing and wait, then by workload id and
+        #: replica: equals are ranked by name, never by the input's row order, so "ahead of it" names
+        #: the same replicas however the workloads file is ordered.
+        ranked = sorted(self.problem.requests, key=lambda q: _queue_rank(self.problem, q))
+        self.queue_pos = {q.key: i for i, q in enumerate(ranked)}
         self.assigned: dict[Key, Assignment] = {(a.workload, a.replica): a for a in plan.assignments}
         #: Waiting replicas the plan reserves capacity for at a predicted start.
         self.reservations: dict[Key, Unplaced] = {

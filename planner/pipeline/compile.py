@@ -11,6 +11,7 @@ from gpuplan.models.cluster import Node
 from gpuplan.models.hardware import HardwareCatalog
 from gpuplan.models.inputs import PlanningInput
 from gpuplan.models.plan import GpuUse
+from gpuplan.models.rules.fairness import input_standings
 from gpuplan.models.rules.runtime import runtime_s
 from gpuplan.models.topology import link_graph, nvlink_cliques
 from gpuplan.models.workload import Shape, Workload
@@ -110,7 +111,7 @@ def _running(w: Workload, replica: int) -> Running:
 
 def compile_problem(inp: PlanningInput, catalog: HardwareCatalog, now: datetime) -> PlacementProblem:
     """Expand workloads into replicas and nodes into solver specs (and the arrivals into the shapes of
-    their replicas: the expected arrival mix)."""
+    their replicas: the expected arrival mix), with each team's fair-share standing at ``now``."""
     policy = inp.policy
     requests: list[Request] = []
     admission = Admission(inp.cluster)
@@ -144,6 +145,7 @@ def compile_problem(inp: PlanningInput, catalog: HardwareCatalog, now: datetime)
         requests=tuple(requests),
         catalog=catalog,
         policy=policy,
+        fair_share=input_standings(inp, catalog, now),
         arrivals=tuple(
             shapes
             for w in inp.arrivals

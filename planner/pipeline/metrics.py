@@ -1,4 +1,4 @@
-"""Plan metrics: GPU allocation, placement counts per tier, FGD fragmentation."""
+"""Plan metrics: GPU allocation, placement counts per tier, FGD fragmentation, fair-share standings."""
 
 from __future__ import annotations
 
@@ -7,6 +7,7 @@ from collections import Counter
 from gpuplan.models.hardware import MILLI_PER_GPU, HardwareCatalog
 from gpuplan.models.inputs import PlanningInput
 from gpuplan.models.plan import Assignment, GpuUse, MigLayout
+from gpuplan.models.policy import FAIR_FACTOR_SCALE
 from gpuplan.models.rules import quota
 from gpuplan.solvers.evaluate import fragmented_milli
 from gpuplan.solvers.problem import PlacementProblem
@@ -70,8 +71,10 @@ def plan_metrics(
 def fragmentation(
     problem: PlacementProblem, assignments: tuple[Assignment, ...], layouts: tuple[MigLayout, ...]
 ) -> dict[str, float]:
-    """FGD fragmentation of the planned cluster for the problem's target mix (the
-    expected arrivals' when the input gives them, else the demand's own).
+    """The metrics measured on the compiled problem: FGD fragmentation of the planned cluster for the
+    problem's target mix (the expected arrivals' when the input gives them, else the demand's own) and,
+    under a fair-share policy, each team's standing (:func:`fair_share_metrics`; the plan's metrics get
+    them here, where the planning time they depend on is compiled in).
 
     ``fragmented_gpus`` is the expected free GPU capacity (in GPUs) that the target shapes cannot use;
     ``fragmentation_rate`` is its share of all free GPU capacity.
@@ -80,4 +83,22 @@ def fragmentation(
     return {
         "fragmented_gpus": round(fragmented / MILLI_PER_GPU, 4),
         "fragmentation_rate": round(fragmented / free, 6) if free else 0.0,
+        **fair_share_metrics(problem),
     }
+
+
+#: The fair-share figures of one team in the plan's metrics: ``fair_share.<team>.<figure>``.
+FAIR_SHARE_FIGURES = ("share", "usage_gpu_hours", "usage_share", "standing", "factor")
+
+
+def fair_share_metrics(problem: PlacementProblem) -> dict[str, float]:
+    """Each team's fair share at planning time, as ``fair_share.<team>.<figure>``: its normalised
+    ``share``, decayed usage (``usage_gpu_hours``) and its share of everyone's (``usage_share``), its
+    ``standing`` (Slurm's fair-share factor) and the ``factor`` its waiting replicas' queue penalty is
+    multiplied by; none without a fair-share policy."""
+    out: dict[str, float] = {}
+    for team, s in sorted(problem.fair_share.items()):
+        figures = (s.share, s.usage_gpu_hours, s.usage_share, s.factor, s.units / FAIR_FACTOR_SCALE)
+        for name, value in zip(FAIR_SHARE_FIGURES, figures, strict=True):
+            out[f"fair_share.{team}.{name}"] = round(value, 6)
+    return out

@@ -6,6 +6,7 @@ from collections import Counter
 
 from gpuplan.models.inputs import PlanningInput
 from gpuplan.models.plan import MIGRATE, Plan, PlanStatus
+from gpuplan.planner.pipeline.metrics import FAIR_SHARE_FIGURES
 from gpuplan.solvers.base import CUT, HINT_QUEUE, HINT_QUEUE_FGD, NO_EXACT_SOLUTION
 from gpuplan.solvers.greedy.engine import GREEDY_CUT
 
@@ -46,6 +47,7 @@ def render(plan: Plan, inp: PlanningInput) -> str:
         lines.append(
             f"fragmentation: {m['fragmentation_rate']:.1%} of free GPU capacity unusable by the demand mix"
         )
+    lines.extend(fair_share_lines(plan, inp))
     # A migration back to where the replica runs (drained for a MIG re-partition) is a restart.
     kinds = Counter("restart" if a.kind == MIGRATE and a.from_ == a.to else a.kind for a in plan.actions)
     if kinds:
@@ -61,6 +63,29 @@ def render(plan: Plan, inp: PlanningInput) -> str:
             + ", ".join(f"{n} {rule}" for rule, n in sorted(broken.items()))
         )
     return "\n".join(lines)
+
+
+def fair_share_lines(plan: Plan, inp: PlanningInput) -> list[str]:
+    """Under a fair-share policy, a table of each team's share, decayed usage, standing and queue factor
+    (from the plan's metrics, :func:`gpuplan.planner.pipeline.metrics.fair_share_metrics`)."""
+    fair = inp.policy.fair_share
+    if fair is None:
+        return []
+    m = plan.metrics
+    teams = sorted(
+        {k.removeprefix("fair_share.").rsplit(".", 1)[0] for k in m if k.startswith("fair_share.")}
+    )
+    lines = [
+        f"fair share (usage half-life {fair.half_life_h:g} h)",
+        f"  {'team':<18}{'share':>8}{'usage GPU-h':>13}{'of usage':>10}{'standing':>10}{'factor':>8}",
+    ]
+    for t in teams:
+        f = {name: m.get(f"fair_share.{t}.{name}", 0.0) for name in FAIR_SHARE_FIGURES}
+        lines.append(
+            f"  {t:<18}{f['share']:>8.1%}{f['usage_gpu_hours']:>13.1f}{f['usage_share']:>10.1%}"
+            f"{f['standing']:>10.2f}{f['factor']:>8.2f}"
+        )
+    return lines
 
 
 #: Waiting workloads named per reason code in the summary; the others are counted.

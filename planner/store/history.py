@@ -1,4 +1,5 @@
-"""Plan history for ``gpuplan replan``: the plans in the one store (``planner.store``), and diffs.
+"""Plan history for ``gpuplan replan``: the plans in the one store (``planner.store``), diffs, and the
+usage the stored plans record for fair share.
 
 A plan replan stores is a ``done`` job of source ``replan`` with its inputs and provenance, written in
 one transaction, so a run killed at any point either stored its whole plan or nothing, and the previous
@@ -8,7 +9,10 @@ starts from when it is given no files.
 
 from __future__ import annotations
 
+import itertools
 import uuid
+from collections import defaultdict
+from collections.abc import Sequence
 from dataclasses import dataclass
 from datetime import datetime
 
@@ -16,13 +20,47 @@ from sqlalchemy import Engine
 
 from gpuplan.models.base import InputError
 from gpuplan.models.cluster import Cluster, MigInstance, sharing_text
+from gpuplan.models.hardware import HardwareCatalog
 from gpuplan.models.inputs import PlanningInput
 from gpuplan.models.plan import GpuUse, Plan
+from gpuplan.models.policy import FairShare
+from gpuplan.models.rules.fairness import decayed_gpu_hours
 from gpuplan.models.workload import where
+from gpuplan.planner.pipeline.metrics import gpu_equivalents
 from gpuplan.planner.pipeline.timeline import predicted_waits
 from gpuplan.planner.store.db import make_engine
 from gpuplan.planner.store.records import CLI, PLAN_KIND, JobInput, JobRecord, JobSource, JobStatus, now
 from gpuplan.planner.store.store import Store, StoredJob
+
+#: Most stored plans read for fair-share usage, newest first; and how many half-lives back they are read
+#: (a GPU-hour that old weighs less than a millionth of one now).
+USAGE_PLANS = 500
+USAGE_HALF_LIVES = 20
+
+
+def planned_at(stored: StoredPlan) -> datetime:
+    """When a stored plan was made: its planning time (provenance ``now``), else when it was stored."""
+    stamp = stored.plan.provenance.get("now")
+    return datetime.fromisoformat(stamp) if isinstance(stamp, str) else stored.created_at
+
+
+def stored_usage(
+    plans: Sequence[StoredPlan], now: datetime, fair: FairShare, catalog: HardwareCatalog
+) -> dict[str, float]:
+    """Decayed GPU-hours per team that stored ``plans`` record: each plan's assignments held from its
+    planning time to the next plan's (the latest plan's time onwards is what runs now, counted from the
+    workloads), decayed to ``now`` with the policy's half-life."""
+    ordered = sorted(plans, key=planned_at)
+    usage: dict[str, float] = defaultdict(float)
+    for stored, following in itertools.pairwise(ordered):
+        start, end = planned_at(stored), planned_at(following)
+        workloads = stored.inputs.workload_by_id
+        nodes = stored.inputs.cluster.node_by_name
+        for a in stored.plan.assignments:
+            node = nodes[a.node]
+            gpus = sum(gpu_equivalents(g, node.gpu_by_index[g.index].model, catalog) for g in a.gpus)
+            usage[workloads[a.workload].team] += decayed_gpu_hours(gpus, start, end, now, fair.half_life_h)
+    return dict(usage)
 
 
 @dataclass(frozen=True)
@@ -127,6 +165,26 @@ class PlanHistory:
     def count(self) -> int:
         """Number of stored plans."""
         return self.store.count_done(PLAN_KIND)
+
+    def with_usage(self, inp: PlanningInput, now: datetime, catalog: HardwareCatalog) -> PlanningInput:
+        """``inp`` with its fair-share policy's ``history_usage`` (replaced, never added to) and
+        ``history_until`` read from the stored plans (:func:`stored_usage`) of the last
+        :data:`USAGE_HALF_LIVES` half-lives before ``now``; ``inp`` itself without a fair-share policy."""
+        fair = inp.policy.fair_share
+        if fair is None:
+            return inp
+        plans: list[StoredPlan] = []
+        for number, _, _ in self.store.done_results(PLAN_KIND, USAGE_PLANS):
+            stored = self.plan(number)
+            if planned_at(stored) > now:
+                continue
+            plans.append(stored)
+            if (now - planned_at(stored)).total_seconds() > USAGE_HALF_LIVES * fair.half_life_h * 3600:
+                break
+        until = max((planned_at(p) for p in plans), default=None)
+        update = {"history_usage": stored_usage(plans, now, fair, catalog), "history_until": until}
+        policy = inp.policy.model_copy(update={"fair_share": fair.model_copy(update=update)})
+        return inp.model_copy(update={"policy": policy})
 
 
 @dataclass(frozen=True)

@@ -50,9 +50,12 @@ def demand_units(shape: ShapeSpec, problem: PlacementProblem) -> int:
 
 
 def queue_penalty(req: Request, problem: PlacementProblem) -> int:
-    """Cost of leaving a replica waiting: tier weight * demand * (8 h + hours waited, capped)."""
+    """Cost of leaving a replica waiting: tier weight * demand * (8 h + hours waited, capped) * its team's
+    fair-share multiplier (1 without a fair-share policy; hundredths of its factor with one, which the
+    policy keeps from lifting a lower tier over a higher one)."""
     steps = WAIT_BASE_STEPS + min(req.wait_s // WAIT_STEP_S, WAIT_CAP_STEPS)
-    return max(1, req.tier_weight) * demand_units(req.shapes[0], problem) * steps
+    fair = problem.fair_units(req.team)
+    return max(1, req.tier_weight) * demand_units(req.shapes[0], problem) * steps * fair
 
 
 def frag_thresholds(problem: PlacementProblem) -> list[tuple[int, int]]:

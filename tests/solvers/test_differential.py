@@ -370,6 +370,23 @@ RULES: dict[str, tuple[list[dict[str, Any]], list[dict[str, Any]], dict[str, Any
         [{"name": "n", "gpus": _gpus("L4-24GB", 2), "links": [{"a": 0, "b": 1, "kind": "PIX"}]}],
         [{"id": "w", "gpus": 2, "topology": "nvlink"}], {}, 4800,
     ),
+    # Team a used 10 GPU-hours, b none (shares 1:1): standings 2^-2 and 1, factors 1.25 and 2, so a waits,
+    # 3 x 100 x 8 x 125; and whichever order the file gives them in.
+    "fair-share": (
+        ONE_L4, [{"id": "a", "team": "a", "gpus": 1}, {"id": "b", "team": "b", "gpus": 1}],
+        {"fair_share": {"usage": {"a": 10}}}, 300000,
+    ),
+    "fair-share-other-team": (
+        ONE_L4, [{"id": "a", "team": "a", "gpus": 1}, {"id": "b", "team": "b", "gpus": 1}],
+        {"fair_share": {"usage": {"b": 10}}}, 300000,
+    ),
+    # A higher tier still wins over an under-share lower tier: b waits, 1 x 100 x 8 x 200.
+    "fair-share-tier-first": (
+        ONE_L4,
+        [{"id": "a", "team": "a", "tier": "latency-sensitive", "gpus": 1},
+         {"id": "b", "team": "b", "tier": "background", "gpus": 1}],
+        {"fair_share": {"usage": {"a": 10}}}, 160000,
+    ),
     # CPU only: 1 unit of demand each, 3 x 1 x 8 for the one that does not fit.
     "cpu": (
         [{"name": "n", "cpu_milli": 4000, "gpus": []}],

@@ -108,8 +108,8 @@ class _Overrunning:
 def test_a_solve_that_overruns_still_leaves_the_predicted_starts_their_time(
     monkeypatch: pytest.MonkeyPatch, caplog: pytest.LogCaptureFixture
 ) -> None:
-    # Limit 6 s: the explanations keep 1.5 s, the passes after the solve 0.6 s, the solve gets 3.9 s. A solve
-    # overrunning by 1.2 s leaves 0.9 s: before, the predicted starts kept the explanations' 1.5 s from it
+    # Limit 6 s: the explanations keep 1.2 s, the passes after the solve 0.6 s, the solve gets 4.2 s. A solve
+    # overrunning by 1.2 s leaves 0.6 s: before, the predicted starts kept the explanations' share from it
     # and had nothing left, so every demo on a loaded machine warned that they were cut short.
     from gpuplan.planner import planning
 

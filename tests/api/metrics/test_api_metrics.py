@@ -20,6 +20,9 @@ from prometheus_client.parser import text_string_to_metric_families
 from tests._api import NOW, PLANNER, ROOT, Server, wait_status
 from tests._factories import two_pools
 
+#: The whole module runs a real ``gpuplan serve``, restarted: slow.
+pytestmark = pytest.mark.slow
+
 #: Share of an H100 a MIG profile's compute slices make (of 7).
 MIG_SHARE = {"3g.40gb": 3 / 7, "1g.10gb": 1 / 7}
 DASHBOARD = ROOT / "docs" / "grafana-gpuplan.json"

@@ -16,8 +16,8 @@ from gpuplan.solvers.fleet.guided import guided_patterns
 from gpuplan.solvers.fleet.master import Master
 from gpuplan.solvers.fleet.relaxation import aggregated_bound
 from tests._factories import node_data
-from tests.solvers.test_fleet import _one_node_items
-from tests.solvers.test_fleet_relaxation import _classes
+from tests.solvers.fleet.test_fleet import _one_node_items
+from tests.solvers.fleet.test_fleet_relaxation import _classes
 
 
 def _fits(gpus: int, cpu: int, shapes: Sequence[tuple[str, int, int]], counts: Sequence[int]) -> bool:

@@ -20,6 +20,9 @@ from gpuplan.api.store import Store
 from gpuplan.planner.store.tables import jobs
 from tests._api import PLANNER, ROOT, Server, example_body, tiny_body, wait_status
 
+#: The whole module runs a real ``gpuplan serve`` and a throwaway PostgreSQL: slow.
+pytestmark = pytest.mark.slow
+
 #: Leases shorter than the outage, and a job failed for good at its first expired lease: an outage
 #: counted against a job fails it.
 ENV = {

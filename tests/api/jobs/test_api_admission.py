@@ -52,6 +52,7 @@ def test_finished_jobs_free_their_place(store: Store) -> None:
     assert store.status_counts() == {"cancelled": 1, "queued": 1}
 
 
+@pytest.mark.slow  # its own gpuplan serve
 def test_forty_simultaneous_posts_with_a_limit_of_four_accept_four(db_url: str, tmp_path: Path) -> None:
     # One solver process on jobs of a minute: the first job runs, every other one stays queued.
     server = Server(

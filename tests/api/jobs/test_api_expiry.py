@@ -14,6 +14,9 @@ from gpuplan.api.store import Actor, JobInput, Store
 from tests._api import ADMIN, Server
 from tests._factories import queued_job
 
+#: The whole module runs real ``gpuplan serve`` processes on PostgreSQL: slow.
+pytestmark = pytest.mark.slow
+
 
 def test_an_http_only_server_expires_a_dead_workers_lease(db_url: str, tmp_path: Path) -> None:
     if "://" not in db_url:

@@ -14,7 +14,7 @@ from gpuplan.solvers.greedy import Fgd
 from gpuplan.solvers.greedy.orders import shuffled
 from gpuplan.solvers.run_options import RunOptions
 from tests._factories import node_data
-from tests.solvers.test_greedy import check_result, gpus, instances, problem
+from tests.solvers.greedy.test_greedy import check_result, gpus, instances, problem
 
 TIERS = Policy(tiers=(Tier(name="high", weight=2), Tier(name="low", weight=1)))
 

@@ -29,6 +29,9 @@ from tests._factories import queued_job
 
 __all__ = ["live"]
 
+#: The whole module runs ``gpuplan serve`` as real processes: slow.
+pytestmark = pytest.mark.slow
+
 
 def _serve(*args: str, env: dict[str, str] | None = None) -> subprocess.CompletedProcess[str]:
     """``gpuplan serve ARGS`` to its end (it is expected to refuse to start)."""

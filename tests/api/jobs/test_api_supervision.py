@@ -28,6 +28,9 @@ from tests._api import (
     wait_status,
 )
 
+#: The whole module runs real ``gpuplan serve`` processes and their solver processes: slow.
+pytestmark = pytest.mark.slow
+
 #: A solve that runs far longer than any wait below, so that an early end is not the solve finishing.
 LONG_S = 30.0
 

@@ -49,6 +49,9 @@ from tests.conftest import fresh_postgres
 
 __all__ = ["live"]
 
+#: The whole module runs real servers on loopback (``gpuplan serve``, uvicorn in a thread): slow.
+pytestmark = pytest.mark.slow
+
 #: Seconds a test waits for an answer the server should give at once (only to avoid a hang).
 PROMPT_S = 15.0
 LIMIT = 4

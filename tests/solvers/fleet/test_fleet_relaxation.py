@@ -20,7 +20,7 @@ from gpuplan.solvers.fleet.classes import NodeClass, RequestClass, node_classes,
 from gpuplan.solvers.fleet.engine import _placer
 from gpuplan.solvers.fleet.relaxation import aggregated_bound
 from tests._factories import node_data
-from tests.solvers.test_fleet import (
+from tests.solvers.fleet.test_fleet import (
     NOW,
     _best_pattern_by_brute_force,
     _inp,

@@ -4,7 +4,12 @@ from __future__ import annotations
 
 from pathlib import Path
 
+import pytest
+
 from tests._api import PLANNER, Server, drain, example_body, tiny_body
+
+#: The whole module runs a real ``gpuplan serve``: slow.
+pytestmark = pytest.mark.slow
 
 
 def test_wait_the_queue_cannot_meet_is_refused_at_once(tmp_path: Path) -> None:

@@ -67,6 +67,7 @@ def strict(tmp_path_factory: pytest.TempPathFactory) -> Iterator[Server]:
     server.stop()
 
 
+@pytest.mark.slow  # its own gpuplan serve
 def test_a_slow_body_times_out(strict: Server) -> None:
     with _head(strict, auth(PLANNER), 1000, b'{"clu') as sock:
         start = time.monotonic()
@@ -75,6 +76,7 @@ def test_a_slow_body_times_out(strict: Server) -> None:
     assert time.monotonic() - start < PROMPT_S
 
 
+@pytest.mark.slow  # its own gpuplan serve
 def test_unknown_keys_are_throttled_per_address(strict: Server) -> None:
     with strict.client() as c:
         codes = [c.get("/v1/plans", headers=auth(f"bogus-key-{i:020d}")).status_code for i in range(5)]
@@ -86,6 +88,7 @@ def test_unknown_keys_are_throttled_per_address(strict: Server) -> None:
         assert c.get("/v1/plans", headers=auth(PLANNER)).status_code == 200
 
 
+@pytest.mark.slow  # its own gpuplan serve
 def test_open_connections_are_capped(strict: Server) -> None:
     idle = [socket.create_connection(("127.0.0.1", strict.port), timeout=PROMPT_S) for _ in range(6)]
     try:

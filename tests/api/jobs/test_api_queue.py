@@ -31,6 +31,9 @@ from tests._api import (
     wait_status,
 )
 
+#: The whole module runs real ``gpuplan serve`` and ``gpuplan worker`` processes: slow.
+pytestmark = pytest.mark.slow
+
 #: A short lease, so that a dead server's job is taken over within seconds; a time limit cap that
 #: lets a solve run long enough to be cancelled or killed mid-solve.
 ENV = {"GPUPLAN_LEASE_SECONDS": "2", "GPUPLAN_LIMIT_MAX_TIME_LIMIT_S": "30"}
