@@ -13,7 +13,6 @@ from typing import TYPE_CHECKING
 
 from gpuplan.models.base import InputError
 from gpuplan.models.catalog import default_catalog
-from gpuplan.models.policy import DisruptionBudget
 from gpuplan.planner.cli import common
 from gpuplan.planner.pipeline import summary
 from gpuplan.planner.pipeline.deadline import solve_share
@@ -31,12 +30,13 @@ def _with_rounds(inp: PlanningInput, rounds: int) -> PlanningInput:
     if rounds <= 1:
         return inp
     b = inp.policy.disruption
-    budget = DisruptionBudget(
-        max_moves_per_round=b.max_moves_per_round * rounds,
-        max_preemptions_per_round=b.max_preemptions_per_round * rounds,
-        max_moves_per_team=None if b.max_moves_per_team is None else b.max_moves_per_team * rounds,
-        min_runtime_s=b.min_runtime_s,
-        preempt_latency_sensitive=b.preempt_latency_sensitive,
+    # A copy: every other field of the budget (preemption rules, minimum runtime, ...) stays as given.
+    budget = b.model_copy(
+        update={
+            "max_moves_per_round": b.max_moves_per_round * rounds,
+            "max_preemptions_per_round": b.max_preemptions_per_round * rounds,
+            "max_moves_per_team": None if b.max_moves_per_team is None else b.max_moves_per_team * rounds,
+        }
     )
     return inp.model_copy(update={"policy": inp.policy.model_copy(update={"disruption": budget})})
 
