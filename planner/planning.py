@@ -298,7 +298,8 @@ def make_plan(
     # they take what the solve and the reasons leave (the plan comes first).
     kept_s = min(explain_s, EXPLAIN_KEPT_SHARE * time_limit_s) if replicas <= EXPLAIN_KEPT_REPLICAS else 0.0
     solve_s = max(MIN_SOLVE_S, time_limit_s - post_s - kept_s)
-    work_s = solve_s * (work_limit_s or time_limit_s) / time_limit_s if time_limit_s > 0 else solve_s
+    # The solve's work budgets scale with the limit the command was given, not the one its start-up left.
+    work_s = solve_s if work_limit_s is None or time_limit_s <= 0 else solve_s * work_limit_s / time_limit_s
     catalog = catalog or default_catalog()
     now = now or datetime.now(UTC)
     # The input's digests first: the solve's share then leaves out what they take (1.5 s for 66k

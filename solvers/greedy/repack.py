@@ -16,13 +16,14 @@ exact solver's hint, before the make-room search and the neighbourhood search, w
 from __future__ import annotations
 
 import logging
-from collections import Counter, defaultdict
+from collections import defaultdict
 from collections.abc import Callable, Sequence
 from dataclasses import replace
 
 from gpuplan.models.plan import Assignment, Unplaced
 from gpuplan.solvers.base import SolveResult
 from gpuplan.solvers.formulation.objective import queue_penalty
+from gpuplan.solvers.greedy.room import alone
 from gpuplan.solvers.placement import Placer
 from gpuplan.solvers.problem import PlacementProblem, Request
 
@@ -48,11 +49,7 @@ def repack_shared(problem: PlacementProblem, placer: Placer, start: SolveResult)
     the waiting fractions, in the order that places the most queue penalty, when that is more than
     ``start`` places; else ``start`` itself. ``placer`` holds the plan returned."""
     by_key = {q.key: q for q in problem.requests}
-    members = Counter(q.gang for q in problem.requests if q.gang is not None)
-
-    def single(q: Request) -> bool:
-        return q.gang is None or members[q.gang] == 1
-
+    single = alone(problem)
     pool = [
         a
         for a in start.assignments

@@ -26,7 +26,7 @@ import heapq
 import logging
 import time
 from collections import Counter, defaultdict
-from collections.abc import Hashable
+from collections.abc import Callable, Hashable
 from dataclasses import dataclass, field, replace
 
 from gpuplan.models.hardware import MILLI_PER_GPU
@@ -473,6 +473,13 @@ def _at(run: Running, a: Assignment) -> bool:
     return a.node == run.node and a.alternative == run.alternative and a.gpus == run.gpus
 
 
+def alone(problem: PlacementProblem) -> Callable[[Request], bool]:
+    """Whether a request of ``problem`` is placed or taken off alone: not a member of a gang of several
+    replicas (those move all together or not at all)."""
+    members = Counter(q.gang for q in problem.requests if q.gang is not None)
+    return lambda q: q.gang is None or members[q.gang] == 1
+
+
 def moved_running(problem: PlacementProblem, plan: SolveResult) -> int:
     """Running replicas ``plan`` places elsewhere than where they run: its moves
     (:func:`~gpuplan.models.rules.disruption.stop_kind`)."""
@@ -501,12 +508,7 @@ def make_room(
     ``steps`` trials (then the same plan on any machine unless the deadline came first), with what it
     has."""
     by_key = {q.key: q for q in problem.requests}
-    members = Counter(q.gang for q in problem.requests if q.gang is not None)
-
-    def single(q: Request) -> bool:
-        """Placed or taken off alone: not in a gang of several replicas."""
-        return q.gang is None or members[q.gang] == 1
-
+    single = alone(problem)
     penalty = {q.key: queue_penalty(q, problem) for q in problem.requests}
     node_pos = {info.name: info.pos for info in placer.infos}
     entries = {(a.workload, a.replica): (by_key[(a.workload, a.replica)], a) for a in start.assignments}
