@@ -14,7 +14,7 @@ from gpuplan.api.bodies import ParseGate
 from gpuplan.api.metrics import ApiMetrics
 from gpuplan.api.middleware import BodyLimit, DatabaseDown, KeyFirst, RequestMetrics
 from gpuplan.api.outage import Outage
-from gpuplan.api.routers import capacity, explain, exports, health, keys, map, plans, validate
+from gpuplan.api.routers import capacity, explain, exports, health, keys, map, plans, policy, validate
 from gpuplan.api.runner import Runner
 from gpuplan.api.settings import Settings
 from gpuplan.api.startup import ServerLock
@@ -58,6 +58,7 @@ def create_app(settings: Settings | None = None, *, lock: ServerLock | None = No
     app.include_router(exports.router)
     app.include_router(map.router)
     app.include_router(capacity.router)
+    app.include_router(policy.router)
     app.include_router(explain.router)
     app.include_router(validate.router)
     app.include_router(keys.router)

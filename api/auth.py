@@ -14,7 +14,8 @@ import time
 from dataclasses import dataclass
 
 from gpuplan.api.keys import KEY_ID_CHARS, KeyRecord, KeyStore, Role, key_hash, new_key, parse_role
-from gpuplan.api.store import Store, now
+from gpuplan.api.store import Store
+from gpuplan.planner.store.records import now
 
 __all__ = ["Keyring", "Principal", "RateLimiter", "Role", "key_hash", "new_key", "parse_role", "principal"]
 

@@ -19,7 +19,14 @@ from fastapi import Depends, HTTPException, Request
 from fastapi.exceptions import RequestValidationError
 from pydantic import BaseModel, ValidationError
 
-from gpuplan.api.schemas import CapacityGapRequest, PlanRequest, ValidateRequest
+from gpuplan.api.schemas import (
+    CapacityGapRequest,
+    FrontierRequest,
+    PlanRequest,
+    PolicyCostRequest,
+    ReplayRequest,
+    ValidateRequest,
+)
 from gpuplan.api.settings import Settings
 from gpuplan.models.base import NAME_LENGTH_CONTEXT
 from gpuplan.models.catalog import default_catalog
@@ -161,3 +168,6 @@ def documented(model: type[BaseModel]) -> dict[str, Any]:
 PlanBody = Annotated[PlanRequest, Depends(json_body(PlanRequest))]
 CapacityGapBody = Annotated[CapacityGapRequest, Depends(json_body(CapacityGapRequest))]
 ValidateBody = Annotated[ValidateRequest, Depends(json_body(ValidateRequest))]
+PolicyCostBody = Annotated[PolicyCostRequest, Depends(json_body(PolicyCostRequest))]
+ReplayBody = Annotated[ReplayRequest, Depends(json_body(ReplayRequest))]
+FrontierBody = Annotated[FrontierRequest, Depends(json_body(FrontierRequest))]

@@ -1,7 +1,8 @@
 """Jobs as the routers submit and read them: the request limits, storing a queued job with its input and
 audit record, queueing it, and reading a finished plan job back.
 
-The plan, capacity-gap and explain routers share this module rather than importing one another.
+The plan, capacity-gap, explain and policy-review routers share this module rather than importing one
+another.
 """
 
 from __future__ import annotations
@@ -16,21 +17,19 @@ from dataclasses import dataclass
 from typing import Annotated, Any
 
 from fastapi import HTTPException, Path, Query, Response, status
-from pydantic import ValidationError
 
 from gpuplan.api.auth import Principal
 from gpuplan.api.errors import InputRejected, LimitExceeded
 from gpuplan.api.runner import Runner
 from gpuplan.api.schemas import PlanRequest
 from gpuplan.api.settings import Limits, Settings
-from gpuplan.api.store import ActiveLimitReached, Actor, JobInput, JobRecord, JobStatus, Store, now
+from gpuplan.api.store import ActiveLimitReached, Actor, Store
+from gpuplan.api.store.records import RESUBMITTABLE
 from gpuplan.api.views import PLAN, PLANS, job_out, readable, result_body
-from gpuplan.models.catalog import default_catalog
 from gpuplan.models.cluster import Cluster
-from gpuplan.models.inputs import PlanningInput
 from gpuplan.models.workload import Workload
-from gpuplan.planner.pipeline.occupancy import RunningConflictError, check_running
-from gpuplan.planner.store.records import RESUBMITTABLE
+from gpuplan.planner.store.records import JobInput, JobRecord, JobStatus, now
+from gpuplan.planner.validation.inputs import BadInput, checked_input
 
 Wait = Annotated[float, Query(ge=0, le=300, description="seconds to wait for the result")]
 JobId = Annotated[str, Path(pattern=r"^[0-9a-f]{32}$", description="job id")]
@@ -207,15 +206,8 @@ def _planning_input(limits: Limits, body: PlanRequest, time_limit: float) -> tup
     check_demand(limits, body.cluster, body.workloads)
     check_pace(limits, sum(w.replicas for w in body.workloads), time_limit)
     try:
-        inp = PlanningInput.model_validate(
-            {"cluster": body.cluster, "workloads": body.workloads, "policy": body.policy}
-        )
-    except ValidationError as exc:
-        msg = str(exc.errors(include_url=False)[0]["msg"]).removeprefix("Value error, ")
-        raise InputRejected(("body", "workloads"), msg) from None
-    try:
-        check_running(inp, default_catalog())
-    except RunningConflictError as exc:
+        inp = checked_input(body.cluster, body.workloads, body.policy)
+    except BadInput as exc:
         raise InputRejected(("body", *exc.loc), str(exc)) from None
     input_json = inp.model_dump_json()
     return input_json, hashlib.sha256(input_json.encode()).hexdigest()
@@ -228,6 +220,26 @@ def _team(body: PlanRequest) -> str | None:
     return teams.pop() if len(teams) == 1 else None
 
 
+def new_job(
+    kind: str, team: str | None, solver: str, time_limit: float, caller: Principal, size: tuple[int, int]
+) -> JobRecord:
+    """A queued job of ``kind`` submitted by ``caller`` now; ``size``: its nodes and workloads."""
+    return JobRecord(
+        id=uuid.uuid4().hex,
+        status=JobStatus.QUEUED,
+        kind=kind,
+        team=team,
+        solver=solver,
+        time_limit_s=time_limit,
+        nodes=size[0],
+        workloads=size[1],
+        submitted_by=caller.key_id,
+        created_at=now(),
+        attempts=1,
+        **_NOT_STARTED,
+    )
+
+
 @dataclass(frozen=True)
 class Jobs:
     """What submitting and reading jobs needs: the settings (with the limits), the store and the runner."""
@@ -235,6 +247,17 @@ class Jobs:
     settings: Settings
     store: Store
     runner: Runner
+
+    def time_limit(self, asked: float | None) -> float:
+        """The time limit of a job that asked for ``asked`` seconds (the server's default when ``None``);
+        413 beyond ``max_time_limit_s``."""
+        return _time_limit(self.settings, asked)
+
+    async def admit(self, wait: float) -> None:
+        """The quick refusals before a body is checked: 429 when ``max_active_jobs`` are queued or
+        running, or when the queue cannot meet ``wait``."""
+        active = await check_active(self.settings.limits, self.runner)
+        check_wait(self.runner, active, wait)
 
     async def enqueue(
         self,
@@ -244,15 +267,18 @@ class Jobs:
         caller: Principal,
         response: Response,
         wait: float,
+        *,
+        pace_s: float | None = None,
     ) -> Any:
         """Check the limits, store a queued job of ``kind`` with its input and audit record, and queue
-        it; with ``wait`` answer the result if the job ends in time (else the job, 202)."""
+        it; with ``wait`` answer the result if the job ends in time (else the job, 202). ``pace_s``: the
+        seconds each solve of the job gets (``max_replicas_per_second``), by default its time limit."""
         limits = self.settings.limits
         check_size(limits, len(body.cluster.nodes), len(body.workloads))
-        time_limit = _time_limit(self.settings, body.options.time_limit_s)
-        active = await check_active(limits, self.runner)
-        check_wait(self.runner, active, wait)
-        input_json, digest = await asyncio.to_thread(_planning_input, limits, body, time_limit)
+        time_limit = self.time_limit(body.options.time_limit_s)
+        await self.admit(wait)
+        pace = time_limit if pace_s is None else pace_s
+        input_json, digest = await asyncio.to_thread(_planning_input, limits, body, pace)
         options = {
             "kind": kind,
             "solver": body.options.solver,
@@ -263,30 +289,32 @@ class Jobs:
             "num_workers": self.settings.solver_threads,
             **extra,
         }
-        job = JobRecord(
-            id=uuid.uuid4().hex,
-            status=JobStatus.QUEUED,
-            kind=kind,
-            team=_team(body),
-            solver=body.options.solver,
-            time_limit_s=time_limit,
-            nodes=len(body.cluster.nodes),
-            workloads=len(body.workloads),
-            submitted_by=caller.key_id,
-            created_at=now(),
-            attempts=1,
-            **_NOT_STARTED,
-        )
-        policy = body.policy.model_dump(mode="json")
+        size = (len(body.cluster.nodes), len(body.workloads))
+        job = new_job(kind, _team(body), body.options.solver, time_limit, caller, size)
+        stored = JobInput(digest, input_json, options)
+        return await self.submit(job, stored, body.policy.model_dump(mode="json"), caller, response, wait)
+
+    async def submit(
+        self,
+        job: JobRecord,
+        stored: JobInput,
+        policy: dict[str, Any],
+        caller: Principal,
+        response: Response,
+        wait: float,
+    ) -> Any:
+        """Store queued ``job`` with its input ``stored`` and its audit record (naming ``policy``, the
+        policy as JSON data), and queue it; with ``wait`` answer the result if the job ends in time
+        (else the job, 202)."""
+        limits = self.settings.limits
         detail = {
-            "kind": kind,
-            "inputs_sha256": digest,
+            "kind": job.kind,
+            "inputs_sha256": stored.inputs_sha256,
             "policy_sha256": hashlib.sha256(json.dumps(policy, sort_keys=True).encode()).hexdigest(),
             "policy": policy,
-            "options": {k: v for k, v in options.items() if k != "node_types"},
+            "options": {k: v for k, v in stored.options.items() if k != "node_types"},
             "team": job.team,
         }
-        stored = JobInput(digest, input_json, options)
         try:
             await asyncio.to_thread(
                 self.store.create_job, job, stored, actor(caller), detail, max_active=limits.max_active_jobs

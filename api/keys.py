@@ -2,7 +2,7 @@
 
 A key is stored only as its SHA-256; its *id* is the first :data:`KEY_ID_CHARS` hex digits of that hash,
 what audits, ``gpuplan keys list`` and ``DELETE /v1/keys/{id}`` name it by. The API owns its keys: the
-table lives in the one database schema (``planner.store.tables``, migrated with the rest), and
+table is the API store's (``api.store.tables``, made by its migrations), and
 :class:`KeyStore` reads and writes it, for the server and for ``gpuplan keys`` (which manages them
 without a server).
 """
@@ -18,9 +18,9 @@ from enum import StrEnum
 
 from sqlalchemy import Engine, RowMapping, insert, select, update
 
+from gpuplan.api.store.tables import api_keys
 from gpuplan.models.base import InputError
 from gpuplan.planner.store.records import as_utc, now
-from gpuplan.planner.store.tables import api_keys
 
 #: Hex digits of a key's hash that name it.
 KEY_ID_CHARS = 12

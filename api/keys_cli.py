@@ -16,7 +16,7 @@ from typing import TYPE_CHECKING
 from gpuplan.models.base import InputError
 
 if TYPE_CHECKING:
-    from gpuplan.planner.store.store import Store
+    from gpuplan.api.store import Store
 
 #: Exit code of a command that did what it was asked.
 EXIT_OK = 0
@@ -29,8 +29,8 @@ def _with_store(args: argparse.Namespace, run: Callable[[Store], int]) -> int:
     """Open the store named by ``--database`` and run ``run`` on it; a database error is one line."""
     from sqlalchemy.exc import SQLAlchemyError
 
+    from gpuplan.api.store import Store
     from gpuplan.planner.store.db import driver_reason
-    from gpuplan.planner.store.store import Store
 
     target = args.database or os.environ.get(DATABASE_ENV) or None
     try:

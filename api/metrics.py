@@ -1,5 +1,5 @@
 """Prometheus metrics of one app: requests, solve durations, queue depth, job outcomes, and the fleet
-gauges of the latest plan (``planner.pipeline.fleet_metrics``)."""
+gauges of the latest plan (``planner.presentation.fleet_metrics``)."""
 
 from __future__ import annotations
 
@@ -12,7 +12,7 @@ from prometheus_client.registry import Collector
 
 from gpuplan.models.inputs import PlanningInput
 from gpuplan.models.plan import Plan
-from gpuplan.planner.pipeline.fleet_metrics import FleetMetrics, fleet_metrics
+from gpuplan.planner.presentation.fleet_metrics import FleetMetrics, fleet_metrics
 
 log = logging.getLogger(__name__)
 

@@ -7,7 +7,7 @@ heartbeats push on while it solves. A job whose holder died keeps its lease unti
 process queues it again from its stored input, and after ``max_expiries`` expired leases fails it for
 good (a poison job: the one that kills whoever runs it). A renewal fails once the job is no longer the
 caller's (cancelled, or expired and taken by another): the holder then stops its solve, and its result,
-if it comes, is not written (:meth:`Store.finish <gpuplan.planner.store.store.Store.finish>` with the
+if it comes, is not written (:meth:`Store.finish <gpuplan.api.store.store.Store.finish>` with the
 owner).
 
 Every process that runs jobs also writes a heartbeat (``beat``) in the worker table, so that a server
@@ -27,19 +27,20 @@ from typing import Any
 
 from sqlalchemy import Engine, delete, func, insert, or_, select, update
 
-from gpuplan.planner.store.records import ACTIVE, JobStatus, now
-from gpuplan.planner.store.tables import job_inputs, jobs, workers
+from gpuplan.api.store.records import ACTIVE
+from gpuplan.api.store.tables import job_inputs, jobs, workers
+from gpuplan.planner.store.records import JobInput, JobStatus, now
 
 log = logging.getLogger(__name__)
 
 
 @dataclass(frozen=True)
 class Claimed:
-    """A job this process now holds, with what it needs to run it."""
+    """A job this process now holds: its id and its stored input (the plan history's record of it),
+    what it needs to run it."""
 
     id: str
-    input_json: str
-    options: dict[str, Any]
+    input: JobInput
 
 
 @dataclass(frozen=True)
@@ -103,7 +104,7 @@ class JobQueue:
             if found is None:
                 return None
             row = conn.execute(select(job_inputs).where(job_inputs.c.job_id == found)).one()
-        return Claimed(found, row.input_json, json.loads(row.options_json))
+        return Claimed(found, JobInput(row.inputs_sha256, row.input_json, json.loads(row.options_json)))
 
     def renew(self, job_id: str, progress: dict[str, Any] | None) -> bool:
         """Push the lease of a job held here on, storing its progress; False when it is no longer held

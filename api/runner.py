@@ -44,9 +44,10 @@ from gpuplan.api.metrics import ApiMetrics, read_fleet
 from gpuplan.api.outage import Outage, unreachable
 from gpuplan.api.queue import JobQueue
 from gpuplan.api.settings import Settings
-from gpuplan.api.store import JobRecord, JobStatus, Store
+from gpuplan.api.store import Store
+from gpuplan.api.store.records import ACTIVE
 from gpuplan.planner.store.db import driver_reason
-from gpuplan.planner.store.records import ACTIVE, PLAN_KIND
+from gpuplan.planner.store.records import PLAN_KIND, JobRecord, JobStatus
 
 log = logging.getLogger(__name__)
 T = TypeVar("T")
@@ -330,7 +331,7 @@ class Runner:
             cut = await asyncio.to_thread(self.store.interrupt_active)
             if cut:
                 log.warning("%d job(s) were cut off by the last shutdown and are marked interrupted", cut)
-        latest = await asyncio.to_thread(self.store.latest_done, PLAN_KIND)
+        latest = await asyncio.to_thread(self.store.plans.latest_done, PLAN_KIND)
         if latest is not None:
             plan_json, input_json = latest.result_json, latest.input.input_json
             self.metrics.fleet.latest = await asyncio.to_thread(read_fleet, plan_json, input_json)
@@ -454,7 +455,8 @@ class Runner:
                 self._db_error(exc, "the job queue cannot be read")
                 claimed = None
             if claimed is not None:
-                job = Job(claimed.id, claimed.input_json, claimed.options, _budget(claimed.options))
+                data = claimed.input
+                job = Job(claimed.id, data.input_json, data.options, _budget(data.options))
                 self.jobs[job.id] = job
                 self.new_claim.set()  # wakes the waiters (``wait``), which look for their job here again
                 self.new_claim = asyncio.Event()

@@ -3,7 +3,7 @@
 from __future__ import annotations
 
 from datetime import datetime
-from typing import Any
+from typing import Annotated, Any
 
 from pydantic import BaseModel, ConfigDict, Field, StrictBool, field_validator
 
@@ -12,6 +12,7 @@ from gpuplan.models.capacity import CapacityGap, NodeTypeCatalog
 from gpuplan.models.cluster import Cluster
 from gpuplan.models.plan import Plan
 from gpuplan.models.policy import Policy
+from gpuplan.models.review import Frontier, ReplayReport, RuleCost
 from gpuplan.models.workload import Workload
 from gpuplan.planner.store.records import JobRecord
 from gpuplan.solvers.base import solver_names
@@ -63,6 +64,68 @@ class CapacityGapRequest(PlanRequest):
     node_types: NodeTypeCatalog | None = Field(
         default=None, description="purchasable node types (default: the bundled example catalog)"
     )
+
+
+class PolicyCostRequest(PlanRequest):
+    """A policy-cost job: the planning input, and the node types whose prices give the money per
+    GPU-hour. ``options.time_limit_s`` is for the whole job, split evenly among its plans (the policy as
+    given and one per rule relaxed); the plans are always deterministic."""
+
+    node_types: NodeTypeCatalog | None = Field(
+        default=None,
+        description="node types whose prices give the money per GPU-hour (default: the bundled catalog, "
+        "EXAMPLE prices)",
+    )
+
+
+#: Most fairness floors one frontier job is asked for, and most points or bisection probes it makes.
+MAX_FRONTIER_LEVELS = 12
+MAX_FRONTIER_PROBES = 6
+
+
+class FrontierRequest(PolicyCostRequest):
+    """A frontier job: the planning input, the node types whose prices give the money per GPU-hour, and
+    either the fairness floors to plan at (``levels``) or how many points to find (``points``, with
+    ``probes`` bisection steps towards the highest floor a plan reaches). ``options.time_limit_s`` is for
+    the whole job, split evenly among its plans."""
+
+    levels: list[Annotated[float, Field(gt=0, le=1, allow_inf_nan=False)]] | None = Field(
+        default=None,
+        max_length=MAX_FRONTIER_LEVELS,
+        description="fairness floors in (0, 1] to plan at (default: from the efficient plan's fairness up "
+        "to the highest a plan reaches)",
+    )
+    points: int = Field(default=6, ge=2, le=MAX_FRONTIER_LEVELS, description="points without levels")
+    probes: int = Field(default=3, ge=0, le=MAX_FRONTIER_PROBES, description="bisection steps (no levels)")
+
+
+class ReplayOptions(BaseModel):
+    """How long a replay may take: each stored plan is made again with its own solver, seed, planning
+    time and rounds."""
+
+    model_config = ConfigDict(extra="forbid")
+
+    time_limit_s: float | None = Field(
+        default=None,
+        gt=0,
+        allow_inf_nan=False,
+        description="seconds for the whole job, split evenly among the plans (server default if unset); "
+        "beyond the server's max_time_limit_s: 413",
+    )
+
+
+#: Most stored plans one replay job makes again.
+MAX_REPLAY_PLANS = 50
+
+
+class ReplayRequest(BaseModel):
+    """A replay job: a proposed policy, made again on the inputs of the last stored plans."""
+
+    model_config = ConfigDict(extra="forbid")
+
+    policy: Policy = Field(description="the proposed policy")
+    last: int = Field(default=5, ge=1, le=MAX_REPLAY_PLANS, description="replay the last N stored plans")
+    options: ReplayOptions = Field(default_factory=ReplayOptions)
 
 
 class ValidateRequest(BaseModel):
@@ -122,11 +185,15 @@ class JobOut(JobRecord):
 
 
 class JobResult(BaseModel):
-    """A finished job and its plan (or, for a capacity-gap job, the gap)."""
+    """A finished job and its plan (or, for a capacity-gap job, the gap; for a policy-cost job, the rules
+    by cost; for a replay job, the comparison; for a frontier job, its points)."""
 
     job: JobOut
     plan: Plan | None = None
     capacity_gap: CapacityGap | None = None
+    policy_cost: list[RuleCost] | None = None
+    replay: ReplayReport | None = None
+    frontier: Frontier | None = None
 
 
 class JobPage(BaseModel):

@@ -1,7 +1,7 @@
 """The solver process: receives one job at a time over a pipe, plans it and sends progress and the plan.
 
 Solves run here, never in the server's event loop, so that ``DELETE`` can stop one at once by ending the
-process. Progress is read from what the planner logs (``planner/pipeline/progress.py``): the phase, and
+process. Progress is read from what the planner logs (``planner/presentation/progress.py``): the phase, and
 the CP-SAT search log's incumbent objective and bound of the current lexicographic stage.
 
 The process caps its address space (``solver_memory_mib``): a job beyond it ends with a ``memory`` error
@@ -29,6 +29,7 @@ from typing import Any
 
 from pydantic import ValidationError
 
+from gpuplan.api.reviews import KINDS
 from gpuplan.models.base import InputError
 from gpuplan.models.capacity import CapacityGap, NodeTypeCatalog
 from gpuplan.models.catalog import default_catalog
@@ -38,7 +39,8 @@ from gpuplan.planner.capacity.gap import capacity_gap
 from gpuplan.planner.capacity.node_types import load_node_types
 from gpuplan.planner.capacity.options import GapOptions
 from gpuplan.planner.explain.reasons import explain_workload
-from gpuplan.planner.pipeline.progress import (
+from gpuplan.planner.planning import make_plan
+from gpuplan.planner.presentation.progress import (
     CPSAT_LOGGER,
     PLANNING_LOGGER,
     SearchLine,
@@ -46,15 +48,14 @@ from gpuplan.planner.pipeline.progress import (
     reporting,
     stdout_silenced,
 )
-from gpuplan.planner.planning import make_plan
 from gpuplan.planner.validation.errors import InvalidPlanError
+from gpuplan.solvers.base import EXACT_SOLVERS
 
 log = logging.getLogger(__name__)
 
 #: At most this many progress messages a second reach the server.
 PROGRESS_INTERVAL_S = 0.2
 
-EXACT_SOLVERS = frozenset({"cpsat", "milp", "milp-highs", "milp-cbc"})
 
 #: How often the watcher thread checks that the server is still there.
 WATCH_INTERVAL_S = 0.5
@@ -190,7 +191,11 @@ def gap_outcome(gap: CapacityGap) -> str:
 
 
 def solve(input_json: str, options: dict[str, Any]) -> tuple[str, str, str]:
-    """Plan (or find the capacity gap of) one stored input; returns (result JSON, status, outcome label)."""
+    """Plan (or find the capacity gap of, or review the policy of: ``api.reviews``) one stored input;
+    returns (result JSON, status, outcome label)."""
+    review = KINDS.get(str(options.get("kind")))
+    if review is not None:
+        return review.run(input_json, options)
     catalog = default_catalog()
     inp = PlanningInput.model_validate_json(input_json, context={"catalog": catalog})
     now_text = options.get("now")

@@ -9,15 +9,19 @@ from typing import Any
 from fastapi import HTTPException
 
 from gpuplan.api.auth import Principal
+from gpuplan.api.reviews import KINDS
 from gpuplan.api.schemas import JobLinks, JobOut
-from gpuplan.api.store import JobRecord, Store
+from gpuplan.api.store import Store
 from gpuplan.models.capacity import CapacityGap
 from gpuplan.models.plan import Plan
 from gpuplan.planner.explain.team_view import team_gap, team_plan
+from gpuplan.planner.store.records import JobRecord
 
 PLANS = "/v1/plans"
 #: Job kinds: a placement plan, or a capacity gap (what to re-partition and buy).
 PLAN, CAPACITY_GAP = "plan", "capacity-gap"
+#: The key of a job's result beside the job, by kind (``plan`` for the kinds not named).
+RESULT_KEYS = {CAPACITY_GAP: "capacity_gap", **{k: r.result_key for k, r in KINDS.items()}}
 
 
 def job_out(job: JobRecord, progress: dict[str, Any] | None = None) -> JobOut:
@@ -39,8 +43,9 @@ def readable(job: JobRecord | None, caller: Principal, job_id: str) -> JobRecord
 
 
 def result_body(job: JobOut, result_json: str) -> bytes:
-    """``{"job": …, "plan": …}`` (or ``"capacity_gap"``) with the stored JSON spliced in as it is."""
-    key = b"capacity_gap" if job.kind == CAPACITY_GAP else b"plan"
+    """``{"job": …, "plan": …}`` (or ``"capacity_gap"``, or a review's key: :data:`RESULT_KEYS`) with
+    the stored JSON spliced in as it is."""
+    key = RESULT_KEYS.get(job.kind, "plan").encode()
     head = b'{"job":' + job.model_dump_json(by_alias=True).encode()
     return head + b',"' + key + b'":' + result_json.encode() + b"}"
 
@@ -76,9 +81,15 @@ def _team_result(caller: Principal, kind: str, result_json: str, input_json: str
 
 async def visible_result(store: Store, caller: Principal, job: JobRecord, result_json: str) -> str:
     """A job's stored result as the caller may see it: whole for admins and planners, a viewer's
-    team's view otherwise (``planner.explain.team_view``: its own workloads and the fleet as a whole)."""
+    team's view otherwise (``planner.explain.team_view``: its own workloads and the fleet as a whole);
+    a policy review (``api.reviews``) is for admins and planners only (403)."""
     if caller.can_submit:
         return result_json
+    if job.kind in KINDS:
+        # A review compares plans of the whole fleet under policies that name other teams.
+        raise HTTPException(
+            status_code=403, detail=f"role '{caller.role_text}' may not read policy reviews ({job.kind})"
+        )
     data = await asyncio.to_thread(store.job_input, job.id)
     input_json = data.input_json if data is not None else "{}"
     return await asyncio.to_thread(_team_result, caller, job.kind, result_json, input_json)

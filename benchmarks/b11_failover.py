@@ -26,8 +26,8 @@ import httpx
 from sqlalchemy import create_engine, select, text
 
 from benchmarks.b8_api_load import append_row, body, launch
+from gpuplan.api.store.tables import jobs
 from gpuplan.planner.store.db import database_url
-from gpuplan.planner.store.tables import jobs
 
 KEY = "b11-benchmark-planner-key-0123456789"
 ENDED = {"done", "failed", "cancelled", "interrupted"}

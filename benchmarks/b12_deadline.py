@@ -33,8 +33,8 @@ from pathlib import Path
 import pandas as pd
 
 from benchmarks.common import NODE_FILE, NOW, TRACE_DIR, pod_file, write
+from gpuplan.cli.common import load_input
 from gpuplan.models.catalog import data_dir
-from gpuplan.planner.cli.common import load_input
 from gpuplan.planner.planning import make_plan
 
 log = logging.getLogger("benchmarks.b12")

@@ -40,9 +40,9 @@ import pandas as pd
 from benchmarks.b8_api_load import cluster, workloads
 from benchmarks.b10_orders import orders
 from benchmarks.common import markdown, nodes_shuffled, write
+from gpuplan.cli.common import load_input, parse_now
 from gpuplan.models.catalog import data_dir
 from gpuplan.models.inputs import PlanningInput
-from gpuplan.planner.cli.common import load_input, parse_now
 from gpuplan.planner.planning import make_plan
 
 log = logging.getLogger("benchmarks.b15")

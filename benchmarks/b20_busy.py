@@ -124,9 +124,9 @@ from benchmarks.b15_medium import inputs as b15_inputs
 from benchmarks.common import NODE_FILE, NOW, TRACE_DIR, markdown, parse_seeds, pod_file, write
 from benchmarks.variants import parse as parse_variant
 from benchmarks.variants import variant, write_rows
+from gpuplan.cli.common import load_input
 from gpuplan.models.catalog import data_dir
 from gpuplan.models.inputs import PlanningInput
-from gpuplan.planner.cli.common import load_input
 
 #: The console script next to this interpreter.
 GPUPLAN = str(Path(sys.executable).with_name("gpuplan"))

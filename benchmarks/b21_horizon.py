@@ -32,8 +32,8 @@ from gpuplan.planner.capacity.horizon import HorizonOptions, buy_now, capacity_p
 from gpuplan.planner.capacity.horizon_model import HorizonSolution
 from gpuplan.planner.capacity.node_types import load_node_types
 from gpuplan.planner.capacity.options import GapOptions
+from gpuplan.planner.io.files import load_input
 from gpuplan.planner.pipeline.deadline import Deadline
-from gpuplan.planner.pipeline.files import load_input
 
 log = logging.getLogger("benchmarks.b21")
 

@@ -28,7 +28,7 @@ from pathlib import Path
 
 import pandas as pd
 
-from gpuplan.planner.cli import main as cli_main
+from gpuplan.cli import main as cli_main
 
 DEFAULT_OUT = "benchmarks/results/b5.csv"
 

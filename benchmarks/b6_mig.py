@@ -52,7 +52,7 @@ from benchmarks.common import (
 from gpuplan.models import Cluster, Policy, default_catalog
 from gpuplan.models.hardware import HardwareCatalog
 from gpuplan.models.policy import MigPolicy
-from gpuplan.planner.pipeline.occupancy import Holding, Key
+from gpuplan.planner.validation.occupancy import Holding, Key
 from gpuplan.solvers.greedy import FgdScorer, FirstFitScorer
 from gpuplan.solvers.placement import Placer, Scorer, target_mix
 from gpuplan.solvers.problem import Request

@@ -16,7 +16,7 @@ from functools import cache
 from benchmarks.common import arrivals, openb_cluster, openb_pods, openb_trace, unique
 from gpuplan.models import Cluster, Node, Workload, default_catalog
 from gpuplan.models.hardware import GpuModelSpec, HardwareCatalog
-from gpuplan.planner.pipeline.occupancy import Holding, Key
+from gpuplan.planner.validation.occupancy import Holding, Key
 
 #: The two MIG-capable 80 GB models, alternating over the (sub-sampled) node list.
 GPU_MODELS = ("A100-SXM4-80GB", "H100-80GB")

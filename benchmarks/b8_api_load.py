@@ -31,7 +31,7 @@ import httpx
 
 KEY = "b8-benchmark-planner-key-0123456789"
 ROOT = Path(__file__).resolve().parent.parent
-_MAIN = "import sys; from gpuplan.planner.cli import main; sys.exit(main())"
+_MAIN = "import sys; from gpuplan.cli import main; sys.exit(main())"
 
 
 def cluster() -> dict[str, Any]:

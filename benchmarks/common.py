@@ -28,8 +28,8 @@ from gpuplan.planner.executor import ARRIVAL_WINDOW, Executor, SimCluster
 from gpuplan.planner.io.importers.openb import read_cluster, read_workloads
 from gpuplan.planner.pipeline.actions import CREATE, DESTROY
 from gpuplan.planner.pipeline.compile import compile_node, compile_problem
-from gpuplan.planner.pipeline.occupancy import Holding, Key
 from gpuplan.planner.planning import make_plan
+from gpuplan.planner.validation.occupancy import Holding, Key
 from gpuplan.solvers.greedy import BestFitScorer, FgdScorer, FirstFitScorer
 from gpuplan.solvers.placement import Placer, Scorer, target_mix
 from gpuplan.solvers.problem import NodeSpec, Request

@@ -1,5 +1,5 @@
-"""Policy: tiers and weights, team quotas, isolation rules, disruption budget, MIG, fair share and
-objective."""
+"""Policy: tiers and weights, team quotas, isolation rules, disruption budget, MIG, fair share, the
+fairness floor and objective."""
 
 from __future__ import annotations
 
@@ -208,6 +208,13 @@ class Policy(Strict):
     weights: ObjectiveWeights = Field(default_factory=ObjectiveWeights)
     #: Left out of the dump when absent, so a policy without it keeps its digest.
     fair_share: FairShare | None = Field(default=None, exclude_if=lambda v: v is None)
+    #: The fairness floor: every team holds at least this share of its max-min fair entitlement of the
+    #: fleet's GPU-equivalents (:mod:`gpuplan.models.rules.fairness`), whenever a plan can give it; what
+    #: a plan lacks is the first part of the queue term (a whole GPU-equivalent short outweighs every
+    #: waiting replica). Left out of the dump when absent, as ``fair_share``.
+    fair_floor: float | None = Field(
+        default=None, gt=0, le=1, allow_inf_nan=False, exclude_if=lambda v: v is None
+    )
 
     @model_validator(mode="after")
     def _references(self) -> Policy:

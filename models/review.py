@@ -115,3 +115,59 @@ class ReplayReport(Strict):
     by_tier: tuple[ReplayLine, ...] = ()
     by_team: tuple[ReplayLine, ...] = ()
     total: ReplayLine
+
+
+class TeamShare(Strict):
+    """One team at a point of the frontier: its max-min fair entitlement and what the plan allocates
+    (GPU-equivalents), and their ratio."""
+
+    team: str
+    entitlement: float = Field(ge=0)
+    allocated: float = Field(ge=0)
+    ratio: float | None = None
+
+
+class FrontierPoint(Strict):
+    """One point of the throughput-vs-fairness frontier: the best plan found whose every team holds at
+    least ``level`` of its entitlement (0: no floor, the efficient plan). ``asked`` says a plan was made
+    with this floor; a level that was not asked is the fairness a plan made at another floor reached.
+
+    ``fairness`` is the level the plan reaches (its lowest allocation-to-entitlement ratio), ``jain``
+    Jain's index of those ratios. ``solve`` is the solve at this floor (its bound holds for the question
+    "the least queue term with every team at ``level`` or more"); ``plan_level`` the floor of the solve
+    whose plan is reported (a plan found at a higher floor meets a lower one, and is reported there when
+    it waits less). ``price_*`` are this point minus the efficient plan: the price of fairness.
+    ``proved`` says the step from the previous point is larger than both points' gaps (a proved
+    trade-off); ``current`` marks the policy as given.
+    """
+
+    level: float = Field(ge=0, le=1)
+    reached: bool
+    asked: bool = True
+    fairness: float | None = None
+    jain: float | None = None
+    plan_level: float | None = None
+    solve: SolveFigures
+    tally: Tally
+    teams: tuple[TeamShare, ...] = ()
+    price_queue_term: float = 0.0
+    price_queue_share: float | None = None
+    price_gpus_allocated: float = 0.0
+    price_queue_hours: float = 0.0
+    price_weighted_queue_hours: float = 0.0
+    money_per_hour: float | None = None
+    money_note: str = ""
+    proved: bool | None = None
+    unreachable_proved: bool = False
+    current: bool = False
+
+
+class Frontier(Strict):
+    """The throughput-vs-fairness frontier of one input (``gpuplan frontier``): points by floor, the
+    efficient plan first, and the point of the policy as given."""
+
+    measure: str = "lowest allocation-to-entitlement ratio over teams (max-min fair entitlements)"
+    points: tuple[FrontierPoint, ...]
+    currency: str = ""
+    example_prices: bool = False
+    seconds_each: float = Field(ge=0)

@@ -78,10 +78,17 @@ _REGISTRY: dict[str, tuple[str, str]] = {
     "best-fit": ("gpuplan.solvers.greedy", "BestFit"),
     "greedy-fgd": ("gpuplan.solvers.greedy", "Fgd"),
     "cpsat": ("gpuplan.solvers.cpsat", "CpSat"),
+    # The module, not the package: the fleet's pricing workers import the package without the back-end.
+    "fleet": ("gpuplan.solvers.fleet.solver", "Fleet"),
     "milp": ("gpuplan.solvers.milp", "MilpHighs"),
     "milp-highs": ("gpuplan.solvers.milp", "MilpHighs"),
     "milp-cbc": ("gpuplan.solvers.milp", "MilpCbc"),
 }
+
+
+#: The back-ends whose plans come with a proof (a bound of the whole problem; OPTIMAL when it meets the
+#: plan): the exact models. The others search or place greedily, and say so.
+EXACT_SOLVERS = frozenset({"cpsat", "milp", "milp-highs", "milp-cbc"})
 
 
 def register(name: str, module: str, cls: str) -> None:

@@ -98,6 +98,13 @@ def objective_bound(problem: PlacementProblem, queue_bound: int) -> int:
     return queue_bound
 
 
+def placed_value_bound(problem: PlacementProblem, value_bound: float) -> int:
+    """The bound on the objective from ``value_bound``, an upper bound on the queue penalty any plan
+    places (the configuration LP's): the rest of the waiting replicas' penalty still waits."""
+    waiting = sum(queue_penalty(q, problem) for q in problem.requests if q.running is None)
+    return objective_bound(problem, max(0, math.ceil(waiting - value_bound - 1e-6)))
+
+
 def knapsack_bound(problem: PlacementProblem) -> int:
     """The knapsack bound on the policy's objective (:func:`queue_lower_bound` over the replicas that
     fit somewhere), valid for the whole problem."""

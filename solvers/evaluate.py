@@ -5,7 +5,8 @@ and later passes (predicted starts, the repair of idle moves) change plans after
 report of a plan is always computed here, from its assignments and MIG layouts:
 
 - ``queue``: the tier-weighted queue penalty of every replica the plan leaves waiting (a preempted
-  running replica waits too);
+  running replica waits too), and under a fairness floor what the teams lack of it, each whole
+  GPU-equivalent short at more than all waiting replicas together (``floor_weight``);
 - ``fragmentation``: FGD's expected fragmented free GPU capacity, in milli-GPU, for the problem's
   target mix (``problem_mix``: the expected arrivals' when given, else the demand's own), the measure
   FGD minimises greedily;
@@ -31,6 +32,8 @@ from gpuplan.solvers.formulation.objective import (
     ALTERNATIVE_COST,
     MOVE_COST,
     PREEMPT_COST,
+    floor_shortfall,
+    floor_weight,
     queue_penalty,
 )
 from gpuplan.solvers.placement import FirstFitScorer, Fragmentation, NodeInfo, NodeState, Placer, problem_mix
@@ -167,10 +170,27 @@ def _fragmented_milli(
     return fragmented, free
 
 
+def shortfall(problem: PlacementProblem, assignments: Sequence[Assignment]) -> int:
+    """Whole GPU-equivalents the teams lack to reach the fairness floor in ``assignments`` (0 without
+    a floor)."""
+    if not problem.fair_floor:
+        return 0
+    served = problem.served_units(assignments)
+    return floor_shortfall(problem, served)
+
+
+def _floor_part(problem: PlacementProblem, assignments: Sequence[Assignment]) -> int:
+    """The fairness floor's part of the queue term (0 without a floor or when the floor is met)."""
+    short = shortfall(problem, assignments)
+    return floor_weight(problem) * short if short else 0
+
+
 def queue_term(problem: PlacementProblem, result: SolveResult) -> int:
-    """The queue penalty of the replicas a result does not place (the primary term, cheaply)."""
+    """The queue penalty of the replicas a result does not place, and what it lacks of the fairness
+    floor (the primary term, cheaply)."""
     placed = {(a.workload, a.replica) for a in result.assignments}
-    return sum(queue_penalty(q, problem) for q in problem.requests if q.key not in placed)
+    waiting = sum(queue_penalty(q, problem) for q in problem.requests if q.key not in placed)
+    return waiting + _floor_part(problem, result.assignments)
 
 
 def _stays(req: Request, a: Assignment) -> bool:
@@ -222,6 +242,7 @@ def evaluate(
             moves += 1
         elif any((a.node, g.index, (g.mig_profile, g.mig_start)) in gone for g in a.gpus):
             drains += 1
+    queue += _floor_part(problem, assignments)
     fragmented, free = fragmented_milli(problem, assignments, layouts)
     disruption = (
         MOVE_COST * (moves + drains)

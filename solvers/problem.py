@@ -14,7 +14,7 @@ from gpuplan.models.hardware import MILLI_PER_GPU, HardwareCatalog
 from gpuplan.models.plan import Assignment, GpuUse
 from gpuplan.models.policy import Policy, fair_units
 from gpuplan.models.rules import disruption
-from gpuplan.models.rules.fairness import Standing
+from gpuplan.models.rules.fairness import Standing, replica_units, served_units
 from gpuplan.models.rules.gang import runs_in_part
 from gpuplan.models.scheduling import Taint
 from gpuplan.models.workload import TopologyNeed
@@ -205,6 +205,13 @@ class PlacementProblem:
     arrivals: tuple[tuple[ShapeSpec, ...], ...] = ()
     #: Each team's fair-share standing at planning time (empty without a fair-share policy).
     fair_share: Mapping[str, Standing] = field(default_factory=dict)
+    #: Under a fairness floor, the units (``floor_unit`` per GPU-equivalent) each team must hold
+    #: (:func:`~gpuplan.models.rules.fairness.input_floors`); empty without one.
+    fair_floor: Mapping[str, int] = field(default_factory=dict)
+    floor_unit: int = 1
+    #: Whether :meth:`queue_order` puts the replicas that reach each team's floor first (a second greedy
+    #: start under a fairness floor; the plain order serves the tiers first).
+    floor_first: bool = False
 
     def fair_units(self, team: str) -> int:
         """The multiplier of ``team``'s queue penalty, in hundredths under a fair-share policy (a team
@@ -215,11 +222,49 @@ class PlacementProblem:
         found = self.fair_share.get(team)
         return fair_units(fair.max_factor) if found is None else found.units
 
+    def served_units(self, assignments: Iterable[Assignment]) -> dict[str, int]:
+        """Units (``floor_unit`` per GPU-equivalent) each team holds in ``assignments``
+        (:func:`~gpuplan.models.rules.fairness.served_units`)."""
+        team = {q.key: q.team for q in self.requests}
+        models = {(n.name, g.index): g.model for n in self.nodes for g in n.gpus}
+        return served_units(
+            assignments,
+            lambda a: team[(a.workload, a.replica)],
+            lambda node, index: models[(node, index)],
+            self.catalog,
+            self.floor_unit,
+        )
+
     def queue_order(self) -> list[Request]:
         """Requests by tier (best first), priority (high first), fair-share standing (best first), wait
-        (long first), then in the order they were given (arrival order)."""
-        return sorted(
+        (long first), then in the order they were given (arrival order); with ``floor_first``, the
+        waiting replicas that bring each team up to its fairness floor (in that order, each at its first
+        alternative's size) first."""
+        order = sorted(
             self.requests, key=lambda r: (r.tier_rank, -r.priority, -self.fair_units(r.team), -r.wait_s)
+        )
+        if not (self.fair_floor and self.floor_first):
+            return order
+        held = self.served_units(r.assignment(r.running) for r in self.requests if r.running is not None)
+        short = {t: f - held.get(t, 0) for t, f in self.fair_floor.items()}
+        first: list[Request] = []
+        for r in order:
+            if r.running is None and short.get(r.team, 0) > 0:
+                first.append(r)
+                short[r.team] -= self._size(r.shapes[0])
+        chosen = {id(r) for r in first}
+        return first + [r for r in order if id(r) not in chosen]
+
+    def _size(self, shape: ShapeSpec) -> int:
+        """Units (``floor_unit`` per GPU-equivalent) a replica of ``shape`` asks for."""
+        return replica_units(
+            shape.kind,
+            shape.gpus,
+            shape.milli,
+            shape.mig_profile,
+            shape.models,
+            self.catalog,
+            self.floor_unit,
         )
 
 

@@ -33,7 +33,7 @@ KEYS = {ADMIN: "admin", PLANNER: "planner", VIEWER_ML: "viewer:ml", VIEWER_WEB: 
 MAX_ACTIVE = 4
 NOW = "2026-11-29T12:00:00+00:00"
 ROOT = Path(__file__).resolve().parent.parent
-_MAIN = "import sys; from gpuplan.planner.cli import main; sys.exit(main())"
+_MAIN = "import sys; from gpuplan.cli import main; sys.exit(main())"
 
 
 def auth(key: str) -> dict[str, str]:

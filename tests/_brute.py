@@ -56,6 +56,7 @@ from collections import Counter, defaultdict
 from collections.abc import Iterator, Sequence
 from dataclasses import dataclass
 from datetime import UTC, datetime, timedelta
+from fractions import Fraction
 from typing import Any
 
 from hypothesis import strategies as st
@@ -237,9 +238,81 @@ def penalty(inp: PlanningInput, w: Workload, catalog: HardwareCatalog, now: date
     )
 
 
+def _gpu_share(shape: Shape, catalog: HardwareCatalog) -> Fraction:
+    """GPU-equivalents one replica of ``shape`` asks for (README, "Fairness floor"): its whole GPUs, its
+    fraction, or its MIG profile's smallest compute share on the models it allows."""
+    if shape.kind == "whole":
+        return Fraction(shape.gpus)
+    if shape.kind == "fraction":
+        return Fraction(shape.share_milli, 1000)
+    allowed = {catalog.canonical(m) for m in shape.gpu_models}
+    shares = [
+        Fraction(m.profile_map[shape.mig_profile].compute_slices, m.compute_slices)
+        for m in catalog.models
+        if shape.mig_profile in m.profile_map and (not allowed or m.name in allowed)
+    ]
+    return min(shares, default=Fraction(1))
+
+
+def _use_share(inp: PlanningInput, node: str, g: GpuUse, catalog: HardwareCatalog) -> Fraction:
+    """GPU-equivalents one GPU use holds: 1 whole, milli / 1000, a MIG instance's compute share."""
+    if g.mig_profile is not None:
+        model = catalog.model(inp.cluster.node_by_name[node].gpu_by_index[g.index].model)
+        return Fraction(model.profile_map[g.mig_profile].compute_slices, model.compute_slices)
+    return Fraction(1) if g.milli is None else Fraction(g.milli, 1000)
+
+
+def floor_lack(plan: Plan, inp: PlanningInput, catalog: HardwareCatalog = CATALOG) -> int:
+    """Whole GPU-equivalents the teams lack of the policy's fairness floor (README, "Fairness floor"):
+    each team's max-min fair entitlement of the cluster's GPUs (water-filling by the fair-share shares,
+    1 each without; capped at its replicas' demand), its floor ``level x entitlement`` rounded up to the
+    catalog's quota unit, and what it holds in the plan; each team's lack rounded up to a whole GPU."""
+    level = inp.policy.fair_floor
+    if level is None:
+        return 0
+    unit = 1000 * math.lcm(*(m.compute_slices for m in catalog.models))
+    demand: dict[str, Fraction] = defaultdict(Fraction)
+    for w in inp.workloads:
+        demand[w.team] += w.replicas * _gpu_share(w.shapes[0], catalog)
+    fair = inp.policy.fair_share
+    weight = {
+        t: Fraction(repr(1.0 if fair is None else fair.shares.get(t, fair.default_share))) for t in demand
+    }
+    left = Fraction(sum(len(n.gpus) for n in inp.cluster.nodes))
+    entitled = {t: Fraction(0) for t in demand}
+    active = {t for t in demand if demand[t] > 0}
+    while active and left > 0:
+        level_now = left / sum(weight[t] for t in active)
+        capped = {t for t in active if demand[t] <= level_now * weight[t]}
+        if not capped:
+            for t in active:
+                entitled[t] = level_now * weight[t]
+            break
+        for t in capped:
+            entitled[t] = demand[t]
+            left -= demand[t]
+        active -= capped
+    held: dict[str, Fraction] = defaultdict(Fraction)
+    for a in plan.assignments:
+        for g in a.gpus:
+            held[inp.workload_by_id[a.workload].team] += _use_share(inp, a.node, g, catalog)
+    lack = 0
+    for t, e in entitled.items():
+        if e > 0:
+            floor = Fraction(math.ceil(Fraction(repr(level)) * e * unit), unit)
+            lack += max(0, math.ceil(floor - held[t]))
+    return lack
+
+
 def queue_of(plan: Plan, inp: PlanningInput, catalog: HardwareCatalog = CATALOG) -> int:
-    """The queue term of a plan, recomputed from its waiting list."""
-    return sum(penalty(inp, inp.workload_by_id[u.workload], catalog) for u in plan.unplaced)
+    """The queue term of a plan, recomputed from its waiting list, and under a fairness floor each whole
+    GPU-equivalent its teams lack of it at one more than every replica's penalty added."""
+    waiting = sum(penalty(inp, inp.workload_by_id[u.workload], catalog) for u in plan.unplaced)
+    lack = floor_lack(plan, inp, catalog)
+    if not lack:
+        return waiting
+    every = sum(w.replicas * penalty(inp, w, catalog) for w in inp.workloads)
+    return waiting + (1 + every) * lack
 
 
 @dataclass(frozen=True)
@@ -542,7 +615,11 @@ class _Search:
         if violations:
             self.rejected[violations[0].rule] += 1
             return
-        self.best, self.plan = cost, plan
+        # The waiting replicas' penalties bound the queue term from below while the search goes down; a
+        # fairness floor's part is known at the leaf only.
+        total = cost if self.inp.policy.fair_floor is None else queue_of(plan, self.inp, self.catalog)
+        if self.best is None or total < self.best:
+            self.best, self.plan = total, plan
 
     # --- plans -----------------------------------------------------------------------------------------
 
@@ -825,7 +902,7 @@ def with_running(draw: st.DrawFn, inp: PlanningInput, *, drift: bool) -> Plannin
     instances let them run; without running work if the product's own input check refuses the state,
     or, unless ``drift``, if the state breaks a rule of the validator or runs a gang in part (quotas,
     isolation, gangs: fleets drift into such states)."""
-    from gpuplan.planner.pipeline.occupancy import running_conflicts
+    from gpuplan.planner.validation.occupancy import running_conflicts
 
     held: dict[tuple[str, int], list[tuple[GpuUse, int]]] = defaultdict(list)
     cpu: Counter[str] = Counter()
@@ -1009,7 +1086,7 @@ def stratum_input(
     finds it breaks a rule or a gang runs in part, the same input with nothing running."""
     from pydantic import ValidationError
 
-    from gpuplan.planner.pipeline.occupancy import running_conflicts
+    from gpuplan.planner.validation.occupancy import running_conflicts
 
     data = {"cluster": {"nodes": nodes}, "workloads": workloads, "policy": policy}
     try:
@@ -1452,6 +1529,42 @@ def fair_share_stratum(draw: st.DrawFn) -> PlanningInput:
 
 
 @st.composite
+def fair_floor_stratum(draw: st.DrawFn) -> PlanningInput:
+    """The fairness floor binds: teams a and b ask for more than the cluster holds, a's work ranks
+    higher (a better tier, or a longer wait), so the queue alone would serve a first; the floor (drawn
+    from 0.3 to 1) asks for b's max-min fair share, with shares drawn or equal, some work running."""
+    nodes = [_node(f"n{i}", _l4(n)) for i, n in enumerate(draw(st.sampled_from([[1], [2], [1, 1]])))]
+    workloads: list[dict[str, Any]] = []
+    if draw(st.booleans()):
+        held = [{"index": 0}] if draw(st.booleans()) else [{"index": 0, "milli": 500}]
+        workloads.append(
+            _running(
+                "r", "n0", held, hours=draw(st.sampled_from([1, 5])), team=draw(st.sampled_from(TEAMS)),
+                **({"gpus": 1} if "milli" not in held[0] else {"gpu_milli": 500}),
+            )
+        )  # fmt: skip
+    high, low = draw(st.sampled_from([("standard", "background"), ("standard", "standard")]))
+    for j, (team, tier) in enumerate([("a", high), ("b", low), (draw(st.sampled_from(TEAMS)), low)]):
+        ask = (
+            {"gpu_milli": draw(st.sampled_from([300, 500]))} if draw(st.integers(0, 2)) == 0 else {"gpus": 1}
+        )
+        workloads.append(
+            {
+                "id": f"w{j}",
+                "team": team,
+                "tier": tier,
+                "replicas": draw(st.integers(1, 2)),
+                "queued_since": _ago(draw(st.sampled_from([30, 0])) if team == "a" else 0),
+                **ask,
+            }
+        )
+    policy: dict[str, Any] = {"fair_floor": draw(st.sampled_from([0.3, 0.5, 0.8, 1.0]))}
+    if draw(st.booleans()):
+        policy["fair_share"] = {"shares": {"a": 1, "b": draw(st.sampled_from([1, 2, 3]))}, "max_factor": 1.0}
+    return stratum_input(nodes, workloads, policy)
+
+
+@st.composite
 def known_stratum(draw: st.DrawFn) -> PlanningInput:
     """The classes of disagreement found last (each a strict xfail of
     ``tests/solvers/test_differential.py`` until fixed): a gang partly running (drift), a sharing change
@@ -1515,6 +1628,7 @@ def strata(*, small: bool = False) -> dict[str, st.SearchStrategy[PlanningInput]
         "gangs": gang_stratum(),
         "sharing": sharing_stratum(),
         "fair-share": fair_share_stratum(),
+        "fair-floor": fair_floor_stratum(),
     }
 
 

@@ -1,5 +1,6 @@
 """docs/ARCHITECTURE.md names only what exists: every backticked file or folder path, and every dotted
-module (``gpuplan.solvers.base``, ``planner.cli``) with the first name it takes from that module."""
+module (``gpuplan.solvers.base``, ``planner.pipeline``, ``gpuplan.cli.plan``) with the first name it takes
+from that module."""
 
 from __future__ import annotations
 
@@ -13,9 +14,13 @@ from tests._paths import ROOT_DIR
 
 DOC = ROOT_DIR / "docs" / "ARCHITECTURE.md"
 PACKAGES = ("models", "solvers", "planner", "api", "data")
+#: The root package's own sub-packages, by where they live (the command line, ``gpuplan.cli``).
+ROOT_PACKAGES = {"cli": ROOT_DIR / "src" / "gpuplan" / "cli"}
 _TICKED = re.compile(r"`([^`\s]+)`")
 _PATH = re.compile(r"^[\w.*-]+(/[\w.*-]+)*/?$")
-_DOTTED = re.compile(rf"^(gpuplan\.)?({'|'.join(PACKAGES)})(\.\w+)+$")
+_DOTTED = re.compile(
+    rf"^((gpuplan\.)?({'|'.join(PACKAGES)})(\.\w+)+|gpuplan\.({'|'.join(ROOT_PACKAGES)})(\.\w+)*)$"
+)
 
 
 def _repo_files() -> list[str]:
@@ -47,7 +52,7 @@ def _module_names(token: str) -> bool:
     """Whether the longest module prefix of dotted ``token`` exists and defines or imports the first
     name after it (``solvers.base.get_solver``: ``get_solver`` in ``solvers/base.py``)."""
     parts = token.removeprefix("gpuplan.").split(".")
-    path = ROOT_DIR / parts[0]
+    path = ROOT_PACKAGES.get(parts[0], ROOT_DIR / parts[0])
     i = 1
     while i < len(parts) and ((path / parts[i]).is_dir() or path.joinpath(f"{parts[i]}.py").exists()):
         path = path / parts[i]

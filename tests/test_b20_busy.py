@@ -43,8 +43,8 @@ from benchmarks.b20_busy import (
 )
 from benchmarks.common import markdown
 from gpuplan.api.schemas import PlanRequest
+from gpuplan.cli.common import load_input
 from gpuplan.models.inputs import PlanningInput
-from gpuplan.planner.cli.common import load_input
 
 
 def _row(

@@ -21,8 +21,9 @@ import pytest
 
 ROOT = Path(__file__).resolve().parent.parent
 CODE = ("models", "planner", "solvers", "api")
-#: What the scan for imports by name reads: the code and the benchmarks (a root package of the contracts).
-SCANNED = (*CODE, "benchmarks")
+#: What the scan for imports by name reads: the code, the command line (``gpuplan.cli``, in the root
+#: package) and the benchmarks (a root package of the contracts).
+SCANNED = (*CODE, "src/gpuplan/cli", "benchmarks")
 #: Where the tree may import a module by name: the solver registry, which names its back-ends.
 BY_NAME_ALLOWED = {Path("solvers/base.py")}
 #: Functions that import a module, or load one from a file, by a name known only at run time:
@@ -48,7 +49,9 @@ BY_NAME = frozenset(
 
 #: Contract names (``pyproject.toml``, each the start of one name), as the injected imports below expect them
 #: broken.
-LAYERS_PLANNER = "The planner's packages are layered: the CLI on top, the rulebook at the bottom"
+LAYERS = "Layers: the command line uses the API and the planner, the API the planner"
+NO_CLI_IN_API = "The API does not import the command line"
+LAYERS_PLANNER = "The planner's packages are layered: the presentation on top, the rulebook at the bottom"
 SOLVERS_LAYERED = "The solvers are layered: back-ends over the greedy kernel"
 NO_CYCLES = "No cycles: the modules of every package import one another without cycles"
 VALIDATOR = "The validator is independent of every solver"
@@ -60,6 +63,16 @@ SOLVERS_PUBLIC = {"base", "run_options"}
 
 #: (file, line added, contract it breaks): the forbidden imports of the architecture's rules.
 INJECTED = {
+    "planner imports the command line": (
+        "planner/planning.py",
+        "from gpuplan.cli import common as _injected",
+        LAYERS,
+    ),
+    "API imports the command line": (
+        "api/cli.py",
+        "from gpuplan.cli import common as _injected",
+        NO_CLI_IN_API,
+    ),
     "validator imports a planning pass": (
         "planner/validation/validate.py",
         "from gpuplan.planner.pipeline import actions as _injected",
@@ -272,11 +285,11 @@ def test_an_import_by_name_around_a_layer_is_found(case: str, tmp_path: Path) ->
     repo = tmp_path / "repo"
     shutil.copytree(ROOT / "planner", repo / "planner", ignore=shutil.ignore_patterns("__pycache__"))
     for top in SCANNED:
-        (repo / top).mkdir(exist_ok=True)
-    summary = repo / "planner/pipeline/summary.py"
+        (repo / top).mkdir(parents=True, exist_ok=True)
+    file = "planner/presentation/summary.py"
     assert by_name_imports(repo) == []
-    _inject(repo, "planner/pipeline/summary.py", AROUND[case])
-    assert by_name_imports(repo) == [f"planner/pipeline/summary.py:{len(summary.read_text().splitlines())}"]
+    _inject(repo, file, AROUND[case])
+    assert by_name_imports(repo) == [f"{file}:{len((repo / file).read_text().splitlines())}"]
 
 
 def test_an_import_by_name_in_a_function_is_found_on_its_line() -> None:

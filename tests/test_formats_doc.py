@@ -19,13 +19,13 @@ from typing import Any
 import pytest
 from pydantic import TypeAdapter
 
+from gpuplan.cli import main
 from gpuplan.models.capacity import CapacityReport, NodeTypeCatalog, ScenarioFile
 from gpuplan.models.catalog import default_catalog, extend_catalog
 from gpuplan.models.review import ReplayReport, RuleCost
 from gpuplan.planner.capacity.node_types import load_node_types
 from gpuplan.planner.capacity.scenarios import load_scenarios
-from gpuplan.planner.cli import main
-from gpuplan.planner.pipeline.files import WORKLOAD_COLUMNS, load_cluster, load_input, load_plan
+from gpuplan.planner.io.files import WORKLOAD_COLUMNS, load_cluster, load_input, load_plan
 from gpuplan.planner.validation.validate import check_plan
 
 ROOT = Path(__file__).resolve().parent.parent

@@ -17,7 +17,7 @@ from gpuplan.api.metrics import ApiMetrics
 from gpuplan.api.middleware import request_key
 from gpuplan.api.outage import Outage, unreachable
 from gpuplan.api.schemas import Health
-from gpuplan.api.store import JobStatus
+from gpuplan.planner.store.records import JobStatus
 
 T = TypeVar("T")
 

@@ -19,8 +19,8 @@ from gpuplan.api.deps import Admin, StoreDep
 from gpuplan.api.errors import InputRejected
 from gpuplan.api.jobs import actor
 from gpuplan.api.keys import KeyRecord, KeyStore, parse_expiry
-from gpuplan.api.store import now
 from gpuplan.models.base import InputError
+from gpuplan.planner.store.records import now
 
 router = APIRouter(prefix="/v1/keys", tags=["keys"])
 

@@ -13,8 +13,9 @@ from gpuplan.api.bodies import PlanBody, documented
 from gpuplan.api.deps import Caller, JobsDep, RunnerDep, SettingsDep, StoreDep, Submitter
 from gpuplan.api.jobs import SUBMIT_RESPONSES, JobId, Wait, actor, check_active, too_many_active
 from gpuplan.api.schemas import AuditOut, JobOut, JobPage, JobResult, PlanRequest
-from gpuplan.api.store import ActiveLimitReached, JobStatus
+from gpuplan.api.store import ActiveLimitReached
 from gpuplan.api.views import PLAN, PLANS, job_out, readable, result_body, visible_result
+from gpuplan.planner.store.records import JobStatus
 
 
 def _iso(value: object) -> object:

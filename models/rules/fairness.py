@@ -17,14 +17,17 @@ from __future__ import annotations
 
 import math
 from collections import defaultdict
-from collections.abc import Iterable, Mapping
+from collections.abc import Callable, Collection, Iterable, Mapping
 from dataclasses import dataclass
 from datetime import datetime
+from fractions import Fraction
 
 from gpuplan.models.hardware import HardwareCatalog
 from gpuplan.models.inputs import PlanningInput
-from gpuplan.models.policy import FairShare, fair_units
-from gpuplan.models.rules.quota import gpu_equivalents
+from gpuplan.models.plan import Assignment
+from gpuplan.models.policy import FairShare, Policy, fair_units
+from gpuplan.models.rules.quota import gpu_equivalents, use_units
+from gpuplan.models.workload import Shape
 
 
 def decayed_gpu_hours(
@@ -117,3 +120,147 @@ def input_standings(inp: PlanningInput, catalog: HardwareCatalog, now: datetime)
         for team, hours in part.items():
             usage[team] += hours
     return standings(fair, [*inp.policy.teams, *(w.team for w in inp.workloads)], usage)
+
+
+# The fairness floor: every team is allocated at least a share of its max-min fair entitlement.
+#
+# Entitlements are max-min fair (water-filling) over the fleet's GPU-equivalents: each team's share
+# weight (``fair_share.shares``, 1 each without a fair-share policy) of what is left, capped at what the
+# team asks for (running and waiting replicas, each at its first alternative), the rest shared again
+# among the others. GPU-equivalents are in quota units (:func:`~gpuplan.models.rules.quota.quota_unit`),
+# so the solvers' integer sums and these are the same numbers. A plan's fairness level is the lowest
+# ratio of a team's allocation to its entitlement; a floor ``level`` asks every team with an entitlement
+# for at least ``ceil(level * entitlement)`` units (:func:`floor_units`).
+
+
+def max_min_entitlements(
+    capacity: int, demand: Mapping[str, int], weight: Mapping[str, Fraction]
+) -> dict[str, Fraction]:
+    """Each team's max-min fair entitlement of ``capacity`` units: shares in proportion to ``weight``,
+    none above the team's ``demand``, what a capped team leaves shared again among the others."""
+    out = {t: Fraction(0) for t in demand}
+    active = {t for t, d in demand.items() if d > 0}
+    left = Fraction(capacity)
+    while active and left > 0:
+        total = sum(weight[t] for t in active)
+        capped = {t for t in active if demand[t] <= left * weight[t] / total}
+        if not capped:
+            for t in active:
+                out[t] = left * weight[t] / total
+            break
+        for t in capped:
+            out[t] = Fraction(demand[t])
+            left -= demand[t]
+        active -= capped
+    return out
+
+
+def floor_units(level: Fraction, entitlement: Fraction) -> int:
+    """The fewest units a team with ``entitlement`` must hold under a floor of ``level``."""
+    return math.ceil(level * entitlement)
+
+
+def shortfall_steps(floor: int, served: int, unit: int) -> int:
+    """Whole GPU-equivalents (of ``unit`` units) a team holding ``served`` units lacks to reach
+    ``floor``: the fairness floor's term, which every solver and measure counts alike."""
+    return max(0, -(-(floor - served) // unit))
+
+
+def fairness_level(served: Mapping[str, int], entitled: Mapping[str, Fraction]) -> float | None:
+    """The lowest ratio of allocation to entitlement over teams with an entitlement (``None``: none)."""
+    ratios = [served.get(t, 0) / e for t, e in entitled.items() if e > 0]
+    return float(min(ratios)) if ratios else None
+
+
+def jain_index(served: Mapping[str, int], entitled: Mapping[str, Fraction]) -> float | None:
+    """Jain's fairness index of the teams' allocations normalised by their entitlements:
+    ``(sum x) ** 2 / (n * sum x ** 2)``, 1 when all get the same share of their entitlement."""
+    xs = [served.get(t, 0) / e for t, e in entitled.items() if e > 0]
+    square = sum(x * x for x in xs)
+    return None if not xs or square == 0 else float(sum(xs) ** 2 / (len(xs) * square))
+
+
+def replica_units(
+    kind: str,
+    gpus: int,
+    milli: int | None,
+    mig_profile: str | None,
+    models: Collection[str],
+    catalog: HardwareCatalog,
+    unit: int,
+) -> int:
+    """Units one replica of a shape asks for: its whole GPUs, its fraction, or the smallest share of a
+    GPU its MIG profile is on the (catalog-named) ``models`` it allows (empty: any)."""
+    if kind == "whole":
+        return gpus * unit
+    if kind != "mig":
+        return use_units(kind, milli, None, None, unit)
+    assert mig_profile is not None
+    sizes = [
+        use_units("mig", None, mig_profile, m, unit)
+        for m in catalog.models
+        if mig_profile in m.profile_map and (not models or m.name in models)
+    ]
+    return min(sizes, default=unit)
+
+
+def _replica_demand(shape: Shape, catalog: HardwareCatalog, unit: int) -> int:
+    """:func:`replica_units` of a workload's shape."""
+    models = {catalog.canonical(m) for m in shape.gpu_models}
+    return replica_units(shape.kind, shape.gpus, shape.gpu_milli, shape.mig_profile, models, catalog, unit)
+
+
+def team_weights(policy: Policy, teams: Iterable[str]) -> dict[str, Fraction]:
+    """Each team's share weight for entitlements, exactly from its decimal form: the fair-share policy's
+    ``shares`` (its ``default_share`` for others), 1 each without one."""
+    fair = policy.fair_share
+    return {t: Fraction(repr(1.0 if fair is None else fair.share(t))) for t in teams}
+
+
+def input_entitlements(inp: PlanningInput, catalog: HardwareCatalog, unit: int) -> dict[str, Fraction]:
+    """Each team's max-min fair entitlement (units) of the input's GPUs, for its replicas' demand."""
+    capacity = sum(len(n.gpus) for n in inp.cluster.nodes) * unit
+    demand: dict[str, int] = defaultdict(int)
+    for w in inp.workloads:
+        demand[w.team] += w.replicas * _replica_demand(w.shapes[0], catalog, unit)
+    return max_min_entitlements(capacity, demand, team_weights(inp.policy, demand))
+
+
+def input_floors(inp: PlanningInput, catalog: HardwareCatalog, unit: int) -> dict[str, int]:
+    """The units each team must hold under the policy's fairness floor (none without one)."""
+    level = inp.policy.fair_floor
+    if level is None:
+        return {}
+    exact = Fraction(repr(level))
+    return {t: floor_units(exact, e) for t, e in input_entitlements(inp, catalog, unit).items() if e > 0}
+
+
+def served_units(
+    assignments: Iterable[Assignment],
+    team_of: Callable[[Assignment], str],
+    gpu_model: Callable[[str, int], str],
+    catalog: HardwareCatalog,
+    unit: int,
+) -> dict[str, int]:
+    """Units each team holds in ``assignments`` (running work kept and new placements): ``team_of`` an
+    assignment's team, ``gpu_model`` the model of a node's GPU (by node name and GPU index)."""
+    out: dict[str, int] = defaultdict(int)
+    for a in assignments:
+        for g in a.gpus:
+            spec = None if g.mig_profile is None else catalog.model(gpu_model(a.node, g.index))
+            out[team_of(a)] += use_units(g.kind, g.milli, g.mig_profile, spec, unit)
+    return dict(out)
+
+
+def input_served(
+    inp: PlanningInput, catalog: HardwareCatalog, assignments: Iterable[Assignment], unit: int
+) -> dict[str, int]:
+    """:func:`served_units` of a plan of ``inp``."""
+    workloads, nodes = inp.workload_by_id, inp.cluster.node_by_name
+    return served_units(
+        assignments,
+        lambda a: workloads[a.workload].team,
+        lambda node, index: nodes[node].gpu_by_index[index].model,
+        catalog,
+        unit,
+    )

@@ -16,7 +16,7 @@ from gpuplan.models.hardware import HardwareCatalog
 from gpuplan.models.inputs import PlanningInput
 from gpuplan.models.workload import Workload
 from gpuplan.planner.capacity.scenarios import grow
-from gpuplan.planner.pipeline.files import describe, read_structured
+from gpuplan.planner.io.files import describe, read_structured
 
 #: Periods and period length (days) without a flag or a value in the growth file: four quarters.
 DEFAULT_PERIODS, DEFAULT_PERIOD_DAYS = 4, 91

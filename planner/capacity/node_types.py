@@ -16,8 +16,8 @@ from gpuplan.models.catalog import data_dir
 from gpuplan.models.cluster import Node
 from gpuplan.models.hardware import HardwareCatalog
 from gpuplan.planner.capacity.purchase import TypeSpec
+from gpuplan.planner.io.files import describe, read_structured
 from gpuplan.planner.pipeline.compile import compile_node
-from gpuplan.planner.pipeline.files import describe, read_structured
 
 #: Default purchasable catalog (example prices).
 DEFAULT_NODE_TYPES = "node_types.yaml"

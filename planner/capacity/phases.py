@@ -16,6 +16,7 @@ from gpuplan.planner.capacity.options import GapOptions
 from gpuplan.planner.capacity.repartition import repartitions_to_try
 from gpuplan.planner.pipeline.deadline import Deadline, Phases
 from gpuplan.planner.planning import make_plan
+from gpuplan.solvers.base import EXACT_SOLVERS
 
 #: The phases of one capacity-gap run.
 FLEET, REPARTITION, BOUND, PURCHASE, CHECK, REPAIR = (
@@ -30,13 +31,11 @@ PHASE_WEIGHTS: dict[str, float] = {
 #: With less time than this an optional phase (the re-partition re-plan, a repair round) is skipped and
 #: a required one (a placement solve, a MILP) gets this much: the deadline has as good as passed.
 MIN_PHASE_S = 0.1
-#: Back-ends that never stop at a time limit.
-HEURISTICS = frozenset({"first-fit", "best-fit", "greedy-fgd"})
 
 
 def stopped_early(plan: Plan) -> bool:
     """Whether an exact solver stopped at its time limit (a plan it did not prove optimal)."""
-    return plan.status in (PlanStatus.FEASIBLE, PlanStatus.FALLBACK) and plan.solver.name not in HEURISTICS
+    return plan.status in (PlanStatus.FEASIBLE, PlanStatus.FALLBACK) and plan.solver.name in EXACT_SOLVERS
 
 
 def run_phases(inp: PlanningInput, deadline: Deadline, *, fleet: bool) -> Phases:

@@ -33,8 +33,8 @@ from gpuplan.models.workload import Workload
 from gpuplan.planner.capacity.gap import WARM, capacity_gap
 from gpuplan.planner.capacity.node_types import load_node_types
 from gpuplan.planner.capacity.options import GapOptions
+from gpuplan.planner.io.files import describe, read_structured
 from gpuplan.planner.pipeline.deadline import Deadline
-from gpuplan.planner.pipeline.files import describe, read_structured
 from gpuplan.planner.planning import inputs_digest
 from gpuplan.solvers.parallel import run_tasks, slots
 

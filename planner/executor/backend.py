@@ -9,7 +9,7 @@ from typing import Protocol
 
 from gpuplan.models.cluster import Cluster
 from gpuplan.models.plan import Action, Assignment
-from gpuplan.planner.pipeline.occupancy import Holding, Key
+from gpuplan.planner.validation.occupancy import Holding, Key
 
 
 @dataclass(frozen=True)

@@ -50,8 +50,8 @@ from gpuplan.planner.pipeline.actions import (
 from gpuplan.planner.pipeline.compile import compile_problem
 from gpuplan.planner.pipeline.layouts import cluster_with_mig_modes
 from gpuplan.planner.pipeline.migmode import may_switch
-from gpuplan.planner.pipeline.occupancy import Holding, Key, holding
 from gpuplan.planner.pipeline.timeline import previous_reservations, quiet_overcommit
+from gpuplan.planner.validation.occupancy import Holding, Key, holding
 from gpuplan.solvers.greedy import FirstFit, GreedySolver
 from gpuplan.solvers.placement import Placer
 from gpuplan.solvers.problem import PlacementProblem, Request, Running, running_members

@@ -25,7 +25,7 @@ from gpuplan.planner.pipeline.actions import (
     target_mig_mode,
     target_sharing,
 )
-from gpuplan.planner.pipeline.occupancy import Key, Occupancy, OverCommitError, holding
+from gpuplan.planner.validation.occupancy import Key, Occupancy, OverCommitError, holding
 
 log = logging.getLogger(__name__)
 

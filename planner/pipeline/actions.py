@@ -8,7 +8,7 @@ non-MIG GPUs must be drained when the round starts), ``set-mig-mode`` (a GPU's M
 constants live beside ``Action`` in ``models.plan`` and are re-exported here, where the executor imports
 them). Inside a round the phases run in that order: stops, MIG destroys, MIG mode and sharing changes,
 MIG creates, starts (including the second half of each migration).
-:func:`schedule_rounds` replays every round on an :class:`~planner.pipeline.occupancy.Occupancy`, so no
+:func:`schedule_rounds` replays every round on an :class:`~planner.validation.occupancy.Occupancy`, so no
 intermediate state over-commits a GPU, a MIG instance or a node, and each round stays within the moves
 and preemptions the policy allows.
 """
@@ -45,7 +45,7 @@ from gpuplan.models.rules.disruption import (
 from gpuplan.models.rules.runtime import ran_long_enough
 from gpuplan.models.workload import Placement, Workload, where
 from gpuplan.planner.pipeline.layouts import cluster_with_mig_modes
-from gpuplan.planner.pipeline.occupancy import Key, Occupancy, OverCommitError, holding
+from gpuplan.planner.validation.occupancy import Key, Occupancy, OverCommitError, holding
 
 log = logging.getLogger(__name__)
 

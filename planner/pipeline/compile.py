@@ -11,7 +11,8 @@ from gpuplan.models.cluster import Node
 from gpuplan.models.hardware import HardwareCatalog
 from gpuplan.models.inputs import PlanningInput
 from gpuplan.models.plan import GpuUse
-from gpuplan.models.rules.fairness import input_standings
+from gpuplan.models.rules.fairness import input_floors, input_standings
+from gpuplan.models.rules.quota import quota_unit
 from gpuplan.models.rules.runtime import runtime_s
 from gpuplan.models.topology import link_graph, nvlink_cliques
 from gpuplan.models.workload import Shape, Workload
@@ -146,6 +147,8 @@ def compile_problem(inp: PlanningInput, catalog: HardwareCatalog, now: datetime)
         catalog=catalog,
         policy=policy,
         fair_share=input_standings(inp, catalog, now),
+        fair_floor=input_floors(inp, catalog, quota_unit(catalog)),
+        floor_unit=quota_unit(catalog),
         arrivals=tuple(
             shapes
             for w in inp.arrivals

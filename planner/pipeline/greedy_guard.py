@@ -19,8 +19,8 @@ from gpuplan.models.hardware import HardwareCatalog
 from gpuplan.models.inputs import PlanningInput
 from gpuplan.models.plan import PlanStatus
 from gpuplan.planner.pipeline.deadline import Deadline
-from gpuplan.planner.pipeline.occupancy import Key
 from gpuplan.planner.pipeline.timeline import TIMELINE_CUT, Reservation, with_reservations
+from gpuplan.planner.validation.occupancy import Key
 from gpuplan.solvers.base import SolveResult, instead_of
 from gpuplan.solvers.evaluate import queue_term
 from gpuplan.solvers.greedy import Fgd

@@ -29,9 +29,9 @@ from gpuplan.models.hardware import HardwareCatalog
 from gpuplan.models.inputs import PlanningInput
 from gpuplan.models.plan import Assignment, GpuUse, MigLayout, PlanStatus
 from gpuplan.planner.pipeline.layouts import cluster_with_layouts
-from gpuplan.planner.pipeline.occupancy import Holding, Key, Occupancy, holding
 from gpuplan.planner.pipeline.timeline import OVERDUE_S, duration_s
 from gpuplan.planner.pipeline.verdict import result_violations
+from gpuplan.planner.validation.occupancy import Holding, Key, Occupancy, holding
 from gpuplan.solvers.base import SolveResult
 from gpuplan.solvers.evaluate import NodeFragmentation
 from gpuplan.solvers.placement.rules import Rules, reserved_teams

@@ -36,8 +36,8 @@ from gpuplan.models.policy import Policy
 from gpuplan.models.workload import Workload, fitting_alternative
 from gpuplan.planner.pipeline.deadline import Deadline
 from gpuplan.planner.pipeline.layouts import cluster_with_layouts
-from gpuplan.planner.pipeline.occupancy import Holding, Key, Occupancy, holding
 from gpuplan.planner.pipeline.verdict import result_violations
+from gpuplan.planner.validation.occupancy import Holding, Key, Occupancy, holding
 from gpuplan.solvers.base import SolveResult
 from gpuplan.solvers.evaluate import with_layouts
 from gpuplan.solvers.greedy import BestFitScorer

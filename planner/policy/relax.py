@@ -5,9 +5,11 @@ with it against the plan with the policy as given prices that rule alone."""
 
 from __future__ import annotations
 
+from collections.abc import Iterable
 from dataclasses import dataclass
 
 from gpuplan.models.policy import IsolationKind, IsolationRule, Policy, Quota
+from gpuplan.models.workload import Workload
 
 
 @dataclass(frozen=True)
@@ -154,3 +156,8 @@ def relaxations(policy: Policy, running: int) -> tuple[list[Relaxation], list[st
     budget, notes = _disruption(policy, running) if running else ([], ["the disruption budget: nothing runs"])
     found = [*_isolation(policy), *_quotas(policy), *switches, *budget, *_weights(policy)]
     return found, [*(f"{name}: already allowed" for name in on), *notes]
+
+
+def input_relaxations(policy: Policy, workloads: Iterable[Workload]) -> tuple[list[Relaxation], list[str]]:
+    """:func:`relaxations` of ``policy`` for ``workloads`` (whose replicas running now bound the budget)."""
+    return relaxations(policy, sum(len(w.running_on) for w in workloads))

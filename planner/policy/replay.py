@@ -7,10 +7,12 @@ gives back the stored objectives within their gaps.
 
 from __future__ import annotations
 
+import json
 import logging
 from collections.abc import Callable, Iterable
 from dataclasses import dataclass
 from datetime import datetime
+from typing import Any
 
 from gpuplan.models.hardware import HardwareCatalog
 from gpuplan.models.inputs import PlanningInput
@@ -18,10 +20,11 @@ from gpuplan.models.plan import Plan
 from gpuplan.models.policy import Policy
 from gpuplan.models.review import ReplayedPlan, ReplayLine, ReplayReport, Tally
 from gpuplan.models.workload import Workload
-from gpuplan.planner.pipeline.files import planning_input
+from gpuplan.planner.io.files import planning_input
 from gpuplan.planner.planning import make_plan
 from gpuplan.planner.policy.measure import Measure, solve_figures, within_gaps
 from gpuplan.planner.store.history import PlanHistory, StoredPlan
+from gpuplan.planner.store.records import JobRecord
 
 log = logging.getLogger(__name__)
 
@@ -82,6 +85,54 @@ def _lines(stored: dict[str, Tally], replayed: dict[str, Tally]) -> tuple[Replay
     )
 
 
+def _input(stored: StoredPlan, policy: Policy, source: str, catalog: HardwareCatalog) -> PlanningInput:
+    """Stored plan ``stored``'s cluster and workloads under ``policy``, checked (an input error naming
+    ``source`` and the plan when the policy does not fit them)."""
+    return planning_input(
+        stored.inputs.cluster,
+        stored.inputs.workloads,
+        policy,
+        catalog,
+        f"{source} on plan {stored.id}'s inputs",
+    )
+
+
+def check_policy(items: Iterable[Replayable], policy: Policy, source: str, catalog: HardwareCatalog) -> None:
+    """An input error, before any solve, when ``policy`` does not fit the inputs of one of ``items``."""
+    for item in items:
+        _input(item.stored, policy, source, catalog)
+
+
+def replayable_data(item: Replayable) -> dict[str, Any]:
+    """``item`` as JSON data (what a replay job of the REST API stores), read back by :func:`replayable`."""
+    s = item.stored
+    previous = item.previous
+    return {
+        "id": s.id,
+        "job_id": s.job_id,
+        "created_at": s.created_at.isoformat(),
+        "job": json.loads(s.job.model_dump_json()),
+        "plan": json.loads(s.plan.model_dump_json(by_alias=True)),
+        "inputs": json.loads(s.inputs.model_dump_json()),
+        "previous": None if previous is None else json.loads(previous.model_dump_json(by_alias=True)),
+    }
+
+
+def replayable(data: dict[str, Any], catalog: HardwareCatalog) -> Replayable:
+    """The item :func:`replayable_data` wrote."""
+    context = {"catalog": catalog}
+    previous = data.get("previous")
+    stored = StoredPlan(
+        id=int(data["id"]),
+        job_id=str(data["job_id"]),
+        created_at=datetime.fromisoformat(str(data["created_at"])),
+        plan=Plan.model_validate_json(json.dumps(data["plan"])),
+        inputs=PlanningInput.model_validate_json(json.dumps(data["inputs"]), context=context),
+        job=JobRecord.model_validate_json(json.dumps(data["job"])),
+    )
+    return Replayable(stored, None if previous is None else Plan.model_validate_json(json.dumps(previous)))
+
+
 def replay_one(
     item: Replayable,
     policy: Policy,
@@ -97,13 +148,7 @@ def replay_one(
     now = _planned_at(stored)
     solver = str(prov.get("solver", stored.plan.solver.name))
     seed = int(prov.get("seed", 0))
-    inp: PlanningInput = planning_input(
-        stored.inputs.cluster,
-        stored.inputs.workloads,
-        policy,
-        catalog,
-        f"{source} on plan {stored.id}'s inputs",
-    )
+    inp = _input(stored, policy, source, catalog)
     rounds = int(prov.get("replan_rounds", 1))
     plan = make_plan(
         inp.model_copy(update={"policy": with_rounds(inp.policy, rounds)}),

@@ -1,9 +1,10 @@
-"""The one store of plans and jobs: plans made by ``gpuplan replan`` and jobs of the API, their inputs,
-results and audit trail, and the API's keys, in one SQLite file or PostgreSQL database.
+"""The plan history: plans made by ``gpuplan replan`` and by the API's jobs, their inputs and results, in
+one SQLite file or PostgreSQL database, which the API's store (``api.store``) shares.
 
-``records`` defines a job once (a pydantic model), ``tables`` derives the job table from it, ``migrate``
-brings any database (empty, or made by the code before this store) to the current schema with Alembic,
-``keys`` defines the API keys (roles, hashes, expiry), ``store`` reads and writes it all, one short
-transaction per call, ``db`` makes the engines and ``history`` reads and diffs the plans of ``gpuplan
-replan``. The job queue that servers and workers share is the API's (:mod:`gpuplan.api.queue`).
+``records`` defines a job once (a pydantic model) and its input, ``tables`` derives the job table from
+it, ``migrate`` brings any database (empty, made before Alembic, or upgraded by the single chain of
+revisions before the API had its own) to the current plan tables with Alembic (the plan history's chain;
+the API's runs after it), ``plans`` reads and writes the plans, one short transaction per call, ``db``
+makes the engines and ``history`` reads and diffs the plans of ``gpuplan replan``. The API's tables
+(keys, the audit trail, workers, the job queue's columns), admission and queue are the API's.
 """

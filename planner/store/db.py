@@ -1,6 +1,7 @@
-"""Database engines for the store of plans and jobs (``planner.store``): a SQLite file or a PostgreSQL
-URL, with time limits on every wait for the database when asked (:func:`make_engine`), and the one
-transaction that holds the write lock from its start (for schema upgrades)."""
+"""Database engines for the plan history (``planner.store``) and the API's store on the same database
+(``api.store``): a SQLite file or a PostgreSQL URL, with time limits on every wait for the database when
+asked (:func:`make_engine`), and the one transaction that holds the write lock from its start (for
+schema upgrades, and the API's admissions under a lock of their own)."""
 
 from __future__ import annotations
 
@@ -27,9 +28,6 @@ DEFAULT_SQLITE = "gpuplan.db"
 TEST_POSTGRES_ENV = "GPUPLAN_TEST_POSTGRES_URL"
 #: The PostgreSQL advisory lock that :func:`locked` takes (any fixed number; this is "gpup" in ASCII).
 ADVISORY_LOCK = 0x67707570
-#: The PostgreSQL advisory lock under which a job is admitted (counted against the active-job limit and
-#: inserted): apart from :data:`ADVISORY_LOCK`, so that admissions do not wait for a schema upgrade's.
-ADMISSION_LOCK = ADVISORY_LOCK + 1
 #: Tries, and the pause between them, at switching a SQLite file to WAL while other connections open it.
 WAL_ATTEMPTS = 200
 WAL_RETRY_S = 0.05

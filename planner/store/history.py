@@ -1,5 +1,5 @@
-"""Plan history for ``gpuplan replan``: the plans in the one store (``planner.store``), diffs, and the
-usage the stored plans record for fair share.
+"""Plan history for ``gpuplan replan``: the plans in the plan tables (``plans``), diffs, and the usage the
+stored plans record for fair share.
 
 A plan replan stores is a ``done`` job of source ``replan`` with its inputs and provenance, written in
 one transaction, so a run killed at any point either stored its whole plan or nothing, and the previous
@@ -29,8 +29,16 @@ from gpuplan.models.workload import where
 from gpuplan.planner.pipeline.metrics import gpu_equivalents
 from gpuplan.planner.pipeline.timeline import predicted_waits
 from gpuplan.planner.store.db import make_engine
-from gpuplan.planner.store.records import CLI, PLAN_KIND, JobInput, JobRecord, JobSource, JobStatus, now
-from gpuplan.planner.store.store import Store, StoredJob
+from gpuplan.planner.store.plans import PlanStore, StoredJob
+from gpuplan.planner.store.records import (
+    CLI_SUBMITTER,
+    PLAN_KIND,
+    JobInput,
+    JobRecord,
+    JobSource,
+    JobStatus,
+    now,
+)
 
 #: Most stored plans read for fair-share usage, newest first; and how many half-lives back they are read
 #: (a GPU-hour that old weighs less than a millionth of one now).
@@ -96,11 +104,12 @@ class PlanHistory:
     """The plans in a SQLite file (default ``gpuplan.db``) or a PostgreSQL database."""
 
     def __init__(self, target: str | None = None, engine: Engine | None = None) -> None:
-        self.store = Store(engine or make_engine(target))
+        self.store = PlanStore(engine or make_engine(target))
 
     def save(self, plan: Plan, inputs: PlanningInput) -> int:
         """Store a plan with its inputs and provenance as one done job, in one transaction; return its
-        number (the plan number replan prints)."""
+        number (the plan number replan prints). The audit trail is the API's: what was done through it
+        (a plan of replan has none; its job says ``submitted_by`` cli)."""
         provenance = plan.provenance
         solver = str(provenance.get("solver", plan.solver.name))
         time_limit = float(provenance.get("replan_time_limit_s", provenance.get("time_limit_s", 0.0)))
@@ -115,7 +124,7 @@ class PlanHistory:
             time_limit_s=time_limit,
             nodes=len(inputs.cluster.nodes),
             workloads=len(inputs.workloads),
-            submitted_by=CLI.key_id,
+            submitted_by=CLI_SUBMITTER,
             created_at=stamp,
             started_at=stamp,
             finished_at=stamp,
@@ -134,14 +143,8 @@ class PlanHistory:
             "rounds": int(provenance.get("replan_rounds", 1)),
         }
         digest = str(provenance.get("inputs_sha256", ""))
-        detail = {"source": JobSource.REPLAN.value, "inputs_sha256": digest, "options": options}
-        return self.store.create_job(
-            job,
-            JobInput(digest, inputs.model_dump_json(), options),
-            CLI,
-            detail,
-            result_json=plan.model_dump_json(by_alias=True),
-        )
+        data = JobInput(digest, inputs.model_dump_json(), options)
+        return self.store.save(job, data, plan.model_dump_json(by_alias=True))
 
     def latest(self) -> StoredPlan | None:
         """The plan that was stored last, by replan or by the API, if any."""

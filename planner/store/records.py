@@ -1,7 +1,10 @@
-"""A job as the store keeps it: the single definition of a job's fields.
+"""A job as the plan history keeps it: the single definition of a job's fields and of its input.
 
-The job table's columns (``tables``), the row-to-record mapping (``store``) and the API's job body
-(``api.schemas.JobOut``, which adds live progress and links) all derive from :class:`JobRecord`.
+A job is one plan asked for, by ``gpuplan replan`` (stored done) or through the API (queued, run, then
+closed). The job table's columns (``tables``, and the API's view of it, ``api.store.tables``), the
+row-to-record mappings (``plans``, ``api.store.store``) and the API's job body (``api.schemas.JobOut``,
+which adds live progress and links) all derive from :class:`JobRecord`; what a job was asked to plan is
+a :class:`JobInput`, wherever it is read (a stored plan, a job the API's queue hands out).
 """
 
 from __future__ import annotations
@@ -34,9 +37,6 @@ class JobSource(StrEnum):
     REPLAN = "replan"
 
 
-ACTIVE = (JobStatus.QUEUED, JobStatus.RUNNING)
-#: Finished jobs that may be submitted again with their stored input.
-RESUBMITTABLE = (JobStatus.INTERRUPTED, JobStatus.FAILED, JobStatus.CANCELLED)
 #: The kind of a placement-plan job (the other kind is ``capacity-gap``).
 PLAN_KIND = "plan"
 
@@ -101,13 +101,5 @@ class JobInput:
     options: dict[str, Any]
 
 
-@dataclass(frozen=True)
-class Actor:
-    """Who did something, for the audit trail."""
-
-    key_id: str
-    role: str
-
-
-#: The actor of jobs stored by the command line (``gpuplan replan``).
-CLI = Actor("cli", "cli")
+#: Who submitted the jobs stored by the command line (``gpuplan replan``), in ``submitted_by``.
+CLI_SUBMITTER = "cli"

@@ -1,13 +1,12 @@
-"""The store's tables: one SQLAlchemy metadata for plans, jobs, their inputs and results, the audit trail
-and API keys.
+"""The plan history's tables: jobs (every plan asked for, by ``gpuplan replan`` or the API), their inputs
+and results.
 
 The job table's columns are derived from :class:`~gpuplan.planner.store.records.JobRecord` (its field
 types, optionality and :class:`~gpuplan.planner.store.records.Length` hints), plus ``number``, the
-store's own sequence: the order jobs were stored in, and the plan number ``gpuplan replan`` prints,
-and the queue's columns, which are not part of a job's record: the lease of the process running it
-(``lease_owner``, ``lease_until``), how many leases ran out (``lease_expiries``) and its last progress.
-The schema of a database is made by the Alembic migrations in ``migrations/``, never by ``create_all``;
-a test checks that the migrated schema is this one.
+store's own sequence: the order jobs were stored in, and the plan number ``gpuplan replan`` prints.
+The API adds its queue's columns to the same table (:func:`job_table`, ``api.store.tables``). The
+schema of a database is made by the Alembic migrations in ``migrations/``, never by ``create_all``; a
+test checks that the migrated schema is this one.
 """
 
 from __future__ import annotations
@@ -31,6 +30,7 @@ from sqlalchemy import (
     Text,
     UniqueConstraint,
 )
+from sqlalchemy.schema import SchemaItem
 from sqlalchemy.types import TypeEngine
 
 from gpuplan.planner.store.records import JobRecord, Length
@@ -73,22 +73,24 @@ def job_columns() -> list[Column[Any]]:
     ]
 
 
-jobs = Table(
-    "gpuplan_jobs",
-    metadata,
-    Column("number", Integer, primary_key=True, autoincrement=True),
-    *job_columns(),
-    Column("lease_owner", String(100), nullable=True),
-    Column("lease_until", DateTime(timezone=True), nullable=True),
-    Column("lease_expiries", Integer, nullable=False, server_default="0"),
-    Column("progress", Text, nullable=True),
-    UniqueConstraint("id", name="uq_gpuplan_jobs_id"),
-    Index("ix_gpuplan_jobs_created", "created_at"),
-    Index("ix_gpuplan_jobs_finished", "finished_at"),
-    Index("ix_gpuplan_jobs_team", "team"),
-    Index("ix_gpuplan_jobs_status", "status"),
-    Index("ix_gpuplan_jobs_lease", "lease_until"),
-)
+def job_table(meta: MetaData, *extra: SchemaItem) -> Table:
+    """The job table in ``meta``: ``number``, one column per :class:`JobRecord` field and its indexes,
+    then ``extra`` columns and indexes (the API's queue: ``api.store.tables``)."""
+    return Table(
+        "gpuplan_jobs",
+        meta,
+        Column("number", Integer, primary_key=True, autoincrement=True),
+        *job_columns(),
+        *extra,
+        UniqueConstraint("id", name="uq_gpuplan_jobs_id"),
+        Index("ix_gpuplan_jobs_created", "created_at"),
+        Index("ix_gpuplan_jobs_finished", "finished_at"),
+        Index("ix_gpuplan_jobs_team", "team"),
+        Index("ix_gpuplan_jobs_status", "status"),
+    )
+
+
+jobs = job_table(metadata)
 
 #: The job table's columns that make a :class:`JobRecord`, in field order.
 JOB_FIELDS = tuple(jobs.c[name] for name in JobRecord.model_fields)
@@ -107,38 +109,4 @@ job_results = Table(
     metadata,
     Column("job_id", String(32), ForeignKey("gpuplan_jobs.id", ondelete="CASCADE"), primary_key=True),
     Column("plan_json", Text, nullable=False),
-)
-
-audit = Table(
-    "gpuplan_audit",
-    metadata,
-    Column("id", Integer, primary_key=True, autoincrement=True),
-    Column("at", DateTime(timezone=True), nullable=False),
-    Column("key_id", String(40), nullable=False),
-    Column("role", String(200), nullable=False),
-    Column("action", String(40), nullable=False),
-    Column("job_id", String(32), nullable=True),
-    Column("detail", Text, nullable=False),
-    Index("ix_gpuplan_audit_job", "job_id"),
-)
-
-api_keys = Table(
-    "gpuplan_api_keys",
-    metadata,
-    Column("key_hash", String(64), primary_key=True),
-    Column("role", String(200), nullable=False),
-    Column("created_at", DateTime(timezone=True), nullable=False),
-    Column("expires_at", DateTime(timezone=True), nullable=True),
-    Column("revoked_at", DateTime(timezone=True), nullable=True),
-)
-
-#: The processes that run jobs (servers with solver processes and ``gpuplan worker``s), each with its
-#: last heartbeat: ``/readyz`` of a server without solver processes says whether any of them is alive.
-workers = Table(
-    "gpuplan_workers",
-    metadata,
-    Column("owner", String(100), primary_key=True),
-    Column("processes", Integer, nullable=False),
-    Column("ready", Integer, nullable=False),
-    Column("seen_at", DateTime(timezone=True), nullable=False),
 )

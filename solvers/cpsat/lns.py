@@ -184,6 +184,18 @@ def _quotas_left(
     return tuple(out)
 
 
+def _floors_left(
+    problem: PlacementProblem, placed: dict[tuple[str, int], Assignment], hood: set[str]
+) -> dict[str, int]:
+    """Each team's fairness floor less what its placed replicas outside the neighbourhood hold (they
+    stay: a step never unplaces), the teams already over it left out."""
+    if not problem.fair_floor:
+        return {}
+    served = problem.served_units(a for a in placed.values() if a.node not in hood)
+    left = {t: f - served.get(t, 0) for t, f in problem.fair_floor.items()}
+    return {t: units for t, units in left.items() if units > 0}
+
+
 def _hosts(problem: PlacementProblem) -> Callable[[Request], list[int]]:
     """Node positions whose empty state could host one of a request's alternatives (memoised by the
     request's shapes and team)."""
@@ -280,6 +292,7 @@ def improve(
             nodes=tuple(problem.nodes[n] for n in hood),
             requests=tuple(requests),
             policy=policy,
+            fair_floor=_floors_left(problem, state.placed, names),
         )
         limit = STEP_S if steps is not None else min(STEP_S, deadline - time.perf_counter())
         result = step(

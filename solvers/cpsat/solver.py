@@ -20,26 +20,27 @@ from ortools.sat.python import cp_model
 from gpuplan.models.plan import Assignment, PlanStatus
 from gpuplan.models.policy import ObjectiveMode
 from gpuplan.solvers.base import CUT, HINT_QUEUE, HINT_QUEUE_FGD, SolveResult, instead_of
-from gpuplan.solvers.bounds import never_fitting, objective_bound, queue_lower_bound
+from gpuplan.solvers.bounds import never_fitting, objective_bound, placed_value_bound, queue_lower_bound
 from gpuplan.solvers.cpsat.builder import CpSatBuilder
 from gpuplan.solvers.cpsat.candidates import Rankings, is_large
 from gpuplan.solvers.cpsat.guard import exact_comparison
 from gpuplan.solvers.cpsat.lns import NEIGHBOURHOOD_NODES, LnsReport, improve
 from gpuplan.solvers.cpsat.pools import MIN_PART_S, Part, left_out, part_count, solve_parts, split
-from gpuplan.solvers.evaluate import queue_term, reported
+from gpuplan.solvers.evaluate import queue_term, reported, shortfall
 from gpuplan.solvers.fleet.engine import aggregated_value_bound, node_class_count, plan_fleet
 from gpuplan.solvers.fleet.transition import transition
 from gpuplan.solvers.formulation.builder import Expr, Var
 from gpuplan.solvers.formulation.constraints import add_all
 from gpuplan.solvers.formulation.linear_frag import linear_fragmentation
-from gpuplan.solvers.formulation.objective import build_terms, queue_penalty
+from gpuplan.solvers.formulation.objective import build_terms
 from gpuplan.solvers.formulation.staged import StageResult, Values, fallback, result, run_stages
 from gpuplan.solvers.formulation.variables import Variables, build_variables
-from gpuplan.solvers.greedy import Fgd, make_room, moved_running
+from gpuplan.solvers.greedy import Fgd, make_room, moved_running, reach_floors
 from gpuplan.solvers.greedy.repack import repack_shared
 from gpuplan.solvers.placement import NEVER_FITS, NO_CAPACITY, Placer
 from gpuplan.solvers.problem import PlacementProblem, Running, disturbable
 from gpuplan.solvers.run_options import RunOptions
+from gpuplan.solvers.sat_parameters import cp_solver
 
 log = logging.getLogger(__name__)
 
@@ -93,6 +94,10 @@ ORDERS_SHARE = 0.25
 #: Deterministic seconds for checking that the FGD plan is a solution of CP-SAT's model (every
 #: decision fixed, so propagation alone decides; a limit, not a clock, so the answer repeats).
 FIT_CHECK_DETERMINISTIC_S = 2.0
+#: Conflicts CP-SAT spends completing the (complete, feasible) greedy hint rather than drop it after 10,
+#: the default: on the bundled example that alone took the 10 s plan from 224k to 140k queue units.
+#: (repair_hint would go further but aborts the process in some worker configurations.)
+HINT_CONFLICT_LIMIT = 1000
 
 
 class _Stages:
@@ -119,30 +124,21 @@ class _Stages:
 
     def minimise(self, expr: Expr, time_limit_s: float) -> tuple[StageResult, Values | None]:
         self.model.minimize(expr)
-        solver = cp_model.CpSolver()
-        solver.parameters.max_time_in_seconds = time_limit_s
-        solver.parameters.num_workers = self.options.num_workers
-        solver.parameters.random_seed = self.options.seed
-        # Start from the (complete, feasible) greedy hint rather than drop it after 10 conflicts, the
-        # default: on the bundled example that alone took the 10 s plan from 224k to 140k queue units.
-        # (repair_hint would go further but aborts the process in some worker configurations.)
-        solver.parameters.hint_conflict_limit = 1000
-        if self.large:
-            # On fleet-sized models symmetry detection and probing take seconds of presolve per solve
-            # for little gain; the FGD hint and LNS do the work.
-            solver.parameters.symmetry_level = 0
-            solver.parameters.cp_model_probing_level = 0
-        if self.interleave:
-            solver.parameters.interleave_search = True
-        if self.options.deterministic:
+        deterministic = self.options.deterministic
+        solver = cp_solver(
             # Same seed and input give the same plan: subsolvers interleave in fixed batches and stop on
             # deterministic time. The wall clock still bounds the command: a stage cut by it is flagged.
-            solver.parameters.interleave_search = True
-            solver.parameters.max_deterministic_time = DETERMINISTIC_PER_WALL_S * time_limit_s
-            solver.parameters.max_time_in_seconds = max(0.01, self.deadline - time.perf_counter())
-        if log.isEnabledFor(logging.DEBUG):
-            solver.parameters.log_search_progress = True
-            solver.log_callback = log.debug
+            time_limit_s=max(0.01, self.deadline - time.perf_counter()) if deterministic else time_limit_s,
+            deterministic_s=DETERMINISTIC_PER_WALL_S * time_limit_s if deterministic else None,
+            workers=self.options.num_workers,
+            seed=self.options.seed,
+            interleave=self.interleave or deterministic,
+            hint_conflict_limit=HINT_CONFLICT_LIMIT,
+            # On fleet-sized models symmetry detection and probing take seconds of presolve per solve
+            # for little gain; the FGD hint and LNS do the work.
+            fast_presolve=self.large,
+            log=log.debug if log.isEnabledFor(logging.DEBUG) else None,
+        )
         t0 = time.perf_counter()
         code = solver.solve(self.model)
         wall = time.perf_counter() - t0
@@ -182,12 +178,6 @@ def _with_fleet_bound(
     if res.best_bound is not None and res.best_bound >= knapsack:
         return res
     return replace(res, best_bound=float(knapsack), bound_source="knapsack")
-
-
-def _queue_bound(problem: PlacementProblem, value_bound: float) -> int:
-    """The bound on the objective from an upper bound on the queue penalty placed."""
-    waiting = sum(queue_penalty(q, problem) for q in problem.requests if q.running is None)
-    return objective_bound(problem, max(0, math.ceil(waiting - value_bound - 1e-6)))
 
 
 def _recoded(res: SolveResult, never: frozenset[tuple[str, int]]) -> SolveResult:
@@ -252,20 +242,27 @@ class CpSat:
             if q.running is not None and disturbable(problem.policy, q)
         }
         movable = disturbed if self.movable_running is None else disturbed & self.movable_running
-        parts = part_count(problem.nodes) if self.decompose else 1
-        by_configurations = self.decompose and _waiting(problem) > MONOLITHIC_REPLICAS
+        # A fairness floor couples every team's replicas across the fleet: one model plans it (the parts
+        # and the target configurations would plan each team's share apart).
+        whole = self.decompose and not problem.fair_floor
+        parts = part_count(problem.nodes) if whole else 1
+        by_configurations = whole and _waiting(problem) > MONOLITHIC_REPLICAS
         if parts > 1 and not (by_configurations and one_configuration_lp(problem, parts)):
             return self._pools(problem, options, parts, movable, start)
         if by_configurations:
             return self._fleet(problem, options, never_fitting(problem), start)
         large = is_large(problem, movable)
-        repack = large and bool(movable) and self.decompose
+        repack = large and bool(movable) and whole
         seen = Rankings(problem, movable, rank=large and not repack)
         # A large model's hint is the best of several queue orders (a round's arrivals seen at once);
         # a deterministic solve keeps one order, so that its plan never depends on the clock.
         orders = HINT_ORDERS if large and not movable and not options.deterministic else 1
         until = start + ORDERS_SHARE * options.time_limit_s
         greedy = Fgd().place(problem, options, on_kept=seen, orders=orders, orders_until=until)
+        if problem.fair_floor:
+            floor_first = Fgd().place(replace(problem, floor_first=True), options)
+            if queue_term(problem, floor_first) < queue_term(problem, greedy):
+                greedy = replace(floor_first, solver=greedy.solver)
         assert seen.placer is not None
         never = never_fitting(problem, seen.placer)
         if repack:
@@ -294,6 +291,10 @@ class CpSat:
         }
         log.info("cpsat model: %s", size)
         hint_from(builder.model, v, problem, greedy)
+        if terms.floor is not None and shortfall(problem, greedy.assignments) == 0:
+            # The start meets the fairness floor: so does the best plan, and no stage need look for it.
+            builder.model.add(terms.floor <= 0)
+            terms = replace(terms, floor=None)
         stages = _Stages(
             builder.model,
             options,
@@ -414,7 +415,7 @@ class CpSat:
         if fleet.value_bound is not None:
             out = replace(
                 out,
-                best_bound=float(_queue_bound(problem, fleet.value_bound)),
+                best_bound=float(placed_value_bound(problem, fleet.value_bound)),
                 bound_source="configuration LP",
             )
         return self._finished(problem, out, never)
@@ -466,7 +467,9 @@ class CpSat:
         )
         if value_bound is not None:
             merged = replace(
-                merged, best_bound=float(_queue_bound(problem, value_bound)), bound_source="configuration LP"
+                merged,
+                best_bound=float(placed_value_bound(problem, value_bound)),
+                bound_source="configuration LP",
             )
         return reported(problem, _with_fleet_bound(problem, _recoded(merged, never), never))
 
@@ -530,7 +533,8 @@ def _with_room(
     greedy = Fgd().place(problem, options, on_kept=held.append)
     again = repack_shared(problem, held[0], greedy)
     steps = max(ROOM_MIN_STEPS if whole else 1, round(ROOM_STEPS_PER_S * share))
-    return make_room(problem, held[0], again, start + ROOM_WALL_SHARE * options.time_limit_s, steps)
+    roomed, cut = make_room(problem, held[0], again, start + ROOM_WALL_SHARE * options.time_limit_s, steps)
+    return reach_floors(problem, held[0], roomed), cut
 
 
 def _room_with_moves(
@@ -686,10 +690,7 @@ def fits_model(
     add_all(problem, v)
     if not hint_from(builder.model, v, problem, plan):
         return False
-    solver = cp_model.CpSolver()
-    solver.parameters.fix_variables_to_their_hinted_value = True
-    solver.parameters.num_workers = 1
-    solver.parameters.max_deterministic_time = FIT_CHECK_DETERMINISTIC_S
+    solver = cp_solver(fix_to_hint=True, workers=1, deterministic_s=FIT_CHECK_DETERMINISTIC_S)
     code = solver.solve(builder.model)
     log.debug("the FGD plan in CP-SAT's model: %s", code.name)
     return code in (cp_model.OPTIMAL, cp_model.FEASIBLE)

@@ -36,6 +36,7 @@ from gpuplan.solvers.fleet.classes import NodeClass, RequestClass
 from gpuplan.solvers.placement.options import gpu_ok
 from gpuplan.solvers.placement.state import has_share
 from gpuplan.solvers.problem import ShapeSpec, admitted, memory_room
+from gpuplan.solvers.sat_parameters import cp_solver
 
 log = logging.getLogger(__name__)
 
@@ -383,14 +384,13 @@ def pattern_solver(time_limit_s: float, deterministic_s: float | None, seed: int
     """A CP-SAT solver for one node class's pattern model: one worker, full linearisation (the fill
     formulation's LP relaxation is tight: it proves ~4x faster), stopped on ``deterministic_s`` of
     deterministic time when given (the wall-clock limit stays as a safety net)."""
-    solver = cp_model.CpSolver()
-    solver.parameters.max_time_in_seconds = max(0.01, time_limit_s)
-    solver.parameters.num_workers = 1
-    solver.parameters.random_seed = seed
-    solver.parameters.linearization_level = 2
-    if deterministic_s is not None:
-        solver.parameters.max_deterministic_time = deterministic_s
-    return solver
+    return cp_solver(
+        time_limit_s=max(0.01, time_limit_s),
+        deterministic_s=deterministic_s,
+        workers=1,
+        seed=seed,
+        linearization_level=2,
+    )
 
 
 def price(

@@ -8,10 +8,13 @@ weighted sum instead.
 from __future__ import annotations
 
 from collections import defaultdict
+from collections.abc import Mapping
 from dataclasses import dataclass
 
 from gpuplan.models.hardware import MILLI_PER_GPU
+from gpuplan.models.rules.fairness import shortfall_steps
 from gpuplan.solvers.formulation.builder import Expr
+from gpuplan.solvers.formulation.constraints import quota_units
 from gpuplan.solvers.formulation.linear_frag import linear_fragmentation, start_states
 from gpuplan.solvers.formulation.variables import GpuKey, Variables
 from gpuplan.solvers.placement.fragmentation import problem_mix
@@ -58,6 +61,50 @@ def queue_penalty(req: Request, problem: PlacementProblem) -> int:
     return max(1, req.tier_weight) * demand_units(req.shapes[0], problem) * steps * fair
 
 
+def floor_weight(problem: PlacementProblem) -> int:
+    """What one whole GPU-equivalent short of the fairness floor costs in the queue term: more than
+    every replica waiting together, so a plan meets the floor whenever any plan can."""
+    return 1 + sum(queue_penalty(r, problem) for r in problem.requests)
+
+
+def floor_shortfall(problem: PlacementProblem, served: Mapping[str, int]) -> int:
+    """Whole GPU-equivalents the teams lack to reach the fairness floor, holding ``served`` units
+    (:func:`~gpuplan.models.rules.fairness.shortfall_steps`; 0 without a floor)."""
+    return sum(
+        shortfall_steps(f, served.get(t, 0), problem.floor_unit) for t, f in problem.fair_floor.items()
+    )
+
+
+def _floor_term(problem: PlacementProblem, v: Variables) -> Expr:
+    """Whole GPU-equivalents the teams lack of the fairness floor, each team's lack an integer
+    ``short >= (floor - held) / unit``, held counting the running work that stays fixed and every GPU
+    use the team's candidates may make (the queue term counts it :func:`floor_weight` each)."""
+    m = v.model
+    unit = problem.floor_unit
+    held: dict[str, list[Expr]] = defaultdict(list)
+    fixed: dict[str, int] = defaultdict(int)
+    for (n, p), users in v.baseline.users.items():
+        for r in users:
+            req = problem.requests[r]
+            assert req.running is not None
+            fixed[req.team] += quota_units(problem, req.shapes[req.running.alternative], n, p, unit)
+    for cand in v.cands.values():
+        req = problem.requests[cand.req]
+        shape = req.shapes[cand.alt]
+        held[req.team].extend(
+            quota_units(problem, shape, cand.node, p, unit) * var for p, var in cand.gpu_vars()
+        )
+    shorts: list[Expr] = []
+    for team, floor in sorted(problem.fair_floor.items()):
+        most = shortfall_steps(floor, fixed[team], unit)
+        if most == 0:
+            continue
+        short = m.int_var(0, most, f"fair_floor_short[{team}]")
+        m.add(unit * short + m.sum(held[team]) >= floor - fixed[team])
+        shorts.append(short)
+    return m.sum(shorts)
+
+
 def frag_thresholds(problem: PlacementProblem) -> list[tuple[int, int]]:
     """(per-GPU demand in milli, popularity in percent) of the GPU-using target shapes, merged by
     demand: free capacity of a shared GPU below a target's demand is fragmentation for that target."""
@@ -72,8 +119,11 @@ def frag_thresholds(problem: PlacementProblem) -> list[tuple[int, int]]:
 
 @dataclass
 class Terms:
-    """The four objective terms as linear expressions."""
+    """The four objective terms as linear expressions, and the fairness floor's lack (whole
+    GPU-equivalents; the queue term counts it, a stage of its own minimises it first; ``None`` without
+    a floor, or once the model keeps it at 0)."""
 
+    floor: Expr | None
     queue: Expr
     fragmentation: Expr
     disruption: Expr
@@ -125,6 +175,9 @@ def build_terms(problem: PlacementProblem, v: Variables, fragmentation: Expr | N
     given, replaces the exact fragmentation term)."""
     m = v.model
     queue = m.sum(queue_penalty(problem.requests[r], problem) * (1 - p) for r, p in v.placed.items())
+    floor = _floor_term(problem, v) if problem.fair_floor else None
+    if floor is not None:
+        queue += floor_weight(problem) * floor
 
     repartition = problem.policy.mig.repartition_cost
     destroyed = [
@@ -150,6 +203,7 @@ def build_terms(problem: PlacementProblem, v: Variables, fragmentation: Expr | N
         if cost:
             topo.append(cost * cand.x)
     return Terms(
+        floor=floor,
         queue=queue,
         fragmentation=_fragmentation(problem, v) + _mig_fragmentation(problem, v)
         if fragmentation is None

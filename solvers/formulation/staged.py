@@ -18,7 +18,7 @@ from gpuplan.models.plan import Assignment, GpuUse, MigLayout, PlanStatus, Unpla
 from gpuplan.models.policy import ObjectiveMode
 from gpuplan.solvers.base import NO_EXACT_SOLUTION, SolveResult
 from gpuplan.solvers.formulation.builder import Expr, Var
-from gpuplan.solvers.formulation.objective import Terms
+from gpuplan.solvers.formulation.objective import Terms, floor_weight
 from gpuplan.solvers.formulation.variables import Candidate, Variables
 from gpuplan.solvers.placement.never import never_fitting
 from gpuplan.solvers.placement.options import describe
@@ -28,7 +28,13 @@ from gpuplan.solvers.run_options import RunOptions
 log = logging.getLogger(__name__)
 
 #: Share of the time limit given to each lexicographic stage (unused time rolls over).
-STAGE_SHARES = {"queue": 0.6, "fragmentation": 0.25, "disruption+topology": 0.15, "weighted": 1.0}
+STAGE_SHARES = {
+    "floor": 0.3,
+    "queue": 0.6,
+    "fragmentation": 0.25,
+    "disruption+topology": 0.15,
+    "weighted": 1.0,
+}
 #: Weight of disruption over topology inside the last stage (disruption is strictly preferred).
 DISRUPTION_OVER_TOPOLOGY = 1000
 
@@ -62,7 +68,7 @@ class StageSolver(Protocol):
 
 def stages(problem: PlacementProblem, v: Variables, t: Terms) -> list[tuple[str, Expr]]:
     """The objective stages the policy asks for; logged with their names and, for one weighted stage,
-    its weights (the progress lines label each stage's values: ``planner.pipeline.progress``)."""
+    its weights (the progress lines label each stage's values: ``planner.presentation.progress``)."""
     m = v.model
     weights = None
     if problem.policy.objective is ObjectiveMode.WEIGHTED:
@@ -77,7 +83,10 @@ def stages(problem: PlacementProblem, v: Variables, t: Terms) -> list[tuple[str,
         )
         todo = [("weighted", weighted)]
     else:
-        todo = [
+        # Under a fairness floor, what the teams lack of it first (the queue term counts each whole
+        # GPU-equivalent short above all waiting replicas: the same order, on a small scale).
+        todo = [("floor", t.floor)] if t.floor is not None else []
+        todo += [
             ("queue", t.queue),
             ("fragmentation", t.fragmentation),
             ("disruption+topology", m.sum([DISRUPTION_OVER_TOPOLOGY * t.disruption, t.topology])),
@@ -122,6 +131,21 @@ def run_stages(
         solution = found
         backend.bound(expr, round(report.objective or 0), found)
     return results, solution, len(todo)
+
+
+def _queue_bound(problem: PlacementProblem, reports: list[StageResult]) -> int | None:
+    """A bound of the queue term from the stages of a full model (the term is an integer: CP-SAT's
+    float bounds round up). Under a fairness floor, the queue stage's bound holds only once the floor
+    stage proved the least lack; else every plan lacks at least the floor stage's bound, each whole
+    GPU-equivalent at :func:`~gpuplan.solvers.formulation.objective.floor_weight`."""
+    by_stage = {s.stage: s for s in reports}
+    floor, queue = by_stage.get("floor"), by_stage.get("queue")
+    if floor is not None and not (floor.optimal and queue is not None and queue.bound is not None):
+        lack = 0 if floor.bound is None else math.ceil(floor.bound - 1e-6)
+        return floor_weight(problem) * lack
+    if queue is None or queue.bound is None:
+        return None
+    return math.ceil(queue.bound - 1e-6)
 
 
 def result(
@@ -171,11 +195,9 @@ def result(
         )
     unplaced = [_unplaced(problem, v, r, r in never) for r in range(len(problem.requests)) if r not in placed]
     proven = full and len(reports) == n_stages and all(s.optimal for s in reports)
-    first = reports[0]
     bound = None
-    if full and problem.policy.objective is ObjectiveMode.LEXICOGRAPHIC and first.bound is not None:
-        # The queue term is an integer: CP-SAT's (float) bound rounds up.
-        bound = math.ceil(first.bound - 1e-6)
+    if full and problem.policy.objective is ObjectiveMode.LEXICOGRAPHIC:
+        bound = _queue_bound(problem, reports)
     terms: dict[str, float] = {}
     for s in reports:
         terms[f"stage_{s.stage}_wall_s"] = round(s.wall_s, 3)

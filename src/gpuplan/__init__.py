@@ -14,7 +14,8 @@ so that importing :mod:`gpuplan` stays fast.
 
 The repository keeps its layers as top-level folders (``models``, ``solvers``, ``planner``, ``api``,
 ``data``); they are installed as sub-packages of this one package (``gpuplan.models``, ...), so that no
-generic top-level name lands in a user's site-packages. ``docs/ARCHITECTURE.md`` maps them.
+generic top-level name lands in a user's site-packages. The command line, :mod:`gpuplan.cli`, is this
+root package's own, on top of the API and the planner. ``docs/ARCHITECTURE.md`` maps them.
 """
 
 from __future__ import annotations
@@ -27,7 +28,7 @@ from gpuplan.models.inputs import PlanningInput
 from gpuplan.models.plan import Plan, PlanStatus, SolverReport
 
 if TYPE_CHECKING:
-    from gpuplan.planner.pipeline.files import load_input as load
+    from gpuplan.planner.io.files import load_input as load
     from gpuplan.planner.planning import make_plan as plan
 
 __all__ = ["InputError", "Plan", "PlanStatus", "PlanningInput", "SolverReport", "load", "plan"]
@@ -41,7 +42,7 @@ except metadata.PackageNotFoundError:  # pragma: no cover - only when run withou
 def __getattr__(name: str) -> Any:
     """:func:`load` and :func:`plan`, imported when first asked for (they bring in the solvers)."""
     if name == "load":
-        from gpuplan.planner.pipeline.files import load_input
+        from gpuplan.planner.io.files import load_input
 
         return load_input
     if name == "plan":

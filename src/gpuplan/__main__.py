@@ -1,5 +1,5 @@
 """``python -m gpuplan``: the command line."""
 
-from gpuplan.planner.cli import main
+from gpuplan.cli import main
 
 raise SystemExit(main())

@@ -2,7 +2,7 @@
 topologies (``--hardware-catalog`` or ``$GPUPLAN_CATALOG``), ``gpuplan import mig`` reads an ``nvidia-smi
 mig -lgi`` layout, and the "marked uncertain" notes come once, for what the inputs use, and not with ``-q``.
 
-The commands run as the installed console script does: ``python -m gpuplan.planner.cli`` in a subprocess.
+The commands run as the installed console script does: ``python -m gpuplan.cli`` in a subprocess.
 """
 
 from __future__ import annotations
@@ -48,7 +48,7 @@ def run(*args: str, env: dict[str, str] | None = None) -> subprocess.CompletedPr
     """``gpuplan ARGS`` as a separate process (pipes for stdout and stderr)."""
     base = {k: v for k, v in os.environ.items() if k != CATALOG_ENV}
     return subprocess.run(
-        [sys.executable, "-m", "gpuplan.planner.cli", *args],
+        [sys.executable, "-m", "gpuplan.cli", *args],
         cwd=ROOT,
         env={**base, **(env or {})},
         capture_output=True,

@@ -33,7 +33,7 @@ NOT_A_GPU: dict[tuple[str, str, str], str] = {
      "topology=0)"): "an LNS step's weight of the queue term over moves",
     ("solvers/cpsat/solver.py", "", "ROOM_STEPS_PER_S = 1000"):
         "make-room trials per second of a deterministic run",
-    ("solvers/cpsat/solver.py", "_Stages.minimise", "solver.parameters.hint_conflict_limit = 1000"):
+    ("solvers/cpsat/solver.py", "", "HINT_CONFLICT_LIMIT = 1000"):
         "CP-SAT's conflict limit for completing the hint",
     ("solvers/fleet/pricing.py", "", "SCALE = 1000"): "the scale of reduced costs made integers for CP-SAT",
     ("solvers/formulation/staged.py", "", "DISRUPTION_OVER_TOPOLOGY = 1000"):

@@ -25,7 +25,7 @@ from gpuplan.models.scheduling import (
     toleration_text,
 )
 from gpuplan.models.workload import Workload
-from gpuplan.planner.pipeline.files import load_workloads
+from gpuplan.planner.io.files import load_workloads
 
 # --- the reference: kube-scheduler's filters, from the Kubernetes docs, on plain dicts -------------------
 

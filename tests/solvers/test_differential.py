@@ -387,6 +387,30 @@ RULES: dict[str, tuple[list[dict[str, Any]], list[dict[str, Any]], dict[str, Any
          {"id": "b", "team": "b", "tier": "background", "gpus": 1}],
         {"fair_share": {"usage": {"a": 10}}}, 160000,
     ),
+    # The fairness floor: equal shares of 2 GPUs, a asks 2 and b 1, so each is entitled to 1: b's
+    # background replica starts, one of a's standard ones waits, 3 x 100 x 8 (not b's 1 x 100 x 8).
+    "fair-floor-serves-the-lower-tier": (
+        TWO_L4,
+        [{"id": "a", "team": "a", "tier": "standard", "gpus": 1, "replicas": 2},
+         {"id": "b", "team": "b", "tier": "background", "gpus": 1}],
+        {"fair_floor": 1.0}, 2400,
+    ),
+    # b asks half a GPU: a is entitled to 1.5, b to 0.5. At floor 1 no plan meets both (a's whole GPUs
+    # hold 1 or 2), each lacks one whole GPU-equivalent at most: b waits, 1 x 50 x 8 plus one lack at 1 +
+    # every penalty (2,400 + 2,400 + 400): 400 + 5,201.
+    "fair-floor-unreachable": (
+        TWO_L4,
+        [{"id": "a", "team": "a", "tier": "standard", "gpus": 1, "replicas": 2},
+         {"id": "b", "team": "b", "tier": "background", "gpu_milli": 500}],
+        {"fair_floor": 1.0}, 5601,
+    ),
+    # At floor 0.6 (a 0.9, b 0.3) a's one GPU and b's half meet it: one of a's replicas waits, 2,400.
+    "fair-floor-reachable": (
+        TWO_L4,
+        [{"id": "a", "team": "a", "tier": "standard", "gpus": 1, "replicas": 2},
+         {"id": "b", "team": "b", "tier": "background", "gpu_milli": 500}],
+        {"fair_floor": 0.6}, 2400,
+    ),
     # CPU only: 1 unit of demand each, 3 x 1 x 8 for the one that does not fit.
     "cpu": (
         [{"name": "n", "cpu_milli": 4000, "gpus": []}],

@@ -16,8 +16,8 @@ from typing import Any
 import pytest
 import yaml
 
+from gpuplan.cli import main
 from gpuplan.models import Plan, PlanningInput
-from gpuplan.planner.cli import main
 from gpuplan.planner.planning import make_plan
 from gpuplan.solvers import parallel
 from gpuplan.solvers.base import CUT

@@ -11,8 +11,8 @@ from pathlib import Path
 
 import pytest
 
+from gpuplan.cli import main
 from gpuplan.models.catalog import data_dir
-from gpuplan.planner.cli import main
 
 EXAMPLES = data_dir() / "examples"
 FILES = ["--cluster", str(EXAMPLES / "cluster.yaml"), "--workloads", str(EXAMPLES / "workloads.yaml")]
@@ -23,7 +23,7 @@ WITHOUT_RAY = """
 import sys
 sys.modules["ray"] = None  # import ray raises ImportError
 import gpuplan.solvers.cpsat, gpuplan.solvers.fleet.engine, gpuplan.solvers.parallel
-from gpuplan.planner.cli import main
+from gpuplan.cli import main
 plan = {plan!r}
 print(main(plan), main([*plan, "--ray", "local"]))
 """

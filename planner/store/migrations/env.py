@@ -1,5 +1,6 @@
-"""Alembic's environment for the store: the migrations run on the connection ``migrate.upgrade`` hands
-over, inside its locked transaction (there is no URL to connect to and no ``alembic.ini``)."""
+"""Alembic's environment for the plan history: the migrations run on the connection ``migrate`` hands
+over, inside its locked transaction (there is no URL to connect to and no ``alembic.ini``), and record
+their revision in the plan history's own version table."""
 
 from __future__ import annotations
 
@@ -7,6 +8,6 @@ from alembic import context
 from sqlalchemy import Connection
 
 connection: Connection = context.config.attributes["connection"]
-context.configure(connection=connection)
+context.configure(connection=connection, version_table=context.config.attributes["version_table"])
 with context.begin_transaction():
     context.run_migrations()

@@ -13,7 +13,7 @@ from fastapi.testclient import TestClient
 from gpuplan.api import create_app
 from gpuplan.api.auth import Role, parse_role
 from gpuplan.api.settings import Settings
-from gpuplan.planner.cli import main
+from gpuplan.cli import main
 from tests._api import ADMIN, PLANNER, VIEWER_ML, VIEWER_WEB, Server, auth, live, tiny_body
 
 __all__ = ["live"]

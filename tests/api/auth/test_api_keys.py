@@ -15,10 +15,10 @@ from sqlalchemy import select
 from gpuplan.api import create_app
 from gpuplan.api.keys import KeyStore, key_hash, parse_expiry
 from gpuplan.api.settings import Settings
-from gpuplan.planner.cli import main
+from gpuplan.api.store import Store
+from gpuplan.api.store.tables import audit
+from gpuplan.cli import main
 from gpuplan.planner.store.records import now
-from gpuplan.planner.store.store import Store
-from gpuplan.planner.store.tables import audit
 from tests._api import ADMIN, KEYS, PLANNER, VIEWER_ML, Server, auth, live
 
 __all__ = ["live"]

@@ -9,7 +9,8 @@ from pathlib import Path
 import httpx
 import pytest
 
-from gpuplan.api.store import ActiveLimitReached, Actor, JobInput, JobStatus, Store
+from gpuplan.api.store import ActiveLimitReached, Actor, Store
+from gpuplan.planner.store.records import JobInput, JobStatus
 from tests._api import PLANNER, Server, at_once, auth, drain, example_body
 from tests._factories import queued_job
 

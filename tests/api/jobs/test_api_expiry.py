@@ -10,7 +10,8 @@ import httpx
 import pytest
 
 from gpuplan.api.queue import JobQueue
-from gpuplan.api.store import Actor, JobInput, Store
+from gpuplan.api.store import Actor, Store
+from gpuplan.planner.store.records import JobInput
 from tests._api import ADMIN, Server
 from tests._factories import queued_job
 

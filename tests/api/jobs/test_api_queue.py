@@ -16,8 +16,8 @@ import pytest
 from sqlalchemy import select
 
 from gpuplan.api.store import Store
-from gpuplan.planner.cli import main
-from gpuplan.planner.store.tables import jobs
+from gpuplan.api.store.tables import jobs
+from gpuplan.cli import main
 from tests._api import (
     MAX_ACTIVE,
     PLANNER,
@@ -38,7 +38,7 @@ pytestmark = pytest.mark.slow
 #: lets a solve run long enough to be cancelled or killed mid-solve.
 ENV = {"GPUPLAN_LEASE_SECONDS": "2", "GPUPLAN_LIMIT_MAX_TIME_LIMIT_S": "30"}
 ENDED = {"done", "failed", "cancelled", "interrupted"}
-_MAIN = "import sys; from gpuplan.planner.cli import main; sys.exit(main())"
+_MAIN = "import sys; from gpuplan.cli import main; sys.exit(main())"
 
 postgresql = pytest.mark.parametrize("db_url", ["postgresql"], indirect=True)
 

@@ -10,8 +10,9 @@ import pytest
 from sqlalchemy import select
 
 from gpuplan.api.queue import Expired, JobQueue, poison_error
-from gpuplan.api.store import Actor, JobInput, JobStatus, Store
-from gpuplan.planner.store.tables import jobs
+from gpuplan.api.store import Actor, Store
+from gpuplan.api.store.tables import jobs
+from gpuplan.planner.store.records import JobInput, JobStatus
 from tests._factories import queued_job
 
 ACTOR = Actor("abc", "planner")
@@ -54,7 +55,7 @@ def test_claims_take_the_oldest_job_and_each_job_once(store: Store) -> None:
     ids = _submit(store, 13)
     first = JobQueue(store.engine, "first", LONG_S, 3).claim()
     assert first is not None and first.id == ids[0]
-    assert first.input_json == f'{{"job": "{ids[0]}"}}' and first.options == {"solver": "cpsat"}
+    assert first.input.input_json == f'{{"job": "{ids[0]}"}}' and first.input.options == {"solver": "cpsat"}
     claimed: list[tuple[str, str]] = []
     lock = threading.Lock()
 

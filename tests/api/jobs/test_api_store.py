@@ -12,7 +12,8 @@ from gpuplan.api import create_app
 from gpuplan.api.keys import KeyStore
 from gpuplan.api.queue import JobQueue
 from gpuplan.api.settings import Settings
-from gpuplan.api.store import Actor, JobInput, JobStatus, Store, now
+from gpuplan.api.store import Actor, Store
+from gpuplan.planner.store.records import JobInput, JobStatus, now
 from tests._api import (
     KEYS,
     PLANNER,

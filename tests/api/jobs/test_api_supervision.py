@@ -16,7 +16,8 @@ import httpx
 import pytest
 
 from gpuplan.api.settings import Limits
-from gpuplan.api.store import JobStatus, Store
+from gpuplan.api.store import Store
+from gpuplan.planner.store.records import JobStatus
 from tests._api import (
     PLANNER,
     Server,

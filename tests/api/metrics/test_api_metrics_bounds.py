@@ -14,7 +14,7 @@ from prometheus_client.parser import text_string_to_metric_families
 from gpuplan.api import create_app
 from gpuplan.api.metrics import MAX_TEAMS, OTHER, FleetGauges, bounded
 from gpuplan.api.settings import Settings
-from gpuplan.planner.pipeline.fleet_metrics import FleetMetrics
+from gpuplan.planner.presentation.fleet_metrics import FleetMetrics
 from tests._api import KEYS, PLANNER, auth
 
 METRICS_KEY = "metrics-key-0123456789abcdef"

@@ -17,7 +17,7 @@ from gpuplan.api import create_app
 from gpuplan.api.jobs import Jobs
 from gpuplan.api.runner import Runner
 from gpuplan.api.settings import Settings
-from gpuplan.api.store import JobStatus
+from gpuplan.planner.store.records import JobStatus
 from tests._api import ADMIN, KEYS, PLANNER, auth, tiny_body
 
 

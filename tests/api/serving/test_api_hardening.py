@@ -30,7 +30,8 @@ from gpuplan.api import create_app
 from gpuplan.api.keys import KeyStore, key_hash
 from gpuplan.api.serving import uvicorn_options
 from gpuplan.api.settings import Limits, Settings
-from gpuplan.api.store import Actor, JobInput, JobStatus, Store
+from gpuplan.api.store import Actor, Store
+from gpuplan.planner.store.records import JobInput, JobStatus
 from tests._api import (
     KEYS,
     PLANNER,

@@ -12,7 +12,8 @@ from pathlib import Path
 
 import pytest
 
-from gpuplan.api.store import Actor, JobInput, JobStatus, Store
+from gpuplan.api.store import Actor, Store
+from gpuplan.planner.store.records import JobInput, JobStatus
 from tests._api import (
     _MAIN,
     KEYS,

@@ -17,7 +17,7 @@ import pytest
 from sqlalchemy import make_url, select
 
 from gpuplan.api.store import Store
-from gpuplan.planner.store.tables import jobs
+from gpuplan.api.store.tables import jobs
 from tests._api import PLANNER, ROOT, Server, example_body, tiny_body, wait_status
 
 #: The whole module runs a real ``gpuplan serve`` and a throwaway PostgreSQL: slow.

@@ -13,6 +13,8 @@ from hypothesis import given, settings
 from hypothesis import strategies as st
 
 from gpuplan.api.solver_process import gap_outcome
+from gpuplan.cli import capacity as capacity_cli
+from gpuplan.cli import common, main
 from gpuplan.models import Plan, PlanningInput, PlanStatus, SolverReport, Unplaced, default_catalog
 from gpuplan.models.capacity import (
     CapacityGap,
@@ -34,8 +36,6 @@ from gpuplan.planner.capacity.options import GapOptions
 from gpuplan.planner.capacity.purchase import NO_SOLUTION, PurchaseSolution, solve_purchase
 from gpuplan.planner.capacity.repartition import held_input
 from gpuplan.planner.capacity.scenarios import grow, run_scenarios, scenario_input, scenario_types
-from gpuplan.planner.cli import capacity as capacity_cli
-from gpuplan.planner.cli import common, main
 from gpuplan.planner.pipeline.compile import compile_problem
 from gpuplan.planner.pipeline.deadline import Deadline
 from gpuplan.planner.planning import make_plan

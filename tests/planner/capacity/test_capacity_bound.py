@@ -15,6 +15,8 @@ import pytest
 from hypothesis import HealthCheck, given, settings
 from hypothesis import strategies as st
 
+from gpuplan.cli import main
+from gpuplan.cli.capacity import number, render_gap
 from gpuplan.models import PlanningInput, default_catalog
 from gpuplan.models.capacity import (
     CapacityReport,
@@ -29,8 +31,6 @@ from gpuplan.planner.capacity.demand import gap_demand, with_predictions
 from gpuplan.planner.capacity.gap import capacity_gap
 from gpuplan.planner.capacity.options import GapOptions
 from gpuplan.planner.capacity.scenarios import policy_words, render_table, run_scenarios, scenario_input
-from gpuplan.planner.cli import main
-from gpuplan.planner.cli.capacity import number, render_gap
 from gpuplan.planner.io.exporters.workbook import build_tables, write_csv
 from gpuplan.planner.pipeline.deadline import Deadline
 from gpuplan.planner.planning import make_plan

@@ -13,6 +13,8 @@ from typing import Any
 import pytest
 import yaml
 
+from gpuplan.cli import main
+from gpuplan.cli.capacity import render_gap
 from gpuplan.models import PlanningInput, default_catalog
 from gpuplan.models.capacity import (
     CapacityGap,
@@ -30,8 +32,6 @@ from gpuplan.planner.capacity.options import GapOptions
 from gpuplan.planner.capacity.phases import placement
 from gpuplan.planner.capacity.purchase import NO_SOLUTION, PurchaseSolution
 from gpuplan.planner.capacity.scenarios import Prepared, prepare_scenarios, render_table, run_prepared, versus
-from gpuplan.planner.cli import main
-from gpuplan.planner.cli.capacity import render_gap
 from gpuplan.planner.io.exporters.workbook import build_tables
 from gpuplan.planner.pipeline.deadline import Deadline
 from gpuplan.planner.planning import make_plan

@@ -12,13 +12,13 @@ import pytest
 import yaml
 from openpyxl import load_workbook
 
+from gpuplan.cli import main
 from gpuplan.models import PlanningInput
 from gpuplan.models.capacity import GrowthFile, HorizonPlan, NodeTypeCatalog
 from gpuplan.models.catalog import default_catalog
 from gpuplan.planner.capacity.growth import demand_per_period, horizon
 from gpuplan.planner.capacity.horizon import HorizonOptions, buy_now, capacity_plan, myopic, prepare
 from gpuplan.planner.capacity.options import GapOptions
-from gpuplan.planner.cli import main
 
 NOW = datetime(2026, 11, 29, 12, 0, tzinfo=UTC)
 #: A limit the tiny instances never reach, so that a loaded machine cannot change the answer.

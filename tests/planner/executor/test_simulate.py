@@ -14,10 +14,10 @@ from pathlib import Path
 
 import pytest
 
+from gpuplan.cli import main
 from gpuplan.models.catalog import default_catalog
 from gpuplan.models.plan import Assignment
 from gpuplan.models.workload import Workload
-from gpuplan.planner.cli import main
 from gpuplan.planner.executor import SimCluster
 from gpuplan.planner.executor.simulate import (
     EPOCH,

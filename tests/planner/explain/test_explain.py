@@ -15,11 +15,11 @@ import pytest
 from hypothesis import HealthCheck, given, settings
 from hypothesis import strategies as st
 
+from gpuplan.cli import main
 from gpuplan.models import Assignment, Plan, PlanningInput, Policy, Workload, default_catalog
 from gpuplan.models.cluster import MigConfig
 from gpuplan.models.plan import Counterfactual, Explanation
 from gpuplan.models.workload import GpuRef, Placement
-from gpuplan.planner.cli import main
 from gpuplan.planner.explain.findings import BLOCKED, FITS_NOW, GANG, SOLVER_LIMIT, TRADE_OFF
 from gpuplan.planner.explain.reasons import explain_all, explain_workload, target_of
 from gpuplan.planner.planning import make_plan

@@ -11,10 +11,10 @@ from typing import Any
 from hypothesis import HealthCheck, given, settings
 from hypothesis import strategies as st
 
+from gpuplan.cli import common
 from gpuplan.models import Plan, PlanningInput, Policy, Workload, default_catalog
 from gpuplan.models.catalog import data_dir
 from gpuplan.models.plan import Action, Unplaced
-from gpuplan.planner.cli import common
 from gpuplan.planner.explain.reasons import explain_workload
 from gpuplan.planner.planning import make_plan
 from tests import _factories as factories

@@ -10,8 +10,8 @@ import pytest
 
 from gpuplan.models.inputs import PlanningInput
 from gpuplan.planner.explain.reasons import explain_workload
-from gpuplan.planner.pipeline import summary
 from gpuplan.planner.planning import make_plan
+from gpuplan.planner.presentation import summary
 
 NOW = datetime(2026, 1, 5, 12, 0, tzinfo=UTC)
 ONE_GPU = [{"name": "n", "cpu_milli": 64000, "memory_mib": 65536, "gpus": [{"index": 0, "model": "L4-24GB"}]}]

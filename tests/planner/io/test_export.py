@@ -14,12 +14,12 @@ import pytest
 import yaml
 from openpyxl import load_workbook
 
+from gpuplan.cli import main
 from gpuplan.models import Plan, PlanningInput, default_catalog
 from gpuplan.models.capacity import CapacityReport, NodeTypeCatalog, ScenarioResult
 from gpuplan.planner.capacity.gap import capacity_gap
 from gpuplan.planner.capacity.node_types import load_node_types
 from gpuplan.planner.capacity.options import GapOptions
-from gpuplan.planner.cli import main
 from gpuplan.planner.io.exporters.workbook import (
     EMPTY_HINTS,
     SHEETS,
@@ -29,7 +29,7 @@ from gpuplan.planner.io.exporters.workbook import (
     write_xlsx,
 )
 from gpuplan.planner.io.exporters.workbook.style import MONEY_FORMAT, PERCENT_FORMAT, shown
-from gpuplan.planner.pipeline.files import write_json
+from gpuplan.planner.io.files import write_json
 from gpuplan.planner.planning import make_plan
 from tests.planner.io._workbook_example import CLUSTER, NOW, WORKLOADS, planned_gap
 

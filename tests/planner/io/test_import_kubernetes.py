@@ -17,11 +17,11 @@ import yaml
 from hypothesis import HealthCheck, given, settings
 from hypothesis import strategies as st
 
+from gpuplan.cli import main
 from gpuplan.models import Workload
 from gpuplan.models.base import InputError
-from gpuplan.planner.cli import main
+from gpuplan.planner.io.files import load_cluster, load_plan, load_workloads
 from gpuplan.planner.io.importers.kubernetes import KubernetesState, quantity, read_state
-from gpuplan.planner.pipeline.files import load_cluster, load_plan, load_workloads
 from gpuplan.planner.store.history import PlanHistory
 from tests._factories import kube_node
 from tests._paths import TESTS_DATA

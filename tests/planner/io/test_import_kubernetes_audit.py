@@ -23,7 +23,8 @@ import yaml
 from hypothesis import given
 from hypothesis import strategies as st
 
-from gpuplan.planner.cli import main
+from gpuplan.cli import main
+from gpuplan.planner.io.files import load_cluster, load_plan, load_workloads
 from gpuplan.planner.io.importers.kubernetes import (
     BOUND_NO_GPU,
     FINISHED,
@@ -37,7 +38,6 @@ from gpuplan.planner.io.importers.kubernetes import (
     read_state,
 )
 from gpuplan.planner.io.importers.kubernetes.tiers import _ranked_tier
-from gpuplan.planner.pipeline.files import load_cluster, load_plan, load_workloads
 from gpuplan.planner.store.history import PlanHistory
 from tests._paths import ROOT_DIR, TESTS_DATA
 

@@ -14,11 +14,11 @@ from typing import Any
 
 import pytest
 
+from gpuplan.cli import main
 from gpuplan.models import Workload
 from gpuplan.models.cluster import Node
-from gpuplan.planner.cli import main
+from gpuplan.planner.io.files import load_cluster, load_plan, load_workloads
 from gpuplan.planner.io.importers.kubernetes import KubernetesState, read_state
-from gpuplan.planner.pipeline.files import load_cluster, load_plan, load_workloads
 from tests._paths import TESTS_DATA
 
 DUMPS = TESTS_DATA / "kubernetes"

@@ -11,9 +11,9 @@ from typing import Any
 
 import pytest
 
-from gpuplan.planner.cli import main
+from gpuplan.cli import main
+from gpuplan.planner.io.files import load_plan
 from gpuplan.planner.io.importers.kubernetes import read_state
-from gpuplan.planner.pipeline.files import load_plan
 from tests._factories import kube_node
 
 NOW = "2026-11-30T03:00:00+00:00"

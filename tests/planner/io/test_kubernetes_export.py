@@ -16,13 +16,13 @@ import kubernetes_validate
 import pytest
 import yaml
 
+from gpuplan.cli import main
 from gpuplan.models import Cluster, Plan, PlanningInput, Policy, Workload, data_dir, default_catalog
 from gpuplan.models.base import InputError
-from gpuplan.planner.cli import main
 from gpuplan.planner.io.exporters import kubernetes, migparted
+from gpuplan.planner.io.files import load_plan
 from gpuplan.planner.io.importers.kubernetes import load_mig_parted
 from gpuplan.planner.pipeline.actions import CREATE, DESTROY, MIGRATE, PREEMPT, START, plan_actions
-from gpuplan.planner.pipeline.files import load_plan
 from gpuplan.planner.planning import make_plan
 from gpuplan.planner.store.history import PlanHistory
 from gpuplan.planner.validation.validate import validate_plan
@@ -95,7 +95,7 @@ def scenario() -> tuple[PlanningInput, Plan]:
 @pytest.fixture(scope="module")
 def example() -> tuple[PlanningInput, Plan]:
     """The bundled example fleet and demand, planned as ``gpuplan demo`` does."""
-    from gpuplan.planner.cli.common import load_input
+    from gpuplan.cli.common import load_input
 
     inp = load_input(EXAMPLES / "cluster.yaml", EXAMPLES / "workloads.yaml", EXAMPLES / "policy.yaml")
     now = datetime.fromisoformat((EXAMPLES / "now.txt").read_text().strip())

@@ -22,10 +22,11 @@ import yaml
 from hypothesis import HealthCheck, given, settings
 from hypothesis import strategies as st
 
+from gpuplan.cli import main
 from gpuplan.models import Cluster, Plan, PlanningInput, Policy
 from gpuplan.models.plan import MigLayout, MigMode
-from gpuplan.planner.cli import main
 from gpuplan.planner.io.exporters import kubernetes, migparted
+from gpuplan.planner.io.files import planning_input
 from gpuplan.planner.io.importers.kubernetes import (
     KubernetesState,
     load_mig_parted,
@@ -36,7 +37,6 @@ from gpuplan.planner.io.importers.kubernetes import (
 from gpuplan.planner.io.importers.kubernetes.pods import _Pod
 from gpuplan.planner.io.importers.kubernetes.tiers import PriorityClass, TierMap, assign_tiers
 from gpuplan.planner.pipeline.actions import ordered_actions
-from gpuplan.planner.pipeline.files import planning_input
 from gpuplan.planner.pipeline.layouts import cluster_after
 from gpuplan.planner.planning import make_plan
 from gpuplan.planner.store.history import PlanHistory, plan_diff

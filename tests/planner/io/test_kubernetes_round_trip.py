@@ -24,18 +24,18 @@ import kubernetes_validate
 import pytest
 import yaml
 
+from gpuplan.cli import main
 from gpuplan.models import Cluster, DisruptionBudget, Plan, PlanningInput, Policy, Workload
 from gpuplan.models.catalog import default_catalog
 from gpuplan.models.plan import MIGRATE, Action, Assignment, GpuUse
 from gpuplan.models.workload import Placement
-from gpuplan.planner.cli import main
 from gpuplan.planner.executor import Executor, SimCluster
 from gpuplan.planner.io.exporters import kubernetes
+from gpuplan.planner.io.files import load_workloads, planning_input
 from gpuplan.planner.io.importers.kubernetes import read_state, write_state
-from gpuplan.planner.pipeline import summary
 from gpuplan.planner.pipeline.actions import ordered_actions, plan_actions
-from gpuplan.planner.pipeline.files import load_workloads, planning_input
 from gpuplan.planner.planning import make_plan
+from gpuplan.planner.presentation import summary
 from gpuplan.planner.store.history import PlanHistory, plan_diff
 from gpuplan.planner.validation.validate import validate_plan
 from tests._paths import TESTS_DATA

@@ -18,8 +18,8 @@ import pytest
 from gpuplan.models import Policy
 from gpuplan.models.rules.scheduling import admits
 from gpuplan.planner.io.exporters import kubernetes
+from gpuplan.planner.io.files import planning_input
 from gpuplan.planner.io.importers.kubernetes import KubernetesState, read_state
-from gpuplan.planner.pipeline.files import planning_input
 from gpuplan.planner.planning import make_plan
 from gpuplan.planner.validation.validate import validate_plan
 from tests._factories import assign, kube_node, plan, wait, whole, with_actions
@@ -238,8 +238,8 @@ def test_a_created_pod_carries_its_workload_s_filters() -> None:
 
 
 def test_the_csv_round_trip_keeps_the_filters(state: KubernetesState, tmp_path: Path) -> None:
+    from gpuplan.planner.io.files import load_cluster, load_workloads
     from gpuplan.planner.io.importers.kubernetes import write_state
-    from gpuplan.planner.pipeline.files import load_cluster, load_workloads
 
     cluster_path, workloads_path = write_state(state, tmp_path)
     again = {w.id: w for w in load_workloads(workloads_path)}

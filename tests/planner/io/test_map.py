@@ -26,8 +26,8 @@ import numpy as np
 import pytest
 import yaml
 
+from gpuplan.cli import main
 from gpuplan.models.catalog import data_dir
-from gpuplan.planner.cli import main
 from gpuplan.planner.io.exporters.map import TEAM_PALETTE, TIER_PALETTE
 from tests._api import PLANNER, VIEWER_ML, Server, live
 from tests._factories import node_data

@@ -19,10 +19,10 @@ from pathlib import Path
 
 import pytest
 
+from gpuplan.cli import main
 from gpuplan.models import Plan, PlanningInput, default_catalog
 from gpuplan.models.capacity import CapacityReport, NodeTypeCatalog, ScenarioResult
 from gpuplan.models.catalog import data_dir
-from gpuplan.planner.cli import main
 from gpuplan.planner.io.exporters.workbook import build_tables, write_xlsx
 from tests.planner.io._workbook_example import planned_gap
 

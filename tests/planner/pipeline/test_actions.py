@@ -40,8 +40,8 @@ from gpuplan.planner.pipeline.actions import (
     schedule_rounds,
 )
 from gpuplan.planner.pipeline.compile import compile_node, compile_problem
-from gpuplan.planner.pipeline.occupancy import Occupancy, OverCommitError
 from gpuplan.planner.planning import make_plan
+from gpuplan.planner.validation.occupancy import Occupancy, OverCommitError
 from gpuplan.planner.validation.validate import validate_plan
 from gpuplan.solvers.greedy import FirstFitScorer
 from gpuplan.solvers.placement import Placer

@@ -16,10 +16,10 @@ from typing import Any
 import pytest
 
 from gpuplan.models import PlanningInput, default_catalog
-from gpuplan.planner.pipeline import summary
 from gpuplan.planner.pipeline.compile import compile_problem
 from gpuplan.planner.pipeline.deadline import MIN_SOLVE_S, RESERVE_SHARE, Deadline, solve_share
 from gpuplan.planner.planning import make_plan
+from gpuplan.planner.presentation import summary
 from gpuplan.solvers.base import CUT, SolveResult
 from gpuplan.solvers.cpsat import CpSat
 from gpuplan.solvers.cpsat.lns import improve

@@ -11,9 +11,9 @@ from datetime import datetime
 
 import pytest
 
+from gpuplan.cli.common import load_input
 from gpuplan.models import data_dir
 from gpuplan.models.inputs import PlanningInput
-from gpuplan.planner.cli.common import load_input
 from gpuplan.planner.explain import reasons
 from gpuplan.planner.explain.reasons import explain_all
 from gpuplan.planner.pipeline.deadline import Deadline

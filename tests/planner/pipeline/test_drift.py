@@ -54,7 +54,7 @@ L4_AND_L40S = {
 def _cli(*args: str) -> subprocess.CompletedProcess[str]:
     """``gpuplan ARGS`` in a new process, as a user runs it."""
     return subprocess.run(
-        [sys.executable, "-m", "gpuplan.planner.cli", *args],
+        [sys.executable, "-m", "gpuplan.cli", *args],
         capture_output=True,
         text=True,
         env={**os.environ, "PYTHONPATH": os.pathsep.join(sys.path)},

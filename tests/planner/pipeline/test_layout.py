@@ -16,10 +16,11 @@ FOLDERS = ("models", "planner", "solvers", "api", "data")
 
 def _python_files() -> list[Path]:
     dirs = [*FOLDERS, "tests", "benchmarks"]
-    # src/gpuplan holds the root package's modules and links to the folders (for mypy): not followed.
-    return sorted(
-        [*(p for d in dirs for p in (ROOT / d).rglob("*.py")), *(ROOT / "src/gpuplan").glob("*.py")]
-    )
+    # src/gpuplan holds the root package's modules, the command line (cli/) and links to the folders (for
+    # mypy): the links are not followed.
+    root = ROOT / "src/gpuplan"
+    folders = [p for d in dirs for p in (ROOT / d).rglob("*.py")]
+    return sorted([*folders, *root.glob("*.py"), *(root / "cli").rglob("*.py")])
 
 
 def test_no_bare_imports_of_the_repository_folders() -> None:
@@ -53,9 +54,9 @@ def test_the_distribution_installs_one_top_level_package() -> None:
 
 
 def test_the_console_script_runs_the_command_line() -> None:
-    """``gpuplan`` names the command line's ``main`` (the CLI is a package: ``gpuplan.planner.cli``)."""
+    """``gpuplan`` names the command line's ``main`` (the CLI is a package: ``gpuplan.cli``)."""
     scripts = tomllib.loads((ROOT / "pyproject.toml").read_text())["project"]["scripts"]
     module, _, attr = scripts["gpuplan"].partition(":")
-    from gpuplan.planner.cli import main
+    from gpuplan.cli import main
 
     assert getattr(importlib.import_module(module), attr) is main

@@ -24,9 +24,9 @@ from gpuplan.models.plan import CREATE, SET_MIG_MODE, START, Action
 from gpuplan.planner.executor import Executor, SimCluster, unfit
 from gpuplan.planner.io.exporters import kubernetes, migparted
 from gpuplan.planner.io.importers.kubernetes import MigPartedConfig
-from gpuplan.planner.pipeline import summary
 from gpuplan.planner.pipeline.actions import plan_actions
 from gpuplan.planner.planning import make_plan
+from gpuplan.planner.presentation import summary
 from gpuplan.planner.store.history import plan_diff
 from gpuplan.planner.validation.validate import validate_plan
 from tests._factories import assign, layout, mig, node, plan, planning_input, wait, whole

@@ -18,8 +18,8 @@ from gpuplan.models.catalog import default_catalog
 from gpuplan.models.plan import Assignment, GpuUse, MigLayout, SolverReport, Unplaced
 from gpuplan.planner.pipeline.compile import compile_problem
 from gpuplan.planner.pipeline.repair import without_idle_moves
-from gpuplan.planner.pipeline.summary import render
 from gpuplan.planner.pipeline.verdict import result_violations
+from gpuplan.planner.presentation.summary import render
 from gpuplan.solvers.base import SolveResult
 from gpuplan.solvers.evaluate import evaluate
 

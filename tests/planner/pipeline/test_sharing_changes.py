@@ -29,8 +29,8 @@ from gpuplan.models import (
 from gpuplan.planner.executor import Executor, SimCluster
 from gpuplan.planner.pipeline import sharing
 from gpuplan.planner.pipeline.actions import SET_SHARING, START
-from gpuplan.planner.pipeline.occupancy import Holding, Occupancy
 from gpuplan.planner.planning import make_plan
+from gpuplan.planner.validation.occupancy import Holding, Occupancy
 from gpuplan.planner.validation.validate import validate_plan
 from gpuplan.solvers.cpsat import solver as cpsat_solver
 from tests._api import KEYS, PLANNER, auth, tiny_body

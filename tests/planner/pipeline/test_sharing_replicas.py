@@ -16,8 +16,8 @@ from gpuplan.api import create_app
 from gpuplan.api.settings import Settings
 from gpuplan.models import Node, Plan, Workload
 from gpuplan.models.catalog import default_catalog
-from gpuplan.planner.pipeline.occupancy import running_conflicts
 from gpuplan.planner.planning import make_plan
+from gpuplan.planner.validation.occupancy import running_conflicts
 from gpuplan.planner.validation.validate import validate_plan
 from gpuplan.solvers.cpsat import solver as cpsat_solver
 from tests._api import KEYS, PLANNER, auth

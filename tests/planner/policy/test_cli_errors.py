@@ -6,7 +6,7 @@ from pathlib import Path
 
 import pytest
 
-from gpuplan.planner.cli import main
+from gpuplan.cli import main
 from tests._paths import ROOT_DIR
 
 EXAMPLES = ROOT_DIR / "data" / "examples"

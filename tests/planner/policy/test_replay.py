@@ -10,8 +10,8 @@ from typing import Any
 import pytest
 import yaml
 
+from gpuplan.cli import main
 from gpuplan.models.review import ReplayReport
-from gpuplan.planner.cli import main
 
 NOW, LATER = "2026-11-29T12:00:00+00:00", "2026-11-29T13:00:00+00:00"
 

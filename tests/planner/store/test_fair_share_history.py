@@ -11,9 +11,9 @@ from typing import Any
 import pytest
 import yaml
 
+from gpuplan.cli import main
 from gpuplan.models.catalog import default_catalog
 from gpuplan.models.inputs import PlanningInput
-from gpuplan.planner.cli import main
 from gpuplan.planner.planning import make_plan
 from gpuplan.planner.store.history import PlanHistory
 

@@ -14,9 +14,9 @@ from typing import Any
 import pytest
 import yaml
 
+from gpuplan.cli import common, main
 from gpuplan.models import Plan, PlanningInput
 from gpuplan.planner import planning
-from gpuplan.planner.cli import common, main
 from gpuplan.planner.pipeline.deadline import (
     MIN_SOLVE_S,
     OUTPUT_S,
@@ -132,7 +132,7 @@ def _busy_files(tmp_path: Path) -> list[str]:
 
 
 def _replan(db: str, files: list[str], *extra: str) -> subprocess.Popen[str]:
-    cmd = [sys.executable, "-m", "gpuplan.planner.cli", "replan", "--db", db, "--now", NOW, *files, *extra]
+    cmd = [sys.executable, "-m", "gpuplan.cli", "replan", "--db", db, "--now", NOW, *files, *extra]
     env = {**os.environ, "PYTHONPATH": str(ROOT)}
     return subprocess.Popen(cmd, cwd=ROOT, env=env, stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True)
 
@@ -191,7 +191,7 @@ def test_replan_gives_the_solve_its_share_and_says_when_it_overran(
     monkeypatch.setattr(planning, "make_plan", solve)
     monkeypatch.setattr(common, "Deadline", lambda end: Deadline.after(20.0, clock))
     args = ["replan", "--db", str(tmp_path / "h.db"), "--time-limit", "20", "-q", "--now", NOW]
-    with caplog.at_level(logging.WARNING, logger="gpuplan.planner.cli.rounds"):
+    with caplog.at_level(logging.WARNING, logger="gpuplan.cli.rounds"):
         assert main([*args, *_files(tmp_path)]) == 0
     assert limits == [solve_share(20.0, Deadline.after(20.0, FakeClock()))]
     assert any("past its 17.0 s share" in r.getMessage() for r in caplog.records)

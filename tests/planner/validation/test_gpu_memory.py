@@ -10,14 +10,14 @@ from typing import Any
 import pytest
 import yaml
 
+from gpuplan.cli import main
 from gpuplan.models.catalog import default_catalog
 from gpuplan.models.inputs import PlanningInput
-from gpuplan.planner.cli import main
 from gpuplan.planner.io.exporters.workbook import build_tables
+from gpuplan.planner.io.files import load_workloads
 from gpuplan.planner.pipeline.compile import compile_problem
-from gpuplan.planner.pipeline.files import load_workloads
-from gpuplan.planner.pipeline.summary import render
 from gpuplan.planner.planning import make_plan
+from gpuplan.planner.presentation.summary import render
 from gpuplan.solvers.cpsat import solver as cpsat_solver
 from gpuplan.solvers.fleet.classes import node_classes, request_classes
 from gpuplan.solvers.fleet.engine import _placer

@@ -15,9 +15,9 @@ from pydantic import ValidationError
 
 from gpuplan.api import create_app
 from gpuplan.api.settings import Settings
+from gpuplan.cli import main
 from gpuplan.models import Cluster, PlanningInput, Policy, Workload
 from gpuplan.models.base import GROUP_NAMED, MAX_ERRORS, grouped_errors
-from gpuplan.planner.cli import main
 from tests._api import KEYS, PLANNER, auth, tiny_body
 
 #: Workloads naming the unknown team.

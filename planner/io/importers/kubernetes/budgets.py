@@ -17,8 +17,8 @@ from pathlib import Path
 from typing import Any
 
 from gpuplan.models.base import InputError
+from gpuplan.planner.io.files import read_structured
 from gpuplan.planner.io.importers.kubernetes.pods import _Pod
-from gpuplan.planner.pipeline.files import read_structured
 
 #: Pods named in one warning at most (the rest are counted).
 NAMED = 5

@@ -16,6 +16,7 @@ from pydantic import ValidationError
 from gpuplan.models import Cluster, HardwareCatalog, Workload, default_catalog
 from gpuplan.models.base import InputError
 from gpuplan.models.policy import Tier, default_tiers
+from gpuplan.planner.io.files import WORKLOAD_COLUMNS, describe, read_structured
 from gpuplan.planner.io.importers.kubernetes.audit import _Audit
 from gpuplan.planner.io.importers.kubernetes.budgets import DisruptionBudget, apply_budgets, load_pdbs
 from gpuplan.planner.io.importers.kubernetes.conventions import MACHINE
@@ -35,7 +36,6 @@ from gpuplan.planner.io.importers.kubernetes.tiers import (
     mapping_changes,
 )
 from gpuplan.planner.io.importers.kubernetes.topology import attach_topologies, load_topologies, topology_hint
-from gpuplan.planner.pipeline.files import WORKLOAD_COLUMNS, describe, read_structured
 
 log = logging.getLogger(__name__)
 

@@ -17,8 +17,8 @@ from typing import Any
 import yaml
 
 from gpuplan.models.base import InputError
+from gpuplan.planner.io.files import read_structured
 from gpuplan.planner.io.importers.kubernetes.conventions import _mig_profile
-from gpuplan.planner.pipeline.files import read_structured
 
 #: The key of the mig-parted document in the GPU Operator's ConfigMap (the MIG manager reads this one).
 CONFIG_KEY = "config.yaml"

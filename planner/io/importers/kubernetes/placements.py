@@ -15,11 +15,11 @@ from gpuplan.models import Cluster, HardwareCatalog
 from gpuplan.models.base import InputError
 from gpuplan.models.plan import GpuUse
 from gpuplan.models.workload import MEMORY_ONLY_MILLI, where
+from gpuplan.planner.io.files import read_structured
 from gpuplan.planner.io.importers.kubernetes.conventions import GPU, SHARED
 from gpuplan.planner.io.importers.kubernetes.nodes import _NodeInfo
 from gpuplan.planner.io.importers.kubernetes.pods import _Pod
-from gpuplan.planner.pipeline.files import read_structured
-from gpuplan.planner.pipeline.occupancy import Holding, Occupancy
+from gpuplan.planner.validation.occupancy import Holding, Occupancy
 
 _KIND_ORDER = {"whole": 0, "mig": 1, "fraction": 2}
 

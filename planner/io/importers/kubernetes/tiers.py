@@ -16,8 +16,8 @@ from pathlib import Path
 from gpuplan.models import BACKGROUND, LATENCY_SENSITIVE, STANDARD
 from gpuplan.models.base import InputError
 from gpuplan.models.policy import Tier
+from gpuplan.planner.io.files import read_structured
 from gpuplan.planner.io.importers.kubernetes.pods import _Pod
-from gpuplan.planner.pipeline.files import read_structured
 
 #: Tier of a ``priorityClassName`` unless ``--tier-map`` says otherwise; other classes are ranked by
 #: priority onto the policy's tiers (:func:`assign_tiers`).

@@ -11,9 +11,9 @@ from typing import Any
 
 from gpuplan.models import HardwareCatalog
 from gpuplan.models.base import InputError
+from gpuplan.planner.io.files import read_structured
 from gpuplan.planner.io.importers.kubernetes.nodes import _NodeInfo
 from gpuplan.planner.io.importers.nvidia_smi import node_from_topo
-from gpuplan.planner.pipeline.files import read_structured
 
 
 def _topology_entries(

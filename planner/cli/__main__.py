@@ -1,7 +1,0 @@
-"""``python -m gpuplan.planner.cli``: the command line."""
-
-import sys
-
-from gpuplan.planner.cli import main
-
-sys.exit(main())

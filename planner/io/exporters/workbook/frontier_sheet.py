@@ -1,0 +1,119 @@
+"""The "Fairness frontier" sheet (``gpuplan frontier --xlsx``): one row per point of the frontier, and a
+chart of the queue term against the fairness level reached, the policy's own point in its own series.
+Added to a workbook that exists, replacing an earlier sheet of that name, or written on its own."""
+
+from __future__ import annotations
+
+import logging
+from pathlib import Path
+
+import pandas as pd
+from openpyxl import Workbook, load_workbook
+from openpyxl.chart import Reference, ScatterChart, Series
+from openpyxl.worksheet.worksheet import Worksheet
+
+from gpuplan.models.review import Frontier, FrontierPoint
+from gpuplan.planner.io.exporters.workbook.style import Shown, as_text, format_table, yes_no
+
+log = logging.getLogger(__name__)
+
+TITLE = "Fairness frontier"
+
+#: The sheet's columns: the name each value is formatted by (a ``gap`` as a percentage) and its header.
+COLUMNS: tuple[tuple[str, str], ...] = (
+    ("floor", "Fairness floor asked"),
+    ("reached", "Floor reached"),
+    ("fairness", "Fairness reached (lowest share of entitlement)"),
+    ("jain", "Jain's index"),
+    ("objective", "Queue term (objective)"),
+    ("best_bound", "Best bound"),
+    ("gap", "Gap"),
+    ("price_queue_term", "Price: queue term"),
+    ("price_queue_share", "Price: queue term (share)"),
+    ("price_gpus_allocated", "Price: GPUs allocated (change)"),
+    ("price_weighted_queue_hours", "Price: tier-weighted queue hours"),
+    ("money_per_hour", "Money per hour ({currency})"),
+    ("proved", "Step proved (beyond both gaps)"),
+    ("current", "Policy as given"),
+)
+
+
+def _row(p: FrontierPoint) -> dict[str, object]:
+    reached = p.reached
+    return {
+        "floor": "none (efficient)" if p.level == 0 else p.level,
+        "reached": yes_no(reached) if reached else ("no (proved)" if p.unreachable_proved else "no"),
+        "fairness": p.fairness if reached else None,
+        "jain": p.jain if reached else None,
+        "objective": p.solve.objective if reached else None,
+        "best_bound": p.solve.best_bound,
+        "gap": p.solve.gap if reached else None,
+        "price_queue_term": p.price_queue_term if reached else None,
+        "price_queue_share": p.price_queue_share if reached else None,
+        "price_gpus_allocated": p.price_gpus_allocated if reached else None,
+        "price_weighted_queue_hours": p.price_weighted_queue_hours if reached else None,
+        "money_per_hour": (p.money_note if p.money_per_hour is None else p.money_per_hour)
+        if reached
+        else None,
+        "proved": "" if p.proved is None else yes_no(p.proved),
+        "current": yes_no(p.current),
+    }
+
+
+def _chart(ws: Worksheet, rows: int, current: int | None) -> None:
+    """Queue term against fairness reached: the frontier's points, and the policy's own point (row
+    ``current`` of the points, when it was reached)."""
+    chart = ScatterChart()
+    chart.title = "Queue term against fairness"
+    chart.style = 13
+    chart.x_axis.title = "Fairness reached (lowest share of entitlement)"
+    chart.y_axis.title = "Queue term (lower is better)"
+    chart.height, chart.width = 9, 18
+    x = Reference(ws, min_col=3, min_row=2, max_row=rows + 1)
+    y = Reference(ws, min_col=5, min_row=2, max_row=rows + 1)
+    points = Series(y, x, title="best plan at each floor")
+    points.marker.symbol = "circle"
+    points.marker.size = 8
+    chart.series.append(points)
+    if current is not None:
+        row = current + 2
+        mine = Series(
+            Reference(ws, min_col=5, min_row=row, max_row=row),
+            Reference(ws, min_col=3, min_row=row, max_row=row),
+            title="policy as given",
+        )
+        mine.marker.symbol = "diamond"
+        mine.marker.size = 12
+        mine.graphicalProperties.line.noFill = True
+        chart.series.append(mine)
+    points.graphicalProperties.line.noFill = True
+    chart.x_axis.delete = False
+    chart.y_axis.delete = False
+    ws.add_chart(chart, f"A{rows + 4}")
+
+
+def write_frontier_sheet(frontier: Frontier, path: Path) -> None:
+    """The "Fairness frontier" sheet of ``frontier`` in the workbook at ``path`` (made when absent)."""
+    currency = frontier.currency
+    money = f"{currency}{', EXAMPLE prices' if frontier.example_prices else ''}" if currency else "no prices"
+    source = tuple(name for name, _ in COLUMNS)
+    frame = pd.DataFrame([_row(p) for p in frontier.points], columns=list(source))
+    frame.columns = [label.format(currency=money) for _, label in COLUMNS]
+    if path.is_file():
+        book = load_workbook(path)
+        if TITLE in book.sheetnames:
+            del book[TITLE]
+    else:
+        book = Workbook()
+        book.remove(book.active)
+    ws = book.create_sheet(TITLE)
+    ws.append(list(frame.columns))
+    for values in frame.itertuples(index=False):
+        ws.append([None if pd.isna(v) else v for v in values])
+    as_text(ws)
+    format_table(ws, Shown(TITLE, frame, source))
+    current = next((i for i, p in enumerate(frontier.points) if p.current and p.reached), None)
+    _chart(ws, len(frame), current)
+    path.parent.mkdir(parents=True, exist_ok=True)
+    book.save(path)
+    log.info("fairness frontier sheet written to %s", path)
