@@ -58,8 +58,20 @@ MUTATIONS: tuple[tuple[str, str, str, str], ...] = (
     (
         "solver: higher-tier preemption rule dropped",
         "solvers/formulation/constraints.py",
-        "        if budget.preempt_only_for_higher_tier:\n            displacers",
-        "        if False:\n            displacers",
+        "        if budget.preempt_only_for_higher_tier:\n            running = ",
+        "        if False:\n            running = ",
+    ),
+    (
+        "solver: fair-share preemption dropped",
+        "solvers/formulation/constraints.py",
+        "                or fair_displaces(\n",
+        "                or False and fair_displaces(\n",
+    ),
+    (
+        "solver: fairness floor one GPU looser",
+        "solvers/formulation/objective.py",
+        "        m.add(unit * short + m.sum(held[team]) >= floor - fixed[team])",
+        "        m.add(unit * short + m.sum(held[team]) >= floor - fixed[team] - unit)",
     ),
     (
         "solver: moves budget +1",
@@ -95,8 +107,14 @@ MUTATIONS: tuple[tuple[str, str, str, str], ...] = (
     (
         "validator: higher-tier preemption rule dropped",
         "planner/validation/disruption.py",
-        "elif not displaced(policy.disruption, newcomers.get(s.place.node), policy.tier_rank(w.tier)):",
+        "elif not _displaced(policy, newcomers.get(s.place.node, []), standing, w):",
         "elif False:",
+    ),
+    (
+        "validator: fair-share preemption dropped",
+        "planner/validation/disruption.py",
+        "    fairly = bool(standing) and any(",
+        "    fairly = False and any(",
     ),
     (
         "validator: quota +1 GPU",
@@ -165,6 +183,18 @@ MUTATIONS: tuple[tuple[str, str, str, str], ...] = (
         "models/rules/runtime.py",
         "    return ran_s is None or ran_s >= min_runtime_s",
         "    return True",
+    ),
+    (
+        "shared: fair-share preemption ignores the shares",
+        "models/rules/fairness.py",
+        "    if new is None or old is None or new.over_share or not old.over_share:",
+        "    if new is None or old is None:",
+    ),
+    (
+        "shared: fairness floor's lack rounded down",
+        "models/rules/fairness.py",
+        "    return max(0, -(-(floor - served) // unit))",
+        "    return max(0, (floor - served) // unit)",
     ),
     (
         "shared: fair-share standing ignores usage",

@@ -162,6 +162,11 @@ class FairShare(Strict):
     usage: dict[Name, GpuHours] = Field(default_factory=dict)
     history_usage: dict[Name, GpuHours] = Field(default_factory=dict)
     history_until: AwareDatetime | None = None
+    #: Kueue's fair-sharing preemption: under ``disruption.preempt_only_for_higher_tier``, a running
+    #: replica on an over-share team's borrowed capacity may also be preempted for a replica of the same
+    #: tier, of a team below its share, that the plan starts on its node
+    #: (:func:`gpuplan.models.rules.fairness.fair_displaces`).
+    preempt_borrowed: bool = False
 
     @model_validator(mode="after")
     def _range(self) -> FairShare:

@@ -1565,6 +1565,42 @@ def fair_floor_stratum(draw: st.DrawFn) -> PlanningInput:
 
 
 @st.composite
+def fair_preemption_stratum(draw: st.DrawFn) -> PlanningInput:
+    """Fair-sharing preemption binds: every GPU runs one-GPU preemptible work of team b (over its share by
+    its usage), b's quota borrowing or not, and team a's (below its share) replicas of the same tier or a
+    lower one wait; ``preempt_borrowed`` drawn, preemptions in the budget only for a higher tier."""
+    per = draw(st.integers(1, 2))
+    nodes = [_node("n0", _l4(per))]
+    tier = draw(st.sampled_from(["standard", "background"]))
+    workloads: list[dict[str, Any]] = [
+        _running(f"r{g}", "n0", [{"index": g}], gpus=1, team="b", tier=tier,
+                 preemptible=draw(st.integers(0, 3)) > 0)
+        for g in range(per)
+    ]  # fmt: skip
+    for j in range(draw(st.integers(1, 2))):
+        workloads.append(
+            {
+                "id": f"w{j}",
+                "team": "a",
+                "gpus": 1,
+                "tier": draw(st.sampled_from([tier, tier, "background"])),
+                "queued_since": _ago(draw(st.sampled_from([0, 3]))),
+            }
+        )
+    fair = {"usage": {"b": draw(st.sampled_from([5, 50]))}, "max_factor": 1.0,
+            "preempt_borrowed": draw(st.integers(0, 3)) > 0}  # fmt: skip
+    policy: dict[str, Any] = {
+        "fair_share": fair,
+        "disruption": _disruption(
+            draw, max_moves_per_round=0, preempt_only_for_higher_tier=True, preempt_latency_sensitive=False
+        ),
+    }
+    if draw(st.integers(0, 3)) > 0:
+        policy["quotas"] = [{"team": "b", "gpus": draw(st.sampled_from([0, 1])), "borrow": True}]
+    return stratum_input(nodes, workloads, policy)
+
+
+@st.composite
 def known_stratum(draw: st.DrawFn) -> PlanningInput:
     """The classes of disagreement found last (each a strict xfail of
     ``tests/solvers/test_differential.py`` until fixed): a gang partly running (drift), a sharing change
@@ -1629,6 +1665,7 @@ def strata(*, small: bool = False) -> dict[str, st.SearchStrategy[PlanningInput]
         "sharing": sharing_stratum(),
         "fair-share": fair_share_stratum(),
         "fair-floor": fair_floor_stratum(),
+        "fair-preemption": fair_preemption_stratum(),
     }
 
 

@@ -50,14 +50,17 @@ def outranks(newcomer_rank: int, rank: int) -> bool:
     return newcomer_rank < rank
 
 
-def displaced(budget: DisruptionBudget, best_newcomer_rank: int | None, rank: int) -> bool:
+def displaced(
+    budget: DisruptionBudget, best_newcomer_rank: int | None, rank: int, *, fairly: bool = False
+) -> bool:
     """Whether the higher-tier rule lets a running replica of tier rank ``rank`` be preempted when the
     best tier rank among the replicas the plan starts on its node is ``best_newcomer_rank`` (``None``:
     none starts there): always when ``preempt_only_for_higher_tier`` is off, else only for a newcomer
-    that :func:`outranks` it."""
+    that :func:`outranks` it, or when ``fairly`` (a newcomer there may displace it by fair share:
+    :func:`gpuplan.models.rules.fairness.fair_displaces`)."""
     if not budget.preempt_only_for_higher_tier:
         return True
-    return best_newcomer_rank is not None and outranks(best_newcomer_rank, rank)
+    return fairly or (best_newcomer_rank is not None and outranks(best_newcomer_rank, rank))
 
 
 def may_move(budget: DisruptionBudget, ran_s: float | None, disruptible: bool = True) -> bool:

@@ -26,7 +26,7 @@ from gpuplan.models.hardware import HardwareCatalog
 from gpuplan.models.inputs import PlanningInput
 from gpuplan.models.plan import Assignment
 from gpuplan.models.policy import FairShare, Policy, fair_units
-from gpuplan.models.rules.quota import gpu_equivalents, use_units
+from gpuplan.models.rules.quota import gpu_equivalents, on_borrowed_capacity, use_units
 from gpuplan.models.workload import Shape
 
 
@@ -84,6 +84,26 @@ def standings(fair: FairShare, teams: Iterable[str], usage: Mapping[str, float])
         units = fair_units(fair.min_factor + (fair.max_factor - fair.min_factor) * factor)
         out[t] = Standing(t, share, used, part, factor, units)
     return out
+
+
+def fair_displaces(
+    policy: Policy,
+    standing: Mapping[str, Standing],
+    newcomer: tuple[str, int],
+    running: tuple[str, int, bool],
+) -> bool:
+    """Whether fair-sharing preemption lets a newcomer (team, tier rank) the plan starts on a node displace
+    a running replica there (team, tier rank, preemptible): the policy's ``fair_share.preempt_borrowed``
+    is on, both are of one tier, the newcomer's team is below its share and the running replica is on
+    borrowed capacity of a team above its share (Kueue's ``LessThanOrEqualToFinalShare`` in spirit: the
+    preemption moves capacity from the team over its share to the one under it)."""
+    fair = policy.fair_share
+    if fair is None or not fair.preempt_borrowed or newcomer[1] != running[1]:
+        return False
+    new, old = standing.get(newcomer[0]), standing.get(running[0])
+    if new is None or old is None or new.over_share or not old.over_share:
+        return False
+    return on_borrowed_capacity(policy.quotas, running[0], running[2])
 
 
 def running_usage(

@@ -12,6 +12,7 @@ exact ones are the same numbers, and a limit is exact from the quota's decimal f
 from __future__ import annotations
 
 import math
+from collections.abc import Iterable
 from fractions import Fraction
 
 from gpuplan.models.hardware import MILLI_PER_GPU, GpuModelSpec, HardwareCatalog
@@ -70,6 +71,12 @@ def charges_replica(q: Quota, team: str, preemptible: bool) -> bool:
     """Whether quota ``q`` counts a replica of ``team``: its own team's work, except preemptible work under
     a borrowing quota (borrowed capacity goes to preemptible work)."""
     return team == q.team and not (q.borrow and preemptible)
+
+
+def on_borrowed_capacity(quotas: Iterable[Quota], team: str, preemptible: bool) -> bool:
+    """Whether a replica of ``team`` runs on borrowed capacity: it is preemptible work of a team whose
+    quota borrows (no borrowing quota counts it: :func:`charges_replica`)."""
+    return preemptible and any(q.team == team and q.borrow for q in quotas)
 
 
 def charges_gpu(q: Quota, model: str | None, pool: str | None, gpu_model: str) -> bool:

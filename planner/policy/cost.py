@@ -73,12 +73,11 @@ class Prices:
     def per_hour(self, change: dict[str, float], catalog: HardwareCatalog) -> tuple[float | None, str]:
         """What a change of GPU-equivalents allocated per GPU model is worth per hour, or ``None`` and
         why when a GPU model it changes has no price."""
-        unpriced = sorted(
-            m for m, v in change.items() if abs(v) > 1e-9 and catalog.canonical(m) not in self.rates
-        )
+        changed = {m: v for m, v in change.items() if abs(v) > 1e-9}
+        unpriced = sorted(m for m in changed if catalog.canonical(m) not in self.rates)
         if unpriced:
             return None, f"no node type offers {', '.join(unpriced)}: no price per GPU-hour"
-        money = sum(v * self.rates[catalog.canonical(m)] for m, v in change.items())
+        money = sum(v * self.rates[catalog.canonical(m)] for m, v in changed.items())
         return round(money, 2), "EXAMPLE prices" if self.example else ""
 
 

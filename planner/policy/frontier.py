@@ -22,6 +22,7 @@ from dataclasses import dataclass
 
 from gpuplan.models.inputs import PlanningInput
 from gpuplan.models.plan import Plan
+from gpuplan.models.policy import ObjectiveMode
 from gpuplan.models.review import Frontier, FrontierPoint, SolveFigures, TeamShare
 from gpuplan.models.rules.fairness import (
     fairness_level,
@@ -29,6 +30,7 @@ from gpuplan.models.rules.fairness import (
     input_floors,
     input_served,
     jain_index,
+    shortfall_steps,
 )
 from gpuplan.models.rules.quota import quota_unit
 from gpuplan.planner.pipeline.compile import compile_problem
@@ -62,6 +64,9 @@ class Solved:
     fairness: float | None
     reached: bool
     served: dict[str, int]
+    #: The plan's objective without what it lacks of its own floor (its objective under any floor it
+    #: meets, and without a floor).
+    objective: float
 
 
 class Sweep:
@@ -90,7 +95,10 @@ class Sweep:
         served = input_served(inp, self.run.catalog, plan.assignments, self.unit)
         floors = input_floors(inp, self.run.catalog, self.unit)
         reached = all(served.get(t, 0) >= f for t, f in floors.items())
-        out = Solved(level, plan, fairness_level(served, self.entitled), reached, served)
+        lack = sum(shortfall_steps(f, served.get(t, 0), self.unit) for t, f in floors.items())
+        scale = policy.weights.queue if policy.objective is ObjectiveMode.WEIGHTED else 1
+        objective = (plan.solver.objective or 0.0) - scale * self.weight * lack
+        out = Solved(level, plan, fairness_level(served, self.entitled), reached, served, objective)
         log.info("floor %s: %s, fairness %s", level, "reached" if reached else "not reached", out.fairness)
         self.solved[level] = out
         return out
@@ -131,10 +139,11 @@ class Sweep:
 def _figures(s: Solved, bound: float | None) -> SolveFigures:
     """``s``'s plan's figures against ``bound`` (the question of the point it is reported at)."""
     own = solve_figures(s.plan, 0.0)
-    objective = s.plan.solver.objective
-    units = None if bound is None or objective is None else max(0.0, objective - bound)
-    gap = None if units is None or objective is None else units / max(1.0, objective)
-    return own.model_copy(update={"best_bound": bound, "gap_units": units, "gap": gap})
+    units = None if bound is None else max(0.0, s.objective - bound)
+    gap = None if units is None else units / max(1.0, s.objective)
+    return own.model_copy(
+        update={"objective": s.objective, "best_bound": bound, "gap_units": units, "gap": gap}
+    )
 
 
 def _best_meeting(sweep: Sweep, level: float | None) -> Solved | None:
@@ -143,7 +152,7 @@ def _best_meeting(sweep: Sweep, level: float | None) -> Solved | None:
     if level is None:
         return sweep.solved[None]
     meeting = [s for s in sweep.solved.values() if _meets(sweep, s, level)]
-    return min(meeting, key=lambda s: (s.plan.solver.objective or 0.0, -(s.fairness or 0.0)), default=None)
+    return min(meeting, key=lambda s: (s.objective, -(s.fairness or 0.0)), default=None)
 
 
 def _meets(sweep: Sweep, s: Solved, level: float) -> bool:
@@ -175,17 +184,17 @@ def frontier(
         if efficient.fairness is None or floor > efficient.fairness:
             sweep.at(floor)
     # The probes the sweep made on its way are points too (those no plan reached, said so), and so is
-    # the fairness each plan reached above the efficient plan's (a plan asked for more may reach less
-    # than it was asked, and more than the highest floor asked and reached).
-    reached = {
-        math.floor(s.fairness * 10**LEVEL_DIGITS) / 10**LEVEL_DIGITS
-        for s in sweep.solved.values()
-        if s.fairness is not None and efficient.fairness is not None and s.fairness > efficient.fairness
-    }
-    wanted = sorted({*wanted, *reached, *(x for x in sweep.solved if x is not None)})
+    # the highest fairness a plan reached, when above every floor asked and reached (a plan asked for
+    # more may reach less than it was asked, and more than the highest floor reached).
+    top = max((x.fairness for x in sweep.solved.values() if x.fairness is not None), default=None)
+    asked_top = max((x for x, v in sweep.solved.items() if x is not None and v.reached), default=0.0)
+    beyond = set()
+    if top is not None and top > asked_top and (efficient.fairness is None or top > efficient.fairness):
+        beyond.add(math.floor(top * 10**LEVEL_DIGITS) / 10**LEVEL_DIGITS)
+    wanted = sorted({*wanted, *beyond, *(x for x in sweep.solved if x is not None)})
     measure = Measure(sweep.plain, run.catalog, run.now)
     base_tally = measure.total(efficient.plan)
-    base_objective = efficient.plan.solver.objective or 0.0
+    base_objective = efficient.objective
     base_alloc = measure.allocated_by_model(efficient.plan)
     out: list[FrontierPoint] = []
     previous: FrontierPoint | None = None
@@ -205,7 +214,7 @@ def frontier(
         money, note = (
             (None, "no node-type catalog") if prices is None else prices.per_hour(change, run.catalog)
         )
-        objective = shown.plan.solver.objective or 0.0
+        objective = shown.objective
         point = FrontierPoint(
             level=0.0 if level is None else level,
             reached=best is not None,

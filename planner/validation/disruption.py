@@ -10,6 +10,7 @@ from dataclasses import dataclass
 from datetime import UTC, datetime
 
 from gpuplan.models.plan import DRAIN, MIGRATE, PREEMPT, Assignment, Plan
+from gpuplan.models.policy import Policy
 from gpuplan.models.rules.disruption import (
     displaced,
     moves_allowed,
@@ -18,6 +19,7 @@ from gpuplan.models.rules.disruption import (
     team_moves_allowed,
     tier_may_be_preempted,
 )
+from gpuplan.models.rules.fairness import Standing, fair_displaces, input_standings
 from gpuplan.models.rules.runtime import ran_long_enough, runtime_s
 from gpuplan.models.workload import Placement, Workload, where
 from gpuplan.planner.validation.context import CheckContext
@@ -80,25 +82,48 @@ def stopped_replicas(ctx: CheckContext) -> list[Stopped]:
     return stopped
 
 
-def _newcomer_ranks(ctx: CheckContext) -> dict[str, int]:
-    """The best (lowest) tier rank of the replicas the plan starts on each node (replicas that do not
-    run yet), the tiers a preemption there may make room for."""
-    best: dict[str, int] = {}
+def _newcomers(ctx: CheckContext) -> dict[str, list[tuple[str, int]]]:
+    """The team and tier rank of each replica the plan starts on each node (replicas that do not run
+    yet): the work a preemption there may make room for."""
+    out: dict[str, list[tuple[str, int]]] = defaultdict(list)
     for p in ctx.placed:
         if p.assignment.replica < len(p.workload.running_on):
             continue
-        rank = ctx.inp.policy.tier_rank(p.workload.tier)
-        best[p.node.name] = min(rank, best.get(p.node.name, rank))
-    return best
+        out[p.node.name].append((p.workload.team, ctx.inp.policy.tier_rank(p.workload.tier)))
+    return out
+
+
+def _standings(ctx: CheckContext) -> dict[str, Standing]:
+    """Each team's fair-share standing at the plan's time, when fair-sharing preemption may apply (else,
+    or without the plan's time, none: no preemption is then allowed by fair share)."""
+    fair = ctx.inp.policy.fair_share
+    now = _plan_time(ctx.plan)
+    if fair is None or not fair.preempt_borrowed or now is None:
+        return {}
+    return input_standings(ctx.inp, ctx.catalog, now)
+
+
+def _displaced(
+    policy: Policy, here: list[tuple[str, int]], standing: dict[str, Standing], w: Workload
+) -> bool:
+    """Whether the newcomers ``here`` (team, tier rank) on a node let running ``w`` be preempted there."""
+    rank = policy.tier_rank(w.tier)
+    fairly = bool(standing) and any(
+        fair_displaces(policy, standing, new, (w.team, rank, w.preemptible)) for new in here
+    )
+    best = min((r for _, r in here), default=None)
+    return displaced(policy.disruption, best, rank, fairly=fairly)
 
 
 def check_disruption(ctx: CheckContext, stopped: Sequence[Stopped], actions: bool) -> None:
     """Rule 13: only preemptible work in a tier that may be preempted is stopped, under
     ``disruption.preempt_only_for_higher_tier`` only for a replica of a strictly higher tier that the
-    plan starts on its node, and (``actions``: the plan carries its actions) every move and
-    preemption that the assignments imply has its action (a drain is known by its action)."""
+    plan starts on its node (or one its fair share lets displace it: ``fair_share.preempt_borrowed``),
+    and (``actions``: the plan carries its actions) every move and preemption that the assignments imply
+    has its action (a drain is known by its action)."""
     policy = ctx.inp.policy
-    newcomers = _newcomer_ranks(ctx) if policy.disruption.preempt_only_for_higher_tier else {}
+    newcomers = _newcomers(ctx) if policy.disruption.preempt_only_for_higher_tier else {}
+    standing = _standings(ctx) if newcomers else {}
     for s in stopped:
         w = s.workload
         running = where(s.place.node, s.place.gpus, "sentence")
@@ -116,12 +141,13 @@ def check_disruption(ctx: CheckContext, stopped: Sequence[Stopped], actions: boo
                     f"The plan stops {s.what}, which runs on {running}, but its tier '{w.tier}' may not "
                     "be preempted (and disruption.preempt_latency_sensitive is false).",
                 )
-            elif not displaced(policy.disruption, newcomers.get(s.place.node), policy.tier_rank(w.tier)):
+            elif not _displaced(policy, newcomers.get(s.place.node, []), standing, w):
+                fairly = " or, by fair share, of its tier for a team below its share" if standing else ""
                 ctx.add(
                     "preempt-higher-tier",
                     s.subject,
                     f"The plan preempts {s.what}, which runs on {running}, but starts no replica of a "
-                    f"tier above '{w.tier}' on node '{s.place.node}' "
+                    f"tier above '{w.tier}'{fairly} on node '{s.place.node}' "
                     "(disruption.preempt_only_for_higher_tier is true).",
                 )
         if s.scheduled or not actions:

@@ -9,6 +9,7 @@ from functools import partial
 from gpuplan.models.hardware import MILLI_PER_GPU
 from gpuplan.models.policy import IsolationKind, Quota
 from gpuplan.models.rules.disruption import moves_allowed, outranks, preemptions_allowed, team_moves_allowed
+from gpuplan.models.rules.fairness import fair_displaces
 from gpuplan.models.rules.isolation import keeps_apart, sharing_group
 from gpuplan.models.rules.quota import charges, limit_units, quota_model, quota_unit, use_units
 from gpuplan.solvers.formulation.builder import Expr, Var
@@ -357,7 +358,7 @@ def quotas(problem: PlacementProblem, v: Variables) -> None:
 def running(problem: PlacementProblem, v: Variables) -> None:
     """Running work stays, migrates or is preempted (preemptible and, under
     ``disruption.preempt_only_for_higher_tier``, only when a waiting replica of a strictly higher tier
-    starts on its node), within the disruption budget."""
+    starts on its node, or one fair share lets displace it), within the disruption budget."""
     m = v.model
     budget = problem.policy.disruption
     moves: list[Expr] = []
@@ -390,10 +391,17 @@ def running(problem: PlacementProblem, v: Variables) -> None:
             continue
         preempts.append(preempted)
         if budget.preempt_only_for_higher_tier:
+            running = (req.team, req.tier_rank, req.preemptible)
             displacers = [
                 c.x
                 for c in newcomers[node_pos[req.running.node]]
                 if outranks(problem.requests[c.req].tier_rank, req.tier_rank)
+                or fair_displaces(
+                    problem.policy,
+                    problem.fair_share,
+                    (problem.requests[c.req].team, problem.requests[c.req].tier_rank),
+                    running,
+                )
             ]
             if displacers:
                 m.add(preempted <= m.sum(displacers))

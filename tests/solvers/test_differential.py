@@ -411,6 +411,18 @@ RULES: dict[str, tuple[list[dict[str, Any]], list[dict[str, Any]], dict[str, Any
          {"id": "b", "team": "b", "tier": "background", "gpu_milli": 500}],
         {"fair_floor": 0.6}, 2400,
     ),
+    # Fair-sharing preemption: b runs a preemptible standard replica on borrowed capacity (its quota
+    # borrows) and is over its share; a's standard replica (a below its share), queued 10 h, waits for
+    # the one GPU. With preempt_borrowed b's replica is preempted for a's: b waits, 3 x 100 x 8 x 100 (a
+    # fair-share factor of 1.00 in hundredths), not a's 3 x 100 x 18 x 100.
+    "fair-preemption": (
+        ONE_L4,
+        [_on("n", 0, "b-run", team="b", tier="standard", preemptible=True),
+         {"id": "a-job", "team": "a", "tier": "standard", "gpus": 1, "queued_since": QUEUED}],
+        {"fair_share": {"usage": {"b": 50}, "max_factor": 1.0, "preempt_borrowed": True},
+         "quotas": [{"team": "b", "gpus": 0, "borrow": True}],
+         "disruption": {"max_preemptions_per_round": 1}}, 240000,
+    ),
     # CPU only: 1 unit of demand each, 3 x 1 x 8 for the one that does not fit.
     "cpu": (
         [{"name": "n", "cpu_milli": 4000, "gpus": []}],

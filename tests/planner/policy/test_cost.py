@@ -100,3 +100,12 @@ def test_every_kind_of_rule_is_relaxed_once_and_loose_ones_are_named() -> None:
     assert [t.weight for t in by_rule["tiers[1].weight"].tiers] == [10, 1, 1]
     assert skipped == ["mig.allow_create: already allowed", "sharing.allow_change: already allowed"]
     assert policy.quotas[0].gpus == 2  # the policy as given is left alone
+
+
+def test_a_model_no_node_type_offers_costs_nothing_when_its_allocation_does_not_change() -> None:
+    # The openb trace's G3 GPUs have no node type: a plan that changes nothing on them is still priced.
+    prices, catalog = _prices(), default_catalog()
+    money, _ = prices.per_hour({"G3": 0.0, "L40S-48GB": 1.0}, catalog)
+    assert money == pytest.approx(L40S_PER_HOUR, abs=0.01)
+    money, note = prices.per_hour({"G3": 1.0}, catalog)
+    assert money is None and note.startswith("no node type offers G3")
