@@ -60,10 +60,27 @@ def _row(p: FrontierPoint) -> dict[str, object]:
     }
 
 
+#: The frontier's colour (the workbooks' dark blue) and the policy's point (red).
+FRONTIER_COLOUR, POLICY_COLOUR = "1F4E79", "C00000"
+
+
+def _look(series: Series, symbol: str, size: int, colour: str, *, line: bool) -> None:
+    """Filled markers of ``colour`` (viewers draw hollow or no markers otherwise), joined by a line or not."""
+    series.marker.symbol = symbol
+    series.marker.size = size
+    series.marker.graphicalProperties.solidFill = colour
+    series.marker.graphicalProperties.line.solidFill = colour
+    if line:
+        series.graphicalProperties.line.solidFill = colour
+        series.graphicalProperties.line.width = 19050  # 1.5 pt, in EMU
+    else:
+        series.graphicalProperties.line.noFill = True
+
+
 def _chart(ws: Worksheet, rows: int, current: int | None) -> None:
     """Queue term against fairness reached: the frontier's points, and the policy's own point (row
     ``current`` of the points, when it was reached)."""
-    chart = ScatterChart()
+    chart = ScatterChart(scatterStyle="lineMarker")
     chart.title = "Queue term against fairness"
     chart.style = 13
     chart.x_axis.title = "Fairness reached (lowest share of entitlement)"
@@ -72,8 +89,8 @@ def _chart(ws: Worksheet, rows: int, current: int | None) -> None:
     x = Reference(ws, min_col=3, min_row=2, max_row=rows + 1)
     y = Reference(ws, min_col=5, min_row=2, max_row=rows + 1)
     points = Series(y, x, title="best plan at each floor")
-    points.marker.symbol = "circle"
-    points.marker.size = 8
+    _look(points, "circle", 7, FRONTIER_COLOUR, line=True)
+    points.smooth = False
     chart.series.append(points)
     if current is not None:
         row = current + 2
@@ -82,11 +99,10 @@ def _chart(ws: Worksheet, rows: int, current: int | None) -> None:
             Reference(ws, min_col=3, min_row=row, max_row=row),
             title="policy as given",
         )
-        mine.marker.symbol = "diamond"
-        mine.marker.size = 12
-        mine.graphicalProperties.line.noFill = True
+        _look(mine, "diamond", 11, POLICY_COLOUR, line=False)
         chart.series.append(mine)
-    points.graphicalProperties.line.noFill = True
+    chart.y_axis.number_format = "#,##0"
+    chart.x_axis.number_format = "0.000"
     chart.x_axis.delete = False
     chart.y_axis.delete = False
     ws.add_chart(chart, f"A{rows + 4}")
