@@ -21,7 +21,7 @@ from collections.abc import Callable, Sequence
 from dataclasses import dataclass
 
 from gpuplan.models.inputs import PlanningInput
-from gpuplan.models.plan import Plan
+from gpuplan.models.plan import Plan, PlanStatus
 from gpuplan.models.policy import ObjectiveMode
 from gpuplan.models.review import Frontier, FrontierPoint, SolveFigures, TeamShare
 from gpuplan.models.rules.fairness import (
@@ -137,12 +137,23 @@ class Sweep:
 
 
 def _figures(s: Solved, bound: float | None) -> SolveFigures:
-    """``s``'s plan's figures against ``bound`` (the question of the point it is reported at)."""
+    """``s``'s plan's figures against ``bound`` (the question of the point it is reported at): OPTIMAL
+    only when that bound meets the plan's objective (a plan proved at a higher floor is not proved at a
+    lower one), a FEASIBLE plan whose objective the bound meets is proved there."""
     own = solve_figures(s.plan, 0.0)
     units = None if bound is None else max(0.0, s.objective - bound)
     gap = None if units is None else units / max(1.0, s.objective)
+    status = own.status
+    if status in (PlanStatus.OPTIMAL.value, PlanStatus.FEASIBLE.value):
+        status = PlanStatus.OPTIMAL.value if units == 0 else PlanStatus.FEASIBLE.value
     return own.model_copy(
-        update={"objective": s.objective, "best_bound": bound, "gap_units": units, "gap": gap}
+        update={
+            "status": status,
+            "objective": s.objective,
+            "best_bound": bound,
+            "gap_units": units,
+            "gap": gap,
+        }
     )
 
 
@@ -207,7 +218,8 @@ def frontier(
         # A higher floor only narrows the question: a bound proved at a lower floor holds here too.
         found = own.plan.solver.best_bound
         bound = found if bound is None else (bound if found is None else max(bound, found))
-        figures = _figures(shown, bound if best is not None else found)
+        # A floor no plan reached shows the plan its solve found, as it was solved (its lack included).
+        figures = _figures(shown, bound) if best is not None else solve_figures(own.plan, 0.0)
         tally = measure.total(shown.plan)
         alloc = measure.allocated_by_model(shown.plan)
         change = {m: alloc.get(m, 0.0) - base_alloc.get(m, 0.0) for m in {*alloc, *base_alloc}}
