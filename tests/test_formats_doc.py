@@ -22,7 +22,7 @@ from pydantic import TypeAdapter
 from gpuplan.cli import main
 from gpuplan.models.capacity import CapacityReport, NodeTypeCatalog, ScenarioFile
 from gpuplan.models.catalog import default_catalog, extend_catalog
-from gpuplan.models.review import ReplayReport, RuleCost
+from gpuplan.models.review import Frontier, ReplayReport, RuleCost
 from gpuplan.planner.capacity.node_types import load_node_types
 from gpuplan.planner.capacity.scenarios import load_scenarios
 from gpuplan.planner.io.files import WORKLOAD_COLUMNS, load_cluster, load_input, load_plan
@@ -42,6 +42,7 @@ SECTIONS = {
     "scenarios": "Scenarios",
     "policy-cost": "Policy cost",
     "replay": "Policy replay",
+    "frontier": "Fairness frontier",
 }
 #: File suffix each example kind is written with before it is loaded.
 SUFFIX = {
@@ -56,6 +57,7 @@ SUFFIX = {
     "hardware-catalog": ".yaml",
     "policy-cost": ".json",
     "replay": ".json",
+    "frontier": ".json",
 }
 
 _EXAMPLE = re.compile(r"<!-- example: ([\w-]+)(?: file: (\S+))? -->\n```\w*\n(.*?)\n```\n", re.S)
@@ -103,6 +105,7 @@ def schemas() -> dict[str, dict[str, Any]]:
         "scenarios": ScenarioFile.model_json_schema(by_alias=True),
         "policy-cost": TypeAdapter(list[RuleCost]).json_schema(by_alias=True),
         "replay": ReplayReport.model_json_schema(by_alias=True),
+        "frontier": Frontier.model_json_schema(by_alias=True),
     }
 
 
@@ -301,6 +304,8 @@ def test_policy_review_examples_load(example_files: dict[str, Path]) -> None:
     assert costs and costs[0].given.solve.status
     report = ReplayReport.model_validate_json(example_files["replay"].read_text(encoding="utf-8"))
     assert report.plans and report.total.key == "total"
+    frontier = Frontier.model_validate_json(example_files["frontier"].read_text(encoding="utf-8"))
+    assert [p.level for p in frontier.points] == [0.0, 1.0] and frontier.points[0].current
 
 
 def test_hardware_catalog_example_extends_the_catalog(example_files: dict[str, Path]) -> None:

@@ -79,6 +79,8 @@ class Sweep:
         plain = inp.model_copy(update={"policy": inp.policy.model_copy(update={"fair_floor": None})})
         self.plain = plain
         self.weight = floor_weight(compile_problem(plain, run.catalog, run.now))
+        #: What the queue term counts for in the objective (its weight in weighted mode).
+        self.scale = plain.policy.weights.queue if plain.policy.objective is ObjectiveMode.WEIGHTED else 1
         self.solved: dict[float | None, Solved] = {}
 
     def at(self, level: float | None) -> Solved:
@@ -96,8 +98,7 @@ class Sweep:
         floors = input_floors(inp, self.run.catalog, self.unit)
         reached = all(served.get(t, 0) >= f for t, f in floors.items())
         lack = sum(shortfall_steps(f, served.get(t, 0), self.unit) for t, f in floors.items())
-        scale = policy.weights.queue if policy.objective is ObjectiveMode.WEIGHTED else 1
-        objective = (plan.solver.objective or 0.0) - scale * self.weight * lack
+        objective = (plan.solver.objective or 0.0) - self.scale * self.weight * lack
         out = Solved(level, plan, fairness_level(served, self.entitled), reached, served, objective)
         log.info("floor %s: %s, fairness %s", level, "reached" if reached else "not reached", out.fairness)
         self.solved[level] = out
@@ -107,7 +108,7 @@ class Sweep:
         """Whether the solve at ``s``'s floor proved that no plan reaches it: its bound is at least what
         one GPU-equivalent short of the floor costs."""
         bound = s.plan.solver.best_bound
-        return not s.reached and bound is not None and bound >= self.weight
+        return not s.reached and bound is not None and bound >= self.scale * self.weight
 
     def levels(self, efficient: Solved, points: int, probes: int) -> list[float]:
         """Levels from the efficient plan's fairness up to the highest a plan reaches (whole entitlement
@@ -136,11 +137,11 @@ class Sweep:
         return sorted({*fill, high})
 
 
-def _figures(s: Solved, bound: float | None) -> SolveFigures:
+def _figures(s: Solved, bound: float | None, seconds: float) -> SolveFigures:
     """``s``'s plan's figures against ``bound`` (the question of the point it is reported at): OPTIMAL
     only when that bound meets the plan's objective (a plan proved at a higher floor is not proved at a
     lower one), a FEASIBLE plan whose objective the bound meets is proved there."""
-    own = solve_figures(s.plan, 0.0)
+    own = solve_figures(s.plan, seconds)
     units = None if bound is None else max(0.0, s.objective - bound)
     gap = None if units is None else units / max(1.0, s.objective)
     status = own.status
@@ -219,7 +220,8 @@ def frontier(
         found = own.plan.solver.best_bound
         bound = found if bound is None else (bound if found is None else max(bound, found))
         # A floor no plan reached shows the plan its solve found, as it was solved (its lack included).
-        figures = _figures(shown, bound) if best is not None else solve_figures(own.plan, 0.0)
+        each = run.seconds_each
+        figures = _figures(shown, bound, each) if best is not None else solve_figures(own.plan, each)
         tally = measure.total(shown.plan)
         alloc = measure.allocated_by_model(shown.plan)
         change = {m: alloc.get(m, 0.0) - base_alloc.get(m, 0.0) for m in {*alloc, *base_alloc}}
