@@ -203,6 +203,8 @@ def frontier(
     beyond = set()
     if top is not None and top > asked_top and (efficient.fairness is None or top > efficient.fairness):
         beyond.add(math.floor(top * 10**LEVEL_DIGITS) / 10**LEVEL_DIGITS)
+    # Asked: the levels given or chosen, and every floor a plan was made with (the probes).
+    asked_levels = {*wanted, *sweep.solved}
     wanted = sorted({*wanted, *beyond, *(x for x in sweep.solved if x is not None)})
     measure = Measure(sweep.plain, run.catalog, run.now)
     base_tally = measure.total(efficient.plan)
@@ -258,7 +260,7 @@ def frontier(
             proved=_proved(previous, figures, objective) if best is not None else None,
             unreachable_proved=best is None and sweep.unreachable(own),
             current=level == current,
-            asked=level in sweep.solved,
+            asked=level is None or level in asked_levels,
         )
         out.append(point)
         if best is not None:

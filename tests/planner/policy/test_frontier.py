@@ -173,3 +173,22 @@ def test_gpuplan_frontier_writes_every_point_as_json(tmp_path: Path) -> None:
     for p in points:
         assert {"level", "reached", "solve", "tally", "teams"} <= p.keys()
         assert {"objective", "best_bound"} <= p["solve"].keys()
+
+
+def test_a_floor_the_efficient_plan_already_meets_is_its_point_and_still_asked() -> None:
+    # Both teams get all they ask (2 GPUs each of 4): fairness 1; the floor 0.5 asked needs no plan of
+    # its own and is the efficient plan, marked as asked.
+    inp = planning_input(
+        [node("n", model="L40S-48GB", count=4)],
+        [
+            Workload(id="a-job", team="a", gpus=1, replicas=2),
+            Workload(id="b-job", team="b", gpus=1, replicas=2),
+        ],
+        Policy(),
+    )
+    result = frontier(inp, _run(), None, levels=[0.5])
+    assert [(p.level, p.asked, p.reached, p.fairness) for p in result.points] == [
+        (0.0, True, True, 1.0),
+        (0.5, True, True, 1.0),
+    ]
+    assert result.points[1].solve.objective == result.points[0].solve.objective == 0
