@@ -4,12 +4,16 @@ keeps a waiting job off the only free node, a quota that binds, and one that doe
 from __future__ import annotations
 
 from datetime import UTC, datetime, timedelta
+from pathlib import Path
 
 import pytest
+from openpyxl import Workbook, load_workbook
 
 from gpuplan.models import IsolationKind, IsolationRule, Placement, Policy, Quota, Workload
 from gpuplan.models.catalog import default_catalog
 from gpuplan.planner.capacity.node_types import load_node_types
+from gpuplan.planner.io.exporters.workbook.policy_sheet import TITLE as POLICY_TITLE
+from gpuplan.planner.io.exporters.workbook.policy_sheet import write_policy_cost_sheet
 from gpuplan.planner.policy.cost import Prices, Run, policy_cost
 from gpuplan.planner.policy.relax import relaxations
 from tests._factories import node, planning_input
@@ -109,3 +113,22 @@ def test_a_model_no_node_type_offers_costs_nothing_when_its_allocation_does_not_
     assert money == pytest.approx(L40S_PER_HOUR, abs=0.01)
     money, note = prices.per_hour({"G3": 1.0}, catalog)
     assert money is None and note.startswith("no node type offers G3")
+
+
+def test_the_policy_cost_sheet_lists_each_rule_in_a_workbook_that_exists(tmp_path: Path) -> None:
+    inp = planning_input(
+        [node("n", model="L40S-48GB", count=4)],
+        [Workload(id="q-job", team="q", gpus=1, replicas=3), Workload(id="r-job", team="r", gpus=1)],
+        Policy(quotas=(Quota(team="q", gpus=1), Quota(team="r", gpus=10))),
+    )
+    rules, _ = relaxations(inp.policy, running=0)
+    costs = policy_cost(inp, rules, _run(), _prices())
+    book = tmp_path / "plan.xlsx"
+    Workbook().save(book)  # a workbook that exists keeps its sheets
+    write_policy_cost_sheet(costs, book)
+    write_policy_cost_sheet(costs, book)  # written again: replaced, not added twice
+    loaded = load_workbook(book)
+    assert loaded.sheetnames.count(POLICY_TITLE) == 1 and len(loaded.sheetnames) == 2
+    sheet = loaded[POLICY_TITLE]
+    assert sheet.max_row == 1 + len(costs)
+    assert [sheet.cell(row=r, column=1).value for r in range(2, 2 + len(costs))] == [c.relaxed for c in costs]

@@ -8,12 +8,12 @@ import logging
 from pathlib import Path
 
 import pandas as pd
-from openpyxl import Workbook, load_workbook
 from openpyxl.chart import Reference, ScatterChart, Series
 from openpyxl.worksheet.worksheet import Worksheet
 
 from gpuplan.models.review import Frontier, FrontierPoint
-from gpuplan.planner.io.exporters.workbook.style import Shown, as_text, format_table, yes_no
+from gpuplan.planner.io.exporters.workbook.review_sheet import write_review_sheet
+from gpuplan.planner.io.exporters.workbook.style import yes_no
 
 log = logging.getLogger(__name__)
 
@@ -115,21 +115,6 @@ def write_frontier_sheet(frontier: Frontier, path: Path) -> None:
     source = tuple(name for name, _ in COLUMNS)
     frame = pd.DataFrame([_row(p) for p in frontier.points], columns=list(source))
     frame.columns = [label.format(currency=money) for _, label in COLUMNS]
-    if path.is_file():
-        book = load_workbook(path)
-        if TITLE in book.sheetnames:
-            del book[TITLE]
-    else:
-        book = Workbook()
-        book.remove(book.active)
-    ws = book.create_sheet(TITLE)
-    ws.append(list(frame.columns))
-    for values in frame.itertuples(index=False):
-        ws.append([None if pd.isna(v) else v for v in values])
-    as_text(ws)
-    format_table(ws, Shown(TITLE, frame, source))
     current = next((i for i, p in enumerate(frontier.points) if p.current and p.reached), None)
-    _chart(ws, len(frame), current)
-    path.parent.mkdir(parents=True, exist_ok=True)
-    book.save(path)
+    write_review_sheet(path, TITLE, frame, source, lambda ws: _chart(ws, len(frame), current))
     log.info("fairness frontier sheet written to %s", path)

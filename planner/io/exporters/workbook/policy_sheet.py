@@ -1,6 +1,5 @@
-"""The "Policy cost" sheet (``gpuplan policy-cost --xlsx``): one row per rule, most costly first, in the
-workbooks' look. Added to a workbook that exists (a plan workbook, say), replacing an earlier sheet of
-that name, or written as a workbook of its own."""
+"""The "Policy cost" sheet (``gpuplan policy-cost --xlsx``): one row per rule, most costly first
+(:func:`~gpuplan.planner.io.exporters.workbook.review_sheet.write_review_sheet`)."""
 
 from __future__ import annotations
 
@@ -9,10 +8,10 @@ from collections.abc import Sequence
 from pathlib import Path
 
 import pandas as pd
-from openpyxl import Workbook, load_workbook
 
 from gpuplan.models.review import RuleCost
-from gpuplan.planner.io.exporters.workbook.style import Shown, as_text, format_table, yes_no
+from gpuplan.planner.io.exporters.workbook.review_sheet import write_review_sheet
+from gpuplan.planner.io.exporters.workbook.style import yes_no
 
 log = logging.getLogger(__name__)
 
@@ -69,19 +68,5 @@ def write_policy_cost_sheet(costs: Sequence[RuleCost], path: Path) -> None:
     source = tuple(name for name, _ in COLUMNS)
     frame = pd.DataFrame([_row(c) for c in costs], columns=list(source))
     frame.columns = [label.format(currency=money) for _, label in COLUMNS]
-    if path.is_file():
-        book = load_workbook(path)
-        if TITLE in book.sheetnames:
-            del book[TITLE]
-    else:
-        book = Workbook()
-        book.remove(book.active)
-    ws = book.create_sheet(TITLE)
-    ws.append(list(frame.columns))
-    for values in frame.itertuples(index=False):
-        ws.append([None if pd.isna(v) else v for v in values])
-    as_text(ws)
-    format_table(ws, Shown(TITLE, frame, source))
-    path.parent.mkdir(parents=True, exist_ok=True)
-    book.save(path)
+    write_review_sheet(path, TITLE, frame, source)
     log.info("policy cost sheet written to %s", path)
