@@ -91,7 +91,7 @@ def reach_floors(problem: PlacementProblem, placer: Placer, start: SolveResult) 
             continue
         got = placer.place(q)
         if got is None:
-            swap = _cheapest_swap(problem, placer, placed, floors, by_key, q, penalty, single)
+            swap = _cheapest_swap(placer, placed, floors, by_key, q, penalty, single)
             if swap is None:
                 continue
             got = _apply(placer, placed, by_key, swap, q)
@@ -129,7 +129,6 @@ def _on_node(placed: dict[Key, Assignment], name: str) -> list[Key]:
 
 
 def _cheapest_swap(
-    problem: PlacementProblem,
     placer: Placer,
     placed: dict[Key, Assignment],
     floors: _Floors,
