@@ -246,13 +246,19 @@ def input_entitlements(inp: PlanningInput, catalog: HardwareCatalog, unit: int) 
     return max_min_entitlements(capacity, demand, team_weights(inp.policy, demand))
 
 
-def input_floors(inp: PlanningInput, catalog: HardwareCatalog, unit: int) -> dict[str, int]:
-    """The units each team must hold under the policy's fairness floor (none without one)."""
-    level = inp.policy.fair_floor
+def floors_at(level: float | None, entitled: Mapping[str, Fraction]) -> dict[str, int]:
+    """The units each team with an entitlement must hold at floor ``level`` (exactly from its decimal
+    form; none without a floor)."""
     if level is None:
         return {}
     exact = Fraction(repr(level))
-    return {t: floor_units(exact, e) for t, e in input_entitlements(inp, catalog, unit).items() if e > 0}
+    return {t: floor_units(exact, e) for t, e in entitled.items() if e > 0}
+
+
+def input_floors(inp: PlanningInput, catalog: HardwareCatalog, unit: int) -> dict[str, int]:
+    """The units each team must hold under the policy's fairness floor (none without one)."""
+    level = inp.policy.fair_floor
+    return {} if level is None else floors_at(level, input_entitlements(inp, catalog, unit))
 
 
 def served_units(

@@ -26,8 +26,8 @@ from gpuplan.models.policy import ObjectiveMode
 from gpuplan.models.review import Frontier, FrontierPoint, SolveFigures, TeamShare
 from gpuplan.models.rules.fairness import (
     fairness_level,
+    floors_at,
     input_entitlements,
-    input_floors,
     input_served,
     jain_index,
     shortfall_steps,
@@ -95,7 +95,7 @@ class Sweep:
             )
         plan = self.run.plan(inp)
         served = input_served(inp, self.run.catalog, plan.assignments, self.unit)
-        floors = input_floors(inp, self.run.catalog, self.unit)
+        floors = self.floors(level)
         reached = all(served.get(t, 0) >= f for t, f in floors.items())
         lack = sum(shortfall_steps(f, served.get(t, 0), self.unit) for t, f in floors.items())
         objective = (plan.solver.objective or 0.0) - self.scale * self.weight * lack
@@ -103,6 +103,10 @@ class Sweep:
         log.info("floor %s: %s, fairness %s", level, "reached" if reached else "not reached", out.fairness)
         self.solved[level] = out
         return out
+
+    def floors(self, level: float | None) -> dict[str, int]:
+        """The units each team must hold at floor ``level``, on the entitlements computed once."""
+        return floors_at(level, self.entitled)
 
     def unreachable(self, s: Solved) -> bool:
         """Whether the solve at ``s``'s floor proved that no plan reaches it: its bound is at least what
@@ -169,9 +173,7 @@ def _best_meeting(sweep: Sweep, level: float | None) -> Solved | None:
 
 def _meets(sweep: Sweep, s: Solved, level: float) -> bool:
     """Whether ``s``'s plan holds every team's floor at ``level`` (in the rule's whole units)."""
-    policy = sweep.plain.policy.model_copy(update={"fair_floor": level})
-    floors = input_floors(sweep.plain.model_copy(update={"policy": policy}), sweep.run.catalog, sweep.unit)
-    return all(s.served.get(t, 0) >= f for t, f in floors.items())
+    return all(s.served.get(t, 0) >= f for t, f in sweep.floors(level).items())
 
 
 def frontier(

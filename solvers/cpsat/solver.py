@@ -259,7 +259,9 @@ class CpSat:
         orders = HINT_ORDERS if large and not movable and not options.deterministic else 1
         until = start + ORDERS_SHARE * options.time_limit_s
         greedy = Fgd().place(problem, options, on_kept=seen, orders=orders, orders_until=until)
-        if problem.fair_floor:
+        if problem.fair_floor and large:
+            # A second start serving each team's floor first (a smaller model's start is the make-room
+            # search's, which the greedy floor pass ends).
             floor_first = Fgd().place(replace(problem, floor_first=True), options)
             if queue_term(problem, floor_first) < queue_term(problem, greedy):
                 greedy = replace(floor_first, solver=greedy.solver)
